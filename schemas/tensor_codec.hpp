@@ -1,0 +1,117 @@
+// Tensor <-> Cap'n Proto codec. The only public face of schemas/*.capnp: no
+// generated header leaks out of schemas/.
+//
+// A wire message is ONE single-segment Cap'n Proto message (envelope.capnp
+// `Envelope`) laid out in a wire_buffer as
+//
+//   [u32 segment_count-1 = 0][u32 segment_words][segment words ...]
+//
+// Tensor data is a `Data` field. Encoding builds the message directly in the
+// wire_buffer (message_builder::add_tensor returns the span to fill: no extra
+// copy); decoding reads it in place (tensor_view.data points into the buffer).
+//
+// A receiver decodes with read_limits it chose; anything truncated, corrupt,
+// multi-segment, over the limits or inconsistent (data size != numel*dtype
+// size, negative dims, rank too high) is an errc::wire_corrupt or
+// errc::wire_too_large status naming the peer. Never a crash.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schemas/dtype.hpp"
+#include "schemas/error.hpp"
+#include "schemas/wire_buffer.hpp"
+
+namespace hetflow::schemas {
+
+struct tensor_meta {
+  dtype type = dtype::f32;
+  std::vector<int64_t> shape;  // empty = 0-d scalar (1 element)
+  int64_t numel() const noexcept;
+  uint64_t byte_size() const noexcept { return uint64_t(numel()) * dtype_size(type); }
+};
+
+// A borrowed, read-only tensor: valid while the buffer it came from lives.
+struct tensor_view {
+  dtype type = dtype::f32;
+  std::span<const int64_t> shape;
+  std::span<const std::byte> data;
+  int64_t numel() const noexcept;
+};
+
+// Envelope fields other than tensors. `kind` is an application message type
+// (the receiving actor interprets it); `seq` orders messages of one stream.
+struct envelope_header {
+  uint32_t kind = 0;
+  uint64_t seq = 0;
+  std::string sender;  // actor name
+  std::string target;  // actor name
+};
+
+struct read_limits {
+  uint64_t max_message_bytes = 1ull << 30;  // whole message, bytes
+  uint32_t max_rank = 16;
+  uint32_t max_tensors = 4096;
+  uint32_t max_text_bytes = 1 << 16;        // sender/target names, payload text
+};
+
+// Builds one message. Usage:
+//   message_builder b(header, {meta_a, meta_b}, payload_bytes);
+//   auto a = b.tensor_data(0); fill a ...; auto b1 = b.tensor_data(1); ...
+//   wire_buffer buf = std::move(b).finish();
+// Sizes are exact: one allocation, one segment.
+class message_builder {
+public:
+  message_builder(const envelope_header& header, std::span<const tensor_meta> tensors,
+                  std::size_t payload_bytes = 0);
+  ~message_builder();
+  message_builder(message_builder&&) noexcept;
+  message_builder& operator=(message_builder&&) noexcept;
+
+  // Writable bytes of tensor i (byte_size() of its meta), inside the message.
+  std::span<std::byte> tensor_data(std::size_t i);
+  // Writable free-form payload bytes (control data), inside the message.
+  std::span<std::byte> payload();
+  // The finished message. The builder is empty afterwards.
+  wire_buffer finish() &&;
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Convenience: one tensor, copying `data` (byte_size() bytes) into the message.
+expected<wire_buffer> encode_tensor(const envelope_header& header, const tensor_meta& meta,
+                                    std::span<const std::byte> data);
+
+// A decoded message: owns (a share of) its buffer; views point into it.
+class decoded_message {
+public:
+  decoded_message();
+  ~decoded_message();
+  decoded_message(decoded_message&&) noexcept;
+  decoded_message& operator=(decoded_message&&) noexcept;
+
+  const envelope_header& header() const noexcept;
+  std::size_t tensor_count() const noexcept;
+  const tensor_view& tensor(std::size_t i) const;
+  std::span<const std::byte> payload() const noexcept;
+  const wire_buffer_ref& buffer() const noexcept;
+
+private:
+  friend expected<decoded_message> decode_message(wire_buffer_ref, const read_limits&,
+                                                  std::string_view);
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Decodes and validates `buf` (from `peer`, used in error messages).
+expected<decoded_message> decode_message(wire_buffer_ref buf, const read_limits& limits,
+                                         std::string_view peer);
+
+}  // namespace hetflow::schemas

@@ -1,0 +1,63 @@
+// wire_buffer: an owned, 64-byte-aligned byte buffer holding one wire message.
+//
+// Cap'n Proto's FlatArrayMessageReader needs 8-byte-aligned words; the data
+// plane receives straight into a wire_buffer (rendezvous into the receiver's
+// buffer) so decoding reads tensors in place with no further copy.
+//
+// Move-only. Share immutable buffers between actors as wire_buffer_ref.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <span>
+
+namespace hetflow {
+
+class wire_buffer {
+public:
+  static constexpr std::size_t alignment = 64;
+
+  wire_buffer() noexcept = default;
+  // Uninitialised storage for `bytes` bytes. Throws std::bad_alloc.
+  explicit wire_buffer(std::size_t bytes) : size_(bytes), capacity_(bytes) {
+    if (bytes > 0) {
+      std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+      void* p = std::aligned_alloc(alignment, rounded);
+      if (p == nullptr) throw std::bad_alloc();
+      data_.reset(static_cast<std::byte*>(p));
+    }
+  }
+
+  wire_buffer(wire_buffer&&) noexcept = default;
+  wire_buffer& operator=(wire_buffer&&) noexcept = default;
+  wire_buffer(const wire_buffer&) = delete;
+  wire_buffer& operator=(const wire_buffer&) = delete;
+
+  std::byte* data() noexcept { return data_.get(); }
+  const std::byte* data() const noexcept { return data_.get(); }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t capacity() const noexcept { return capacity_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::span<std::byte> bytes() noexcept { return {data_.get(), size_}; }
+  std::span<const std::byte> bytes() const noexcept { return {data_.get(), size_}; }
+
+  // Shrinks the visible size (never reallocates). `n` must be <= capacity().
+  void shrink_to(std::size_t n) noexcept {
+    if (n <= capacity_) size_ = n;
+  }
+
+private:
+  struct free_deleter {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<std::byte, free_deleter> data_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
+// A shared, immutable wire message: what actors pass around inside a node.
+using wire_buffer_ref = std::shared_ptr<const wire_buffer>;
+
+}  // namespace hetflow

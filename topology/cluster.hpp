@@ -1,0 +1,84 @@
+// cluster: the parsed, validated topology file. Plain data, no CAF.
+//
+//   [cluster]  name, runtime settings, plugins
+//   [[nodes]]  name, host, port, devices      (nodes[0] is the head)
+//   [job]      kind + the kind's keys         (-> job_spec.params)
+//   [[actors]] name, type, node, args         (optional; job kinds may add their own)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topology/settings.hpp"
+
+namespace hetflow::topology {
+
+struct source_loc {
+  uint32_t line = 0;    // 1-based; 0 = unknown
+  uint32_t column = 0;  // 1-based; 0 = unknown
+};
+
+enum class device_kind { cpu, cuda };
+const char* to_string(device_kind k) noexcept;
+
+struct device_spec {
+  device_kind kind = device_kind::cpu;
+  int index = 0;              // cuda: device ordinal; cpu: 0
+  int threads = 0;            // cpu: worker threads; 0 = all free cores
+  uint64_t memory_bytes = 0;  // 0 = whatever the device has
+  std::string profile;        // optional profile kind name (planner; later issues)
+  source_loc where;
+};
+
+struct node_spec {
+  std::string name;
+  std::string host;
+  uint16_t port = 0;
+  std::vector<device_spec> devices;
+  source_loc where;
+};
+
+struct actor_spec {
+  std::string name;  // unique across the cluster
+  std::string type;  // a catalog actor type
+  std::string node;  // a node name
+  settings args;     // checked against the type's keys
+  source_loc where;
+};
+
+struct job_spec {
+  std::string kind;  // a catalog job kind
+  settings params;   // checked against the kind's keys
+  source_loc where;
+};
+
+// [cluster] keys other than name. Defaults are what a demanding user expects.
+struct runtime_settings {
+  double join_timeout_s = 60.0;          // join_timeout
+  double heartbeat_interval_s = 0.2;     // heartbeat_interval
+  double connection_timeout_s = 1.0;     // connection_timeout (hung peer detection)
+  std::string data_plane = "auto";       // data_plane: "auto" | "ucx" | "caf"
+  std::string ucx_tls;                   // ucx_tls: e.g. "sm,self" or "tcp,self"; empty = UCX default
+  int scheduler_threads = 0;             // scheduler_threads: CAF workers; 0 = cores
+  uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
+};
+
+struct cluster {
+  std::string name;
+  std::filesystem::path file;      // absolute path of the topology file
+  uint64_t content_hash = 0;       // FNV-1a 64 over the file's bytes (hello check)
+  runtime_settings runtime;
+  std::vector<std::filesystem::path> plugins;  // absolute
+  std::vector<node_spec> nodes;
+  job_spec job;
+  std::vector<actor_spec> actors;
+
+  const node_spec* find_node(std::string_view name) const;
+  int node_index(std::string_view name) const;  // -1 if absent
+  const node_spec& head() const { return nodes.front(); }
+};
+
+}  // namespace hetflow::topology
