@@ -17,7 +17,7 @@ build_pkgs=(
   libdnnl-dev                     # oneDNN 2.6 (CPU kernels)
   libucx-dev ucx-utils            # data plane (+ ucx_perftest)
   dataset-fashion-mnist           # IDX files under /usr/share/datasets/fashion-mnist
-  procps psmisc iproute2          # ps/pkill/ip for integration tests
+  procps psmisc iproute2 python3  # pgrep/ip and JSON checks in integration tests
 )
 bench_pkgs=(
   iperf3

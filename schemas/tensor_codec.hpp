@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,6 +33,7 @@ namespace hetflow::schemas {
 struct tensor_meta {
   dtype type = dtype::f32;
   std::vector<int64_t> shape;  // empty = 0-d scalar (1 element)
+  // Product of the dims; -1 if a dim is negative or the product overflows.
   int64_t numel() const noexcept;
   uint64_t byte_size() const noexcept { return uint64_t(numel()) * dtype_size(type); }
 };
@@ -41,7 +43,7 @@ struct tensor_view {
   dtype type = dtype::f32;
   std::span<const int64_t> shape;
   std::span<const std::byte> data;
-  int64_t numel() const noexcept;
+  int64_t numel() const noexcept;  // as tensor_meta::numel()
 };
 
 // Envelope fields other than tensors. `kind` is an application message type
@@ -59,21 +61,54 @@ struct read_limits {
   uint32_t max_tensors = 4096;
   uint32_t max_text_bytes = 1 << 16;        // sender/target names, payload text
 };
+// Error codes from decode_message: exceeding one of these read_limits is
+// errc::wire_too_large; anything malformed or inconsistent is errc::wire_corrupt.
+
+// Hard bounds of the single-segment format, whatever the read_limits: a Cap'n
+// Proto blob holds at most 2^29-1 bytes and a segment at most 2^29-1 words.
+// TODO(perf): a tensor over max_tensor_bytes (512 MiB) must be split into
+// several tensors by the sender; nothing does that automatically yet.
+inline constexpr uint64_t max_tensor_bytes = (uint64_t{1} << 29) - 1;
+inline constexpr uint64_t max_wire_message_bytes = uint64_t{1} << 32;  // table + segment
+
+// Whether a message with these parts can be encoded: every dim >= 0, element
+// counts do not overflow, each tensor and the payload <= max_tensor_bytes, the
+// whole message <= max_wire_message_bytes. errc::invalid_argument naming the
+// offending tensor otherwise. message_builder throws where this fails.
+status check_encodable(const envelope_header& header, std::span<const tensor_meta> tensors,
+                       std::size_t payload_bytes = 0);
+
+// The exact byte size of the message message_builder would build (for callers
+// that must reserve or register receive memory up front).
+expected<std::size_t> encoded_size(const envelope_header& header,
+                                   std::span<const tensor_meta> tensors,
+                                   std::size_t payload_bytes = 0);
 
 // Builds one message. Usage:
 //   message_builder b(header, {meta_a, meta_b}, payload_bytes);
 //   auto a = b.tensor_data(0); fill a ...; auto b1 = b.tensor_data(1); ...
 //   wire_buffer buf = std::move(b).finish();
 // Sizes are exact: one allocation, one segment.
+//
+// The bytes of tensor_data(i) and payload() start UNINITIALISED (no memset of
+// bulk data): the caller must write all of them before finish(), or stale heap
+// bytes go on the wire. Everything else (structure, padding) is zeroed.
+// Throws std::invalid_argument where check_encodable() fails (check first to
+// get a status instead) and std::bad_alloc. Not thread-safe; single owner.
 class message_builder {
 public:
   message_builder(const envelope_header& header, std::span<const tensor_meta> tensors,
+                  std::size_t payload_bytes = 0);
+  // So that `message_builder b(h, {meta_a, meta_b})` compiles (std::span has no
+  // initializer_list constructor in C++20).
+  message_builder(const envelope_header& header, std::initializer_list<tensor_meta> tensors,
                   std::size_t payload_bytes = 0);
   ~message_builder();
   message_builder(message_builder&&) noexcept;
   message_builder& operator=(message_builder&&) noexcept;
 
   // Writable bytes of tensor i (byte_size() of its meta), inside the message.
+  // Throws std::out_of_range for a bad i, std::logic_error after finish().
   std::span<std::byte> tensor_data(std::size_t i);
   // Writable free-form payload bytes (control data), inside the message.
   std::span<std::byte> payload();
@@ -90,6 +125,9 @@ expected<wire_buffer> encode_tensor(const envelope_header& header, const tensor_
                                     std::span<const std::byte> data);
 
 // A decoded message: owns (a share of) its buffer; views point into it.
+// Tensor data and the payload alias the buffer (no copy); shapes are small
+// owned copies. A default-constructed or moved-from one is empty (no tensors,
+// empty header, null buffer). tensor(i) throws std::out_of_range for a bad i.
 class decoded_message {
 public:
   decoded_message();
@@ -110,7 +148,9 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-// Decodes and validates `buf` (from `peer`, used in error messages).
+// Decodes and validates `buf` (from `peer`, used in error messages). Cost is
+// O(tensors + dims), independent of tensor bytes. Every Cap'n Proto exception
+// is caught here and becomes a status "message from <peer>: ...".
 expected<decoded_message> decode_message(wire_buffer_ref buf, const read_limits& limits,
                                          std::string_view peer);
 

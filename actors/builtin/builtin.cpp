@@ -1,0 +1,11 @@
+#include "actors/builtin/skeleton.hpp"
+#include "actors/registry.hpp"
+
+namespace hetflow::actors {
+
+void add_builtin_types(registry& reg) {
+  builtin::add_skeleton(reg);
+  builtin::add_transport_bench(reg);
+}
+
+}  // namespace hetflow::actors

@@ -1,0 +1,281 @@
+// The transport benchmark job: what one tensor message costs between two
+// nodes through the whole stack (message_builder, node_services::send_wire,
+// data plane, receive buffer, actor mailbox, decode).
+//
+// For each size in `sizes`:
+//   1. ping-pong: the sender sends a tensor, the receiver sends the same
+//      buffer back (by reference, no copy); latency = round trip / 2, as
+//      ucx_perftest's tag_lat reports it.
+//   2. stream: `messages` tensors with at most `window` in flight; the
+//      receiver decodes each and returns credits over CAF. Bandwidth counts
+//      tensor bytes (the Cap'n Proto envelope, ~100 B, is extra).
+// Both sides derive the same plan from the job's keys.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "actors/builtin/skeleton.hpp"
+#include "actors/caf_types.hpp"
+#include "actors/json.hpp"
+#include "actors/node_services.hpp"
+#include "actors/registry.hpp"
+
+namespace hetflow::actors::builtin {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr uint32_t kind_ping = 1;
+constexpr uint32_t kind_stream = 2;
+
+struct size_plan {
+  int64_t bytes = 0;
+  int64_t pings = 0;
+  int64_t messages = 0;
+};
+
+struct bench_plan {
+  std::vector<size_plan> sizes;
+  int64_t window = 8;
+  int64_t credit_every = 1;
+};
+
+bench_plan plan_of(const topology::cluster& c) {
+  bench_plan p;
+  auto sizes = c.job.params.get_ints("sizes");
+  if (sizes.empty()) sizes = {8, 4 << 20, 64 << 20};
+  int64_t budget = c.job.params.get_int("bytes_per_size", int64_t{2} << 30);
+  int64_t max_pings = c.job.params.get_int("pings", 2000);
+  p.window = c.job.params.get_int("window", 8);
+  p.credit_every = std::max<int64_t>(1, p.window / 4);
+  for (int64_t s : sizes) {
+    size_plan sp;
+    sp.bytes = std::max<int64_t>(1, s);
+    sp.pings = std::clamp<int64_t>((int64_t{256} << 20) / sp.bytes, 10, max_pings);
+    sp.messages = std::clamp<int64_t>(budget / sp.bytes, 20, 200000);
+    p.sizes.push_back(sp);
+  }
+  return p;
+}
+
+wire_buffer_ref make_message(uint32_t kind, const std::string& me, const std::string& to,
+                             int64_t bytes) {
+  schemas::tensor_meta meta{dtype::u8, {bytes}};
+  schemas::envelope_header h{kind, 0, me, to};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(&meta, 1));
+  auto d = b.tensor_data(0);
+  for (std::size_t i = 0; i < d.size(); i += 4096) d[i] = std::byte(i >> 12);
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+struct result_row {
+  int64_t bytes = 0;
+  uint64_t wire_bytes = 0;
+  double latency_us = 0;
+  double gbytes_per_s = 0;
+  int64_t messages = 0;
+};
+
+struct sender_state {
+  std::shared_ptr<node_services> svc;
+  std::string me, to;
+  bench_plan plan;
+  std::size_t idx = 0;
+  wire_buffer_ref ping_msg, stream_msg;
+  int64_t pings_done = 0;
+  int64_t sent = 0, acked = 0;
+  clock_type::time_point t0{};
+  std::vector<result_row> rows;
+  static inline const char* name = "hetflow.bench_sender";
+};
+
+void start_size(caf::stateful_actor<sender_state>* self);
+
+void finish_all(caf::stateful_actor<sender_state>* self) {
+  auto& st = self->state;
+  json_writer w;
+  w.begin_object().field("data_plane", st.svc->data_plane_name()).key("results").begin_array();
+  std::string summary;
+  for (auto& r : st.rows) {
+    w.begin_object().field("bytes", r.bytes).field("wire_bytes", r.wire_bytes);
+    w.field("latency_us", r.latency_us).field("gbytes_per_s", r.gbytes_per_s);
+    w.field("messages", r.messages).end_object();
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%lld B: %.2f us, %.3f GB/s", summary.empty() ? "" : "; ",
+                  static_cast<long long>(r.bytes), r.latency_us, r.gbytes_per_s);
+    summary += line;
+  }
+  w.end_array().end_object();
+  st.svc->report_done(st.me, true, summary, w.str());
+}
+
+void pump(caf::stateful_actor<sender_state>* self) {
+  auto& st = self->state;
+  const auto& sp = st.plan.sizes[st.idx];
+  while (st.sent < sp.messages && st.sent - st.acked < st.plan.window) {
+    if (auto s = st.svc->send_wire(st.to, st.stream_msg); !s.ok()) {
+      st.svc->report_done(st.me, false, s.to_string(), {});
+      self->quit();
+      return;
+    }
+    ++st.sent;
+  }
+}
+
+void start_size(caf::stateful_actor<sender_state>* self) {
+  auto& st = self->state;
+  if (st.idx == st.plan.sizes.size()) return finish_all(self);
+  const auto& sp = st.plan.sizes[st.idx];
+  st.ping_msg = make_message(kind_ping, st.me, st.to, sp.bytes);
+  st.stream_msg = make_message(kind_stream, st.me, st.to, sp.bytes);
+  st.pings_done = 0;
+  st.sent = st.acked = 0;
+  st.rows.push_back({sp.bytes, st.stream_msg->size(), 0, 0, sp.messages});
+  st.t0 = clock_type::now();
+  (void)st.svc->send_wire(st.to, st.ping_msg);
+}
+
+caf::behavior bench_sender(caf::stateful_actor<sender_state>* self, actor_env env) {
+  auto& st = self->state;
+  st.svc = env.services;
+  st.me = env.spec.name;
+  st.to = env.spec.args.get_string("to", "bench_receiver");
+  st.plan = plan_of(env.cluster);
+  self->set_default_handler(caf::skip);
+  return {
+    [self](start_atom) {
+      self->set_default_handler(caf::print_and_drop);
+      self->become(
+          [self](wire_atom, const std::string&, const wire_buffer_ref&) {
+            auto& st = self->state;
+            const auto& sp = st.plan.sizes[st.idx];
+            if (++st.pings_done < sp.pings) {
+              (void)st.svc->send_wire(st.to, st.ping_msg);
+              return;
+            }
+            double us = std::chrono::duration<double, std::micro>(clock_type::now() - st.t0).count();
+            st.rows.back().latency_us = us / static_cast<double>(sp.pings) / 2.0;
+            st.ping_msg.reset();
+            st.t0 = clock_type::now();
+            pump(self);
+          },
+          [self](credit_atom, uint64_t n) {
+            auto& st = self->state;
+            st.acked += static_cast<int64_t>(n);
+            const auto& sp = st.plan.sizes[st.idx];
+            if (st.acked >= sp.messages) {
+              double s = std::chrono::duration<double>(clock_type::now() - st.t0).count();
+              st.rows.back().gbytes_per_s = static_cast<double>(sp.bytes) * sp.messages / s / 1e9;
+              ++st.idx;
+              start_size(self);
+              return;
+            }
+            pump(self);
+          });
+      start_size(self);
+    },
+  };
+}
+
+struct receiver_state {
+  std::shared_ptr<node_services> svc;
+  std::string me, from;
+  bench_plan plan;
+  std::size_t idx = 0;
+  int64_t pings = 0, received = 0, unacked = 0;
+  caf::actor sender;
+  static inline const char* name = "hetflow.bench_receiver";
+};
+
+caf::behavior bench_receiver(caf::stateful_actor<receiver_state>* self, actor_env env) {
+  auto& st = self->state;
+  st.svc = env.services;
+  st.me = env.spec.name;
+  st.from = env.spec.args.get_string("from", "bench_sender");
+  st.plan = plan_of(env.cluster);
+  self->set_default_handler(caf::skip);
+  return {
+    [self](start_atom) {
+      self->set_default_handler(caf::print_and_drop);
+      self->state.sender = self->state.svc->find_actor(self->state.from);
+      self->become([self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+        auto& st = self->state;
+        auto msg = schemas::decode_message(buf, st.svc->read_limits(), "node '" + node + "'");
+        if (!msg) {
+          st.svc->report_done(st.me, false, msg.error().to_string(), {});
+          self->quit();
+          return;
+        }
+        const auto& sp = st.plan.sizes[st.idx];
+        if (msg->header().kind == kind_ping) {
+          (void)st.svc->send_wire(st.from, buf);  // echo the same buffer
+          ++st.pings;
+          return;
+        }
+        ++st.received;
+        ++st.unacked;
+        bool last = st.received == sp.messages;
+        if (st.unacked >= st.plan.credit_every || last) {
+          self->send(st.sender, credit_atom::value, static_cast<uint64_t>(st.unacked));
+          st.unacked = 0;
+        }
+        if (last) {
+          st.received = st.pings = 0;
+          if (++st.idx == st.plan.sizes.size())
+            st.svc->report_done(st.me, true, "received every message", {});
+        }
+      });
+    },
+  };
+}
+
+}  // namespace
+
+void add_transport_bench(registry& reg) {
+  using topology::key_spec;
+  using topology::key_type;
+  topology::type_spec job{"transport_bench",
+                          "latency and bandwidth of tensor messages between nodes 0 and 1", {}};
+  job.keys.push_back(key_spec{"sizes", key_type::size_list, false,
+                              std::vector<int64_t>{8, 4 << 20, 64 << 20},
+                              "tensor sizes to measure", {}, {}, {}});
+  job.keys.push_back(key_spec{"bytes_per_size", key_type::size, false, int64_t{2} << 30,
+                              "bytes streamed per size", 1.0, {}, {}});
+  job.keys.push_back(key_spec{"pings", key_type::integer, false, int64_t{2000},
+                              "most ping-pong round trips per size", 1.0, {}, {}});
+  job.keys.push_back(key_spec{"window", key_type::integer, false, int64_t{8},
+                              "messages in flight while streaming", 1.0, 4096.0, {}});
+  (void)reg.add_job_kind(
+      job,
+      [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
+        if (c.nodes.size() < 2)
+          return make_error(errc::invalid_argument, "transport_bench needs at least 2 nodes");
+        if (!c.actors.empty()) return std::vector<topology::actor_spec>{};
+        std::vector<topology::actor_spec> v(2);
+        v[0].name = v[0].type = "bench_sender";
+        v[0].node = c.nodes[0].name;
+        v[1].name = v[1].type = "bench_receiver";
+        v[1].node = c.nodes[1].name;
+        return v;
+      },
+      [](const std::vector<actor_result>& results) {
+        for (auto& r : results)
+          if (r.name == "bench_sender" && !r.metrics_json.empty())
+            return "\"result\":" + r.metrics_json;
+        return std::string{};
+      });
+  topology::type_spec s{"bench_sender", "drives the transport benchmark", {}};
+  s.keys.push_back(key_spec{"to", key_type::string, false, std::string("bench_receiver"),
+                            "receiving actor", {}, {}, {}});
+  (void)reg.add_actor_type(s, [](caf::actor_system& sys, const actor_env& env) {
+    return sys.spawn(bench_sender, env);
+  });
+  topology::type_spec r{"bench_receiver", "receives and echoes for the transport benchmark", {}};
+  r.keys.push_back(key_spec{"from", key_type::string, false, std::string("bench_sender"),
+                            "sending actor", {}, {}, {}});
+  (void)reg.add_actor_type(r, [](caf::actor_system& sys, const actor_env& env) {
+    return sys.spawn(bench_receiver, env);
+  });
+}
+
+}  // namespace hetflow::actors::builtin

@@ -1,0 +1,114 @@
+// ucx_data_plane: the data plane over UCX 1.13 tag matching (shared memory,
+// CMA, TCP or RDMA, whichever UCX selects from `ucx_options::tls`).
+//
+// One ucp_context, one ucp_worker (UCS_THREAD_MODE_SINGLE) and one progress
+// thread per data plane. Every ucp_* call happens on that thread; other
+// threads hand it work through a mutex-protected queue plus an eventfd.
+//
+//   send(peer, ch, buf) --queue--> [progress thread] ucp_tag_send_nbx(ep[peer], tag)
+//   [progress thread] ucp_tag_probe_nb(any tag) -> wire_buffer(len)
+//                     -> ucp_tag_msg_recv_nbx(into it) -> handler(from, ch, buf)
+//
+// Tag layout (64 bits):   | sender peer id : 16 | channel : 48 |
+// Sender id 0xffff is reserved for control messages (a "goodbye" sent by
+// shutdown(), so peers in the same or another process learn at once that this
+// node stopped, whatever the transport). Hence peer ids must be < 0xffff and
+// channels < 2^48 (send() rejects larger ones with invalid_argument).
+//
+// Address (local_address()):  | "HFUX" | version u32 | peer id u32 | pad u32 |
+//   | max_message_bytes u64 | pid, start time, pid namespace, boot id (64 B) |
+//   | ucp worker address |
+// The receiver's bound travels in the address so send() refuses an oversized
+// message at once (wire_too_large). The receiver still enforces it against
+// peers that ignore it (see "oversized messages" below). The process identity
+// lets a same-host peer watch this process through /proc (see "peer failure").
+//
+// Progress loop: busy-polls ucp_worker_progress while operations are in
+// flight or something happened in the last 50 us; otherwise arms the worker
+// and sleeps in epoll on (worker efd, eventfd) for at most 100 ms, so an idle
+// node does not burn a core. While operations are in flight but nothing has
+// moved for 2 ms it also sleeps (1 ms timeout) rather than spin on a stalled
+// peer.
+//
+// Ordering: UCX matches messages of one endpoint in send order; receives may
+// complete out of order (an eager message overtakes a rendezvous one still
+// being pulled), so arrivals are queued per tag (= per (sender, channel)) and
+// delivered strictly in probe order.
+//
+// Oversized messages (length > max_message_bytes, from a peer that ignored the
+// bound in our address): the message is received into a 64-byte scratch
+// buffer, which UCX completes with UCS_ERR_MESSAGE_TRUNCATED without moving
+// the payload (a rendezvous is acknowledged without a transfer; eager
+// fragments are discarded). Nothing is delivered and nothing is allocated;
+// `ucx_options::on_error` gets wire_too_large naming the peer. The endpoint
+// stays up (the peer is misconfigured, not dead). NOTE: the sender's `done`
+// then reports ok (UCX saw a completed, truncated receive); only the
+// send-side check tells a well-behaved sender.
+//
+// Peer failure. A peer is marked down when
+//   - UCX reports an endpoint error (TCP reset, keepalive timeout), or a send
+//     fails with a connection-type error;
+//   - its goodbye arrives (orderly shutdown(); not reported to on_error);
+//   - (mode-NONE endpoints only, below) /proc shows its process has exited,
+//     checked every keepalive_interval.
+// Then its endpoint is force-closed, sends to it still in flight complete
+// with peer_down (UCX purges them, or we complete them ourselves), receives
+// from it in flight are dropped, and later send() calls return peer_down at
+// once. connect() again (e.g. after the peer restarted) replaces the endpoint.
+//
+// Error-handling mode: UCP_ERR_HANDLING_MODE_PEER wherever UCX 1.13 allows
+// it. It does not allow it for its shared-memory active-message transports
+// (posix/sysv: "no peer failure handler"), so
+//   - a transport list with a network transport (default "all", "tcp,self",
+//     "sm,tcp,self"): PEER everywhere; same-host peers then exchange small
+//     messages over TCP loopback while rendezvous data still moves by CMA;
+//   - a shared-memory-only list ("sm,self"): same-host peers get mode NONE
+//     and are watched through /proc and goodbyes instead. HAZARD (UCX 1.13):
+//     if such a peer dies while we pull a rendezvous message from it over
+//     CMA, UCX treats the failed process_vm_readv as unhandled and aborts
+//     this process. Use "sm,tcp,self" (or the default) where a peer process
+//     may die mid-transfer and this one must survive.
+//
+// Completion contract (both this and fake_data_plane): when send() returns an
+// error, `done` is never called; when it returns ok, `done` is called exactly
+// once on the progress thread, at the latest from shutdown().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "actors/dataplane/data_plane.hpp"
+#include "schemas/error.hpp"
+
+namespace hetflow::dataplane {
+
+struct ucx_options {
+  // UCX transport list, e.g. "sm,self", "tcp,self", "rc,sm,self"; empty means
+  // UCX's default (UCX_TLS from the environment, else "all"). Other UCX_*
+  // environment variables (UCX_RNDV_THRESH, UCX_NET_DEVICES, ...) still apply.
+  std::string tls;
+  // Largest message accepted from a peer (advertised in local_address()).
+  uint64_t max_message_bytes = 1ull << 30;
+  // This node's peer id (< 0xffff); becomes the top 16 bits of every tag sent.
+  uint32_t self_peer = 0;
+  // Errors not tied to one send(): an oversized or failed arrival, a peer
+  // going down. Runs on the progress thread. Empty: printed to stderr.
+  std::function<void(const status&)> on_error;
+  // UCX keepalive period (UCX's default is 20 s), bounding how long a dead
+  // peer on a connection-less transport (shared memory) goes unnoticed.
+  // Not applied when UCX_KEEPALIVE_INTERVAL is set in the environment.
+  std::chrono::milliseconds keepalive_interval{1000};
+  // Test hook: false skips send()'s check against the receiver's advertised
+  // bound, so a test can exercise the receiver's own defence.
+  bool check_peer_limit_on_send = true;
+};
+
+// Creates the context, the worker and the progress thread. Fails with
+// transport_error (naming the transports asked for) when UCX cannot open
+// them, and invalid_argument for a self_peer >= 0xffff.
+expected<std::unique_ptr<data_plane>> make_ucx_data_plane(const ucx_options& options);
+
+}  // namespace hetflow::dataplane

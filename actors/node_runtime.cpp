@@ -1,0 +1,783 @@
+#include "actors/node_runtime.hpp"
+
+#include <caf/io/all.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "actors/caf_data_plane.hpp"
+#include "actors/caf_types.hpp"
+#include "actors/dataplane/ucx_data_plane.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "actors/node_services.hpp"
+#include "actors/registry.hpp"
+#include "kernels/cuda/cuda_loader.hpp"
+#include "topology/parser.hpp"
+
+namespace hetflow::actors {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+std::string node_label(const topology::node_spec& n) {
+  return "'" + n.name + "' (" + n.host + ":" + std::to_string(n.port) + ")";
+}
+
+// Everything the main thread, the node actor, the data plane's progress
+// thread and the local actors share. Immutable after construction except
+// where guarded by `mu`.
+struct node_shared {
+  topology::cluster cluster;
+  std::vector<topology::actor_spec> actors;  // the job's actors; index = channel
+  const registry* reg = nullptr;
+  int self = 0;
+  std::string self_name;
+  std::shared_ptr<dataplane::data_plane> dp;
+  caf_data_plane* caf_dp = nullptr;  // non-null when dp is the CAF fallback
+  schemas::read_limits limits;
+  std::map<std::string, std::size_t, std::less<>> actor_index;  // name -> index in actors
+
+  mutable std::mutex mu;
+  std::map<std::string, caf::actor, std::less<>> directory;  // after start
+  std::map<std::string, caf::actor, std::less<>> local_actors;
+  std::map<dataplane::channel_id, caf::actor> local_by_channel;
+  caf::actor node_actor;
+
+  // Exit: set exactly once.
+  std::promise<std::pair<int, std::string>> exit_promise;
+  std::atomic<bool> exit_set{false};
+  std::vector<actor_result> local_results;  // this node's actors
+  std::vector<actor_result> all_results;    // head only
+  clock_type::time_point started_at = clock_type::now();
+  clock_type::time_point job_started_at{};
+  double join_s = 0;
+  double run_s = 0;
+
+  void set_exit(int code, std::string reason) {
+    bool expected = false;
+    if (exit_set.compare_exchange_strong(expected, true))
+      exit_promise.set_value({code, std::move(reason)});
+  }
+  bool is_head() const { return self == 0; }
+};
+
+class services_impl final : public node_services {
+public:
+  explicit services_impl(std::shared_ptr<node_shared> sh) : sh_(std::move(sh)) {}
+
+  const std::string& node_name() const override { return sh_->self_name; }
+  int node_index() const override { return sh_->self; }
+  std::string data_plane_name() const override { return sh_->dp->name(); }
+
+  caf::actor find_actor(std::string_view name) const override {
+    std::lock_guard<std::mutex> g(sh_->mu);
+    auto it = sh_->directory.find(name);
+    if (it != sh_->directory.end()) return it->second;
+    auto lt = sh_->local_actors.find(name);
+    return lt != sh_->local_actors.end() ? lt->second : caf::actor{};
+  }
+
+  std::string node_of(std::string_view actor_name) const override {
+    auto it = sh_->actor_index.find(actor_name);
+    return it == sh_->actor_index.end() ? std::string{} : sh_->actors[it->second].node;
+  }
+
+  status send_wire(std::string_view target, wire_buffer_ref msg) override {
+    auto it = sh_->actor_index.find(target);
+    if (it == sh_->actor_index.end())
+      return make_error(errc::not_found, "no actor named '" + std::string(target) + "' in this job");
+    const auto& spec = sh_->actors[it->second];
+    int node = sh_->cluster.node_index(spec.node);
+    if (node == sh_->self) {
+      caf::actor dest;
+      {
+        std::lock_guard<std::mutex> g(sh_->mu);
+        auto lt = sh_->local_actors.find(target);
+        if (lt != sh_->local_actors.end()) dest = lt->second;
+      }
+      if (!dest)
+        return make_error(errc::not_found, "actor '" + std::string(target) + "' is not running");
+      // Same node: pass the buffer by reference. No serialization, no copy.
+      caf::anon_send(dest, wire_atom::value, sh_->self_name, std::move(msg));
+      return {};
+    }
+    auto weak = std::weak_ptr<node_shared>(sh_);
+    std::string peer_name = spec.node;
+    return sh_->dp->send(static_cast<dataplane::peer_id>(node), it->second, std::move(msg),
+                         [weak, peer_name](status s) {
+                           if (s.ok() || s.code() == errc::cancelled) return;
+                           if (auto sh = weak.lock())
+                             caf::anon_send(sh->node_actor, dperr_atom::value,
+                                            "data plane send to node '" + peer_name +
+                                                "' failed: " + s.to_string());
+                         });
+  }
+
+  const schemas::read_limits& read_limits() const override { return sh_->limits; }
+
+  void report_done(std::string_view actor, bool ok, std::string summary,
+                   std::string metrics_json) override {
+    caf::anon_send(sh_->node_actor, done_atom::value, sh_->self_name, std::string(actor), ok,
+                   std::move(summary), std::move(metrics_json));
+  }
+
+private:
+  std::shared_ptr<node_shared> sh_;
+};
+
+// --- the node actor ----------------------------------------------------------
+
+struct node_actor_state {
+  std::shared_ptr<node_shared> sh;
+  std::shared_ptr<node_services> services;
+  std::vector<caf::actor> peers;                    // by node index; own slot empty
+  std::map<caf::actor_addr, int> peer_index;        // monitored peers
+  std::set<int> alive_peers;
+  std::map<caf::actor_addr, std::string> local_addr_to_name;
+  std::set<std::string> local_done;
+  bool stopping = false;
+  int exit_code = 0;
+  std::string reason;
+  // head only
+  std::map<int, std::pair<std::vector<std::string>, std::vector<caf::actor>>> ready;
+  std::set<std::string> done_names;
+  bool started = false;
+  static inline const char* name = "hetflow.node";
+};
+
+using node_actor_type = caf::stateful_actor<node_actor_state>;
+
+void finish(node_actor_type* self) {
+  auto& st = self->state;
+  st.sh->set_exit(st.exit_code, st.reason);
+  self->quit();
+}
+
+void do_stop(node_actor_type* self, int code, std::string reason, bool tell_peers) {
+  auto& st = self->state;
+  if (st.stopping) return;
+  st.stopping = true;
+  st.exit_code = code;
+  st.reason = reason;
+  if (code == 0)
+    log_info("stopping: " + reason);
+  else
+    log_error("stopping (exit " + std::to_string(code) + "): " + reason);
+  if (tell_peers)
+    for (int p : st.alive_peers) self->send(st.peers[p], stop_atom::value, int32_t{code}, reason);
+  {
+    std::lock_guard<std::mutex> g(st.sh->mu);
+    for (auto& [name, a] : st.sh->local_actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  if (st.sh->is_head() && !st.alive_peers.empty()) {
+    // Let the peers receive the stop and leave before we close the connections.
+    self->delayed_send(self, std::chrono::seconds(2), grace_atom::value);
+  } else {
+    finish(self);
+  }
+}
+
+void spawn_local_actors(node_actor_type* self) {
+  auto& st = self->state;
+  auto& sh = *st.sh;
+  std::vector<std::string> names;
+  std::vector<caf::actor> handles;
+  for (std::size_t i = 0; i < sh.actors.size(); ++i) {
+    const auto& spec = sh.actors[i];
+    if (spec.node != sh.self_name) continue;
+    const actor_type_entry* type = sh.reg->find_actor_type(spec.type);
+    actor_env env{sh.cluster, spec, st.services};
+    caf::actor a = type->spawn(self->system(), env);
+    self->monitor(a);
+    st.local_addr_to_name[a.address()] = spec.name;
+    {
+      std::lock_guard<std::mutex> g(sh.mu);
+      sh.local_actors[spec.name] = a;
+      sh.local_by_channel[i] = a;
+    }
+    names.push_back(spec.name);
+    handles.push_back(a);
+    log_debug("spawned actor '" + spec.name + "' of type '" + spec.type + "'");
+  }
+  caf::actor head = sh.is_head() ? caf::actor{self} : st.peers[0];
+  self->send(head, ready_atom::value, uint32_t(sh.self), std::move(names), std::move(handles));
+}
+
+caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
+                         std::shared_ptr<node_services> services) {
+  self->state.sh = sh;
+  self->state.services = services;
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto& sh = *st.sh;
+    if (auto it = st.peer_index.find(dm.source); it != st.peer_index.end()) {
+      int idx = it->second;
+      st.alive_peers.erase(idx);
+      if (!st.stopping) {
+        do_stop(self, exit_peer,
+                "node " + node_label(sh.cluster.nodes[idx]) +
+                    " is down: " + self->system().render(dm.reason),
+                true);
+      } else if (sh.is_head() && st.alive_peers.empty()) {
+        finish(self);
+      }
+      return;
+    }
+    if (auto it = st.local_addr_to_name.find(dm.source); it != st.local_addr_to_name.end()) {
+      const std::string& name = it->second;
+      if (!st.stopping && !st.local_done.count(name)) {
+        do_stop(self, exit_job_failed,
+                "actor '" + name + "' on node '" + sh.self_name +
+                    "' died before finishing: " + self->system().render(dm.reason),
+                true);
+      }
+    }
+  });
+  return {
+    // A peer's main thread introduces itself. Reply: ok, text, index, data plane, address.
+    [self](hello_atom, const std::string& cluster_name, uint64_t hash, const std::string& from,
+           uint32_t from_index, const std::string& dp_kind) -> caf::message {
+      auto& sh = *self->state.sh;
+      auto refuse = [&](const std::string& why) {
+        log_warn("refused hello from '" + from + "': " + why);
+        return caf::make_message(hello_atom::value, false, why, uint32_t(sh.self),
+                                 sh.dp->name(), std::vector<char>{});
+      };
+      if (cluster_name != sh.cluster.name || hash != sh.cluster.content_hash) {
+        std::ostringstream os;
+        os << "node '" << sh.self_name << "' runs cluster '" << sh.cluster.name
+           << "' from a different topology file (" << sh.cluster.file.string() << ", hash "
+           << std::hex << sh.cluster.content_hash << " vs yours " << hash
+           << "); start every node with the same topology file";
+        return refuse(os.str());
+      }
+      int idx = sh.cluster.node_index(from);
+      if (idx < 0 || idx != static_cast<int>(from_index) || idx == sh.self)
+        return refuse("'" + from + "' is not a peer node of cluster '" + sh.cluster.name + "'");
+      std::string mine = sh.dp->name().substr(0, sh.dp->name().find('('));
+      std::string theirs = dp_kind.substr(0, dp_kind.find('('));
+      if (mine != theirs)
+        return refuse("data planes differ: this node uses " + sh.dp->name() + ", '" + from +
+                      "' uses " + dp_kind + " (set [cluster] data_plane explicitly)");
+      auto addr = sh.dp->local_address();
+      return caf::make_message(hello_atom::value, true, sh.self_name, uint32_t(sh.self),
+                               sh.dp->name(), std::move(addr));
+    },
+    // Our main thread finished joining.
+    [self](joined_atom, std::vector<caf::actor> peers) {
+      auto& st = self->state;
+      st.peers = std::move(peers);
+      for (std::size_t i = 0; i < st.peers.size(); ++i) {
+        if (static_cast<int>(i) == st.sh->self || !st.peers[i]) continue;
+        st.peer_index[st.peers[i].address()] = static_cast<int>(i);
+        st.alive_peers.insert(static_cast<int>(i));
+        self->monitor(st.peers[i]);
+      }
+      if (st.stopping) return;
+      spawn_local_actors(self);
+    },
+    // Head: a node has spawned its actors.
+    [self](ready_atom, uint32_t idx, std::vector<std::string>& names,
+           std::vector<caf::actor>& handles) {
+      auto& st = self->state;
+      if (!st.sh->is_head() || st.stopping) return;
+      st.ready[static_cast<int>(idx)] = {std::move(names), std::move(handles)};
+      if (st.started || st.ready.size() != st.sh->cluster.nodes.size()) return;
+      st.started = true;
+      std::vector<std::string> all_names;
+      std::vector<caf::actor> all_handles;
+      for (auto& [i, entry] : st.ready) {
+        all_names.insert(all_names.end(), entry.first.begin(), entry.first.end());
+        all_handles.insert(all_handles.end(), entry.second.begin(), entry.second.end());
+      }
+      log_info("all " + std::to_string(st.ready.size()) + " nodes ready; starting job '" +
+               st.sh->cluster.job.kind + "' with " + std::to_string(all_names.size()) +
+               " actors");
+      for (std::size_t i = 0; i < st.peers.size(); ++i) {
+        caf::actor dest = static_cast<int>(i) == st.sh->self ? caf::actor{self} : st.peers[i];
+        self->send(dest, start_atom::value, all_names, all_handles);
+      }
+      if (all_names.empty()) do_stop(self, exit_ok, "job has no actors", true);
+    },
+    [self](start_atom, const std::vector<std::string>& names,
+           const std::vector<caf::actor>& handles) {
+      auto& st = self->state;
+      if (st.stopping) return;
+      std::vector<caf::actor> locals;
+      {
+        std::lock_guard<std::mutex> g(st.sh->mu);
+        for (std::size_t i = 0; i < names.size() && i < handles.size(); ++i)
+          st.sh->directory[names[i]] = handles[i];
+        for (auto& [n, a] : st.sh->local_actors) locals.push_back(a);
+      }
+      st.sh->job_started_at = clock_type::now();
+      for (auto& a : locals) self->send(a, start_atom::value);
+    },
+    // A local actor finished (from services), or a peer forwards one (head).
+    [self](done_atom, const std::string& node, const std::string& actor, bool ok,
+           const std::string& summary, const std::string& metrics) {
+      auto& st = self->state;
+      auto& sh = *st.sh;
+      actor_result r{actor, node, ok, summary, metrics};
+      if (node == sh.self_name && !st.local_done.count(actor)) {
+        st.local_done.insert(actor);
+        sh.local_results.push_back(r);
+        (ok ? log_info : log_error)("actor '" + actor + "' " + (ok ? "finished" : "FAILED") +
+                                    (summary.empty() ? "" : ": " + summary));
+        if (!sh.is_head() && !st.peers.empty() && st.peers[0])
+          self->send(st.peers[0], done_atom::value, node, actor, ok, summary, metrics);
+      }
+      if (!sh.is_head() || st.stopping || st.done_names.count(actor)) return;
+      st.done_names.insert(actor);
+      sh.all_results.push_back(std::move(r));
+      if (!ok) {
+        do_stop(self, exit_job_failed,
+                "actor '" + actor + "' on node '" + node + "' failed: " + summary, true);
+      } else if (st.done_names.size() == sh.actors.size()) {
+        sh.run_s = seconds_since(sh.job_started_at);
+        do_stop(self, exit_ok, "job finished", true);
+      }
+    },
+    [self](stop_atom, int32_t code, const std::string& reason) {
+      // From a peer (the head, or whoever saw a failure first).
+      do_stop(self, code, reason, false);
+    },
+    [self](interrupt_atom) {
+      do_stop(self, exit_interrupted,
+              "node '" + self->state.sh->self_name + "' was interrupted (SIGINT/SIGTERM)", true);
+    },
+    [self](dperr_atom, const std::string& what) {
+      do_stop(self, exit_peer, what, true);
+    },
+    [self](grace_atom) { finish(self); },
+    [self](dp_atom, uint32_t from, uint64_t channel, const std::vector<char>& bytes) {
+      if (auto* c = self->state.sh->caf_dp) c->deliver(from, channel, bytes);
+    },
+  };
+}
+
+// --- signals -----------------------------------------------------------------
+
+// SIGINT/SIGTERM are blocked in every thread and taken by one sigwait thread,
+// which tells the node actor (or, before it exists, the joining main thread).
+class signal_watcher {
+public:
+  signal_watcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGUSR1);  // our own wake-up to end the thread
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set_, &sig) != 0) continue;
+        if (sig == SIGUSR1 && done_) return;
+        if (sig == SIGINT || sig == SIGTERM) {
+          interrupted_ = true;
+          std::lock_guard<std::mutex> g(mu_);
+          if (target_) caf::anon_send(target_, interrupt_atom::value);
+        }
+      }
+    });
+  }
+  ~signal_watcher() {
+    done_ = true;
+    pthread_kill(thread_.native_handle(), SIGUSR1);
+    thread_.join();
+  }
+  void set_target(caf::actor a) {
+    std::lock_guard<std::mutex> g(mu_);
+    target_ = std::move(a);
+    if (interrupted_) caf::anon_send(target_, interrupt_atom::value);
+  }
+  void clear_target() {
+    std::lock_guard<std::mutex> g(mu_);
+    target_ = caf::actor{};
+  }
+  bool interrupted() const { return interrupted_; }
+
+private:
+  sigset_t set_;
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> interrupted_{false};
+  std::mutex mu_;
+  caf::actor target_;
+};
+
+// --- data plane choice ---------------------------------------------------------
+
+expected<std::shared_ptr<dataplane::data_plane>> make_data_plane(node_shared& sh) {
+  const auto& rt = sh.cluster.runtime;
+  if (rt.data_plane == "caf") {
+    auto c = std::make_shared<caf_data_plane>(sh.self, rt.max_message_bytes);
+    sh.caf_dp = c.get();
+    return std::shared_ptr<dataplane::data_plane>(c);
+  }
+  dataplane::ucx_options o;
+  o.tls = rt.ucx_tls;
+  o.max_message_bytes = rt.max_message_bytes;
+  o.self_peer = static_cast<dataplane::peer_id>(sh.self);
+  // Peers going away after the job has ended are expected, not errors.
+  o.on_error = [&sh](const status& s) {
+    if (sh.exit_set)
+      log_debug("data plane: " + s.to_string());
+    else
+      log_error("data plane: " + s.to_string());
+  };
+  auto u = dataplane::make_ucx_data_plane(o);
+  if (u) return std::shared_ptr<dataplane::data_plane>(std::move(*u));
+  if (rt.data_plane == "ucx")
+    return u.error().with_context("cannot start the UCX data plane ([cluster] data_plane = \"ucx\")");
+  log_warn("UCX data plane unavailable (" + u.error().to_string() +
+           "); falling back to the CAF data plane");
+  auto c = std::make_shared<caf_data_plane>(sh.self, rt.max_message_bytes);
+  sh.caf_dp = c.get();
+  return std::shared_ptr<dataplane::data_plane>(c);
+}
+
+// --- report --------------------------------------------------------------------
+
+void write_actor_results(json_writer& w, const std::vector<actor_result>& results) {
+  w.begin_array();
+  for (auto& r : results) {
+    w.begin_object().field("name", r.name).field("node", r.node).field("ok", r.ok);
+    w.field("summary", r.summary);
+    w.key("metrics");
+    if (r.metrics_json.empty())
+      w.raw("{}");
+    else
+      w.raw(r.metrics_json);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  auto tmp = p;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << "\n";
+    if (!out) {
+      log_error("cannot write report " + p.string());
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) log_error("cannot write report " + p.string() + ": " + ec.message());
+}
+
+void write_reports(const node_options& opts, node_shared& sh, int code, const std::string& reason) {
+  if (opts.report.empty()) return;
+  const auto& me = sh.cluster.nodes[sh.self];
+  json_writer w;
+  w.begin_object();
+  w.field("node", me.name).field("index", sh.self).field("host", me.host);
+  w.field("port", int64_t{me.port});
+  w.field("status", code == 0 ? "ok" : "failed").field("exit_code", code).field("message", reason);
+  w.field("data_plane", sh.dp ? sh.dp->name() : std::string("none"));
+  w.key("timings").begin_object();
+  w.field("join_s", sh.join_s).field("total_s", seconds_since(sh.started_at)).end_object();
+  if (sh.dp) {
+    auto s = sh.dp->stats();
+    w.key("data_plane_stats").begin_object();
+    w.field("messages_sent", s.messages_sent).field("bytes_sent", s.bytes_sent);
+    w.field("messages_received", s.messages_received).field("bytes_received", s.bytes_received);
+    w.end_object();
+  }
+  w.key("actors");
+  write_actor_results(w, sh.local_results);
+  w.end_object();
+  write_file(opts.report, w.str());
+
+  if (!sh.is_head()) return;
+  // The head also writes the job's report (PATH.job): job-level members the
+  // launcher lifts to the top of the combined report.
+  json_writer j;
+  j.begin_object();
+  j.field("job", sh.cluster.job.kind).field("status", code == 0 ? "ok" : "failed");
+  j.field("exit_code", code).field("message", reason).field("run_s", sh.run_s);
+  const job_kind_entry* kind = sh.reg->find_job_kind(sh.cluster.job.kind);
+  if (kind != nullptr && kind->summarize) {
+    std::string members = kind->summarize(sh.all_results);
+    if (!members.empty()) j.raw(members);
+  }
+  j.key("actors");
+  write_actor_results(j, sh.all_results);
+  j.end_object();
+  auto job_path = opts.report;
+  job_path += ".job";
+  write_file(job_path, j.str());
+}
+
+}  // namespace
+
+int run_node(const node_options& opts, const registry& reg) {
+  auto parsed = topology::load_topology(opts.topology, reg.catalog());
+  if (!parsed.ok()) {
+    for (auto& d : parsed.errors) std::fprintf(stderr, "%s\n", topology::format(d).c_str());
+    return exit_usage;
+  }
+  auto sh = std::make_shared<node_shared>();
+  sh->cluster = std::move(*parsed.model);
+  sh->reg = &reg;
+  sh->self = sh->cluster.node_index(opts.name);
+  if (sh->self < 0) {
+    std::string names;
+    for (auto& n : sh->cluster.nodes) names += (names.empty() ? "" : ", ") + n.name;
+    std::fprintf(stderr, "%s: error: no node named '%s' (the nodes are: %s)\n",
+                 opts.topology.c_str(), opts.name.c_str(), names.c_str());
+    return exit_usage;
+  }
+  sh->self_name = opts.name;
+  set_log_node_name(opts.name);
+  if (opts.join_timeout_s) sh->cluster.runtime.join_timeout_s = *opts.join_timeout_s;
+  sh->limits.max_message_bytes = sh->cluster.runtime.max_message_bytes;
+
+  auto actors = job_actors(sh->cluster, reg);
+  if (!actors) {
+    std::fprintf(stderr, "%s: error: %s\n", opts.topology.c_str(),
+                 actors.error().message().c_str());
+    return exit_usage;
+  }
+  sh->actors = std::move(*actors);
+  for (std::size_t i = 0; i < sh->actors.size(); ++i) sh->actor_index[sh->actors[i].name] = i;
+
+  // Devices the topology gives this node must exist here.
+  for (const auto& d : sh->cluster.nodes[sh->self].devices) {
+    if (d.kind != topology::device_kind::cuda) continue;
+    auto cuda = kernels::probe_cuda();
+    bool found = false;
+    for (auto& g : cuda.devices) found = found || g.index == d.index;
+    if (!found) {
+      std::fprintf(stderr,
+                   "%s:%u:%u: error: node '%s' lists cuda device %d, but this machine has %s\n",
+                   opts.topology.c_str(), d.where.line, d.where.column, opts.name.c_str(), d.index,
+                   cuda.devices.empty() ? ("no CUDA device (" + cuda.why_none + ")").c_str()
+                                        : (std::to_string(cuda.devices.size()) + " CUDA device(s)").c_str());
+      return exit_usage;
+    }
+  }
+
+  // Block signals before any thread starts so every thread inherits the mask.
+  signal_watcher signals;
+
+  auto dp = make_data_plane(*sh);
+  if (!dp) {
+    log_error(dp.error().to_string());
+    return exit_usage;
+  }
+  sh->dp = std::move(*dp);
+  {
+    std::weak_ptr<node_shared> weak = sh;
+    sh->dp->set_receive_handler([weak](dataplane::peer_id from, dataplane::channel_id ch,
+                                       wire_buffer msg) {
+      auto s = weak.lock();
+      if (!s) return;
+      caf::actor dest;
+      {
+        std::lock_guard<std::mutex> g(s->mu);
+        auto it = s->local_by_channel.find(ch);
+        if (it != s->local_by_channel.end()) dest = it->second;
+      }
+      std::string from_name =
+          from < s->cluster.nodes.size() ? s->cluster.nodes[from].name : std::to_string(from);
+      if (!dest) {
+        log_error("data plane: message for unknown channel " + std::to_string(ch) +
+                  " from node '" + from_name + "' dropped");
+        return;
+      }
+      caf::anon_send(dest, wire_atom::value, from_name,
+                     std::make_shared<const wire_buffer>(std::move(msg)));
+    });
+  }
+
+  const auto& me = sh->cluster.nodes[sh->self];
+  const auto& rt = sh->cluster.runtime;
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  std::size_t threads = rt.scheduler_threads > 0
+                            ? static_cast<std::size_t>(rt.scheduler_threads)
+                            : std::max(2u, std::thread::hardware_concurrency());
+  cfg.set("scheduler.max-threads", threads);
+  cfg.set("middleman.heartbeat-interval",
+          caf::timespan{std::chrono::duration_cast<caf::timespan>(
+              std::chrono::duration<double>(rt.heartbeat_interval_s))});
+  cfg.set("middleman.connection-timeout",
+          caf::timespan{std::chrono::duration_cast<caf::timespan>(
+              std::chrono::duration<double>(rt.connection_timeout_s))});
+  cfg.set("logger.console", caf::atom("none"));
+
+  int code = exit_ok;
+  std::string reason;
+  std::atomic<bool> shutdown_done{false};
+  std::thread watchdog;
+  {
+    caf::actor_system sys{cfg};
+    auto services = std::make_shared<services_impl>(sh);
+    auto na = sys.spawn(node_actor, sh, std::shared_ptr<node_services>(services));
+    sh->node_actor = na;
+    signals.set_target(na);
+
+    auto published = sys.middleman().publish(na, me.port, me.host.c_str(), true);
+    auto teardown = [&](int c, std::string why) {
+      code = c;
+      reason = std::move(why);
+      signals.clear_target();
+      caf::anon_send_exit(na, caf::exit_reason::user_shutdown);
+      {
+        std::lock_guard<std::mutex> g(sh->mu);
+        for (auto& [n, a] : sh->local_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      }
+    };
+    if (!published) {
+      log_error("cannot listen on " + me.host + ":" + std::to_string(me.port) + ": " +
+                sys.render(published.error()) +
+                " (is another node or program using that port?)");
+      teardown(exit_usage, "cannot listen");
+    } else {
+      log_info("node '" + me.name + "' of cluster '" + sh->cluster.name + "' listening on " +
+               me.host + ":" + std::to_string(me.port) + ", data plane " + sh->dp->name());
+
+      // --- join ----------------------------------------------------------------
+      auto t0 = clock_type::now();
+      auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(
+                               std::chrono::duration<double>(rt.join_timeout_s));
+      std::vector<caf::actor> peers(sh->cluster.nodes.size());
+      std::set<int> pending;
+      for (int i = 0; i < static_cast<int>(sh->cluster.nodes.size()); ++i)
+        if (i != sh->self) pending.insert(i);
+      auto backoff = std::chrono::milliseconds(50);
+      std::string fatal;
+      int fatal_code = exit_peer;
+      while (!pending.empty() && fatal.empty()) {
+        if (signals.interrupted()) {
+          fatal = "interrupted while joining";
+          fatal_code = exit_interrupted;
+          break;
+        }
+        for (auto it = pending.begin(); it != pending.end() && fatal.empty();) {
+          const auto& peer = sh->cluster.nodes[*it];
+          // TODO(robustness): remote_actor blocks for the OS connect timeout
+          // on a blackholed non-local host; loopback fails fast.
+          auto r = sys.middleman().remote_actor(peer.host, peer.port);
+          if (!r) {
+            ++it;
+            continue;
+          }
+          bool ok = false;
+          std::string text;
+          uint32_t their_index = 0;
+          std::string their_dp;
+          std::vector<char> their_addr;
+          caf::scoped_actor s{sys};
+          s->request(*r, std::chrono::seconds(5), hello_atom::value, sh->cluster.name,
+                     sh->cluster.content_hash, sh->self_name, uint32_t(sh->self), sh->dp->name())
+              .receive(
+                  [&](hello_atom, bool accepted, std::string& t, uint32_t idx, std::string& dpn,
+                      std::vector<char>& addr) {
+                    ok = accepted;
+                    text = std::move(t);
+                    their_index = idx;
+                    their_dp = std::move(dpn);
+                    their_addr = std::move(addr);
+                  },
+                  [&](caf::error& err) { text = "no answer to hello: " + sys.render(err); });
+          if (!ok) {
+            if (text.rfind("no answer", 0) == 0) {  // transient: retry
+              ++it;
+              continue;
+            }
+            fatal = "node " + node_label(peer) + " refused this node: " + text;
+            break;
+          }
+          if (text != peer.name || their_index != static_cast<uint32_t>(*it)) {
+            fatal = "the program at " + peer.host + ":" + std::to_string(peer.port) +
+                    " says it is node '" + text + "', expected '" + peer.name + "'";
+            break;
+          }
+          if (auto st = sh->dp->connect(static_cast<dataplane::peer_id>(*it), their_addr); !st.ok()) {
+            fatal = "data plane cannot reach node " + node_label(peer) + ": " + st.to_string();
+            break;
+          }
+          if (sh->caf_dp) sh->caf_dp->set_peer_actor(static_cast<dataplane::peer_id>(*it), *r);
+          peers[*it] = *r;
+          log_info("joined node " + node_label(peer));
+          it = pending.erase(it);
+        }
+        if (pending.empty() || !fatal.empty()) break;
+        if (clock_type::now() >= deadline) {
+          std::string missing;
+          for (int i : pending) missing += (missing.empty() ? "" : ", ") + node_label(sh->cluster.nodes[i]);
+          std::ostringstream os;
+          os << "join timeout (" << rt.join_timeout_s << " s): never reached node"
+             << (pending.size() > 1 ? "s " : " ") << missing
+             << "; is `hetflow node " << opts.topology.string() << " --name "
+             << sh->cluster.nodes[*pending.begin()].name << "` running?";
+          fatal = os.str();
+          break;
+        }
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      }
+      sh->join_s = seconds_since(t0);
+
+      if (!fatal.empty()) {
+        log_error(fatal);
+        teardown(fatal_code, fatal);
+      } else {
+        log_info("joined all " + std::to_string(sh->cluster.nodes.size()) + " nodes in " +
+                 std::to_string(sh->join_s).substr(0, 5) + " s");
+        caf::anon_send(na, joined_atom::value, std::move(peers));
+        auto result = sh->exit_promise.get_future().get();
+        code = result.first;
+        reason = result.second;
+        signals.clear_target();
+        std::lock_guard<std::mutex> g(sh->mu);
+        for (auto& [n, a] : sh->local_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      }
+    }
+    sh->dp->shutdown();
+    {
+      std::lock_guard<std::mutex> g(sh->mu);
+      sh->local_actors.clear();
+      sh->local_by_channel.clear();
+      sh->directory.clear();
+    }
+    sh->node_actor = caf::actor{};
+    write_reports(opts, *sh, code, reason);
+    // The actor system's destructor (end of this block) waits for every actor.
+    // A bug that kept an actor alive must not turn into a hang.
+    watchdog = std::thread([&shutdown_done, code] {
+      for (int i = 0; i < 100 && !shutdown_done; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!shutdown_done) {
+        log_error("shutdown took over 10 s; exiting anyway");
+        std::fflush(nullptr);
+        std::_Exit(code == 0 ? exit_job_failed : code);
+      }
+    });
+  }
+  shutdown_done = true;
+  if (watchdog.joinable()) watchdog.join();
+  return code;
+}
+
+}  // namespace hetflow::actors

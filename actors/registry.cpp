@@ -1,0 +1,72 @@
+#include "actors/registry.hpp"
+
+#include <set>
+
+#include "actors/log.hpp"
+
+namespace hetflow::actors {
+
+status registry::add_actor_type(topology::type_spec spec, actor_factory spawn) {
+  if (spec.name.empty()) return make_error(errc::invalid_argument, "actor type with an empty name");
+  if (!spawn) return make_error(errc::invalid_argument, "actor type '" + spec.name + "' has no factory");
+  if (find_actor_type(spec.name) != nullptr)
+    return make_error(errc::already_exists, "actor type '" + spec.name + "' is registered twice");
+  actor_types_.push_back({std::move(spec), std::move(spawn)});
+  return {};
+}
+
+status registry::add_job_kind(topology::type_spec spec, job_expander expand,
+                              job_summarizer summarize) {
+  if (spec.name.empty()) return make_error(errc::invalid_argument, "job kind with an empty name");
+  if (find_job_kind(spec.name) != nullptr)
+    return make_error(errc::already_exists, "job kind '" + spec.name + "' is registered twice");
+  job_kinds_.push_back({std::move(spec), std::move(expand), std::move(summarize)});
+  return {};
+}
+
+const actor_type_entry* registry::find_actor_type(std::string_view name) const {
+  for (auto& e : actor_types_)
+    if (e.spec.name == name) return &e;
+  return nullptr;
+}
+
+const job_kind_entry* registry::find_job_kind(std::string_view name) const {
+  for (auto& e : job_kinds_)
+    if (e.spec.name == name) return &e;
+  return nullptr;
+}
+
+topology::catalog registry::catalog() const {
+  topology::catalog c;
+  for (auto& e : actor_types_) c.actor_types.push_back(e.spec);
+  for (auto& e : job_kinds_) c.job_kinds.push_back(e.spec);
+  return c;
+}
+
+expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& c,
+                                                      const registry& reg) {
+  std::vector<topology::actor_spec> all = c.actors;
+  const job_kind_entry* kind = reg.find_job_kind(c.job.kind);
+  if (kind == nullptr)
+    return make_error(errc::not_found, "unknown job kind '" + c.job.kind + "'");
+  if (kind->expand) {
+    auto extra = kind->expand(c);
+    if (!extra) return extra.error();
+    for (auto& a : *extra) all.push_back(std::move(a));
+  }
+  std::set<std::string> names;
+  for (auto& a : all) {
+    if (!names.insert(a.name).second)
+      return make_error(errc::already_exists,
+                        "actor name '" + a.name + "' is used twice (job '" + c.job.kind + "')");
+    if (reg.find_actor_type(a.type) == nullptr)
+      return make_error(errc::not_found,
+                        "actor '" + a.name + "' has unknown type '" + a.type + "'");
+    if (c.find_node(a.node) == nullptr)
+      return make_error(errc::not_found,
+                        "actor '" + a.name + "' is placed on unknown node '" + a.node + "'");
+  }
+  return all;
+}
+
+}  // namespace hetflow::actors

@@ -1,0 +1,92 @@
+// registry: the explicit, start-up-time table of actor types and job kinds.
+//
+// No static self-registration: main() builds a registry, adds the built-in
+// types (add_builtin_types), later the plugins' types, and hands it to the
+// node runtime and to `validate`, which both parse topologies against
+// registry.catalog().
+#pragma once
+
+#include <caf/fwd.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schemas/error.hpp"
+#include "topology/catalog.hpp"
+#include "topology/cluster.hpp"
+
+namespace hetflow::actors {
+
+class node_services;
+
+// Everything an actor factory gets. References live until the node exits.
+struct actor_env {
+  const topology::cluster& cluster;
+  const topology::actor_spec& spec;
+  std::shared_ptr<node_services> services;
+};
+
+// Spawns the actor. The actor must:
+//   - wait for start_atom before sending anything (stash other messages),
+//   - call services->report_done(...) exactly once when its part of the job
+//     is over (ok or failed), then it may quit.
+using actor_factory = std::function<caf::actor(caf::actor_system&, const actor_env&)>;
+
+// Turns a job into the actors it needs (beyond the file's [[actors]]).
+using job_expander =
+    std::function<expected<std::vector<topology::actor_spec>>(const topology::cluster&)>;
+
+// One finished actor, as reported to the head node.
+struct actor_result {
+  std::string name;
+  std::string node;
+  bool ok = false;
+  std::string summary;
+  std::string metrics_json;  // a JSON object or empty
+};
+
+// Top-level members of the job report (without braces), e.g.
+//   "\"tensors\": 64, \"gbytes_per_s\": 1.2"
+using job_summarizer = std::function<std::string(const std::vector<actor_result>&)>;
+
+struct actor_type_entry {
+  topology::type_spec spec;
+  actor_factory spawn;
+};
+
+struct job_kind_entry {
+  topology::type_spec spec;
+  job_expander expand;
+  job_summarizer summarize;  // may be empty
+};
+
+class registry {
+public:
+  status add_actor_type(topology::type_spec spec, actor_factory spawn);
+  status add_job_kind(topology::type_spec spec, job_expander expand, job_summarizer summarize = {});
+
+  const actor_type_entry* find_actor_type(std::string_view name) const;
+  const job_kind_entry* find_job_kind(std::string_view name) const;
+
+  // Plain data for topology::load_topology.
+  topology::catalog catalog() const;
+
+private:
+  std::vector<actor_type_entry> actor_types_;
+  std::vector<job_kind_entry> job_kinds_;
+};
+
+// The types hetflow ships: the skeleton job (producer, transformer, checker)
+// and the transport benchmark.
+void add_builtin_types(registry& reg);
+
+// All actors of a job: the file's [[actors]] plus the job kind's expansion,
+// in a deterministic order every node computes alike. Checks names, types
+// and nodes.
+expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& c,
+                                                      const registry& reg);
+
+}  // namespace hetflow::actors

@@ -1,0 +1,371 @@
+#include "apps/launcher.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "actors/json.hpp"
+#include "actors/registry.hpp"
+#include "topology/parser.hpp"
+
+namespace hetflow::apps {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Addresses that name this machine: loopback, our hostname, our interfaces.
+bool host_is_local(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && host == name) return true;
+  std::set<std::string> mine;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (auto* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr) continue;
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (i->ifa_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+      else if (i->ifa_addr->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf, sizeof buf);
+      if (buf[0] != 0) mine.insert(buf);
+    }
+    freeifaddrs(ifs);
+  }
+  return mine.count(host) > 0;
+}
+
+struct child {
+  std::string name;
+  int index = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  std::string out_partial, err_partial;
+  bool exited = false;
+  int exit_code = -1;
+  std::filesystem::path report;
+  clock_type::time_point exited_at{};
+};
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Writes complete lines of `data` (plus what was left over) with a prefix.
+void emit_lines(std::string& partial, const char* data, std::size_t n, const std::string& prefix,
+                FILE* out, bool flush_all) {
+  partial.append(data, n);
+  std::size_t start = 0;
+  for (;;) {
+    auto nl = partial.find('\n', start);
+    if (nl == std::string::npos) break;
+    std::fprintf(out, "%s%.*s\n", prefix.c_str(), static_cast<int>(nl - start), partial.data() + start);
+    start = nl + 1;
+  }
+  partial.erase(0, start);
+  if (flush_all && !partial.empty()) {
+    std::fprintf(out, "%s%s\n", prefix.c_str(), partial.c_str());
+    partial.clear();
+  }
+  std::fflush(out);
+}
+
+int decode_wait_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
+  auto parsed = topology::load_topology(opts.topology, reg.catalog());
+  if (!parsed.ok()) {
+    for (auto& d : parsed.errors) std::fprintf(stderr, "%s\n", topology::format(d).c_str());
+    return 2;
+  }
+  const auto& cl = *parsed.model;
+  std::vector<child> children;
+  std::size_t width = 0;
+  for (int i = 0; i < static_cast<int>(cl.nodes.size()); ++i) {
+    const auto& n = cl.nodes[i];
+    if (!host_is_local(n.host)) {
+      std::fprintf(stderr,
+                   "hetflow run: node '%s' is on host %s, which is not this machine; start it "
+                   "there with `hetflow node %s --name %s`\n",
+                   n.name.c_str(), n.host.c_str(), opts.topology.c_str(), n.name.c_str());
+      continue;
+    }
+    child c;
+    c.name = n.name;
+    c.index = i;
+    children.push_back(std::move(c));
+    width = std::max(width, n.name.size());
+  }
+  if (children.empty()) {
+    std::fprintf(stderr, "hetflow run: no node of %s is on this machine\n", opts.topology.c_str());
+    return 2;
+  }
+
+  std::filesystem::path report_dir;
+  if (!opts.report.empty()) {
+    char tmpl[] = "/tmp/hetflow-run-XXXXXX";
+    if (char* d = mkdtemp(tmpl)) report_dir = d;
+  }
+
+  // Take SIGINT/SIGTERM/SIGCHLD through a signalfd so the poll loop sees them.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGCHLD);
+  sigset_t old_mask;
+  sigprocmask(SIG_BLOCK, &mask, &old_mask);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+  std::string self_exe = "/proc/self/exe";
+  char exe_buf[4096] = {};
+  if (ssize_t n = readlink("/proc/self/exe", exe_buf, sizeof exe_buf - 1); n > 0) self_exe = exe_buf;
+  pid_t launcher_pid = getpid();
+  auto t0 = clock_type::now();
+
+  for (auto& c : children) {
+    int out_pipe[2], err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+      std::perror("hetflow run: pipe");
+      return 1;
+    }
+    if (!report_dir.empty()) c.report = report_dir / (c.name + ".json");
+    std::vector<std::string> args = {self_exe, "node", opts.topology.string(), "--name", c.name};
+    if (!c.report.empty()) {
+      args.push_back("--report");
+      args.push_back(c.report.string());
+    }
+    if (opts.join_timeout_s) {
+      args.push_back("--join-timeout");
+      args.push_back(std::to_string(*opts.join_timeout_s));
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("hetflow run: fork");
+      return 1;
+    }
+    if (pid == 0) {
+      // Child: die with the launcher, whatever kills it (no orphans ever).
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher_pid) _exit(1);
+      // Own process group: a terminal's Ctrl-C reaches the launcher, which
+      // forwards it once, instead of every node seeing it twice.
+      setpgid(0, 0);
+      sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      dup2(out_pipe[1], STDOUT_FILENO);
+      dup2(err_pipe[1], STDERR_FILENO);
+      setenv("HETFLOW_LAUNCHED", "1", 1);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(self_exe.c_str(), argv.data());
+      std::fprintf(stderr, "cannot exec %s: %s\n", self_exe.c_str(), std::strerror(errno));
+      _exit(127);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    // Non-blocking: a quiet stream must never stall the loop.
+    fcntl(out_pipe[0], F_SETFL, fcntl(out_pipe[0], F_GETFL) | O_NONBLOCK);
+    fcntl(err_pipe[0], F_SETFL, fcntl(err_pipe[0], F_GETFL) | O_NONBLOCK);
+    c.pid = pid;
+    c.out_fd = out_pipe[0];
+    c.err_fd = err_pipe[0];
+  }
+
+  auto prefix_of = [&](const child& c) {
+    std::string p = "[" + c.name + "]";
+    p.append(width - c.name.size() + 1, ' ');
+    return p;
+  };
+  auto send_all = [&](int sig) {
+    for (auto& c : children)
+      if (!c.exited) kill(c.pid, sig);
+  };
+
+  int signals_seen = 0;
+  bool terminating = false;
+  clock_type::time_point term_sent{};
+  clock_type::time_point first_failure{};
+  bool failure_seen = false;
+  char buf[65536];
+
+  for (;;) {
+    bool all_exited = true;
+    for (auto& c : children) all_exited = all_exited && c.exited && c.out_fd < 0 && c.err_fd < 0;
+    if (all_exited) break;
+
+    std::vector<pollfd> fds;
+    fds.push_back({sfd, POLLIN, 0});
+    for (auto& c : children) {
+      if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
+      if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
+    }
+    poll(fds.data(), fds.size(), 200);
+
+    // Signals.
+    signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == sizeof si) {
+      if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
+        ++signals_seen;
+        if (signals_seen == 1) {
+          std::fprintf(stderr, "hetflow run: %s received; stopping every node (again to kill)\n",
+                       si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+          send_all(static_cast<int>(si.ssi_signo));
+          terminating = true;
+          term_sent = clock_type::now();
+        } else {
+          send_all(SIGKILL);
+        }
+      }
+    }
+    // Output.
+    for (auto& c : children) {
+      for (int* fd : {&c.out_fd, &c.err_fd}) {
+        if (*fd < 0) continue;
+        ssize_t n = read(*fd, buf, sizeof buf);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (n > 0) {
+          bool is_out = fd == &c.out_fd;
+          emit_lines(is_out ? c.out_partial : c.err_partial, buf, static_cast<std::size_t>(n),
+                     prefix_of(c), is_out ? stdout : stderr, false);
+        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          bool is_out = fd == &c.out_fd;
+          emit_lines(is_out ? c.out_partial : c.err_partial, "", 0, prefix_of(c),
+                     is_out ? stdout : stderr, true);
+          close(*fd);
+          *fd = -1;
+        }
+      }
+    }
+    // Exits.
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.exit_code = decode_wait_status(status);
+        c.exited_at = clock_type::now();
+        if (c.exit_code != 0 && !failure_seen) {
+          failure_seen = true;
+          first_failure = c.exited_at;
+        }
+      }
+    }
+    auto now = clock_type::now();
+    // A failed node: the others notice within seconds and stop by themselves;
+    // if they have not after 10 s, terminate them, and kill after 5 s more.
+    if (failure_seen && !terminating && now - first_failure > std::chrono::seconds(10)) {
+      std::fprintf(stderr, "hetflow run: nodes still running 10 s after a failure; terminating\n");
+      send_all(SIGTERM);
+      terminating = true;
+      term_sent = now;
+    }
+    if (terminating && now - term_sent > std::chrono::seconds(5)) {
+      send_all(SIGKILL);
+      term_sent = now + std::chrono::hours(1);
+    }
+  }
+  close(sfd);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+
+  // The job's status: the head's exit code when the head ran here, else the
+  // first non-zero one.
+  int code = 0;
+  const child* head = nullptr;
+  for (auto& c : children)
+    if (c.index == 0) head = &c;
+  if (head != nullptr) code = head->exit_code;
+  if (code == 0)
+    for (auto& c : children)
+      if (c.exit_code != 0) {
+        code = c.exit_code;
+        break;
+      }
+  if (signals_seen > 0 && code == 0) code = 130;
+
+  std::string failed;
+  for (auto& c : children)
+    if (c.exit_code != 0)
+      failed += (failed.empty() ? "" : ", ") + c.name + " (exit " + std::to_string(c.exit_code) + ")";
+  if (code == 0)
+    std::fprintf(stdout, "hetflow run: job '%s' of cluster '%s' finished in %.2f s\n",
+                 cl.job.kind.c_str(), cl.name.c_str(), wall);
+  else
+    std::fprintf(stderr, "hetflow run: job '%s' of cluster '%s' FAILED (exit %d) after %.2f s; %s\n",
+                 cl.job.kind.c_str(), cl.name.c_str(), code, wall,
+                 failed.empty() ? "" : ("nodes: " + failed).c_str());
+
+  if (!opts.report.empty()) {
+    actors::json_writer w;
+    w.begin_object();
+    w.field("cluster", cl.name).field("topology", cl.file.string());
+    w.field("wall_s", wall).field("launcher_exit_code", code);
+    // Job-level members come from the head's PATH.job ("job", "status",
+    // "exit_code", "message", "run_s", the job kind's own members such as
+    // "result" or "epochs", and "actors"); they are lifted to the top level.
+    std::string job;
+    if (head != nullptr && !head->report.empty()) {
+      auto job_path = head->report;
+      job_path += ".job";
+      job = read_file(job_path);
+    }
+    if (job.size() > 2 && job.front() == '{' && job.back() == '}') {
+      w.raw(std::string_view(job).substr(1, job.size() - 2));
+    } else {
+      w.field("job", cl.job.kind).field("status", code == 0 ? "ok" : "failed");
+      w.field("exit_code", code);
+      w.field("message", head == nullptr ? "the head node does not run on this machine"
+                                         : "the head node wrote no job report");
+    }
+    w.key("nodes").begin_array();
+    for (auto& c : children) {
+      std::string frag = c.report.empty() ? std::string{} : read_file(c.report);
+      if (frag.empty()) {
+        w.begin_object().field("node", c.name).field("status", "failed");
+        w.field("exit_code", c.exit_code).field("message", "node wrote no report").end_object();
+      } else {
+        w.raw(frag);
+      }
+    }
+    w.end_array();
+    w.end_object();
+    std::ofstream out(opts.report, std::ios::trunc);
+    out << w.str() << "\n";
+    if (!out) std::fprintf(stderr, "hetflow run: cannot write report %s\n", opts.report.c_str());
+  }
+  if (!report_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(report_dir, ec);
+  }
+  return code;
+}
+
+}  // namespace hetflow::apps

@@ -1,0 +1,174 @@
+// hetflow: one binary per node.
+//
+//   hetflow node FILE --name N [--report PATH] [--join-timeout S]
+//   hetflow run FILE [--report PATH] [--join-timeout S]
+//   hetflow validate FILE
+//   hetflow version | help
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/node_runtime.hpp"
+#include "actors/registry.hpp"
+#include "apps/launcher.hpp"
+#include "kernels/cuda/cuda_loader.hpp"
+#include "topology/parser.hpp"
+
+namespace {
+
+constexpr const char* usage_text = R"(usage: hetflow COMMAND [ARGS]
+
+commands:
+  run FILE [--report PATH] [--join-timeout SECONDS]
+      start every node of FILE whose host is this machine, stream their output
+      prefixed with the node name, and exit with the job's status
+  node FILE --name NODE [--report PATH] [--join-timeout SECONDS]
+      run one node of the cluster described by FILE (what Slurm, Kubernetes or
+      systemd start on each machine)
+  validate FILE
+      check a topology file; print every problem as FILE:LINE:COL: error: ...
+  devices
+      list this machine's CPU cores, memory and CUDA devices (or why there are none)
+  version
+      print the version
+  help
+      print this text
+
+not implemented yet: plan, simulate, shell, profile, gen-criteo (see README.md)
+
+exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
+            130 interrupted
+)";
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "hetflow: %s\n\n%s", msg.c_str(), usage_text);
+  return 2;
+}
+
+struct common_args {
+  std::string file;
+  std::string name;
+  std::string report;
+  std::optional<double> join_timeout;
+  std::string error;
+};
+
+common_args parse_args(const std::vector<std::string>& args, bool want_name) {
+  common_args a;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& s = args[i];
+    auto value = [&](const char* flag) -> std::optional<std::string> {
+      if (i + 1 >= args.size()) {
+        a.error = std::string(flag) + " needs a value";
+        return std::nullopt;
+      }
+      return args[++i];
+    };
+    if (s == "--name" && want_name) {
+      if (auto v = value("--name")) a.name = *v;
+    } else if (s == "--report") {
+      if (auto v = value("--report")) a.report = *v;
+    } else if (s == "--join-timeout") {
+      if (auto v = value("--join-timeout")) {
+        char* end = nullptr;
+        double d = std::strtod(v->c_str(), &end);
+        if (end == v->c_str() || *end != '\0' || d <= 0)
+          a.error = "--join-timeout wants a positive number of seconds, got '" + *v + "'";
+        else
+          a.join_timeout = d;
+      }
+    } else if (!s.empty() && s[0] == '-') {
+      a.error = "unknown option '" + s + "'";
+    } else if (a.file.empty()) {
+      a.file = s;
+    } else {
+      a.error = "unexpected argument '" + s + "'";
+    }
+    if (!a.error.empty()) break;
+  }
+  if (a.error.empty() && a.file.empty()) a.error = "missing topology FILE";
+  if (a.error.empty() && want_name && a.name.empty()) a.error = "missing --name NODE";
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Tensor buffers of tens of MiB come and go at a high rate; keep them on
+  // the heap instead of fresh mmaps (page faults on every message).
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+
+  if (argc < 2) return usage_error("missing COMMAND");
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+
+  hetflow::actors::registry reg;
+  hetflow::actors::add_builtin_types(reg);
+
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+    std::fputs(usage_text, stdout);
+    return 0;
+  }
+  if (cmd == "version" || cmd == "--version") {
+    std::printf("hetflow 0.1.0\n");
+    return 0;
+  }
+  if (cmd == "devices") {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    std::printf("cpu: %u cores, %.1f GiB memory\n", std::thread::hardware_concurrency(),
+                static_cast<double>(pages) * page / (1024.0 * 1024 * 1024));
+    auto cuda = hetflow::kernels::probe_cuda();
+    if (cuda.devices.empty())
+      std::printf("cuda: none (%s)\n", cuda.why_none.c_str());
+    for (auto& d : cuda.devices)
+      std::printf("cuda %d: %s, %.1f GiB, compute capability %d.%d\n", d.index, d.name.c_str(),
+                  static_cast<double>(d.memory_bytes) / (1024.0 * 1024 * 1024), d.cc_major, d.cc_minor);
+    return 0;
+  }
+  if (cmd == "validate") {
+    if (args.size() != 1) return usage_error("validate takes exactly one FILE");
+    auto r = hetflow::topology::load_topology(args[0], reg.catalog());
+    for (auto& d : r.errors) std::fprintf(stderr, "%s\n", hetflow::topology::format(d).c_str());
+    if (!r.ok()) {
+      std::fprintf(stderr, "%zu error%s\n", r.errors.size(), r.errors.size() == 1 ? "" : "s");
+      return 2;
+    }
+    std::printf("%s: ok (cluster '%s', %zu node%s, job '%s')\n", args[0].c_str(),
+                r.model->name.c_str(), r.model->nodes.size(), r.model->nodes.size() == 1 ? "" : "s",
+                r.model->job.kind.c_str());
+    return 0;
+  }
+  if (cmd == "node") {
+    auto a = parse_args(args, true);
+    if (!a.error.empty()) return usage_error(a.error);
+    hetflow::actors::node_options o;
+    o.topology = a.file;
+    o.name = a.name;
+    o.report = a.report;
+    o.join_timeout_s = a.join_timeout;
+    return hetflow::actors::run_node(o, reg);
+  }
+  if (cmd == "run") {
+    auto a = parse_args(args, false);
+    if (!a.error.empty()) return usage_error(a.error);
+    hetflow::apps::launch_options o;
+    o.topology = a.file;
+    o.report = a.report;
+    o.join_timeout_s = a.join_timeout;
+    return hetflow::apps::run_local_cluster(o, reg);
+  }
+  if (cmd == "plan" || cmd == "simulate" || cmd == "shell" || cmd == "profile" ||
+      cmd == "gen-criteo") {
+    std::fprintf(stderr, "hetflow: '%s' is not implemented yet (see README.md, 'Not done yet')\n",
+                 cmd.c_str());
+    return 2;
+  }
+  return usage_error("unknown command '" + cmd + "'");
+}

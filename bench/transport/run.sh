@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Transport benchmark: tensor messages between two `hetflow node` processes
+# through the node runtime (message_builder -> send_wire -> data plane ->
+# receive buffer -> actor mailbox -> decode), for UCX shared memory, UCX TCP
+# and the CAF fallback, side by side with ucx_perftest (tag_lat / tag_bw),
+# iperf3 and a memory copy measured in the same run.
+#
+#   bench/transport/run.sh [BUILD_DIR]      (default: build)
+#
+# Needs: deploy/setup.sh --bench (iperf3), a built tree (hetflow, memcpy_bench).
+# Prints a Markdown table; paste it into bench/RESULTS.md with the date.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$src/build}
+hetflow=$build/bin/hetflow
+work=$(mktemp -d /tmp/hetflow-bench-XXXXXX)
+trap 'rm -rf "$work"; pkill -f "ucx_perftest" 2>/dev/null; pkill -f "iperf3 -s -p 7799" 2>/dev/null; true' EXIT
+sizes=(8 4194304 67108864)
+
+topo() {  # topo NAME PORT DATA_PLANE TLS
+  cat >"$work/$1.toml" <<TOML
+[cluster]
+name = "bench-$1"
+data_plane = "$3"
+ucx_tls = "$4"
+[[nodes]]
+name = "a"
+host = "127.0.0.1"
+port = $2
+[[nodes]]
+name = "b"
+host = "127.0.0.1"
+port = $(($2 + 1))
+[job]
+kind = "transport_bench"
+sizes = [8, "4MiB", "64MiB"]
+bytes_per_size = "${BYTES_PER_SIZE:-4GiB}"
+pings = 5000
+window = 8
+TOML
+}
+
+declare -A ours_bw ours_lat
+run_ours() {  # run_ours LABEL PORT DATA_PLANE TLS
+  topo "$1" "$2" "$3" "$4"
+  "$hetflow" run "$work/$1.toml" --report "$work/$1.json" >"$work/$1.log" 2>&1 ||
+    { cat "$work/$1.log"; echo "hetflow run failed for $1" >&2; exit 1; }
+  while read -r bytes lat bw; do
+    ours_lat[$1,$bytes]=$lat
+    ours_bw[$1,$bytes]=$bw
+  done < <(/usr/bin/python3 -c "
+import json; d=json.load(open('$work/$1.json'))
+for r in d['result']['results']: print(r['bytes'], '%.2f' % r['latency_us'], '%.3f' % r['gbytes_per_s'])")
+}
+
+declare -A perf_bw perf_lat
+run_perftest() {  # run_perftest LABEL TLS PORT
+  local label=$1 tls=$2 port=$3 s
+  for s in "${sizes[@]}"; do
+    local test=tag_bw iters
+    iters=$(( s >= 67108864 ? 100 : (s >= 4194304 ? 1000 : 100000) ))
+    local args=(-t tag_bw -s "$s" -n "$iters" -w 10 -p "$port")
+    UCX_TLS=$tls ucx_perftest "${args[@]}" >"$work/perf-srv.log" 2>&1 &
+    local srv=$!
+    sleep 0.5
+    UCX_TLS=$tls ucx_perftest "${args[@]}" 127.0.0.1 >"$work/perf-$label-$s.log" 2>&1 || true
+    wait $srv || true
+    # "Final:" iters, latency 50%ile/avg/overall (us), bandwidth avg/overall (MiB/s), msg rates
+    perf_bw[$label,$s]=$(awk '/Final:/ {printf "%.3f", $7 * 1048576 / 1e9}' "$work/perf-$label-$s.log")
+    if ((s == 8)); then
+      UCX_TLS=$tls ucx_perftest -t tag_lat -s 8 -n 100000 -p "$port" >"$work/perf-srv.log" 2>&1 &
+      srv=$!
+      sleep 0.5
+      UCX_TLS=$tls ucx_perftest -t tag_lat -s 8 -n 100000 -p "$port" 127.0.0.1 >"$work/perf-lat-$label.log" 2>&1 || true
+      wait $srv || true
+      # overall = total time / iterations: the same method as ours
+      perf_lat[$label]=$(awk '/Final:/ {printf "%.2f", $5}' "$work/perf-lat-$label.log")
+    fi
+    port=$((port + 1))
+  done
+}
+
+echo "running hetflow transport_bench (this takes a minute)..." >&2
+run_ours ucx-shm 7710 ucx "sm,self"
+run_ours ucx-tcp 7720 ucx "tcp,self"
+run_ours caf 7730 caf ""
+echo "running ucx_perftest..." >&2
+run_perftest ucx-shm "sm,self" 7740
+run_perftest ucx-tcp "tcp,self" 7750
+
+echo "running iperf3 and memcpy..." >&2
+iperf3 -s -p 7799 -1 >/dev/null 2>&1 &
+sleep 0.5
+iperf=$(iperf3 -c 127.0.0.1 -p 7799 -t 5 -J 2>/dev/null |
+  /usr/bin/python3 -c "import json,sys; print('%.3f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9))" || echo n/a)
+memcpy=$("$build/bench-bin/memcpy_bench" 67108864 20 || true)
+
+ratio() { /usr/bin/python3 -c "a,b='$1','$2'; print('%.2fx' % (float(a)/float(b)) if a and b and float(b)>0 else 'n/a')"; }
+
+echo
+echo "| size | transport | hetflow GB/s | ucx_perftest GB/s | ratio | hetflow latency us | ucx_perftest latency us |"
+echo "|---|---|---|---|---|---|---|"
+for s in "${sizes[@]}"; do
+  for t in ucx-shm ucx-tcp caf; do
+    pb=${perf_bw[$t,$s]:-}
+    lat=""; plat=""
+    if ((s == 8)); then lat=${ours_lat[$t,$s]}; plat=${perf_lat[$t]:-}; fi
+    r=$( [[ -n "$pb" ]] && ratio "${ours_bw[$t,$s]}" "$pb" || echo "-")
+    echo "| $s | $t | ${ours_bw[$t,$s]} | ${pb:--} | $r | ${lat:--} | ${plat:--} |"
+  done
+done
+echo
+echo "peers in the same run: iperf3 TCP loopback $iperf GB/s; memcpy (1 thread, 64 MiB) $memcpy GB/s"
+echo "machine: $(nproc) cores, $(uname -r); date: $(date -u +%F)"

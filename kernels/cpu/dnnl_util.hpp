@@ -1,0 +1,55 @@
+// Small helpers around oneDNN for the cpu units: memory descriptors in our
+// canonical layouts, and primitive execution through the C API (a stack array
+// of arguments: no std::unordered_map per call on the hot path) with errors
+// turned into status by HF_DNNL_CHECK.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <initializer_list>
+#include <string>
+
+#include "kernels/cpu/cpu_context.hpp"
+#include "kernels/cpu/dnnl_check.hpp"
+#include "kernels/shape.hpp"
+
+namespace hetflow::kernels::cpu {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+inline dnnl::memory::dims to_dims(const shape& s) {
+  return dnnl::memory::dims(s.dims().begin(), s.dims().end());
+}
+
+// Plain row-major f32 descriptor for `s` (nc, nchw, oihw, x ... by rank).
+inline dnnl::memory::desc plain_md(const shape& s) {
+  static constexpr tag by_rank[] = {tag::undef, tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde};
+  return {to_dims(s), dt::f32, s.rank() <= 5 ? by_rank[s.rank()] : tag::undef};
+}
+
+inline dnnl::memory::desc any_md(const shape& s) { return {to_dims(s), dt::f32, tag::any}; }
+
+// A memory object with no data yet; attach() a buffer before each execution.
+inline dnnl::memory unbound_memory(const dnnl::memory::desc& md, const cpu_context& ctx) {
+  return dnnl::memory(md, ctx.engine(), DNNL_MEMORY_NONE);
+}
+
+// (Not named bind: std::byte* arguments would pull std::bind in by ADL.)
+inline void attach(dnnl::memory& m, const void* p) { m.set_data_handle(const_cast<void*>(p)); }
+
+struct exec_arg {
+  int key;
+  const dnnl::memory& mem;
+};
+
+// Executes `p` on the context's stream. `what` names the call in errors
+// ("conv1 forward").
+status execute(const cpu_context& ctx, const dnnl::primitive& p, std::initializer_list<exec_arg> args,
+               const std::string& what);
+
+// Executes a reorder from `from` to `to` (both bound).
+status reorder_now(const cpu_context& ctx, const dnnl::reorder& r, const dnnl::memory& from,
+                   const dnnl::memory& to, const std::string& what);
+
+}  // namespace hetflow::kernels::cpu

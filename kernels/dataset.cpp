@@ -1,0 +1,188 @@
+#include "kernels/dataset.hpp"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "kernels/cpu/parallel.hpp"
+#include "kernels/random.hpp"
+
+namespace hetflow::kernels {
+
+shape image_dataset::sample_shape() const {
+  const shape& s = images.shape();
+  return shape{s[1], s[2], s[3]};
+}
+
+namespace {
+
+struct gz_closer {
+  void operator()(gzFile f) const noexcept { gzclose(f); }
+};
+using gz_ptr = std::unique_ptr<gzFile_s, gz_closer>;
+
+// Whole file (gzip or raw: zlib reads both) into memory.
+expected<std::vector<uint8_t>> read_maybe_gz(const std::string& dir, const std::string& stem,
+                                             std::string& used_path) {
+  namespace fs = std::filesystem;
+  std::string path;
+  for (const std::string& cand : {dir + "/" + stem + ".gz", dir + "/" + stem}) {
+    std::error_code ec;
+    if (fs::is_regular_file(cand, ec)) {
+      path = cand;
+      break;
+    }
+  }
+  if (path.empty())
+    return make_error(errc::not_found, "Fashion-MNIST file " + dir + "/" + stem + "[.gz] does not exist");
+  used_path = path;
+  gz_ptr f(gzopen(path.c_str(), "rb"));
+  if (!f) return make_error(errc::io_error, path + ": cannot open");
+  gzbuffer(f.get(), 1 << 20);
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  for (;;) {
+    int n = gzread(f.get(), chunk.data(), unsigned(chunk.size()));
+    if (n < 0) {
+      int zerr = 0;
+      const char* msg = gzerror(f.get(), &zerr);
+      return make_error(errc::io_error, path + ": " + (msg ? msg : "read error"));
+    }
+    if (n == 0) break;
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+    if (out.size() > (uint64_t(1) << 32))
+      return make_error(errc::parse_error, path + ": larger than 4 GiB, not an IDX file of this dataset");
+  }
+  return out;
+}
+
+uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+
+// Parses an IDX header of unsigned bytes with `rank` dims; returns dims.
+expected<std::vector<int64_t>> idx_dims(const std::vector<uint8_t>& raw, int rank, const std::string& path) {
+  if (raw.size() < 4 + 4 * std::size_t(rank))
+    return make_error(errc::parse_error, path + ": truncated IDX header (" + std::to_string(raw.size()) + " bytes)");
+  uint32_t magic = be32(raw.data());
+  if (magic != (0x0800u | uint32_t(rank)))
+    return make_error(errc::parse_error, path + ": IDX magic 0x" + [&] {
+      char b[16];
+      std::snprintf(b, sizeof b, "%08x", magic);
+      return std::string(b);
+    }() + ", expected unsigned-byte data of rank " + std::to_string(rank));
+  std::vector<int64_t> dims;
+  uint64_t total = 1;
+  for (int i = 0; i < rank; ++i) {
+    dims.push_back(be32(raw.data() + 4 + 4 * i));
+    total *= uint64_t(dims.back());
+  }
+  if (raw.size() != 4 + 4 * std::size_t(rank) + total)
+    return make_error(errc::parse_error, path + ": header says " + std::to_string(total) + " values but the file has " +
+                                             std::to_string(raw.size() - 4 - 4 * std::size_t(rank)));
+  return dims;
+}
+
+}  // namespace
+
+expected<image_dataset> load_fashion_mnist(const std::string& dir, bool train) {
+  const std::string prefix = train ? "train" : "t10k";
+  std::string img_path, lbl_path;
+  HF_ASSIGN_OR_RETURN(auto img_raw, read_maybe_gz(dir, prefix + "-images-idx3-ubyte", img_path));
+  HF_ASSIGN_OR_RETURN(auto lbl_raw, read_maybe_gz(dir, prefix + "-labels-idx1-ubyte", lbl_path));
+  HF_ASSIGN_OR_RETURN(auto idims, idx_dims(img_raw, 3, img_path));
+  HF_ASSIGN_OR_RETURN(auto ldims, idx_dims(lbl_raw, 1, lbl_path));
+  if (idims[0] != ldims[0])
+    return make_error(errc::parse_error, img_path + " has " + std::to_string(idims[0]) + " images but " + lbl_path +
+                                             " has " + std::to_string(ldims[0]) + " labels");
+  image_dataset d;
+  d.classes = 10;
+  const int64_t n = idims[0], h = idims[1], w = idims[2];
+  d.images = tensor::empty({n, 1, h, w});
+  const uint8_t* px = img_raw.data() + 16;
+  float* out = d.images.f32();
+  cpu::parallel_elements(n * h * w, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = float(px[i]) * (1.0f / 255.0f);
+  });
+  d.labels.resize(std::size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t y = lbl_raw[8 + std::size_t(i)];
+    if (y >= 10)
+      return make_error(errc::parse_error, lbl_path + ": label " + std::to_string(y) + " of sample " +
+                                               std::to_string(i) + " is not in 0..9");
+    d.labels[std::size_t(i)] = y;
+  }
+  return d;
+}
+
+image_dataset make_synthetic_images(const shape& sample, int64_t count, int64_t classes, uint64_t seed,
+                                    float noise, int64_t first) {
+  image_dataset d;
+  d.classes = classes;
+  const int64_t per = sample.numel();
+  shape s{count};
+  for (int64_t dim : sample.dims()) s.push_back(dim);
+  d.images = tensor::empty(s);
+  std::vector<float> protos(std::size_t(classes * per));
+  rng proto_rng(splitmix64(seed ^ 0x9e0709e5ull));
+  for (float& v : protos) v = proto_rng.normal();
+  d.labels.resize(std::size_t(count));
+  float* out = d.images.f32();
+  int32_t* labels = d.labels.data();
+  cpu::parallel_range(count, 64, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      rng r(splitmix64(seed ^ splitmix64(uint64_t(first + i) + 1)));
+      int32_t y = int32_t(r.below(uint64_t(classes)));
+      labels[i] = y;
+      const float* p = protos.data() + y * per;
+      float* x = out + i * per;
+      for (int64_t j = 0; j < per; ++j) x[j] = p[j] + noise * r.normal();
+    }
+  });
+  return d;
+}
+
+normalization channel_stats(const image_dataset& data) {
+  const shape& s = data.images.shape();
+  const int64_t n = s[0], c = s[1], hw = s.numel() / std::max<int64_t>(1, n * c);
+  normalization st;
+  st.mean.assign(std::size_t(c), 0.0f);
+  st.stddev.assign(std::size_t(c), 1.0f);
+  const float* x = data.images.f32();
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0.0, sq = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* p = x + (i * c + ch) * hw;
+      double ls = 0.0, lq = 0.0;
+      for (int64_t j = 0; j < hw; ++j) {
+        ls += p[j];
+        lq += double(p[j]) * p[j];
+      }
+      sum += ls;
+      sq += lq;
+    }
+    double cnt = double(n * hw);
+    double mean = cnt > 0 ? sum / cnt : 0.0;
+    double var = cnt > 0 ? std::max(0.0, sq / cnt - mean * mean) : 1.0;
+    st.mean[std::size_t(ch)] = float(mean);
+    st.stddev[std::size_t(ch)] = var > 0 ? float(std::sqrt(var)) : 1.0f;
+  }
+  return st;
+}
+
+void normalize(image_dataset& data, const normalization& st) {
+  const shape& s = data.images.shape();
+  const int64_t n = s[0], c = s[1], hw = s.numel() / std::max<int64_t>(1, n * c);
+  float* x = data.images.f32();
+  cpu::parallel_range(n * c, std::max<int64_t>(1, cpu::serial_elements / std::max<int64_t>(hw, 1)),
+                      [&](int64_t b, int64_t e) {
+                        for (int64_t r = b; r < e; ++r) {
+                          const float m = st.mean[std::size_t(r % c)];
+                          const float inv = 1.0f / st.stddev[std::size_t(r % c)];
+                          float* p = x + r * hw;
+                          for (int64_t j = 0; j < hw; ++j) p[j] = (p[j] - m) * inv;
+                        }
+                      });
+}
+
+}  // namespace hetflow::kernels

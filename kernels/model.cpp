@@ -1,0 +1,94 @@
+#include "kernels/model.hpp"
+
+#include <algorithm>
+
+#include "kernels/cpu/cpu_context.hpp"
+#include "kernels/cpu/unit_factory.hpp"
+
+namespace hetflow::kernels {
+
+expected<std::shared_ptr<device_context>> make_device_context(device where, int threads) {
+  if (where.kind == device_kind::cpu) return std::shared_ptr<device_context>(std::make_shared<cpu::cpu_context>(threads));
+  return make_error(errc::unsupported, "device " + where.to_string() +
+                                           ": the CUDA backend is not built yet; use a cpu device");
+}
+
+model::model(model_spec spec, std::shared_ptr<device_context> ctx, std::vector<std::unique_ptr<unit>> units,
+             std::vector<shape> sample_shapes)
+    : spec_(std::move(spec)), ctx_(std::move(ctx)), units_(std::move(units)),
+      sample_shapes_(std::move(sample_shapes)) {}
+
+expected<tensor_view> model::forward(tensor_view input, mode m, std::size_t first, std::size_t last) {
+  last = std::min(last, units_.size());
+  tensor_view x = input;
+  for (std::size_t i = first; i < last; ++i) {
+    auto y = units_[i]->forward(x, m);
+    if (!y) return y.error();
+    x = *y;
+  }
+  return x;
+}
+
+expected<tensor_view> model::backward(tensor_view grad_output, bool need_input_grad, std::size_t first,
+                                      std::size_t last) {
+  last = std::min(last, units_.size());
+  tensor_view g = grad_output;
+  for (std::size_t i = last; i-- > first;) {
+    auto d = units_[i]->backward(g, i > first || need_input_grad);
+    if (!d) return d.error();
+    g = *d;
+  }
+  return need_input_grad ? g : tensor_view{};
+}
+
+std::vector<parameter*> model::parameters() {
+  std::vector<parameter*> out;
+  for (auto& u : units_) u->parameters(out);
+  return out;
+}
+
+std::vector<state_tensor*> model::state() {
+  std::vector<state_tensor*> out;
+  for (auto& u : units_) u->state(out);
+  return out;
+}
+
+int64_t model::parameter_count() {
+  int64_t n = 0;
+  for (parameter* p : parameters()) n += p->value.numel();
+  return n;
+}
+
+void model::set_seed(uint64_t seed) {
+  for (auto& u : units_) u->set_seed(seed = splitmix64(seed));
+}
+
+expected<model> build_model(const model_spec& spec, device where, const build_options& options) {
+  HF_ASSIGN_OR_RETURN(std::shared_ptr<device_context> ctx, make_device_context(where, options.threads));
+  auto* cpu_ctx = dynamic_cast<cpu::cpu_context*>(ctx.get());
+  if (cpu_ctx == nullptr)
+    return make_error(errc::unsupported, "build_model: no backend for " + where.to_string());
+  rng init(options.seed);
+  std::vector<std::unique_ptr<unit>> units;
+  std::vector<shape> shapes{spec.input};
+  status st;
+  // Primitive creation may size work splits by the thread count: build on the
+  // context's threads.
+  cpu_ctx->run([&] {
+    for (const layer_spec& ls : spec.layers) {
+      auto b = cpu::make_unit(*cpu_ctx, ls, shapes.back(), init);
+      if (!b) {
+        st = b.error().with_context("model " + spec.name);
+        return;
+      }
+      units.push_back(std::move(b->u));
+      shapes.push_back(b->sample_output);
+    }
+  });
+  if (!st.ok()) return st;
+  model m(spec, std::move(ctx), std::move(units), std::move(shapes));
+  m.set_seed(options.seed ^ 0xd209f0b7ull);
+  return m;
+}
+
+}  // namespace hetflow::kernels

@@ -1,0 +1,175 @@
+#include "kernels/optimizer.hpp"
+
+#include <cmath>
+
+#include "kernels/cpu/parallel.hpp"
+
+namespace hetflow::kernels {
+namespace {
+
+// Per-parameter optimizer buffers, created on the first step.
+struct slot {
+  state_tensor a, b;  // sgd: a = momentum buffer; adam: a = m, b = v
+};
+
+status check_params(std::span<parameter* const> params, std::vector<slot>& slots, bool two, const char* what) {
+  if (slots.empty()) {
+    slots.resize(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const parameter& p = *params[i];
+      slots[i].a.name = p.name + (two ? ".exp_avg" : ".momentum_buffer");
+      slots[i].a.value = tensor::zeros(p.value.shape());
+      if (two) {
+        slots[i].b.name = p.name + ".exp_avg_sq";
+        slots[i].b.value = tensor::zeros(p.value.shape());
+      }
+    }
+  }
+  if (slots.size() != params.size())
+    return make_error(errc::invalid_argument, std::string(what) + ": parameter list changed between steps");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const parameter& p = *params[i];
+    if (!(slots[i].a.value.shape() == p.value.shape()))
+      return make_error(errc::invalid_argument, std::string(what) + ": parameter " + p.name + " changed shape");
+    if (!p.sparse && p.grad.numel() != p.value.numel())
+      return make_error(errc::invalid_argument, std::string(what) + ": parameter " + p.name + " has no gradient");
+    if (p.sparse) {
+      int64_t dim = p.value.shape().inner_numel();
+      if (p.sparse_grad.values.numel() < int64_t(p.sparse_grad.rows.size()) * dim)
+        return make_error(errc::invalid_argument, std::string(what) + ": sparse gradient of " + p.name + " is short");
+      for (int64_t r : p.sparse_grad.rows)
+        if (r < 0 || r >= p.value.shape()[0])
+          return make_error(errc::invalid_argument, std::string(what) + ": sparse gradient row " +
+                                                        std::to_string(r) + " outside " + p.name);
+    }
+  }
+  return {};
+}
+
+// Applies `update(w, g, a, b, n)` to the whole parameter (dense) or to each
+// touched row (sparse), in parallel chunks.
+template <class Update> void for_each_segment(parameter& p, slot& s, Update&& update) {
+  float* w = p.value.f32();
+  float* a = s.a.value.f32();
+  float* b = s.b.value.empty() ? nullptr : s.b.value.f32();
+  if (!p.sparse) {
+    const float* g = p.grad.f32();
+    cpu::parallel_elements(p.value.numel(), [&](int64_t lo, int64_t hi) {
+      update(w + lo, g + lo, a + lo, b ? b + lo : nullptr, hi - lo);
+    });
+    return;
+  }
+  const int64_t dim = p.value.shape().inner_numel();
+  const auto& rows = p.sparse_grad.rows;
+  const float* g = p.sparse_grad.values.f32();
+  cpu::parallel_range(int64_t(rows.size()), std::max<int64_t>(1, cpu::serial_elements / dim),
+                      [&](int64_t lo, int64_t hi) {
+                        for (int64_t i = lo; i < hi; ++i) {
+                          int64_t off = rows[std::size_t(i)] * dim;
+                          update(w + off, g + i * dim, a + off, b ? b + off : nullptr, dim);
+                        }
+                      });
+}
+
+class sgd final : public optimizer {
+public:
+  explicit sgd(const optimizer_config& c) : c_(c) {}
+
+  status step(std::span<parameter* const> params, double lr_d) override {
+    HF_RETURN_IF_ERROR(check_params(params, slots_, false, "sgd"));
+    const float lr = float(lr_d), mu = float(c_.momentum), wd = float(c_.weight_decay);
+    const bool nesterov = c_.nesterov;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      parameter& p = *params[i];
+      // Buffers start at zero, so mu*buf + d is PyTorch's "buf = d" on the
+      // first step, and lazily so for sparse rows first touched later.
+      for_each_segment(p, slots_[i], [=](float* w, const float* g, float* buf, float*, int64_t n) {
+        if (mu == 0.0f) {
+          for (int64_t j = 0; j < n; ++j) w[j] -= lr * (g[j] + wd * w[j]);
+          return;
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          float d = g[j] + wd * w[j];
+          float v = mu * buf[j] + d;
+          buf[j] = v;
+          w[j] -= lr * (nesterov ? d + mu * v : v);
+        }
+      });
+      ++p.version;
+    }
+    ++steps_;
+    return {};
+  }
+
+  std::vector<state_tensor*> state() override {
+    std::vector<state_tensor*> out;
+    if (c_.momentum != 0.0)
+      for (auto& s : slots_) out.push_back(&s.a);
+    return out;
+  }
+
+private:
+  optimizer_config c_;
+  std::vector<slot> slots_;
+};
+
+class adam final : public optimizer {
+public:
+  explicit adam(const optimizer_config& c) : c_(c) {}
+
+  status step(std::span<parameter* const> params, double lr_d) override {
+    HF_RETURN_IF_ERROR(check_params(params, slots_, true, "adam"));
+    const int64_t t = steps_ + 1;
+    const float b1 = float(c_.beta1), b2 = float(c_.beta2), eps = float(c_.eps), wd = float(c_.weight_decay);
+    const float bc1 = float(1.0 - std::pow(c_.beta1, double(t)));
+    const float bc2 = float(1.0 - std::pow(c_.beta2, double(t)));
+    const float step_size = float(lr_d) / bc1;
+    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      parameter& p = *params[i];
+      for_each_segment(p, slots_[i], [=](float* w, const float* g, float* m, float* v, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) {
+          float gj = g[j] + wd * w[j];
+          m[j] = b1 * m[j] + (1.0f - b1) * gj;
+          v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
+          w[j] -= step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
+        }
+      });
+      ++p.version;
+    }
+    ++steps_;
+    return {};
+  }
+
+  std::vector<state_tensor*> state() override {
+    std::vector<state_tensor*> out;
+    for (auto& s : slots_) {
+      out.push_back(&s.a);
+      out.push_back(&s.b);
+    }
+    return out;
+  }
+
+private:
+  optimizer_config c_;
+  std::vector<slot> slots_;
+};
+
+}  // namespace
+
+expected<std::unique_ptr<optimizer>> make_optimizer(const optimizer_config& c) {
+  if (!(c.lr >= 0.0) || !(c.weight_decay >= 0.0))
+    return make_error(errc::invalid_argument, "optimizer: lr and weight_decay must be >= 0");
+  if (c.kind == optimizer_kind::sgd) {
+    if (!(c.momentum >= 0.0 && c.momentum < 1.0))
+      return make_error(errc::invalid_argument, "sgd: momentum must be in [0, 1)");
+    if (c.nesterov && c.momentum == 0.0)
+      return make_error(errc::invalid_argument, "sgd: nesterov needs momentum > 0");
+    return std::unique_ptr<optimizer>(std::make_unique<sgd>(c));
+  }
+  if (!(c.beta1 >= 0.0 && c.beta1 < 1.0) || !(c.beta2 >= 0.0 && c.beta2 < 1.0) || !(c.eps > 0.0))
+    return make_error(errc::invalid_argument, "adam: betas must be in [0, 1) and eps > 0");
+  return std::unique_ptr<optimizer>(std::make_unique<adam>(c));
+}
+
+}  // namespace hetflow::kernels

@@ -1,0 +1,47 @@
+// Per-unit profiles: what the planner needs to place units on devices
+// (forward and backward time on a device at a batch size, parameter bytes,
+// activation bytes). Plain data; topology/ consumes it without kernels/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/layer_spec.hpp"
+#include "kernels/model.hpp"
+#include "schemas/error.hpp"
+
+namespace hetflow::kernels {
+
+struct unit_profile {
+  std::string name;
+  layer_kind kind = layer_kind::linear;
+  double forward_s = 0.0;        // median seconds per forward at `batch`
+  double backward_s = 0.0;       // median seconds per backward (parameter and input grads)
+  uint64_t parameter_bytes = 0;  // trainable parameters (f32)
+  uint64_t activation_bytes = 0; // held from forward to backward per microbatch
+  uint64_t output_bytes = 0;     // what goes to the next unit (a stage boundary transfer)
+};
+
+struct model_profile {
+  std::string model;
+  std::string where;             // "cpu"
+  int threads = 0;
+  int64_t batch = 0;
+  std::vector<unit_profile> units;
+};
+
+struct profile_options {
+  int64_t batch = 64;
+  int warmup = 2;
+  int iterations = 5;
+  uint64_t seed = 7;             // random inputs
+};
+
+// Times every unit of `m` on its device with random inputs (valid ids for
+// dlrm). Runs inside m.context().run. Changes no parameter values, but
+// overwrites gradients and batch norm running statistics (profile a fresh
+// model, or one whose state you do not need).
+expected<model_profile> profile_model(model& m, const profile_options& options = {});
+
+}  // namespace hetflow::kernels

@@ -1,0 +1,186 @@
+#include "kernels/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/dataset.hpp"
+#include "kernels/loss.hpp"
+#include "kernels/model.hpp"
+#include "kernels/random.hpp"
+#include "kernels/weights_io.hpp"
+#include "kernels/zoo.hpp"
+
+namespace hetflow::kernels {
+
+double lr_at(const lr_schedule& s, double base_lr, int epoch, int64_t step, int64_t steps_per_epoch, int epochs) {
+  switch (s.kind) {
+    case lr_schedule_kind::constant: return base_lr;
+    case lr_schedule_kind::step:
+      return base_lr * std::pow(s.gamma, double(epoch / std::max(1, s.step_epochs)));
+    case lr_schedule_kind::cosine: {
+      double total = double(std::max<int64_t>(1, steps_per_epoch * epochs));
+      double t = double(epoch * steps_per_epoch + step) / total;
+      return s.min_lr + (base_lr - s.min_lr) * 0.5 * (1.0 + std::cos(3.14159265358979323846 * std::min(1.0, t)));
+    }
+  }
+  return base_lr;
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+status check_config(const train_config& c) {
+  if (c.epochs <= 0) return make_error(errc::invalid_argument, "train: epochs must be > 0");
+  if (c.batch_size <= 0) return make_error(errc::invalid_argument, "train: batch_size must be > 0");
+  if (c.eval_batch_size <= 0) return make_error(errc::invalid_argument, "train: eval_batch_size must be > 0");
+  if (c.data.kind == dataset_kind::synthetic) {
+    if (c.data.sample.rank() != 3 || c.data.sample.numel() <= 0)
+      return make_error(errc::invalid_argument, "train: synthetic sample shape must be (C, H, W), got " +
+                                                    c.data.sample.to_string());
+    if (c.data.train_size <= 0 || c.data.test_size <= 0 || c.data.classes < 2)
+      return make_error(errc::invalid_argument, "train: synthetic sizes must be > 0 and classes >= 2");
+  }
+  return {};
+}
+
+// Accuracy of `m` over `data`, in eval mode, batch by batch (views, no copies).
+expected<double> evaluate(model& m, const image_dataset& data, int64_t batch) {
+  int64_t correct = 0;
+  for (int64_t b = 0; b < data.size(); b += batch) {
+    int64_t e = std::min(data.size(), b + batch);
+    HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(data.images.view().slice_outer(b, e), mode::eval));
+    HF_ASSIGN_OR_RETURN(loss_result r,
+                        softmax_cross_entropy(logits, std::span<const int32_t>(data.labels).subspan(
+                                                          std::size_t(b), std::size_t(e - b))));
+    correct += r.correct;
+  }
+  return data.size() > 0 ? double(correct) / double(data.size()) : 0.0;
+}
+
+expected<train_report> run(const train_config& c, const progress_callback& progress, model& m,
+                           image_dataset& train, image_dataset& test, clock_type::time_point t_start) {
+  HF_ASSIGN_OR_RETURN(auto opt, make_optimizer(c.optimizer));
+  std::vector<parameter*> params = m.parameters();
+
+  train_report rep;
+  rep.model = c.model;
+  rep.where = m.where().to_string();
+  rep.threads = m.context().threads();
+  rep.parameters = m.parameter_count();
+
+  const int64_t n = train.size();
+  const int64_t full = n / c.batch_size;
+  int64_t steps = (c.drop_last || n % c.batch_size == 0) ? full : full + 1;
+  if (c.max_steps_per_epoch > 0) steps = std::min(steps, c.max_steps_per_epoch);
+  if (steps == 0)
+    return make_error(errc::invalid_argument, "train: " + std::to_string(n) + " training samples make no batch of " +
+                                                  std::to_string(c.batch_size));
+
+  const shape sample = train.sample_shape();
+  const int64_t per = sample.numel();
+  tensor batch_x = tensor::empty(shape{c.batch_size, sample[0], sample[1], sample[2]});
+  std::vector<int32_t> batch_y(std::size_t(c.batch_size));
+  tensor grad = tensor::empty({c.batch_size, m.spec().classes});
+  std::vector<int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  rng shuffle_rng(splitmix64(c.seed ^ 0x5f0ff1e5ull));
+
+  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+    for (int64_t i = n - 1; i > 0; --i)
+      std::swap(order[std::size_t(i)], order[std::size_t(shuffle_rng.below(uint64_t(i + 1)))]);
+    epoch_report er;
+    er.epoch = epoch + 1;
+    double loss_sum = 0.0, window_loss = 0.0;
+    int64_t correct = 0, window_steps = 0;
+    auto t0 = clock_type::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      if (c.stop && c.stop->load(std::memory_order_relaxed))
+        return make_error(errc::cancelled, "train: stopped at epoch " + std::to_string(epoch + 1) + " step " +
+                                               std::to_string(s));
+      const int64_t b0 = s * c.batch_size;
+      const int64_t bn = std::min(c.batch_size, n - b0);
+      batch_x.resize(shape{bn, sample[0], sample[1], sample[2]});
+      const float* src = train.images.f32();
+      float* dst = batch_x.f32();
+      for (int64_t j = 0; j < bn; ++j) {
+        int64_t idx = order[std::size_t(b0 + j)];
+        std::memcpy(dst + j * per, src + idx * per, sizeof(float) * std::size_t(per));
+        batch_y[std::size_t(j)] = train.labels[std::size_t(idx)];
+      }
+      HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(batch_x.view(), mode::train));
+      grad.resize(logits.shape());
+      HF_ASSIGN_OR_RETURN(loss_result lr_res,
+                          softmax_cross_entropy(logits, std::span<const int32_t>(batch_y.data(), std::size_t(bn)),
+                                                grad.mutable_view()));
+      HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+      er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
+      HF_RETURN_IF_ERROR(opt->step(params, er.lr));
+      if (!std::isfinite(lr_res.loss))
+        return make_error(errc::internal, "train: loss became " + std::to_string(lr_res.loss) + " at epoch " +
+                                              std::to_string(epoch + 1) + " step " + std::to_string(s + 1) +
+                                              "; lower the learning rate");
+      loss_sum += lr_res.loss;
+      window_loss += lr_res.loss;
+      ++window_steps;
+      correct += lr_res.correct;
+      er.samples += bn;
+      if (progress && (s + 1 == steps || (c.progress_every > 0 && (s + 1) % c.progress_every == 0))) {
+        double el = seconds_since(t0);
+        progress(train_progress{epoch + 1, s + 1, steps, el > 0 ? double(er.samples) / el : 0.0,
+                                window_loss / double(window_steps)});
+        window_loss = 0.0;
+        window_steps = 0;
+      }
+    }
+    er.train_seconds = seconds_since(t0);
+    er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0.0;
+    er.loss = loss_sum / double(steps);
+    er.train_accuracy = double(correct) / double(er.samples);
+    if (c.eval_each_epoch || epoch + 1 == c.epochs) {
+      HF_ASSIGN_OR_RETURN(er.test_accuracy, evaluate(m, test, c.eval_batch_size));
+    }
+    rep.epochs.push_back(er);
+  }
+  if (!c.save_weights.empty()) HF_RETURN_IF_ERROR(save_weights(m, c.save_weights));
+  rep.total_seconds = seconds_since(t_start);
+  return rep;
+}
+
+}  // namespace
+
+expected<train_report> train_single(const train_config& c, const progress_callback& progress) {
+  auto t_start = clock_type::now();
+  HF_RETURN_IF_ERROR(check_config(c));
+  image_dataset train, test;
+  if (c.data.kind == dataset_kind::fashion_mnist) {
+    HF_ASSIGN_OR_RETURN(train, load_fashion_mnist(c.data.path, true));
+    HF_ASSIGN_OR_RETURN(test, load_fashion_mnist(c.data.path, false));
+  } else {
+    train = make_synthetic_images(c.data.sample, c.data.train_size, c.data.classes, c.seed, c.data.noise);
+    // Same prototypes (seed), the samples after the training ones.
+    test = make_synthetic_images(c.data.sample, c.data.test_size, c.data.classes, c.seed, c.data.noise,
+                                 c.data.train_size);
+  }
+  normalization stats = channel_stats(train);
+  normalize(train, stats);
+  normalize(test, stats);
+
+  zoo_options zo;
+  zo.input = train.sample_shape();
+  zo.classes = train.classes;
+  zo.width = c.width;
+  HF_ASSIGN_OR_RETURN(model_spec spec, make_model_spec(c.model, zo));
+  HF_ASSIGN_OR_RETURN(model m, build_model(spec, c.where, build_options{c.threads, c.seed}));
+  expected<train_report> result = make_error(errc::internal, "train: did not run");
+  m.context().run([&] { result = run(c, progress, m, train, test, t_start); });
+  return result;
+}
+
+}  // namespace hetflow::kernels

@@ -1,0 +1,76 @@
+# Shared helpers for the integration tests (sourced). Every test:
+#  - gets $HETFLOW (binary), $HETFLOW_SRC, $HETFLOW_SCRATCH from CTest,
+#  - uses its own port range, so tests can run side by side,
+#  - kills whatever it started on exit (no leaked processes, ever).
+set -u
+: "${HETFLOW:?}" "${HETFLOW_SCRATCH:?}"
+rm -rf "$HETFLOW_SCRATCH"
+mkdir -p "$HETFLOW_SCRATCH"
+cd "$HETFLOW_SCRATCH"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do
+    [[ -n "$p" ]] && kill -9 "$p" 2>/dev/null
+  done
+  return 0
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pass() { echo "PASS: $*"; }
+
+# write_topology FILE BASE_PORT NODES DATA_PLANE [job lines...]
+write_topology() {
+  local file=$1 base=$2 nodes=$3 dp=$4
+  shift 4
+  {
+    echo '[cluster]'
+    echo "name = \"it-$(basename "$file" .toml)\""
+    # DATA_PLANE is "auto", "caf", "ucx" or "ucx:TLS" (e.g. ucx:tcp,self)
+    echo "data_plane = \"${dp%%:*}\""
+    [[ "$dp" == *:* ]] && echo "ucx_tls = \"${dp#*:}\""
+    echo 'join_timeout = "20s"'
+    echo 'heartbeat_interval = "200ms"'
+    echo 'connection_timeout = "1s"'
+    local i
+    for ((i = 0; i < nodes; i++)); do
+      echo '[[nodes]]'
+      echo "name = \"n$i\""
+      echo 'host = "127.0.0.1"'
+      echo "port = $((base + i))"
+    done
+    echo '[job]'
+    local l
+    for l in "$@"; do echo "$l"; done
+  } >"$file"
+}
+
+# wait_exit PID SECONDS -> sets WAIT_RC (exit code) or fails on timeout
+wait_exit() {
+  local pid=$1 secs=$2 t=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.1
+    t=$((t + 1))
+    if ((t > secs * 10)); then
+      return 1
+    fi
+  done
+  wait "$pid"
+  WAIT_RC=$?
+  return 0
+}
+
+# wait_for_text FILE TEXT SECONDS
+wait_for_text() {
+  local f=$1 text=$2 secs=$3 t=0
+  until grep -q -- "$text" "$f" 2>/dev/null; do
+    sleep 0.1
+    t=$((t + 1))
+    ((t > secs * 10)) && return 1
+  done
+  return 0
+}
+
+json_get() {  # json_get FILE PYTHON_EXPR (d is the parsed object)
+  python3 -c "import json,sys; d=json.load(open('$1')); print($2)"
+}

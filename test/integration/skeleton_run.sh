@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `hetflow run` of the skeleton job on 3 local nodes, for every data plane:
+# exit 0, every tensor checked, output prefixed per node, report complete.
+source "$(dirname "$0")/lib.sh"
+
+base=7310
+for dp in auto "ucx:sm,self" "ucx:tcp,self" caf; do
+  topo="$HETFLOW_SCRATCH/skel-${dp//[:,]/_}.toml"
+  write_topology "$topo" $base 3 "$dp" 'kind = "skeleton"' 'tensors = 40' \
+    'tensor_bytes = "1MiB"' 'window = 3'
+  base=$((base + 10))
+  out="$topo.out"
+  timeout 120 "$HETFLOW" run "$topo" --report "$topo.json" >"$out" 2>&1
+  rc=$?
+  [[ $rc -eq 0 ]] || { cat "$out"; fail "[$dp] hetflow run exited $rc"; }
+  for n in n0 n1 n2; do
+    grep -q "^\[$n\] " "$out" || { cat "$out"; fail "[$dp] no output prefixed [$n]"; }
+  done
+  [[ $(json_get "$topo.json" 'd["status"]') == ok ]] || fail "[$dp] report status"
+  [[ $(json_get "$topo.json" 'd["result"]["tensors"]') == 40 ]] || fail "[$dp] tensors checked"
+  [[ $(json_get "$topo.json" 'd["result"]["bytes"]') == 41943040 ]] || fail "[$dp] bytes checked"
+  [[ $(json_get "$topo.json" 'len(d["nodes"])') == 3 ]] || fail "[$dp] node reports"
+  [[ $(json_get "$topo.json" 'all(n["status"]=="ok" for n in d["nodes"])') == True ]] ||
+    fail "[$dp] node status"
+  plane=$(json_get "$topo.json" 'd["result"]["data_plane"]')
+  case "$dp" in
+    caf) [[ $plane == caf ]] || fail "[$dp] ran on data plane '$plane'" ;;
+    ucx:*) [[ $plane == ucx* ]] || fail "[$dp] ran on data plane '$plane'" ;;
+  esac
+  # Bytes crossed the data plane between n0->n1 and n1->n2 (not by reference).
+  sent=$(json_get "$topo.json" 'sum(n["data_plane_stats"]["bytes_sent"] for n in d["nodes"])')
+  ((sent >= 2 * 41943040)) || fail "[$dp] data plane carried only $sent bytes"
+  pass "skeleton on data plane $dp ($plane)"
+done
+
+# Two actors on one node pass tensors by reference: nothing crosses a wire.
+topo="$HETFLOW_SCRATCH/one-node.toml"
+write_topology "$topo" $base 1 auto 'kind = "skeleton"' 'tensors = 10' 'tensor_bytes = "64KiB"'
+timeout 60 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
+  { cat "$topo.out"; fail "single-node skeleton"; }
+[[ $(json_get "$topo.json" 'd["nodes"][0]["data_plane_stats"]["bytes_sent"]') == 0 ]] ||
+  fail "single node: tensors went through the data plane"
+pass "single node passes tensors by reference"

@@ -1,0 +1,78 @@
+// topology/settings.hpp, topology/catalog.hpp, topology/cluster.hpp: the plain
+// model types' lookups and to_string.
+#define BOOST_TEST_MODULE topology_model
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "test_catalog.hpp"
+#include "topology/catalog.hpp"
+#include "topology/cluster.hpp"
+#include "topology/settings.hpp"
+
+using namespace hetflow::topology;
+
+BOOST_AUTO_TEST_CASE(settings_getters_check_the_held_type) {
+  settings s;
+  s.set("b", true);
+  s.set("i", int64_t{42});
+  s.set("d", 2.5);
+  s.set("s", std::string("text"));
+  s.set("ss", std::vector<std::string>{"x", "y"});
+  s.set("is", std::vector<int64_t>{1, 2, 3});
+  BOOST_TEST(s.contains("b"));
+  BOOST_TEST(!s.contains("missing"));
+  BOOST_TEST(s.get_bool("b") == true);
+  BOOST_TEST(s.get_bool("i", true) == true);  // wrong type -> fallback
+  BOOST_TEST(s.get_int("i") == 42);
+  BOOST_TEST(s.get_int("d", -1) == -1);
+  BOOST_TEST(s.get_int("missing", 7) == 7);
+  BOOST_TEST(s.get_number("d") == 2.5);
+  BOOST_TEST(s.get_number("i") == 42.0);  // integers widen to numbers
+  BOOST_TEST(s.get_number("s", 1.5) == 1.5);
+  BOOST_TEST(s.get_string("s") == "text");
+  BOOST_TEST(s.get_string("i", "fb") == "fb");
+  BOOST_TEST((s.get_strings("ss") == std::vector<std::string>{"x", "y"}));
+  BOOST_TEST(s.get_strings("s").empty());
+  BOOST_TEST((s.get_ints("is") == std::vector<int64_t>{1, 2, 3}));
+  BOOST_TEST(s.get_ints("ss").empty());
+  s.set("i", std::string("now a string"));  // set replaces
+  BOOST_TEST(s.get_int("i", -5) == -5);
+  BOOST_TEST(s.values().size() == 6u);
+}
+
+BOOST_AUTO_TEST_CASE(catalog_lookup) {
+  const catalog c = test::make_test_catalog();
+  BOOST_REQUIRE(c.find_job_kind("skeleton") != nullptr);
+  BOOST_TEST(c.find_job_kind("skeleton")->name == "skeleton");
+  BOOST_TEST(c.find_job_kind("producer") == nullptr);  // job kinds and actor types are separate
+  BOOST_TEST(c.find_job_kind("Skeleton") == nullptr);  // exact, case-sensitive
+  BOOST_REQUIRE(c.find_actor_type("checker") != nullptr);
+  BOOST_TEST(c.find_actor_type("checker") == &c.actor_types[2]);
+  BOOST_TEST(c.find_actor_type("") == nullptr);
+  BOOST_TEST(catalog{}.find_job_kind("skeleton") == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(cluster_node_lookup) {
+  cluster c;
+  c.nodes.resize(3);
+  c.nodes[0].name = "head";
+  c.nodes[1].name = "w1";
+  c.nodes[2].name = "w2";
+  BOOST_TEST(c.node_index("head") == 0);
+  BOOST_TEST(c.node_index("w2") == 2);
+  BOOST_TEST(c.node_index("w3") == -1);
+  BOOST_TEST(c.find_node("w1") == &c.nodes[1]);
+  BOOST_TEST(c.find_node("nope") == nullptr);
+  BOOST_TEST(&c.head() == &c.nodes[0]);
+}
+
+BOOST_AUTO_TEST_CASE(names) {
+  BOOST_TEST(std::string(to_string(device_kind::cpu)) == "cpu");
+  BOOST_TEST(std::string(to_string(device_kind::cuda)) == "cuda");
+  BOOST_TEST(std::string(to_string(key_type::boolean)) == "boolean");
+  BOOST_TEST(std::string(to_string(key_type::size)) == "size");
+  BOOST_TEST(std::string(to_string(key_type::duration)) == "duration");
+  BOOST_TEST(std::string(to_string(key_type::path_list)) == "path_list");
+  BOOST_TEST(std::string(to_string(key_type::size_list)) == "size_list");
+}
