@@ -15,10 +15,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "actors/caf_types.hpp"
+#include "actors/builtin/job_actor.hpp"
 #include "actors/json.hpp"
-#include "actors/node_services.hpp"
-#include "actors/registry.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -67,9 +65,8 @@ constexpr uint32_t kind_output = 2;
 
 // --- producer ------------------------------------------------------------------
 
-struct producer_state {
-  std::shared_ptr<node_services> svc;
-  std::string me, to, checker;
+struct producer_state : job_actor_state {
+  std::string to, checker;
   skeleton_params p;
   int64_t sent = 0;
   int64_t credits = 0;
@@ -87,10 +84,8 @@ void producer_pump(caf::stateful_actor<producer_state>* self) {
     auto buf = std::make_shared<const wire_buffer>(std::move(b).finish());
     if (auto s = st.svc->send_wire(st.to, std::move(buf)); !s.ok()) {
       st.done = true;
-      st.svc->report_done(st.me, false, "cannot send tensor " + std::to_string(st.sent) +
-                                            " to '" + st.to + "': " + s.to_string(), {});
-      self->quit();
-      return;
+      return fail_job_actor(self, "cannot send tensor " + std::to_string(st.sent) + " to '" +
+                                      st.to + "': " + s.to_string());
     }
     ++st.sent;
     --st.credits;
@@ -102,17 +97,14 @@ void producer_pump(caf::stateful_actor<producer_state>* self) {
 }
 
 caf::behavior producer(caf::stateful_actor<producer_state>* self, actor_env env) {
+  init_job_actor(self, env);
   auto& st = self->state;
-  st.svc = env.services;
-  st.me = env.spec.name;
   st.to = env.spec.args.get_string("to", "transformer");
   st.checker = env.spec.args.get_string("checker", "checker");
   st.p = params_of(env.cluster);
-  self->set_default_handler(caf::skip);
   return {
     [self](start_atom) {
-      self->set_default_handler(caf::print_and_drop);
-      self->become([self](credit_atom, uint64_t n) {
+      become_running(self, [self](credit_atom, uint64_t n) {
         self->state.credits += static_cast<int64_t>(n);
         producer_pump(self);
       });
@@ -124,32 +116,25 @@ caf::behavior producer(caf::stateful_actor<producer_state>* self, actor_env env)
 
 // --- transformer -----------------------------------------------------------------
 
-struct transformer_state {
-  std::shared_ptr<node_services> svc;
-  std::string me, to;
+struct transformer_state : job_actor_state {
+  std::string to;
   skeleton_params p;
   int64_t seen = 0;
   static inline const char* name = "hetflow.transformer";
 };
 
 caf::behavior transformer(caf::stateful_actor<transformer_state>* self, actor_env env) {
+  init_job_actor(self, env);
   auto& st = self->state;
-  st.svc = env.services;
-  st.me = env.spec.name;
   st.to = env.spec.args.get_string("to", "checker");
   st.p = params_of(env.cluster);
-  self->set_default_handler(caf::skip);
-  auto fail = [self](const std::string& why) {
-    self->state.svc->report_done(self->state.me, false, why, {});
-    self->quit();
-  };
+  auto fail = [self](const std::string& why) { fail_job_actor(self, why); };
   return {
     [self, fail](start_atom) {
-      self->set_default_handler(caf::print_and_drop);
-      self->become([self, fail](wire_atom, const std::string& from, const wire_buffer_ref& buf) {
+      become_running(self, [self, fail](wire_atom, const std::string& from, const wire_buffer_ref& buf) {
         auto& st = self->state;
-        auto msg = schemas::decode_message(buf, st.svc->read_limits(), "node '" + from + "'");
-        if (!msg) return fail(msg.error().to_string());
+        auto msg = decode_or_fail(self, from, buf);
+        if (!msg) return;
         if (msg->tensor_count() != 1 || msg->tensor(0).type != dtype::f32)
           return fail("tensor message " + std::to_string(msg->header().seq) + " from node '" +
                       from + "' is not one f32 tensor");
@@ -174,9 +159,8 @@ caf::behavior transformer(caf::stateful_actor<transformer_state>* self, actor_en
 
 // --- checker -------------------------------------------------------------------
 
-struct checker_state {
-  std::shared_ptr<node_services> svc;
-  std::string me, producer;
+struct checker_state : job_actor_state {
+  std::string producer;
   skeleton_params p;
   int64_t next = 0;
   uint64_t bytes = 0;
@@ -186,24 +170,18 @@ struct checker_state {
 };
 
 caf::behavior checker(caf::stateful_actor<checker_state>* self, actor_env env) {
+  init_job_actor(self, env);
   auto& st = self->state;
-  st.svc = env.services;
-  st.me = env.spec.name;
   st.producer = env.spec.args.get_string("producer", "producer");
   st.p = params_of(env.cluster);
-  self->set_default_handler(caf::skip);
-  auto fail = [self](const std::string& why) {
-    self->state.svc->report_done(self->state.me, false, why, {});
-    self->quit();
-  };
+  auto fail = [self](const std::string& why) { fail_job_actor(self, why); };
   return {
     [self, fail](start_atom) {
-      self->set_default_handler(caf::print_and_drop);
-      self->become([self, fail](wire_atom, const std::string& from, const wire_buffer_ref& buf) {
+      become_running(self, [self, fail](wire_atom, const std::string& from, const wire_buffer_ref& buf) {
         auto& st = self->state;
         if (st.next == 0) st.first = clock_type::now();
-        auto msg = schemas::decode_message(buf, st.svc->read_limits(), "node '" + from + "'");
-        if (!msg) return fail(msg.error().to_string());
+        auto msg = decode_or_fail(self, from, buf);
+        if (!msg) return;
         const auto& h = msg->header();
         if (h.seq != static_cast<uint64_t>(st.next))
           return fail("expected tensor " + std::to_string(st.next) + " but got " +

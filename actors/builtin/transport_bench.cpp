@@ -15,10 +15,8 @@
 #include <cstring>
 
 #include "actors/builtin/skeleton.hpp"
-#include "actors/caf_types.hpp"
+#include "actors/builtin/job_actor.hpp"
 #include "actors/json.hpp"
-#include "actors/node_services.hpp"
-#include "actors/registry.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -76,9 +74,8 @@ struct result_row {
   int64_t messages = 0;
 };
 
-struct sender_state {
-  std::shared_ptr<node_services> svc;
-  std::string me, to;
+struct sender_state : job_actor_state {
+  std::string to;
   bench_plan plan;
   std::size_t idx = 0;
   wire_buffer_ref ping_msg, stream_msg;
@@ -113,11 +110,8 @@ void pump(caf::stateful_actor<sender_state>* self) {
   auto& st = self->state;
   const auto& sp = st.plan.sizes[st.idx];
   while (st.sent < sp.messages && st.sent - st.acked < st.plan.window) {
-    if (auto s = st.svc->send_wire(st.to, st.stream_msg); !s.ok()) {
-      st.svc->report_done(st.me, false, s.to_string(), {});
-      self->quit();
-      return;
-    }
+    if (auto s = st.svc->send_wire(st.to, st.stream_msg); !s.ok())
+      return fail_job_actor(self, s.to_string());
     ++st.sent;
   }
 }
@@ -136,16 +130,14 @@ void start_size(caf::stateful_actor<sender_state>* self) {
 }
 
 caf::behavior bench_sender(caf::stateful_actor<sender_state>* self, actor_env env) {
+  init_job_actor(self, env);
   auto& st = self->state;
-  st.svc = env.services;
-  st.me = env.spec.name;
   st.to = env.spec.args.get_string("to", "bench_receiver");
   st.plan = plan_of(env.cluster);
-  self->set_default_handler(caf::skip);
   return {
     [self](start_atom) {
-      self->set_default_handler(caf::print_and_drop);
-      self->become(
+      become_running(
+          self,
           [self](wire_atom, const std::string&, const wire_buffer_ref&) {
             auto& st = self->state;
             const auto& sp = st.plan.sizes[st.idx];
@@ -177,9 +169,8 @@ caf::behavior bench_sender(caf::stateful_actor<sender_state>* self, actor_env en
   };
 }
 
-struct receiver_state {
-  std::shared_ptr<node_services> svc;
-  std::string me, from;
+struct receiver_state : job_actor_state {
+  std::string from;
   bench_plan plan;
   std::size_t idx = 0;
   int64_t pings = 0, received = 0, unacked = 0;
@@ -188,24 +179,17 @@ struct receiver_state {
 };
 
 caf::behavior bench_receiver(caf::stateful_actor<receiver_state>* self, actor_env env) {
+  init_job_actor(self, env);
   auto& st = self->state;
-  st.svc = env.services;
-  st.me = env.spec.name;
   st.from = env.spec.args.get_string("from", "bench_sender");
   st.plan = plan_of(env.cluster);
-  self->set_default_handler(caf::skip);
   return {
     [self](start_atom) {
-      self->set_default_handler(caf::print_and_drop);
       self->state.sender = self->state.svc->find_actor(self->state.from);
-      self->become([self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+      become_running(self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
         auto& st = self->state;
-        auto msg = schemas::decode_message(buf, st.svc->read_limits(), "node '" + node + "'");
-        if (!msg) {
-          st.svc->report_done(st.me, false, msg.error().to_string(), {});
-          self->quit();
-          return;
-        }
+        auto msg = decode_or_fail(self, node, buf);
+        if (!msg) return;
         const auto& sp = st.plan.sizes[st.idx];
         if (msg->header().kind == kind_ping) {
           (void)st.svc->send_wire(st.from, buf);  // echo the same buffer
