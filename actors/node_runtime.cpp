@@ -60,6 +60,7 @@ struct node_shared {
   // Exit: set exactly once.
   std::promise<std::pair<int, std::string>> exit_promise;
   std::atomic<bool> exit_set{false};
+  std::atomic<bool> stopping{false};  // set when the stop protocol begins
   std::vector<actor_result> local_results;  // this node's actors
   std::vector<actor_result> all_results;    // head only
   clock_type::time_point started_at = clock_type::now();
@@ -128,6 +129,7 @@ public:
   }
 
   const schemas::read_limits& read_limits() const override { return sh_->limits; }
+  const std::atomic<bool>& stopping() const override { return sh_->stopping; }
 
   void report_done(std::string_view actor, bool ok, std::string summary,
                    std::string metrics_json) override {
@@ -171,6 +173,7 @@ void do_stop(node_actor_type* self, int code, std::string reason, bool tell_peer
   auto& st = self->state;
   if (st.stopping) return;
   st.stopping = true;
+  st.sh->stopping = true;
   st.exit_code = code;
   st.reason = reason;
   if (code == 0)

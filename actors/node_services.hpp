@@ -15,6 +15,7 @@
 
 #include <caf/fwd.hpp>
 
+#include <atomic>
 #include <string>
 #include <string_view>
 
@@ -43,6 +44,10 @@ public:
   // target come back at once; transfer errors stop the job with a message
   // naming the peer.
   virtual status send_wire(std::string_view target, wire_buffer_ref msg) = 0;
+
+  // Becomes true when the job is stopping (a failure elsewhere, a signal).
+  // Long computations that cannot read their mailbox poll it.
+  virtual const std::atomic<bool>& stopping() const = 0;
 
   // The receiver's bounds for decoding wire messages from peers.
   virtual const schemas::read_limits& read_limits() const = 0;

@@ -24,8 +24,8 @@ case "${1:-}" in
     ;;
   demo)
     setup_and_build
-    # The main job on the default local topology.
-    exec "$build/bin/hetflow" run deploy/examples/skeleton.toml --report "$build/skeleton-report.json"
+    # The main job on the default local topology: LeNet-5 on Fashion-MNIST.
+    exec "$build/bin/hetflow" run deploy/examples/fashion-lenet.toml --report "$build/fashion-lenet-report.json"
     ;;
   test)
     setup_and_build
@@ -33,7 +33,7 @@ case "${1:-}" in
     ctest --test-dir "$build" -L unit --output-on-failure -j"$jobs"
     echo "== integration tests"
     # Serial: they start several node processes each and time failures.
-    ctest --test-dir "$build" -L integration --output-on-failure
+    ctest --test-dir "$build" -L "integration|slow" --output-on-failure
     ;;
   *)
     echo "usage: deploy/dev.sh demo|test|build" >&2

@@ -31,8 +31,20 @@ expected<loss_result> softmax_cross_entropy(tensor_view logits, std::span<const 
   // Per-chunk partial sums summed in order: the same result for any thread count.
   const int64_t rows_per_chunk = std::max<int64_t>(1, cpu::serial_elements / std::max<int64_t>(c, 1));
   const int64_t chunks = (n + rows_per_chunk - 1) / rows_per_chunk;
-  std::vector<double> loss_part(std::size_t(chunks), 0.0);
-  std::vector<int64_t> correct_part(std::size_t(chunks), 0);
+  // Typical batches make one chunk: keep the partials on the stack then.
+  constexpr int64_t stack_chunks = 16;
+  double loss_stack[stack_chunks];
+  int64_t correct_stack[stack_chunks];
+  std::vector<double> loss_heap;
+  std::vector<int64_t> correct_heap;
+  double* loss_part = loss_stack;
+  int64_t* correct_part = correct_stack;
+  if (chunks > stack_chunks) {
+    loss_heap.resize(std::size_t(chunks));
+    correct_heap.resize(std::size_t(chunks));
+    loss_part = loss_heap.data();
+    correct_part = correct_heap.data();
+  }
   cpu::parallel_range(chunks, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t ch = cb; ch < ce; ++ch) {
       double loss = 0.0;
@@ -58,14 +70,14 @@ expected<loss_result> softmax_cross_entropy(tensor_view logits, std::span<const 
           grow[y] -= inv_n;
         }
       }
-      loss_part[std::size_t(ch)] = loss;
-      correct_part[std::size_t(ch)] = correct;
+      loss_part[ch] = loss;
+      correct_part[ch] = correct;
     }
   });
   loss_result res;
   for (int64_t ch = 0; ch < chunks; ++ch) {
-    res.loss += loss_part[std::size_t(ch)];
-    res.correct += correct_part[std::size_t(ch)];
+    res.loss += loss_part[ch];
+    res.correct += correct_part[ch];
   }
   res.loss /= double(n);
   return res;

@@ -7,6 +7,43 @@
 namespace hetflow::kernels {
 namespace {
 
+// The update loops: separate arrays (restrict) and no branches inside, so
+// they vectorise (a fused select on `nesterov` kept GCC from it: 3x slower).
+void sgd_plain(float* __restrict w, const float* __restrict g, int64_t n, float lr, float wd) {
+  for (int64_t j = 0; j < n; ++j) w[j] -= lr * (g[j] + wd * w[j]);
+}
+
+void sgd_momentum(float* __restrict w, const float* __restrict g, float* __restrict buf, int64_t n, float lr,
+                  float mu, float wd) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = mu * buf[j] + (g[j] + wd * w[j]);
+    buf[j] = v;
+    w[j] -= lr * v;
+  }
+}
+
+void sgd_nesterov(float* __restrict w, const float* __restrict g, float* __restrict buf, int64_t n, float lr,
+                  float mu, float wd) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float d = g[j] + wd * w[j];
+    const float v = mu * buf[j] + d;
+    buf[j] = v;
+    w[j] -= lr * (d + mu * v);
+  }
+}
+
+void adam_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+                 int64_t n, float step_size, float b1, float b2, float eps, float wd, float inv_sqrt_bc2) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float gj = g[j] + wd * w[j];
+    const float mj = b1 * m[j] + (1.0f - b1) * gj;
+    const float vj = b2 * v[j] + (1.0f - b2) * gj * gj;
+    m[j] = mj;
+    v[j] = vj;
+    w[j] -= step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+  }
+}
+
 // Per-parameter optimizer buffers, created on the first step.
 struct slot {
   state_tensor a, b;  // sgd: a = momentum buffer; adam: a = m, b = v
@@ -84,16 +121,9 @@ public:
       // Buffers start at zero, so mu*buf + d is PyTorch's "buf = d" on the
       // first step, and lazily so for sparse rows first touched later.
       for_each_segment(p, slots_[i], [=](float* w, const float* g, float* buf, float*, int64_t n) {
-        if (mu == 0.0f) {
-          for (int64_t j = 0; j < n; ++j) w[j] -= lr * (g[j] + wd * w[j]);
-          return;
-        }
-        for (int64_t j = 0; j < n; ++j) {
-          float d = g[j] + wd * w[j];
-          float v = mu * buf[j] + d;
-          buf[j] = v;
-          w[j] -= lr * (nesterov ? d + mu * v : v);
-        }
+        if (mu == 0.0f) sgd_plain(w, g, n, lr, wd);
+        else if (nesterov) sgd_nesterov(w, g, buf, n, lr, mu, wd);
+        else sgd_momentum(w, g, buf, n, lr, mu, wd);
       });
       ++p.version;
     }
@@ -128,12 +158,7 @@ public:
     for (std::size_t i = 0; i < params.size(); ++i) {
       parameter& p = *params[i];
       for_each_segment(p, slots_[i], [=](float* w, const float* g, float* m, float* v, int64_t n) {
-        for (int64_t j = 0; j < n; ++j) {
-          float gj = g[j] + wd * w[j];
-          m[j] = b1 * m[j] + (1.0f - b1) * gj;
-          v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
-          w[j] -= step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + eps);
-        }
+        adam_update(w, g, m, v, n, step_size, b1, b2, eps, wd, inv_sqrt_bc2);
       });
       ++p.version;
     }

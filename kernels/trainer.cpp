@@ -39,7 +39,10 @@ double seconds_since(clock_type::time_point t0) {
 status check_config(const train_config& c) {
   if (c.epochs <= 0) return make_error(errc::invalid_argument, "train: epochs must be > 0");
   if (c.batch_size <= 0) return make_error(errc::invalid_argument, "train: batch_size must be > 0");
-  if (c.eval_batch_size <= 0) return make_error(errc::invalid_argument, "train: eval_batch_size must be > 0");
+  if (c.eval_batch_size < 0) return make_error(errc::invalid_argument, "train: eval_batch_size must be >= 0");
+  if (c.model == "dlrm")
+    return make_error(errc::unsupported, "train: dlrm trains on click logs, which train_single does not read yet; "
+                                         "use an image model (mlp, lenet5, vgg*, resnet*)");
   if (c.data.kind == dataset_kind::synthetic) {
     if (c.data.sample.rank() != 3 || c.data.sample.numel() <= 0)
       return make_error(errc::invalid_argument, "train: synthetic sample shape must be (C, H, W), got " +
@@ -144,9 +147,11 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     er.loss = loss_sum / double(steps);
     er.train_accuracy = double(correct) / double(er.samples);
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
-      HF_ASSIGN_OR_RETURN(er.test_accuracy, evaluate(m, test, c.eval_batch_size));
+      HF_ASSIGN_OR_RETURN(er.test_accuracy,
+                          evaluate(m, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
     }
     rep.epochs.push_back(er);
+    if (c.on_epoch) c.on_epoch(rep.epochs.back());
   }
   if (!c.save_weights.empty()) HF_RETURN_IF_ERROR(save_weights(m, c.save_weights));
   rep.total_seconds = seconds_since(t_start);

@@ -46,7 +46,7 @@ struct lr_schedule {
 double lr_at(const lr_schedule& s, double base_lr, int epoch, int64_t step, int64_t steps_per_epoch, int epochs);
 
 struct train_config {
-  std::string model = "lenet5";  // a zoo name
+  std::string model = "lenet5";  // a zoo image model (not dlrm: it needs click logs)
   double width = 1.0;            // zoo width multiplier
   dataset_config data;
   int epochs = 3;
@@ -57,12 +57,14 @@ struct train_config {
   device where = device::cpu();
   int threads = 0;               // <= 0: all hardware threads
   bool eval_each_epoch = true;   // else only after the last epoch
-  int64_t eval_batch_size = 1000;
+  int64_t eval_batch_size = 0;   // 0: batch_size (bounds activation memory)
   bool drop_last = false;        // drop each epoch's last partial batch
   int64_t max_steps_per_epoch = 0;  // > 0: cut epochs short (tests, quick benchmarks)
   int64_t progress_every = 50;   // steps between progress callbacks
   const std::atomic<bool>* stop = nullptr;  // set to true to stop: errc::cancelled
   std::string save_weights;      // non-empty: write the trained weights here
+  // Called on the training thread after each epoch (and its evaluation).
+  std::function<void(const struct epoch_report&)> on_epoch;
 };
 
 struct epoch_report {

@@ -76,9 +76,9 @@ public:
   virtual void parameters(std::vector<parameter*>& out) { (void)out; }
   virtual void state(std::vector<state_tensor*>& out) { (void)out; }
 
-  // Bytes held from forward to backward at the prepared shape (outputs,
-  // masks, workspaces, saved inputs' derivatives): what one in-flight
-  // microbatch costs a pipeline stage.
+  // Bytes of the buffers this unit sized for the prepared shape (output,
+  // input gradient, masks, workspaces, oneDNN layout copies): an upper bound
+  // of what one in-flight microbatch costs a pipeline stage.
   virtual uint64_t activation_bytes() const = 0;
 
   // Reseeds stochastic units (dropout); others ignore it.

@@ -6,6 +6,7 @@ namespace hetflow::actors {
 void add_builtin_types(registry& reg) {
   builtin::add_skeleton(reg);
   builtin::add_transport_bench(reg);
+  builtin::add_train(reg);
 }
 
 }  // namespace hetflow::actors

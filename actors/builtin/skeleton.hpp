@@ -14,4 +14,7 @@ void add_skeleton(registry& reg);
 // node runtime's data plane (see transport_bench.cpp).
 void add_transport_bench(registry& reg);
 
+// job "train": strategy "single" trains a zoo model on one device (train.cpp).
+void add_train(registry& reg);
+
 }  // namespace hetflow::actors::builtin

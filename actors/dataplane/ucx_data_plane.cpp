@@ -150,10 +150,8 @@ bool tls_allows_network(const std::string& tls) {
 }
 
 // Progress-loop tuning (see the header comment).
-constexpr auto busy_window = std::chrono::microseconds(50);
-constexpr auto stalled_window = std::chrono::milliseconds(2);
 constexpr int idle_wait_ms = 100;
-constexpr int stalled_wait_ms = 1;
+constexpr int no_efd_wait_ms = 1;
 // Bounds on shutdown(): waiting for goodbyes to leave, then for UCX to
 // return every request after the endpoints were force-closed.
 constexpr auto goodbye_deadline = std::chrono::milliseconds(500);
@@ -161,6 +159,8 @@ constexpr auto teardown_deadline = std::chrono::seconds(2);
 // Receive buffers at least this large are advised onto transparent huge
 // pages: a fresh 64 MiB buffer otherwise costs ~16k page faults.
 constexpr std::size_t huge_page_advice_bytes = std::size_t{4} << 20;
+// Receives at least this large count against max_active_large_receives.
+constexpr std::size_t large_receive_bytes = std::size_t{256} << 10;
 
 uint64_t make_tag(uint32_t from, uint64_t channel) {
   return (uint64_t{from} << channel_bits) | channel;
@@ -211,7 +211,10 @@ struct send_op {
   bool abandoned = false;
 };
 
-enum class recv_kind : uint8_t { data, oversized, no_memory, control };
+// data: delivered in order per tag; the others only drain the message:
+// oversized (above max_message_bytes), control (goodbye), discard (a message
+// nobody will get: its peer is down, or we are shutting down).
+enum class recv_kind : uint8_t { data, oversized, control, discard };
 
 struct recv_op {
   ucx_data_plane* owner = nullptr;
@@ -223,6 +226,10 @@ struct recv_op {
   ucs_status_t result = UCS_INPROGRESS;
   bool complete = false;
   bool abandoned = false;  // as send_op::abandoned
+  bool large = false;       // holds one of the large-receive slots while posted
+  bool deferred = false;    // probed, waiting for a slot (see start_deferred)
+  bool no_memory = false;   // could not allocate; drained into scratch
+  ucp_tag_message_h pending_message = nullptr;  // while deferred
   alignas(64) std::byte scratch[64];
 };
 
@@ -327,6 +334,7 @@ public:
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopped_) return make_error(errc::cancelled, "ucx data plane is shut down");
       connect_queue_.push_back(std::move(cmd));
+      has_commands_.store(true, std::memory_order_release);
     }
     wake();
     return result.get();
@@ -366,6 +374,7 @@ public:
                               std::to_string(it->second.max_message_bytes));
       op->msg = std::move(msg);
       send_queue_.push_back(std::move(op));
+      has_commands_.store(true, std::memory_order_release);
     }
     wake();
     return status{};
@@ -417,6 +426,7 @@ public:
     auto* op = static_cast<recv_op*>(user_data);
     ucp_request_free(request);
     op->request = nullptr;
+    if (op->large) --op->owner->active_large_receives_;
     if (op->abandoned) return;
     op->result = s;
     op->complete = true;
@@ -539,19 +549,21 @@ private:
     while (!stop_requested_.load(std::memory_order_acquire)) {
       bool activity = drain_commands();
       if (ucp_worker_progress(worker_) != 0) activity = true;
-      check_peer_processes();
       if (probe_arrivals()) activity = true;
       if (after_progress()) activity = true;
       auto now = clock_type::now();
+      check_peer_processes(now);
       if (activity) {
         last_activity = now;
         continue;
       }
-      auto quiet = now - last_activity;
-      bool in_flight = !inflight_sends_.empty() || recvs_in_flight_ > 0 || !close_requests_.empty();
-      if (quiet < busy_window) continue;
-      if (in_flight && quiet < stalled_window) continue;
-      wait_for_events(in_flight ? stalled_wait_ms : idle_wait_ms);
+      // Never sleep with operations in flight: not every event that moves
+      // them on wakes the worker efd (a TCP socket turning writable does
+      // not), so sleeping there stalls transfers for the whole timeout.
+      bool in_flight = !inflight_sends_.empty() || recvs_in_flight_ > 0 ||
+                       !deferred_receives_.empty() || !close_requests_.empty();
+      if (in_flight || now - last_activity < options_.idle_spin) continue;
+      wait_for_events(idle_wait_ms);
     }
     teardown();
   }
@@ -575,7 +587,7 @@ private:
       bool armed = worker_efd_ < 0 || ucp_worker_arm(worker_) == UCS_OK;
       if (armed) {
         epoll_event evs[2];
-        (void)epoll_wait(epoll_fd_, evs, 2, worker_efd_ < 0 ? stalled_wait_ms : timeout_ms);
+        (void)epoll_wait(epoll_fd_, evs, 2, worker_efd_ < 0 ? no_efd_wait_ms : timeout_ms);
         uint64_t drained;
         (void)!read(event_fd_, &drained, sizeof drained);
       }
@@ -583,17 +595,20 @@ private:
     sleeping_.store(false, std::memory_order_relaxed);
   }
 
+  // Hot: runs every loop iteration. The flag keeps an empty poll lock-free;
+  // the batches keep their capacity, so a busy loop does not allocate.
   bool drain_commands() {
-    std::deque<std::unique_ptr<connect_cmd>> connects;
-    std::deque<std::unique_ptr<send_op>> sends;
+    if (!has_commands_.load(std::memory_order_acquire)) return false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (connect_queue_.empty() && send_queue_.empty()) return false;
-      connects.swap(connect_queue_);
-      sends.swap(send_queue_);
+      connect_batch_.swap(connect_queue_);
+      send_batch_.swap(send_queue_);
+      has_commands_.store(false, std::memory_order_relaxed);
     }
-    for (auto& c : connects) do_connect(*c);
-    for (auto& op : sends) post_send(std::move(op));
+    for (auto& c : connect_batch_) do_connect(*c);
+    for (auto& op : send_batch_) post_send(std::move(op));
+    connect_batch_.clear();
+    send_batch_.clear();
     run_send_completions();
     return true;
   }
@@ -710,33 +725,56 @@ private:
     op->owner = this;
     op->tag = info.sender_tag;
     op->length = info.length;
-    void* dst = op->scratch;
-    size_t len = sizeof op->scratch;
     if ((info.sender_tag >> channel_bits) == control_sender) {
       op->kind = recv_kind::control;
     } else if (info.length > options_.max_message_bytes) {
       op->kind = recv_kind::oversized;
     } else {
-      try {
-        op->buf = wire_buffer(info.length);
-        advise_huge_pages(op->buf);
-        op->kind = recv_kind::data;
-        if (info.length > 0) dst = op->buf.data();
-        len = info.length;
-      } catch (const std::bad_alloc&) {
-        op->kind = recv_kind::no_memory;
+      op->kind = recv_kind::data;
+      op->large = info.length >= large_receive_bytes;
+    }
+    recv_op* raw = op.get();
+    if (raw->kind == recv_kind::data) {
+      recv_queues_[raw->tag].push_back(std::move(op));
+      if (raw->large && active_large_receives_ >= options_.max_active_large_receives) {
+        // Later: starting every probed rendezvous at once interleaves their
+        // transfers (UCX round-robins CMA segments), so all finish late and
+        // the working set outgrows the caches. Ordering is kept by the queue.
+        raw->deferred = true;
+        raw->pending_message = m;
+        deferred_receives_.push_back(raw);
+        return;
       }
+    } else {
+      side_recvs_.emplace(raw, std::move(op));
+    }
+    post_receive(raw, m);
+  }
+
+  void post_receive(recv_op* raw, ucp_tag_message_h m) {
+    void* dst = raw->scratch;
+    size_t len = sizeof raw->scratch;
+    if (raw->kind == recv_kind::data) {
+      try {
+        raw->buf = wire_buffer(raw->length);
+        advise_huge_pages(raw->buf);
+        if (raw->length > 0) dst = raw->buf.data();
+        len = raw->length;
+      } catch (const std::bad_alloc&) {
+        raw->no_memory = true;  // drained into scratch, reported on delivery
+      }
+      if (raw->large) ++active_large_receives_;
     }
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv = &ucx_data_plane::on_recv_done;
-    p.user_data = op.get();
-    recv_op* raw = op.get();
+    p.user_data = raw;
     ++recvs_in_flight_;  // on_recv_done takes it back, possibly inside the call
     ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, dst, len, m, &p);
     if (!raw->complete) {
       if (r == nullptr || UCS_PTR_IS_ERR(r)) {
         --recvs_in_flight_;
+        if (raw->large) --active_large_receives_;
         raw->result = r == nullptr ? UCS_OK : UCS_PTR_STATUS(r);
         raw->complete = true;
         completed_recvs_.push_back(raw);
@@ -744,10 +782,37 @@ private:
         raw->request = r;
       }
     }
-    if (raw->kind == recv_kind::data)
-      recv_queues_[raw->tag].push_back(std::move(op));
-    else
-      side_recvs_.emplace(raw, std::move(op));
+  }
+
+  // Receives `m` into scratch and forgets it (UCX must see every probed
+  // message received, or it leaks the descriptor and, for a rendezvous,
+  // leaves the sender waiting).
+  void discard_message(ucp_tag_message_h m, uint64_t tag) {
+    auto op = std::make_unique<recv_op>();
+    op->owner = this;
+    op->tag = tag;
+    op->kind = recv_kind::discard;
+    recv_op* raw = op.get();
+    side_recvs_.emplace(raw, std::move(op));
+    post_receive(raw, m);
+  }
+
+  // Starts deferred large receives while slots are free.
+  bool start_deferred() {
+    bool any = false;
+    while (!deferred_receives_.empty() &&
+           active_large_receives_ < options_.max_active_large_receives) {
+      recv_op* op = deferred_receives_.front();
+      deferred_receives_.pop_front();
+      any = true;
+      op->deferred = false;
+      ucp_tag_message_h m = std::exchange(op->pending_message, nullptr);
+      if (op->abandoned)
+        discard_message(m, op->tag);
+      else
+        post_receive(op, m);
+    }
+    return any;
   }
 
   // Runs what the UCX callbacks recorded: peer failures first (so send
@@ -780,6 +845,7 @@ private:
     }
     for (recv_op* op : side_done) finish_side_recv(op);
     for (uint64_t tag : data_tags) deliver_in_order(tag);
+    if (start_deferred()) any = true;
     if (!completed_sends_.empty()) {
       any = true;
       run_send_completions();
@@ -797,6 +863,13 @@ private:
       q.pop_front();
       auto from = static_cast<peer_id>(op->tag >> channel_bits);
       channel_id ch = op->tag & channel_mask;
+      if (op->no_memory) {
+        report(make_error(errc::out_of_memory,
+                          "cannot allocate " + std::to_string(op->length) +
+                              " bytes for a message from peer " + std::to_string(from) +
+                              " on channel " + std::to_string(ch) + "; message discarded"));
+        continue;
+      }
       if (op->result != UCS_OK) {
         report(make_error(errc::transport_error,
                           "message of " + std::to_string(op->length) + " bytes from peer " +
@@ -846,12 +919,7 @@ private:
                               std::to_string(options_.max_message_bytes) +
                               "; message discarded (is the peer's configuration the same?)"));
         break;
-      case recv_kind::no_memory:
-        report(make_error(errc::out_of_memory,
-                          "cannot allocate " + std::to_string(op->length) +
-                              " bytes for a message from peer " + std::to_string(sender) +
-                              " on channel " + std::to_string(ch) + "; message discarded"));
-        break;
+      case recv_kind::discard:
       case recv_kind::data:
         break;
     }
@@ -948,7 +1016,9 @@ private:
           continue;
         }
         (*it)->abandoned = true;
-        --recvs_in_flight_;
+        // A deferred one is still in deferred_receives_; start_deferred
+        // drains it. A posted one no longer counts as in flight.
+        if (!(*it)->deferred) --recvs_in_flight_;
         abandoned_recvs_.push_back(std::move(*it));
         it = q.erase(it);
       }
@@ -968,8 +1038,7 @@ private:
 
   // Every keepalive_interval: peers watched through /proc (shared-memory
   // endpoints, see do_connect) whose process is gone are marked down.
-  void check_peer_processes() {
-    auto now = clock_type::now();
+  void check_peer_processes(clock_type::time_point now) {
     if (now < next_process_check_) return;
     next_process_check_ = now + std::max(options_.keepalive_interval, std::chrono::milliseconds(10));
     std::vector<peer_id> dead;
@@ -1017,12 +1086,13 @@ private:
   void teardown() {
     stopping_ = true;
     {
-      std::deque<std::unique_ptr<connect_cmd>> connects;
-      std::deque<std::unique_ptr<send_op>> sends;
+      std::vector<std::unique_ptr<connect_cmd>> connects;
+      std::vector<std::unique_ptr<send_op>> sends;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         connects.swap(connect_queue_);
         sends.swap(send_queue_);
+        has_commands_.store(false, std::memory_order_relaxed);
       }
       for (auto& c : connects)
         c->result.set_value(make_error(errc::cancelled, "ucx data plane is shut down"));
@@ -1049,7 +1119,12 @@ private:
       ucp_worker_progress(worker_);
       discard_control_messages();
     }
-    // Also ends receives that are waiting for a rendezvous we no longer want.
+    // Drain probed-but-unstarted messages, then cancel posted receives.
+    while (!deferred_receives_.empty()) {
+      recv_op* op = deferred_receives_.front();
+      deferred_receives_.pop_front();
+      discard_message(std::exchange(op->pending_message, nullptr), op->tag);
+    }
     for (auto& [tag, q] : recv_queues_)
       for (auto& op : q)
         if (op->request != nullptr) ucp_request_cancel(worker_, op->request);
@@ -1098,8 +1173,9 @@ private:
   mutable std::mutex mutex_;
   bool stopped_ = false;
   std::unordered_map<peer_id, peer_info> peers_;
-  std::deque<std::unique_ptr<send_op>> send_queue_;
-  std::deque<std::unique_ptr<connect_cmd>> connect_queue_;
+  std::vector<std::unique_ptr<send_op>> send_queue_;
+  std::vector<std::unique_ptr<connect_cmd>> connect_queue_;
+  std::atomic<bool> has_commands_{false};
 
   std::mutex handler_mutex_;
   std::shared_ptr<receive_handler> handler_;
@@ -1122,6 +1198,8 @@ private:
   process_identity self_process_;
   bool shared_memory_only_ = false;
   clock_type::time_point next_process_check_{};
+  std::vector<std::unique_ptr<send_op>> send_batch_;
+  std::vector<std::unique_ptr<connect_cmd>> connect_batch_;
   std::unordered_map<peer_id, std::unique_ptr<peer_conn>> conns_;
   std::vector<std::unique_ptr<peer_conn>> retired_conns_;
   std::unordered_set<send_op*> inflight_sends_;
@@ -1130,6 +1208,8 @@ private:
   std::unordered_map<recv_op*, std::unique_ptr<recv_op>> side_recvs_;
   std::vector<recv_op*> completed_recvs_;
   std::size_t recvs_in_flight_ = 0;
+  std::deque<recv_op*> deferred_receives_;
+  uint32_t active_large_receives_ = 0;
   int goodbyes_in_flight_ = 0;
   std::vector<std::pair<peer_conn*, ucs_status_t>> ep_errors_;
   std::vector<void*> close_requests_;

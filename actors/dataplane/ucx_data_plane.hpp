@@ -24,11 +24,12 @@
 // lets a same-host peer watch this process through /proc (see "peer failure").
 //
 // Progress loop: busy-polls ucp_worker_progress while operations are in
-// flight or something happened in the last 50 us; otherwise arms the worker
-// and sleeps in epoll on (worker efd, eventfd) for at most 100 ms, so an idle
-// node does not burn a core. While operations are in flight but nothing has
-// moved for 2 ms it also sleeps (1 ms timeout) rather than spin on a stalled
-// peer.
+// flight (posted sends, receives being pulled) or something happened within
+// `idle_spin` (default 50 us); otherwise arms the worker and sleeps in epoll
+// on (worker efd, eventfd) for at most 100 ms, so an idle node does not burn
+// a core. It never sleeps with operations in flight: UCX does not signal the
+// efd for every event that moves them (a TCP socket turning writable), and
+// sleeping there cut TCP bandwidth several-fold in dp_bench.
 //
 // Ordering: UCX matches messages of one endpoint in send order; receives may
 // complete out of order (an eager message overtakes a rendezvous one still
@@ -101,6 +102,19 @@ struct ucx_options {
   // peer on a connection-less transport (shared memory) goes unnoticed.
   // Not applied when UCX_KEEPALIVE_INTERVAL is set in the environment.
   std::chrono::milliseconds keepalive_interval{1000};
+  // How long the progress thread keeps polling after the last event before
+  // it sleeps on the worker's event fd. Waking from that sleep costs tens of
+  // microseconds (more for TCP, whose events pass through UCX's async
+  // thread), so a window shorter than a round trip makes every message pay
+  // it; longer windows burn more CPU on a lightly loaded node.
+  std::chrono::microseconds idle_spin{50};
+  // Rendezvous-sized arrivals (>= 256 KiB) being pulled at once; later ones
+  // wait, in order, until one finishes. Pulling many at once interleaves
+  // them (UCX round-robins their segments), so each finishes late and the
+  // working set outgrows the caches: 16 at once gave ~9 GB/s over shared
+  // memory where 1 gives ~14 (dp_bench, 4 MiB). Small messages on other
+  // channels are not held up by this.
+  uint32_t max_active_large_receives = 1;
   // Test hook: false skips send()'s check against the receiver's advertised
   // bound, so a test can exercise the receiver's own defence.
   bool check_peer_limit_on_send = true;

@@ -1,11 +1,15 @@
 // conv2d on oneDNN: NCHW activations, square kernel, stride, symmetric zero
 // padding, optional bias and fused ReLU.
 //
-// Weights live in PyTorch's (out, in, kh, kw) layout. Primitives are created
-// with `any` weight layouts so oneDNN picks its fastest (blocked) one; the
-// canonical weights are reordered into it when they changed (parameter
-// version), and the blocked weight gradient is reordered back after each
-// backward.
+// Primitives are created with `any` layouts for activations and weights so
+// oneDNN picks its fastest (blocked, jit) kernels; with plain NCHW it falls
+// back to im2col + gemm whose bias/ReLU epilogue is a scalar loop, 2-3x
+// slower on LeNet's layers. Units still exchange plain NCHW and weights stay
+// in PyTorch's (out, in, kh, kw) layout: staged_memory reorders at the edges
+// (weights only when their version changed).
+//
+// TODO(perf): let blocked activations flow between adjacent oneDNN units
+// (conv -> pool -> conv) instead of reordering at every unit boundary.
 #include <cmath>
 #include <optional>
 
@@ -15,13 +19,6 @@
 
 namespace hetflow::kernels::cpu {
 namespace {
-
-// A copy of a tensor in a layout a primitive wants, kept up to date by reorder.
-struct layout_copy {
-  bool needed = false;
-  dnnl::memory mem;      // owns its buffer when needed
-  dnnl::reorder reorder; // canonical -> mem, or mem -> canonical
-};
 
 class conv2d_unit final : public unit {
 public:
@@ -60,13 +57,16 @@ public:
     if (prepared_ && input == in_shape_) return out_shape;
     prepared_ = false;
     in_shape_ = input;
-    auto src_md = plain_md(input);
-    auto dst_md = plain_md(out_shape);
-    auto w_plain = plain_md(weight_.value.shape());
-    auto w_any = any_md(weight_.value.shape());
-    auto b_md = has_bias_ ? plain_md({out_c_}) : dnnl::memory::desc();
-    dnnl::memory::dims strides{stride_, stride_}, pads{pad_, pad_};
+    const auto src_plain = plain_md(input);
+    const auto dst_plain = plain_md(out_shape);
+    const auto w_plain = plain_md(weight_.value.shape());
+    const auto src_any = any_md(input), dst_any = any_md(out_shape), w_any = any_md(weight_.value.shape());
+    const auto b_md = has_bias_ ? plain_md({out_c_}) : dnnl::memory::desc();
+    const dnnl::memory::dims strides{stride_, stride_}, pads{pad_, pad_};
     const auto alg = dnnl::algorithm::convolution_direct;
+    using fwd_t = dnnl::convolution_forward;
+    using bwd_w_t = dnnl::convolution_backward_weights;
+    using bwd_d_t = dnnl::convolution_backward_data;
     HF_DNNL_TRY({
       dnnl::primitive_attr attr;
       if (relu_) {
@@ -74,46 +74,33 @@ public:
         po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
         attr.set_post_ops(po);
       }
-      auto fwd_d = has_bias_ ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg,
-                                                               src_md, w_any, b_md, dst_md, strides,
-                                                               pads, pads)
-                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg,
-                                                               src_md, w_any, dst_md, strides, pads,
-                                                               pads);
-      dnnl::convolution_forward::primitive_desc fwd_pd(fwd_d, attr, ctx_.engine());
-      fwd_ = dnnl::convolution_forward(fwd_pd);
-      dnnl::convolution_backward_data::primitive_desc bd_pd(
-          dnnl::convolution_backward_data::desc(alg, src_md, w_any, dst_md, strides, pads, pads),
-          ctx_.engine(), fwd_pd);
-      bwd_data_ = dnnl::convolution_backward_data(bd_pd);
-      auto bw_d = has_bias_ ? dnnl::convolution_backward_weights::desc(alg, src_md, w_any, b_md, dst_md,
-                                                                       strides, pads, pads)
-                            : dnnl::convolution_backward_weights::desc(alg, src_md, w_any, dst_md,
-                                                                       strides, pads, pads);
-      dnnl::convolution_backward_weights::primitive_desc bw_pd(bw_d, ctx_.engine(), fwd_pd);
-      bwd_weights_ = dnnl::convolution_backward_weights(bw_pd);
+      auto fwd_d = has_bias_ ? fwd_t::desc(dnnl::prop_kind::forward_training, alg, src_any, w_any, b_md, dst_any,
+                                           strides, pads, pads)
+                             : fwd_t::desc(dnnl::prop_kind::forward_training, alg, src_any, w_any, dst_any,
+                                           strides, pads, pads);
+      fwd_t::primitive_desc fwd_pd(fwd_d, attr, ctx_.engine());
+      fwd_ = fwd_t(fwd_pd);
+      auto bw_d = has_bias_ ? bwd_w_t::desc(alg, src_any, w_any, b_md, dst_any, strides, pads, pads)
+                            : bwd_w_t::desc(alg, src_any, w_any, dst_any, strides, pads, pads);
+      bwd_w_t::primitive_desc bw_pd(bw_d, ctx_.engine(), fwd_pd);
+      bwd_weights_ = bwd_w_t(bw_pd);
+      bwd_d_t::primitive_desc bd_pd(bwd_d_t::desc(alg, src_any, w_any, dst_any, strides, pads, pads),
+                                    ctx_.engine(), fwd_pd);
+      bwd_data_ = bwd_d_t(bd_pd);
 
-      w_plain_m_ = unbound_memory(w_plain, ctx_);
-      dw_plain_m_ = unbound_memory(w_plain, ctx_);
-      auto layout_for = [&](const dnnl::memory::desc& want, bool to_want) {
-        layout_copy c;
-        c.needed = want != w_plain;
-        if (c.needed) {
-          c.mem = dnnl::memory(want, ctx_.engine());  // oneDNN-owned buffer
-          c.reorder = to_want ? dnnl::reorder(w_plain_m_, c.mem) : dnnl::reorder(c.mem, dw_plain_m_);
-        }
-        return c;
-      };
-      w_fwd_ = layout_for(fwd_pd.weights_desc(), true);
-      bwd_data_same_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-      w_bwd_ = bwd_data_same_weights_ ? layout_copy{} : layout_for(bd_pd.weights_desc(), true);
-      dw_ = layout_for(bw_pd.diff_weights_desc(), false);
+      src_.init(ctx_, src_plain, fwd_pd.src_desc());
+      src_bw_same_ = bw_pd.src_desc() == fwd_pd.src_desc();
+      if (!src_bw_same_) src_bw_.init(ctx_, src_plain, bw_pd.src_desc());
+      dst_.init(ctx_, dst_plain, fwd_pd.dst_desc());
+      ddst_bw_.init(ctx_, dst_plain, bw_pd.diff_dst_desc());
+      ddst_bd_same_ = bd_pd.diff_dst_desc() == bw_pd.diff_dst_desc();
+      if (!ddst_bd_same_) ddst_bd_.init(ctx_, dst_plain, bd_pd.diff_dst_desc());
+      dsrc_.init(ctx_, src_plain, bd_pd.diff_src_desc());
+      w_fwd_.init(ctx_, w_plain, fwd_pd.weights_desc());
+      w_bd_same_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
+      if (!w_bd_same_) w_bd_.init(ctx_, w_plain, bd_pd.weights_desc());
+      dw_.init(ctx_, w_plain, bw_pd.diff_weights_desc());
       weights_version_.reset();
-
-      src_m_ = unbound_memory(src_md, ctx_);
-      dst_m_ = unbound_memory(dst_md, ctx_);
-      ddst_m_ = unbound_memory(dst_md, ctx_);
-      dsrc_m_ = unbound_memory(src_md, ctx_);
       if (has_bias_) {
         b_m_ = unbound_memory(b_md, ctx_);
         db_m_ = unbound_memory(b_md, ctx_);
@@ -132,25 +119,27 @@ public:
       if (!s) return s.error();
     }
     x_ = x;
-    attach(w_plain_m_, weight_.value.bytes());
-    if (w_fwd_.needed && weights_version_ != weight_.version) {
-      HF_RETURN_IF_ERROR(reorder_now(ctx_, w_fwd_.reorder, w_plain_m_, w_fwd_.mem, name() + " weight reorder"));
+    if (weights_version_ != weight_.version) {
+      w_fwd_.attach(weight_.value.bytes());
+      HF_RETURN_IF_ERROR(w_fwd_.to_inner(ctx_, name(), "weight reorder"));
       weights_version_ = weight_.version;
     }
-    attach(src_m_, x.raw());
-    attach(dst_m_, y_.bytes());
-    const dnnl::memory& w = w_fwd_.needed ? w_fwd_.mem : w_plain_m_;
+    src_.attach(x.raw());
+    HF_RETURN_IF_ERROR(src_.to_inner(ctx_, name(), "input reorder"));
+    dst_.attach(y_.bytes());
     if (has_bias_) {
       attach(b_m_, bias_.value.bytes());
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_,
-                                 {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_WEIGHTS, w},
-                                  {DNNL_ARG_BIAS, b_m_}, {DNNL_ARG_DST, dst_m_}},
-                                 name() + " forward"));
+                                 {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_WEIGHTS, w_fwd_.arg()},
+                                  {DNNL_ARG_BIAS, b_m_}, {DNNL_ARG_DST, dst_.arg()}},
+                                 name(), "forward"));
     } else {
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_,
-                                 {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_m_}},
-                                 name() + " forward"));
+                                 {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_WEIGHTS, w_fwd_.arg()},
+                                  {DNNL_ARG_DST, dst_.arg()}},
+                                 name(), "forward"));
     }
+    HF_RETURN_IF_ERROR(dst_.to_plain(ctx_, name(), "output reorder"));
     return y_.view();
   }
 
@@ -164,39 +153,53 @@ public:
       relu_backward(dy.f32(), y_.f32(), dpre_.f32(), y_.numel());
       dpre = dpre_.bytes();
     }
-    attach(ddst_m_, dpre);
-    attach(src_m_, x_.raw());
-    attach(dw_plain_m_, weight_.grad.bytes());
-    const dnnl::memory& dw = dw_.needed ? dw_.mem : dw_plain_m_;
+    ddst_bw_.attach(dpre);
+    HF_RETURN_IF_ERROR(ddst_bw_.to_inner(ctx_, name(), "gradient reorder"));
+    // The forward's staged input is still valid (lockstep contract).
+    const staged_memory* src = &src_;
+    if (!src_bw_same_) {
+      src_bw_.attach(x_.raw());
+      HF_RETURN_IF_ERROR(src_bw_.to_inner(ctx_, name(), "input reorder"));
+      src = &src_bw_;
+    } else if (!src_.staged()) {
+      src_.attach(x_.raw());
+    }
+    dw_.attach(weight_.grad.bytes());
     if (has_bias_) {
       attach(db_m_, bias_.grad.bytes());
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_weights_,
-                                 {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DIFF_DST, ddst_m_},
-                                  {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db_m_}},
-                                 name() + " backward weights"));
+                                 {{DNNL_ARG_SRC, src->arg()}, {DNNL_ARG_DIFF_DST, ddst_bw_.arg()},
+                                  {DNNL_ARG_DIFF_WEIGHTS, dw_.arg()}, {DNNL_ARG_DIFF_BIAS, db_m_}},
+                                 name(), "backward weights"));
     } else {
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_weights_,
-                                 {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DIFF_DST, ddst_m_},
-                                  {DNNL_ARG_DIFF_WEIGHTS, dw}},
-                                 name() + " backward weights"));
+                                 {{DNNL_ARG_SRC, src->arg()}, {DNNL_ARG_DIFF_DST, ddst_bw_.arg()},
+                                  {DNNL_ARG_DIFF_WEIGHTS, dw_.arg()}},
+                                 name(), "backward weights"));
     }
-    if (dw_.needed)
-      HF_RETURN_IF_ERROR(reorder_now(ctx_, dw_.reorder, dw_.mem, dw_plain_m_, name() + " gradient reorder"));
+    HF_RETURN_IF_ERROR(dw_.to_plain(ctx_, name(), "weight gradient reorder"));
     if (!need_input_grad) return tensor_view{};
 
-    attach(w_plain_m_, weight_.value.bytes());
-    const dnnl::memory* w = &w_plain_m_;
-    if (bwd_data_same_weights_) {
-      if (w_fwd_.needed) w = &w_fwd_.mem;  // reordered by this batch's forward
-    } else if (w_bwd_.needed) {
-      HF_RETURN_IF_ERROR(reorder_now(ctx_, w_bwd_.reorder, w_plain_m_, w_bwd_.mem, name() + " weight reorder"));
-      w = &w_bwd_.mem;
+    const staged_memory* ddst = &ddst_bw_;
+    if (!ddst_bd_same_) {
+      ddst_bd_.attach(dpre);
+      HF_RETURN_IF_ERROR(ddst_bd_.to_inner(ctx_, name(), "gradient reorder"));
+      ddst = &ddst_bd_;
     }
-    attach(dsrc_m_, dx_.bytes());
+    const staged_memory* w = &w_fwd_;  // reordered by this batch's forward
+    if (!w_bd_same_) {
+      w_bd_.attach(weight_.value.bytes());
+      HF_RETURN_IF_ERROR(w_bd_.to_inner(ctx_, name(), "weight reorder"));
+      w = &w_bd_;
+    } else if (!w_fwd_.staged()) {
+      w_fwd_.attach(weight_.value.bytes());
+    }
+    dsrc_.attach(dx_.bytes());
     HF_RETURN_IF_ERROR(execute(ctx_, bwd_data_,
-                               {{DNNL_ARG_DIFF_DST, ddst_m_}, {DNNL_ARG_WEIGHTS, *w},
-                                {DNNL_ARG_DIFF_SRC, dsrc_m_}},
-                               name() + " backward data"));
+                               {{DNNL_ARG_DIFF_DST, ddst->arg()}, {DNNL_ARG_WEIGHTS, w->arg()},
+                                {DNNL_ARG_DIFF_SRC, dsrc_.arg()}},
+                               name(), "backward data"));
+    HF_RETURN_IF_ERROR(dsrc_.to_plain(ctx_, name(), "input gradient reorder"));
     return dx_.view();
   }
 
@@ -206,7 +209,8 @@ public:
   }
 
   uint64_t activation_bytes() const override {
-    return y_.byte_size() + dx_.byte_size() + (relu_ ? dpre_.byte_size() : 0);
+    return y_.byte_size() + dx_.byte_size() + (relu_ ? dpre_.byte_size() : 0) + src_.inner_bytes() +
+           dst_.inner_bytes() + ddst_bw_.inner_bytes() + dsrc_.inner_bytes();
   }
 
 private:
@@ -221,9 +225,9 @@ private:
   dnnl::convolution_forward fwd_;
   dnnl::convolution_backward_data bwd_data_;
   dnnl::convolution_backward_weights bwd_weights_;
-  dnnl::memory src_m_, dst_m_, ddst_m_, dsrc_m_, b_m_, db_m_, w_plain_m_, dw_plain_m_;
-  layout_copy w_fwd_, w_bwd_, dw_;
-  bool bwd_data_same_weights_ = true;
+  staged_memory src_, src_bw_, dst_, ddst_bw_, ddst_bd_, dsrc_, w_fwd_, w_bd_, dw_;
+  bool src_bw_same_ = true, ddst_bd_same_ = true, w_bd_same_ = true;
+  dnnl::memory b_m_, db_m_;
   std::optional<uint64_t> weights_version_;
 };
 

@@ -9,6 +9,13 @@
 // so that oneDNN primitives and our oneTBB loops use the same number of
 // threads. Units may be called outside `run` (tests); they then use OpenMP's
 // and oneTBB's defaults.
+//
+// Do not oversubscribe: OpenMP workers spin at barriers (libgomp's default),
+// so a 2-thread context on 2 cores that other busy threads also use runs 5-100x
+// slower (measured: LeNet-5 63k -> 0.3-9k images/s), worse than 1 thread.
+// Give a context only cores nothing else keeps busy, or start the process
+// with OMP_WAIT_POLICY=passive (read by libgomp at load time, so it must be in
+// the environment; it costs about half the 2-thread speed on idle cores).
 #pragma once
 
 #include <dnnl.hpp>

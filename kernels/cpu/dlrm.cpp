@@ -98,8 +98,6 @@ public:
       if (!r) return r.error();
       b = *r;
     }
-    bottom_out_ = b;
-    status st;
     std::vector<status> errs(tables_.size());
     tbb::parallel_for(std::size_t(0), tables_.size(), [&](std::size_t t) {
       errs[t] = embedding_bag_forward(args(t), emb_[t].f32());
@@ -190,7 +188,6 @@ private:
   std::vector<tensor> emb_, demb_;
   std::vector<std::vector<int64_t>> indices_;
   std::vector<int64_t> offsets_;
-  tensor_view bottom_out_;
 };
 
 }  // namespace

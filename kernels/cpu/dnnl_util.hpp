@@ -43,13 +43,39 @@ struct exec_arg {
   const dnnl::memory& mem;
 };
 
-// Executes `p` on the context's stream. `what` names the call in errors
-// ("conv1 forward").
+// Executes `p` on the context's stream. `unit` and `what` name the call in
+// errors ("conv1", "forward"); the message is only built on failure, so the
+// hot path does not allocate.
 status execute(const cpu_context& ctx, const dnnl::primitive& p, std::initializer_list<exec_arg> args,
-               const std::string& what);
+               const std::string& unit, const char* what);
 
 // Executes a reorder from `from` to `to` (both bound).
 status reorder_now(const cpu_context& ctx, const dnnl::reorder& r, const dnnl::memory& from,
-                   const dnnl::memory& to, const std::string& what);
+                   const dnnl::memory& to, const std::string& unit, const char* what);
+
+// A tensor that we keep in our plain layout while a primitive wants it in
+// another (blocked) one: then a oneDNN-owned copy in that layout and the two
+// reorders. When the layouts agree it is just the plain memory, and the
+// conversions are no-ops.
+class staged_memory {
+public:
+  // Throws dnnl::error (call inside HF_DNNL_TRY).
+  void init(const cpu_context& ctx, const dnnl::memory::desc& plain, const dnnl::memory::desc& wanted);
+  bool staged() const noexcept { return staged_; }
+  // Our plain buffer for the next conversions / executions.
+  void attach(const void* p) { cpu::attach(plain_, p); }
+  // What to pass to the primitive.
+  const dnnl::memory& arg() const noexcept { return staged_ ? inner_ : plain_; }
+  const dnnl::memory::desc& wanted() const noexcept { return wanted_; }
+  status to_inner(const cpu_context& ctx, const std::string& unit, const char* what) const;
+  status to_plain(const cpu_context& ctx, const std::string& unit, const char* what) const;
+  uint64_t inner_bytes() const noexcept { return staged_ ? wanted_.get_size() : 0; }
+
+private:
+  bool staged_ = false;
+  dnnl::memory::desc wanted_;
+  dnnl::memory plain_, inner_;
+  dnnl::reorder to_inner_, to_plain_;
+};
 
 }  // namespace hetflow::kernels::cpu

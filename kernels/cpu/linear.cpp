@@ -96,11 +96,11 @@ public:
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_,
                                  {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_WEIGHTS, w_m_},
                                   {DNNL_ARG_BIAS, b_m_}, {DNNL_ARG_DST, dst_m_}},
-                                 name() + " forward"));
+                                 name(), "forward"));
     } else {
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_,
                                  {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_WEIGHTS, w_m_}, {DNNL_ARG_DST, dst_m_}},
-                                 name() + " forward"));
+                                 name(), "forward"));
     }
     return y_.view();
   }
@@ -123,12 +123,12 @@ public:
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_weights_,
                                  {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DIFF_DST, ddst_m_},
                                   {DNNL_ARG_DIFF_WEIGHTS, dw_m_}, {DNNL_ARG_DIFF_BIAS, db_m_}},
-                                 name() + " backward weights"));
+                                 name(), "backward weights"));
     } else {
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_weights_,
                                  {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DIFF_DST, ddst_m_},
                                   {DNNL_ARG_DIFF_WEIGHTS, dw_m_}},
-                                 name() + " backward weights"));
+                                 name(), "backward weights"));
     }
     if (!need_input_grad) return tensor_view{};
     attach(w_m_, weight_.value.bytes());
@@ -136,7 +136,7 @@ public:
     HF_RETURN_IF_ERROR(execute(ctx_, bwd_data_,
                                {{DNNL_ARG_DIFF_DST, ddst_m_}, {DNNL_ARG_WEIGHTS, w_m_},
                                 {DNNL_ARG_DIFF_SRC, dsrc_m_}},
-                               name() + " backward data"));
+                               name(), "backward data"));
     return dx_.view();
   }
 

@@ -8,6 +8,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <cstdint>
 
@@ -19,7 +20,8 @@ inline constexpr int64_t serial_elements = 1 << 16;
 // Calls body(begin, end) over [0, n) in chunks of at least `grain`.
 template <class Body> void parallel_range(int64_t n, int64_t grain, Body&& body) {
   if (n <= 0) return;
-  if (n <= grain) {
+  // One thread (inside a 1-thread cpu_context): nothing to split.
+  if (n <= grain || tbb::this_task_arena::max_concurrency() <= 1) {
     body(int64_t{0}, n);
     return;
   }

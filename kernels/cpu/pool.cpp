@@ -69,10 +69,10 @@ public:
     if (has_ws_)
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_,
                                  {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_m_}, {DNNL_ARG_WORKSPACE, ws_m_}},
-                                 name() + " forward"));
+                                 name(), "forward"));
     else
       HF_RETURN_IF_ERROR(
-          execute(ctx_, fwd_, {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_m_}}, name() + " forward"));
+          execute(ctx_, fwd_, {{DNNL_ARG_SRC, src_m_}, {DNNL_ARG_DST, dst_m_}}, name(), "forward"));
     return y_.view();
   }
 
@@ -87,10 +87,10 @@ public:
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_,
                                  {{DNNL_ARG_DIFF_DST, ddst_m_}, {DNNL_ARG_DIFF_SRC, dsrc_m_},
                                   {DNNL_ARG_WORKSPACE, ws_m_}},
-                                 name() + " backward"));
+                                 name(), "backward"));
     else
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_, {{DNNL_ARG_DIFF_DST, ddst_m_}, {DNNL_ARG_DIFF_SRC, dsrc_m_}},
-                                 name() + " backward"));
+                                 name(), "backward"));
     return dx_.view();
   }
 

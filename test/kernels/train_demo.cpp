@@ -4,7 +4,8 @@
 // accuracy is below --min-accuracy (default 0.86).
 //
 //   kernels_train_demo [--model lenet5] [--epochs 3] [--threads 0] [--batch 64]
-//                      [--lr 0.05] [--data DIR] [--min-accuracy 0.86] [--save FILE]
+//                      [--lr 0.05] [--data DIR] [--min-accuracy 0.86] [--save FILE] [--seed 1]
+//                      [--schedule constant|step|cosine]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -32,6 +33,17 @@ int main(int argc, char** argv) {
     else if (a == "--data") c.data.path = v;
     else if (a == "--min-accuracy") min_acc = std::atof(v);
     else if (a == "--save") c.save_weights = v;
+    else if (a == "--seed") c.seed = std::strtoull(v, nullptr, 10);
+    else if (a == "--schedule") {
+      std::string k = v;
+      if (k == "constant") c.schedule.kind = lr_schedule_kind::constant;
+      else if (k == "cosine") c.schedule.kind = lr_schedule_kind::cosine;
+      else if (k == "step") c.schedule.kind = lr_schedule_kind::step;
+      else {
+        std::fprintf(stderr, "--schedule: constant, step or cosine\n");
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;

@@ -1,7 +1,7 @@
 // dp_bench: the UCX data plane between two processes on this machine.
 //
 //   dp_bench [--tls LIST]... [--reps N] [--lat-iters N] [--window-4m W] [--window-64m W]
-//            [--count-4m N] [--count-64m N] [--heap-reuse] [--csv]
+//            [--count-4m N] [--count-64m N] [--idle-spin-us US] [--active-large N] [--heap-reuse] [--no-pin] [--csv]
 //
 // Forks; parent is peer 0, child peer 1; worker addresses go over a
 // socketpair, which also serves as the barrier between runs. Per transport:
@@ -14,12 +14,20 @@
 //              message and its 8-byte ack is back. GB/s = 1e9 bytes/s.
 // Every run is repeated --reps times; the table shows the median.
 //
+// Peer 0 is pinned to CPU 0 and peer 1 to CPU 1 (unless --no-pin): on a
+// 2-core machine the scheduler otherwise sometimes puts both busy-polling
+// progress threads on one core and bandwidth drops ~5x (ucx_perftest shows
+// the same bimodality unless given -c). Each process's main thread and UCX's
+// async thread share its core with the progress thread.
+//
 // The receiver gets a fresh wire_buffer per message (that is the data
 // plane's contract); the sender reuses one buffer, like ucx_perftest.
 // glibc serves allocations above 32 MiB with a fresh mmap, so every 64 MiB
 // message costs page faults and zeroing on the receiver; --heap-reuse sets
 // mallopt(M_MMAP_THRESHOLD / M_TRIM_THRESHOLD) to 1 GiB in both processes so
 // freed buffers are reused instead, to measure that cost.
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +44,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/dataplane/ucx_data_plane.hpp"
@@ -56,7 +65,10 @@ struct config {
   int count_4m = 500;
   int count_64m = 60;
   bool heap_reuse = false;
+  bool pin = true;
   bool csv = false;
+  long idle_spin_us = -1;  // -1: ucx_options' default
+  int active_large = -1;   // -1: ucx_options' default
 };
 
 struct result {
@@ -188,10 +200,9 @@ double run_bandwidth(bench_state& st, int rank, int fd, size_t size, int count, 
     if (completed.fetch_add(1) + 1 == count) all_completed.set_value();
   };
   auto t0 = clock_type::now();
-  for (int i = 0; i < window && i < count; ++i) {
-    issued.fetch_add(1);
-    send_or_die(st, ch_bulk, payload, next);
-  }
+  // Same rule as in `next`: completions may already be issuing sends.
+  for (int i = 0; i < window; ++i)
+    if (issued.fetch_add(1) < count) send_or_die(st, ch_bulk, payload, next);
   ack.get_future().wait();
   double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   all_completed.get_future().wait();  // no completion may outlive this frame
@@ -200,9 +211,17 @@ double run_bandwidth(bench_state& st, int rank, int fd, size_t size, int count, 
 }
 
 result run_role(const config& cfg, const std::string& tls, int rank, int fd) {
+  if (cfg.pin && std::thread::hardware_concurrency() >= 2) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) die("sched_setaffinity");
+  }
   ucx_options o;
   o.tls = tls;
   o.self_peer = static_cast<uint32_t>(rank);
+  if (cfg.idle_spin_us >= 0) o.idle_spin = std::chrono::microseconds(cfg.idle_spin_us);
+  if (cfg.active_large > 0) o.max_active_large_receives = static_cast<uint32_t>(cfg.active_large);
   auto made = make_ucx_data_plane(o);
   if (!made) die(made.error().to_string());
   std::unique_ptr<data_plane> plane = std::move(made).value();
@@ -233,8 +252,12 @@ result run_role(const config& cfg, const std::string& tls, int rank, int fd) {
   std::vector<double> lat, bw4, bw64;
   for (int i = 0; i < cfg.reps; ++i) lat.push_back(run_latency(st, rank, fd, cfg.lat_iters));
 
+  // Payloads on transparent huge pages (as ucx_perftest's UCX-allocated
+  // buffers are, and as a tensor allocator for large tensors should be):
+  // with 4 KiB pages the receiver's CMA pull spends ~10% walking them.
   auto make_bulk = [](size_t size) {
     auto b = std::make_shared<wire_buffer>(size);
+    (void)madvise(b->data(), size, MADV_HUGEPAGE);
     std::memset(b->data(), 0x11, size);
     b->data()[0] = std::byte{0x5a};
     b->data()[size - 1] = std::byte{0xa5};
@@ -312,6 +335,12 @@ int main(int argc, char** argv) {
       cfg.count_4m = std::max(1, std::atoi(value().c_str()));
     else if (a == "--count-64m")
       cfg.count_64m = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--idle-spin-us")
+      cfg.idle_spin_us = std::atol(value().c_str());
+    else if (a == "--active-large")
+      cfg.active_large = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--no-pin")
+      cfg.pin = false;
     else if (a == "--heap-reuse")
       cfg.heap_reuse = true;
     else if (a == "--csv")
@@ -340,9 +369,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  std::printf("dp_bench: median of %d runs; windows 4 MiB: %d, 64 MiB: %d; counts %d / %d%s\n", cfg.reps,
+  std::printf("dp_bench: median of %d runs; windows 4 MiB: %d, 64 MiB: %d; counts %d / %d%s%s\n", cfg.reps,
               cfg.window_4m, cfg.window_64m, cfg.count_4m, cfg.count_64m,
-              cfg.heap_reuse ? "; --heap-reuse" : "");
+              cfg.heap_reuse ? "; --heap-reuse" : "", cfg.pin ? "; pinned to CPUs 0/1" : "");
   std::printf("%-10s %-12s %10s %12s\n", "size", "transport", "GB/s", "latency us");
   for (const result& r : results) {
     std::printf("%-10s %-12s %10s %12.2f\n", "8 B", r.tls.c_str(), "-", r.lat_us);

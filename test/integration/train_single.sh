@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# job.kind = "train", strategy "single", through `hetflow run`: the report has
+# one entry per epoch with loss, test accuracy and samples/s; SIGINT stops a
+# training run within seconds; a CUDA device on a machine without one is a
+# clear error.
+source "$(dirname "$0")/lib.sh"
+
+topo="$HETFLOW_SCRATCH/train.toml"
+write_topology "$topo" 7810 1 auto 'kind = "train"' 'model = "lenet5"' 'epochs = 2' \
+  'max_steps_per_epoch = 150' 'batch_size = 64' 'lr_schedule = "cosine"'
+timeout 300 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
+  { cat "$topo.out"; fail "training run failed"; }
+grep -q "epoch 2/2 done: loss" "$topo.out" || { cat "$topo.out"; fail "no per-epoch line"; }
+[[ $(json_get "$topo.json" 'len(d["epochs"])') == 2 ]] || fail "report: want 2 epochs"
+json_get "$topo.json" 'all(e["samples_per_s"] > 0 and e["loss"] > 0 for e in d["epochs"])' | grep -q True ||
+  fail "report: samples_per_s / loss"
+acc=$(json_get "$topo.json" 'd["epochs"][-1]["test_accuracy"]')
+# 300 steps of LeNet-5 on Fashion-MNIST: far above chance (0.1) when training works.
+/usr/bin/env python3 -c "import sys; sys.exit(0 if $acc > 0.7 else 1)" || fail "test accuracy $acc after 300 steps"
+pass "train job: 2 epochs, test accuracy $acc"
+
+# SIGINT mid-training: exit 130 within a few seconds.
+long="$HETFLOW_SCRATCH/long.toml"
+write_topology "$long" 7820 1 auto 'kind = "train"' 'model = "mlp"' 'epochs = 100'
+"$HETFLOW" run "$long" >"$long.out" 2>&1 &
+lp=$!
+PIDS+=($lp)
+wait_for_text "$long.out" "samples/s" 60 || { cat "$long.out"; fail "training did not start"; }
+kill -INT $lp
+wait_exit $lp 15 || { cat "$long.out"; fail "still training 15 s after SIGINT"; }
+[[ $WAIT_RC -eq 130 ]] || { cat "$long.out"; fail "SIGINT: exit $WAIT_RC, want 130"; }
+pass "SIGINT stops training"
+
+# A cuda device that this machine does not have.
+gpu="$HETFLOW_SCRATCH/gpu.toml"
+write_topology "$gpu" 7830 1 auto 'kind = "train"'
+sed -i 's/^port = 7830$/port = 7830\ndevices = [ { kind = "cuda", index = 7 } ]/' "$gpu"
+timeout 30 "$HETFLOW" node "$gpu" --name n0 >"$gpu.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q "lists cuda device 7" "$gpu.out" || { cat "$gpu.out"; fail "missing cuda device: exit $rc"; }
+pass "a missing cuda device is a clear error"

@@ -1,0 +1,147 @@
+// train_single on synthetic data: learning, schedules, cancellation, errors.
+#define BOOST_TEST_MODULE kernels_trainer
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "kernels/trainer.hpp"
+#include "kernels/weights_io.hpp"
+
+using namespace hetflow;
+using namespace hetflow::kernels;
+
+namespace {
+
+train_config small_config() {
+  train_config c;
+  c.model = "mlp";
+  c.width = 0.25;
+  c.data.kind = dataset_kind::synthetic;
+  c.data.sample = shape{1, 10, 10};
+  c.data.train_size = 1024;
+  c.data.test_size = 256;
+  c.data.classes = 5;
+  c.data.noise = 1.5f;
+  c.epochs = 2;
+  c.batch_size = 32;
+  c.optimizer = {optimizer_kind::sgd, 0.02, 0.9};
+  c.threads = 2;
+  c.progress_every = 8;
+  return c;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(learns_synthetic_images) {
+  train_config c = small_config();
+  int calls = 0;
+  int64_t last_step = 0;
+  auto rep = train_single(c, [&](const train_progress& p) {
+    ++calls;
+    BOOST_CHECK_EQUAL(p.steps_per_epoch, 32);
+    BOOST_CHECK(p.step > 0 && p.step <= 32);
+    BOOST_CHECK(std::isfinite(p.loss));
+    last_step = p.step;
+  });
+  BOOST_REQUIRE_MESSAGE(rep.has_value(), rep.error().to_string());
+  BOOST_REQUIRE_EQUAL(rep->epochs.size(), 2u);
+  BOOST_CHECK_EQUAL(calls, 8);  // every 8 steps, 32 steps, 2 epochs
+  BOOST_CHECK_EQUAL(last_step, 32);
+  const auto& e1 = rep->epochs[0];
+  const auto& e2 = rep->epochs[1];
+  BOOST_TEST_MESSAGE("loss " << e1.loss << " -> " << e2.loss << ", test accuracy " << e1.test_accuracy << " -> "
+                             << e2.test_accuracy);
+  BOOST_CHECK_LT(e2.loss, e1.loss);
+  BOOST_CHECK_GT(e2.test_accuracy, 0.8);  // chance is 0.2
+  BOOST_CHECK_EQUAL(e2.samples, 1024);
+  BOOST_CHECK_GT(e2.samples_per_s, 0.0);
+  BOOST_CHECK_EQUAL(rep->threads, 2);
+  BOOST_CHECK_GT(rep->parameters, 0);
+}
+
+BOOST_AUTO_TEST_CASE(adam_lenet_partial_batches_and_weights) {
+  train_config c = small_config();
+  c.model = "lenet5";
+  c.width = 1.0;
+  c.data.sample = shape{1, 16, 16};
+  c.data.train_size = 300;  // 300 = 9 * 32 + 12: a partial last batch
+  c.data.noise = 0.5f;
+  c.epochs = 1;
+  c.optimizer = {optimizer_kind::adam, 0.003};
+  c.eval_batch_size = 100;
+  c.save_weights = (std::filesystem::temp_directory_path() / ("hetflow_trainer_" + std::to_string(::getpid()))).string();
+  auto rep = train_single(c);
+  BOOST_REQUIRE_MESSAGE(rep.has_value(), rep.error().to_string());
+  BOOST_CHECK_EQUAL(rep->epochs[0].samples, 300);
+  BOOST_CHECK_GT(rep->epochs[0].test_accuracy, 0.5);  // chance is 0.2
+  BOOST_CHECK(std::filesystem::exists(c.save_weights));
+  std::filesystem::remove(c.save_weights);
+}
+
+BOOST_AUTO_TEST_CASE(drop_last_and_step_limits) {
+  train_config c = small_config();
+  c.data.train_size = 100;
+  c.epochs = 1;
+  c.drop_last = true;
+  auto rep = train_single(c);
+  BOOST_REQUIRE(rep.has_value());
+  BOOST_CHECK_EQUAL(rep->epochs[0].samples, 96);
+  c.max_steps_per_epoch = 2;
+  c.drop_last = false;
+  rep = train_single(c);
+  BOOST_REQUIRE(rep.has_value());
+  BOOST_CHECK_EQUAL(rep->epochs[0].samples, 64);
+}
+
+BOOST_AUTO_TEST_CASE(schedules) {
+  lr_schedule constant;
+  BOOST_CHECK_EQUAL(lr_at(constant, 0.1, 3, 5, 10, 5), 0.1);
+  lr_schedule step{lr_schedule_kind::step, 2, 0.5};
+  BOOST_CHECK_CLOSE(lr_at(step, 0.1, 1, 9, 10, 5), 0.1, 1e-9);
+  BOOST_CHECK_CLOSE(lr_at(step, 0.1, 2, 0, 10, 5), 0.05, 1e-9);
+  BOOST_CHECK_CLOSE(lr_at(step, 0.1, 4, 0, 10, 5), 0.025, 1e-9);
+  lr_schedule cosine{lr_schedule_kind::cosine, 1, 0.1, 0.001};
+  BOOST_CHECK_CLOSE(lr_at(cosine, 0.1, 0, 0, 10, 2), 0.1, 1e-9);
+  BOOST_CHECK_CLOSE(lr_at(cosine, 0.1, 1, 0, 10, 2), 0.0505, 1e-6);  // halfway
+  BOOST_CHECK_LT(lr_at(cosine, 0.1, 1, 9, 10, 2), 0.003);
+}
+
+BOOST_AUTO_TEST_CASE(stop_flag_cancels) {
+  train_config c = small_config();
+  std::atomic<bool> stop{false};
+  c.stop = &stop;
+  auto rep = train_single(c, [&](const train_progress& p) {
+    if (p.step >= 8) stop = true;
+  });
+  BOOST_REQUIRE(!rep.has_value());
+  BOOST_CHECK(rep.error().code() == errc::cancelled);
+}
+
+BOOST_AUTO_TEST_CASE(bad_configs_are_errors) {
+  train_config c = small_config();
+  c.model = "nope";
+  BOOST_CHECK(train_single(c).error().code() == errc::not_found);
+  c = small_config();
+  c.batch_size = 0;
+  BOOST_CHECK(train_single(c).error().code() == errc::invalid_argument);
+  c = small_config();
+  c.data.kind = dataset_kind::fashion_mnist;
+  c.data.path = "/nonexistent/fashion";
+  auto r = train_single(c);
+  BOOST_CHECK(r.error().code() == errc::not_found);
+  BOOST_CHECK(r.error().message().find("/nonexistent/fashion") != std::string::npos);
+  c = small_config();
+  c.model = "dlrm";
+  BOOST_CHECK(train_single(c).error().code() == errc::unsupported);
+  c = small_config();
+  c.where = device::cuda(0);
+  BOOST_CHECK(train_single(c).error().code() == errc::unsupported);
+  c = small_config();
+  c.optimizer.lr = 1e6;  // diverges
+  auto div = train_single(c);
+  BOOST_REQUIRE(!div.has_value());
+  BOOST_CHECK(div.error().message().find("learning rate") != std::string::npos);
+}
