@@ -17,6 +17,7 @@
 #include "actors/node_runtime.hpp"
 #include "actors/registry.hpp"
 #include "apps/launcher.hpp"
+#include "apps/profile_command.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
 #include "topology/parser.hpp"
 
@@ -33,6 +34,8 @@ commands:
       systemd start on each machine)
   validate FILE
       check a topology file; print every problem as FILE:LINE:COL: error: ...
+  profile FILE [--batch B]
+      time every unit of a train job's model on this machine's devices
   devices
       list this machine's CPU cores, memory and CUDA devices (or why there are none)
   version
@@ -40,7 +43,7 @@ commands:
   help
       print this text
 
-not implemented yet: plan, simulate, shell, profile, gen-criteo (see README.md)
+not implemented yet: plan, simulate, shell, gen-criteo (see README.md)
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted
@@ -164,7 +167,8 @@ int main(int argc, char** argv) {
     o.join_timeout_s = a.join_timeout;
     return hetflow::apps::run_local_cluster(o, reg);
   }
-  if (cmd == "plan" || cmd == "simulate" || cmd == "shell" || cmd == "profile" ||
+  if (cmd == "profile") return hetflow::apps::profile_command(args, reg);
+  if (cmd == "plan" || cmd == "simulate" || cmd == "shell" ||
       cmd == "gen-criteo") {
     std::fprintf(stderr, "hetflow: '%s' is not implemented yet (see README.md, 'Not done yet')\n",
                  cmd.c_str());

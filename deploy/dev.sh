@@ -33,7 +33,7 @@ case "${1:-}" in
     ctest --test-dir "$build" -L unit --output-on-failure -j"$jobs"
     echo "== integration tests"
     # Serial: they start several node processes each and time failures.
-    ctest --test-dir "$build" -L "integration|slow" --output-on-failure
+    ctest --test-dir "$build" -L "integration|slow|gpu" --output-on-failure
     ;;
   *)
     echo "usage: deploy/dev.sh demo|test|build" >&2
