@@ -766,15 +766,22 @@ int run_node(const node_options& opts, const registry& reg) {
     }
     sh->node_actor = caf::actor{};
     write_reports(opts, *sh, code, reason);
-    // The actor system's destructor (end of this block) waits for every actor.
-    // A bug that kept an actor alive must not turn into a hang.
+    // The actor system's destructor (end of this block) waits for every actor
+    // and for the thread of every detached actor, which ends only when the
+    // actor object is destroyed. The job's outcome is final and the reports
+    // are written by now, so a reference that keeps an actor alive must not
+    // turn into a hang or change the exit status.
+    // TODO(robustness): after large transfers over the CAF data plane a
+    // detached actor is sometimes still referenced here (seen with 64 MiB
+    // messages: private_thread::await_self_destroyed); find the holder.
     watchdog = std::thread([&shutdown_done, code] {
-      for (int i = 0; i < 100 && !shutdown_done; ++i)
+      for (int i = 0; i < 50 && !shutdown_done; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (!shutdown_done) {
-        log_error("shutdown took over 10 s; exiting anyway");
+        log_warn("the actor system did not shut down within 5 s (an actor is still referenced); "
+                 "exiting with the job's status " + std::to_string(code));
         std::fflush(nullptr);
-        std::_Exit(code == 0 ? exit_job_failed : code);
+        std::_Exit(code);
       }
     });
   }

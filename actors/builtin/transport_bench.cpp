@@ -252,13 +252,13 @@ void add_transport_bench(registry& reg) {
   s.keys.push_back(key_spec{"to", key_type::string, false, std::string("bench_receiver"),
                             "receiving actor", {}, {}, {}});
   (void)reg.add_actor_type(s, [](caf::actor_system& sys, const actor_env& env) {
-    return sys.spawn(bench_sender, env);
+    return sys.spawn<caf::detached>(bench_sender, env);
   });
   topology::type_spec r{"bench_receiver", "receives and echoes for the transport benchmark", {}};
   r.keys.push_back(key_spec{"from", key_type::string, false, std::string("bench_sender"),
                             "sending actor", {}, {}, {}});
   (void)reg.add_actor_type(r, [](caf::actor_system& sys, const actor_env& env) {
-    return sys.spawn(bench_receiver, env);
+    return sys.spawn<caf::detached>(bench_receiver, env);
   });
 }
 

@@ -37,7 +37,7 @@ constexpr uint64_t channel_mask = (uint64_t{1} << channel_bits) - 1;
 constexpr uint32_t control_sender = 0xffff;
 constexpr uint32_t max_peer_id = control_sender - 1;
 
-enum class control_op : uint8_t { goodbye = 1 };
+enum class control_op : uint8_t { goodbye = 1, heartbeat = 2 };
 
 constexpr char address_magic[4] = {'H', 'F', 'U', 'X'};
 constexpr uint32_t address_version = 1;
@@ -61,7 +61,7 @@ struct address_header {
   char magic[4];
   uint32_t version;
   uint32_t peer;
-  uint32_t pad;
+  uint32_t error_mode;  // ucx_error_mode; UCX refuses mixed modes on one connection
   uint64_t max_message_bytes;
   process_identity process;
 };
@@ -248,9 +248,11 @@ struct peer_conn {
   ucp_ep_h ep = nullptr;
   bool down = false;
   std::string down_reason;
-  // Endpoints without UCX peer-failure handling (shared memory in UCX 1.13)
-  // are watched through /proc instead.
+  // False for endpoints in UCP_ERR_HANDLING_MODE_NONE: we watch those
+  // ourselves (watch_peers): heartbeats, and /proc when on this host.
   bool ucx_detects_failure = true;
+  bool watch_process = false;
+  bool heartbeat_in_flight = false;
   process_identity process;
 };
 
@@ -319,6 +321,12 @@ public:
     if (h.peer != peer)
       return make_error(errc::invalid_argument, "address given for peer " + std::to_string(peer) +
                                                     " belongs to peer " + std::to_string(h.peer));
+    if (h.error_mode != static_cast<uint32_t>(options_.error_mode))
+      return make_error(errc::invalid_argument,
+                        "peer " + std::to_string(peer) + " uses ucx error_mode " +
+                            (h.error_mode == 0 ? "peer" : "none") + " and this node " +
+                            (options_.error_mode == ucx_error_mode::peer ? "peer" : "none") +
+                            "; UCX cannot connect the two, configure every node alike");
     auto cmd = std::make_unique<connect_cmd>();
     cmd->peer = peer;
     cmd->max_message_bytes = h.max_message_bytes;
@@ -439,6 +447,13 @@ public:
     --static_cast<ucx_data_plane*>(user_data)->goodbyes_in_flight_;
   }
 
+  static void on_heartbeat_sent(void* request, ucs_status_t s, void* user_data) {
+    ucp_request_free(request);
+    auto* conn = static_cast<peer_conn*>(user_data);
+    conn->heartbeat_in_flight = false;
+    if (s != UCS_OK && s != UCS_ERR_CANCELED) conn->owner->ep_errors_.emplace_back(conn, s);
+  }
+
   static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t s) {
     auto* conn = static_cast<peer_conn*>(arg);
     conn->owner->ep_errors_.emplace_back(conn, s);
@@ -500,6 +515,7 @@ private:
     h.version = address_version;
     h.peer = options_.self_peer;
     h.max_message_bytes = options_.max_message_bytes;
+    h.error_mode = static_cast<uint32_t>(options_.error_mode);
     h.process = self_process_;
     local_address_.resize(sizeof h + addr_len);
     std::memcpy(local_address_.data(), &h, sizeof h);
@@ -519,8 +535,9 @@ private:
       ev.data.fd = efd;
       if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, efd, &ev) == 0) worker_efd_ = efd;
     }
-    // TODO(perf): without a worker efd (worker_efd_ < 0) an idle plane polls
-    // every idle_wait_ms; every transport UCX 1.13 ships has one.
+    // TODO(perf): without a worker efd (worker_efd_ < 0) an idle plane wakes
+    // every no_efd_wait_ms to poll; UCX 1.13 gave one with every transport
+    // tried here (sm, tcp, self).
     return status{};
   }
 
@@ -552,7 +569,7 @@ private:
       if (probe_arrivals()) activity = true;
       if (after_progress()) activity = true;
       auto now = clock_type::now();
-      check_peer_processes(now);
+      watch_peers(now);
       if (activity) {
         last_activity = now;
         continue;
@@ -624,18 +641,19 @@ private:
     conn->owner = this;
     conn->id = cmd.peer;
     conn->process = cmd.process;
-    // UCP_ERR_HANDLING_MODE_PEER wherever UCX can honour it. The exception
-    // is a transport list with shared memory and no network transport (e.g.
-    // "sm,self"): UCP refuses posix/sysv under PEER (see tls_allows_network),
-    // so such a peer, necessarily on this host, gets mode NONE, and we watch
-    // its process through /proc (check_peer_processes) plus its goodbye.
-    // Known hazard of mode NONE (UCX 1.13): if that peer dies while we pull a
+    // ucx_error_mode::peer: UCP_ERR_HANDLING_MODE_PEER wherever UCX can
+    // honour it. The exception is a transport list with shared memory and no
+    // network transport (e.g. "sm,self"): UCP refuses posix/sysv under PEER
+    // (see tls_allows_network), so such a peer, necessarily on this host,
+    // gets mode NONE like every peer under ucx_error_mode::none.
+    // Known hazard of mode NONE (UCX 1.13): if a peer dies while we pull a
     // rendezvous message from it over CMA, UCX treats the failed
     // process_vm_readv as unhandled and aborts this process.
-    // TODO(robustness): drop mode NONE once the UCX in use accepts posix/sysv
-    // under PEER error handling.
+    // TODO(robustness): drop mode NONE for "sm,self" once the UCX in use
+    // accepts posix/sysv under PEER error handling.
     bool same_host = self_process_.same_host_as(cmd.process);
-    conn->ucx_detects_failure = !(same_host && shared_memory_only_);
+    conn->ucx_detects_failure = options_.error_mode == ucx_error_mode::peer && !(same_host && shared_memory_only_);
+    conn->watch_process = !conn->ucx_detects_failure && same_host && options_.watch_processes;
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address = reinterpret_cast<const ucp_address_t*>(cmd.ucp_address.data());
@@ -731,7 +749,14 @@ private:
       op->kind = recv_kind::oversized;
     } else {
       op->kind = recv_kind::data;
-      op->large = info.length >= large_receive_bytes;
+      // Only from mode-NONE peers, whose rendezvous UCX moves zero-copy
+      // (CMA, TCP put). In mode PEER, UCX 1.13 pipelines rendezvous data
+      // through active messages, where holding back matched messages stalled
+      // transfers now and then (seen with TCP: ~1 run in 15 of the flood
+      // test in ucx_data_plane_test).
+      auto it = conns_.find(static_cast<peer_id>(info.sender_tag >> channel_bits));
+      op->large = info.length >= large_receive_bytes && it != conns_.end() &&
+                  !it->second->ucx_detects_failure;
     }
     recv_op* raw = op.get();
     if (raw->kind == recv_kind::data) {
@@ -756,12 +781,18 @@ private:
     size_t len = sizeof raw->scratch;
     if (raw->kind == recv_kind::data) {
       try {
-        raw->buf = wire_buffer(raw->length);
-        advise_huge_pages(raw->buf);
+        if (options_.receive_buffer_allocator) {
+          raw->buf = options_.receive_buffer_allocator(raw->length);
+          if (raw->buf.size() != raw->length) throw std::bad_alloc();
+        } else {
+          raw->buf = wire_buffer(raw->length);
+          advise_huge_pages(raw->buf);
+        }
         if (raw->length > 0) dst = raw->buf.data();
         len = raw->length;
-      } catch (const std::bad_alloc&) {
+      } catch (const std::exception&) {
         raw->no_memory = true;  // drained into scratch, reported on delivery
+        raw->buf = wire_buffer();
       }
       if (raw->large) ++active_large_receives_;
     }
@@ -1017,8 +1048,16 @@ private:
         }
         (*it)->abandoned = true;
         // A deferred one is still in deferred_receives_; start_deferred
-        // drains it. A posted one no longer counts as in flight.
-        if (!(*it)->deferred) --recvs_in_flight_;
+        // drains it. A posted one no longer counts as in flight, nor holds
+        // its large-receive slot (in mode NONE UCX may never complete it,
+        // which would otherwise block large receives from every peer).
+        if (!(*it)->deferred) {
+          --recvs_in_flight_;
+          if ((*it)->large) {
+            (*it)->large = false;
+            --active_large_receives_;
+          }
+        }
         abandoned_recvs_.push_back(std::move(*it));
         it = q.erase(it);
       }
@@ -1036,14 +1075,34 @@ private:
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) close_requests_.push_back(r);
   }
 
-  // Every keepalive_interval: peers watched through /proc (shared-memory
-  // endpoints, see do_connect) whose process is gone are marked down.
-  void check_peer_processes(clock_type::time_point now) {
-    if (now < next_process_check_) return;
-    next_process_check_ = now + std::max(options_.keepalive_interval, std::chrono::milliseconds(10));
+  // Every keepalive_interval, for mode-NONE endpoints (UCX watches the
+  // others): a peer on this host whose process is gone is marked down; every
+  // other one gets a 1-byte heartbeat, so that a dead peer we only receive
+  // from is noticed when the transport fails that send (TCP does report it,
+  // even in mode NONE; see on_heartbeat_sent).
+  void watch_peers(clock_type::time_point now) {
+    if (now < next_watch_) return;
+    next_watch_ = now + std::max(options_.keepalive_interval, std::chrono::milliseconds(10));
     std::vector<peer_id> dead;
-    for (auto& [id, conn] : conns_)
-      if (!conn->down && !conn->ucx_detects_failure && !process_alive(conn->process)) dead.push_back(id);
+    for (auto& [id, conn] : conns_) {
+      if (conn->down || conn->ucx_detects_failure || conn->ep == nullptr) continue;
+      if (conn->watch_process && !process_alive(conn->process)) {
+        dead.push_back(id);
+        continue;
+      }
+      if (conn->watch_process || conn->heartbeat_in_flight) continue;
+      static const std::byte heartbeat{static_cast<uint8_t>(control_op::heartbeat)};
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.send = &ucx_data_plane::on_heartbeat_sent;
+      p.user_data = conn.get();
+      ucs_status_ptr_t r = ucp_tag_send_nbx(conn->ep, &heartbeat, 1,
+                                            make_tag(control_sender, options_.self_peer), &p);
+      if (UCS_PTR_IS_ERR(r))
+        ep_errors_.emplace_back(conn.get(), UCS_PTR_STATUS(r));
+      else if (r != nullptr)
+        conn->heartbeat_in_flight = true;
+    }
     for (peer_id id : dead)
       mark_peer_down(id, "its process " + std::to_string(conns_.at(id)->process.pid) + " has exited");
   }
@@ -1197,7 +1256,7 @@ private:
   bool stopping_ = false;
   process_identity self_process_;
   bool shared_memory_only_ = false;
-  clock_type::time_point next_process_check_{};
+  clock_type::time_point next_watch_{};
   std::vector<std::unique_ptr<send_op>> send_batch_;
   std::vector<std::unique_ptr<connect_cmd>> connect_batch_;
   std::unordered_map<peer_id, std::unique_ptr<peer_conn>> conns_;

@@ -15,7 +15,7 @@
 // node stopped, whatever the transport). Hence peer ids must be < 0xffff and
 // channels < 2^48 (send() rejects larger ones with invalid_argument).
 //
-// Address (local_address()):  | "HFUX" | version u32 | peer id u32 | pad u32 |
+// Address (local_address()):  | "HFUX" | version u32 | peer id u32 | error mode u32 |
 //   | max_message_bytes u64 | pid, start time, pid namespace, boot id (64 B) |
 //   | ucp worker address |
 // The receiver's bound travels in the address so send() refuses an oversized
@@ -50,25 +50,32 @@
 //   - UCX reports an endpoint error (TCP reset, keepalive timeout), or a send
 //     fails with a connection-type error;
 //   - its goodbye arrives (orderly shutdown(); not reported to on_error);
-//   - (mode-NONE endpoints only, below) /proc shows its process has exited,
-//     checked every keepalive_interval.
+//   - (mode-NONE endpoints only, below) every keepalive_interval: /proc shows
+//     a same-host peer's process has exited, or a heartbeat (a 1-byte control
+//     message) to another peer fails.
 // Then its endpoint is force-closed, sends to it still in flight complete
 // with peer_down (UCX purges them, or we complete them ourselves), receives
 // from it in flight are dropped, and later send() calls return peer_down at
 // once. connect() again (e.g. after the peer restarted) replaces the endpoint.
 //
-// Error-handling mode: UCP_ERR_HANDLING_MODE_PEER wherever UCX 1.13 allows
-// it. It does not allow it for its shared-memory active-message transports
-// (posix/sysv: "no peer failure handler"), so
-//   - a transport list with a network transport (default "all", "tcp,self",
-//     "sm,tcp,self"): PEER everywhere; same-host peers then exchange small
-//     messages over TCP loopback while rendezvous data still moves by CMA;
-//   - a shared-memory-only list ("sm,self"): same-host peers get mode NONE
-//     and are watched through /proc and goodbyes instead. HAZARD (UCX 1.13):
-//     if such a peer dies while we pull a rendezvous message from it over
-//     CMA, UCX treats the failed process_vm_readv as unhandled and aborts
-//     this process. Use "sm,tcp,self" (or the default) where a peer process
-//     may die mid-transfer and this one must survive.
+// Error-handling mode (ucx_options::error_mode). What UCX 1.13 does, seen
+// with ucp_ep_print_info on this machine:
+//   - UCP_ERR_HANDLING_MODE_PEER: no rma_bw lanes at all, so rendezvous data
+//     goes through active-message copies (no CMA, no TCP put), over one TCP
+//     lane; and posix/sysv shared memory is refused ("no peer failure
+//     handler"), so same-host peers talk over TCP loopback when the list has
+//     tcp, and cannot connect at all with "sm,self".
+//   - UCP_ERR_HANDLING_MODE_NONE: sysv + CMA for same-host peers, TCP put
+//     zero-copy over every TCP interface (lo and eth0 here) otherwise; UCX
+//     reports no endpoint errors, although TCP sends to a dead peer still
+//     fail. HAZARD: if a peer dies while we pull a rendezvous message from
+//     it over CMA, UCX treats the failed process_vm_readv as unhandled and
+//     aborts this process.
+// ucx_error_mode::peer (default) uses PEER except for a shared-memory-only
+// list ("sm,self"), which can only work in NONE; ucx_error_mode::none uses
+// NONE everywhere. Mode-NONE peers are watched by us (below). Use peer where
+// a peer process may die mid-transfer and this one must survive; none where
+// bandwidth matters more (measured in bench/transport/raw/RESULTS.md).
 //
 // Completion contract (both this and fake_data_plane): when send() returns an
 // error, `done` is never called; when it returns ok, `done` is called exactly
@@ -85,6 +92,23 @@
 #include "schemas/error.hpp"
 
 namespace hetflow::dataplane {
+
+// How a dead peer is noticed; see "Error-handling mode" above.
+enum class ucx_error_mode : uint8_t {
+  // UCP_ERR_HANDLING_MODE_PEER where UCX accepts it: UCX reports dead peers
+  // and fails their requests instead of treating the failure as fatal.
+  // UCX 1.13 then uses no zero-copy rendezvous lanes at all (TCP 4 MiB:
+  // ~4.7 GB/s vs ~6.6 in mode none on this machine; same-host peers go over
+  // TCP loopback unless the list is shared-memory only).
+  peer,
+  // UCP_ERR_HANDLING_MODE_NONE everywhere: zero-copy rendezvous (CMA, TCP
+  // put, several TCP rails) and shared memory for same-host peers; dead
+  // peers are found by our own watch (failed sends, goodbyes, heartbeats,
+  // /proc for same-host peers), with the CMA abort hazard described above.
+  // Every node of a cluster must use the same mode (UCX refuses to connect
+  // mixed modes; connect() reports it).
+  none,
+};
 
 struct ucx_options {
   // UCX transport list, e.g. "sm,self", "tcp,self", "rc,sm,self"; empty means
@@ -113,8 +137,23 @@ struct ucx_options {
   // them (UCX round-robins their segments), so each finishes late and the
   // working set outgrows the caches: 16 at once gave ~9 GB/s over shared
   // memory where 1 gives ~14 (dp_bench, 4 MiB). Small messages on other
-  // channels are not held up by this.
+  // channels are not held up by this. Applies to mode-NONE peers only
+  // (zero-copy rendezvous); see start_receive in the .cpp.
   uint32_t max_active_large_receives = 1;
+  ucx_error_mode error_mode = ucx_error_mode::peer;
+  // Where arriving messages go. Called on the progress thread with the
+  // message's length; must return a buffer whose size() is exactly that
+  // (wire_buffer::shrink_to can set the size of a pooled buffer of larger
+  // capacity), or throw std::bad_alloc (the message is then drained and
+  // reported as out_of_memory). Empty: a fresh wire_buffer, advised onto
+  // transparent huge pages from 4 MiB. A fresh buffer costs the kernel's
+  // zeroing of every page, which at 64 MiB over shared memory is about a
+  // third of the transfer time; a runtime that hands finished buffers back
+  // to a pool behind this hook avoids it (dp_bench --recycle).
+  std::function<wire_buffer(std::size_t bytes)> receive_buffer_allocator;
+  // Test hook: false makes mode-NONE peers on this host be watched by
+  // heartbeats only, as peers on other hosts are.
+  bool watch_processes = true;
   // Test hook: false skips send()'s check against the receiver's advertised
   // bound, so a test can exercise the receiver's own defence.
   bool check_peer_limit_on_send = true;

@@ -6,7 +6,10 @@
 # iperf3 and a memory copy measured in the same run.
 #
 #   bench/transport/run.sh [BUILD_DIR]      (default: build)
+#   REPEATS=3 (rounds; each round runs ours then ucx_perftest, interleaved)
+#   BYTES_PER_SIZE=1GiB (streamed per size and round by hetflow)
 #
+# Each cell is the median over the rounds, with [min-max].
 # Needs: deploy/setup.sh --bench (iperf3), a built tree (hetflow, memcpy_bench).
 # Prints a Markdown table; paste it into bench/RESULTS.md with the date.
 set -euo pipefail
@@ -34,7 +37,7 @@ port = $(($2 + 1))
 [job]
 kind = "transport_bench"
 sizes = [8, "4MiB", "64MiB"]
-bytes_per_size = "${BYTES_PER_SIZE:-4GiB}"
+bytes_per_size = "${BYTES_PER_SIZE:-1GiB}"
 pings = 5000
 window = 8
 TOML
@@ -46,8 +49,8 @@ run_ours() {  # run_ours LABEL PORT DATA_PLANE TLS
   "$hetflow" run "$work/$1.toml" --report "$work/$1.json" >"$work/$1.log" 2>&1 ||
     { cat "$work/$1.log"; echo "hetflow run failed for $1" >&2; exit 1; }
   while read -r bytes lat bw; do
-    ours_lat[$1,$bytes]=$lat
-    ours_bw[$1,$bytes]=$bw
+    ours_lat[$1,$bytes]+="$lat "
+    ours_bw[$1,$bytes]+="$bw "
   done < <(/usr/bin/python3 -c "
 import json; d=json.load(open('$work/$1.json'))
 for r in d['result']['results']: print(r['bytes'], '%.2f' % r['latency_us'], '%.3f' % r['gbytes_per_s'])")
@@ -66,7 +69,7 @@ run_perftest() {  # run_perftest LABEL TLS PORT
     UCX_TLS=$tls ucx_perftest "${args[@]}" 127.0.0.1 >"$work/perf-$label-$s.log" 2>&1 || true
     wait $srv || true
     # "Final:" iters, latency 50%ile/avg/overall (us), bandwidth avg/overall (MiB/s), msg rates
-    perf_bw[$label,$s]=$(awk '/Final:/ {printf "%.3f", $7 * 1048576 / 1e9}' "$work/perf-$label-$s.log")
+    perf_bw[$label,$s]+="$(awk '/Final:/ {printf "%.3f", $7 * 1048576 / 1e9}' "$work/perf-$label-$s.log") "
     if ((s == 8)); then
       UCX_TLS=$tls ucx_perftest -t tag_lat -s 8 -n 100000 -p "$port" >"$work/perf-srv.log" 2>&1 &
       srv=$!
@@ -74,19 +77,20 @@ run_perftest() {  # run_perftest LABEL TLS PORT
       UCX_TLS=$tls ucx_perftest -t tag_lat -s 8 -n 100000 -p "$port" 127.0.0.1 >"$work/perf-lat-$label.log" 2>&1 || true
       wait $srv || true
       # overall = total time / iterations: the same method as ours
-      perf_lat[$label]=$(awk '/Final:/ {printf "%.2f", $5}' "$work/perf-lat-$label.log")
+      perf_lat[$label]+="$(awk '/Final:/ {printf "%.2f", $5}' "$work/perf-lat-$label.log") "
     fi
     port=$((port + 1))
   done
 }
 
-echo "running hetflow transport_bench (this takes a minute)..." >&2
-run_ours ucx-shm 7710 ucx "sm,self"
-run_ours ucx-tcp 7720 ucx "tcp,self"
-run_ours caf 7730 caf ""
-echo "running ucx_perftest..." >&2
-run_perftest ucx-shm "sm,self" 7740
-run_perftest ucx-tcp "tcp,self" 7750
+for round in $(seq 1 "${REPEATS:-3}"); do
+  echo "round $round: hetflow transport_bench, then ucx_perftest..." >&2
+  run_ours ucx-shm 7710 ucx "sm,self"
+  run_ours ucx-tcp 7720 ucx "tcp,self"
+  run_ours caf 7730 caf ""
+  run_perftest ucx-shm "sm,self" 7740
+  run_perftest ucx-tcp "tcp,self" 7750
+done
 
 echo "running iperf3 and memcpy..." >&2
 iperf3 -s -p 7799 -1 >/dev/null 2>&1 &
@@ -95,6 +99,8 @@ iperf=$(iperf3 -c 127.0.0.1 -p 7799 -t 5 -J 2>/dev/null |
   /usr/bin/python3 -c "import json,sys; print('%.3f' % (json.load(sys.stdin)['end']['sum_received']['bits_per_second']/8e9))" || echo n/a)
 memcpy=$("$build/bench-bin/memcpy_bench" 67108864 20 || true)
 
+med() { /usr/bin/python3 "$src/bench/transport/stats.py" med $1; }
+median() { /usr/bin/python3 "$src/bench/transport/stats.py" median $1; }
 ratio() { /usr/bin/python3 -c "a,b='$1','$2'; print('%.2fx' % (float(a)/float(b)) if a and b and float(b)>0 else 'n/a')"; }
 
 echo
@@ -103,10 +109,10 @@ echo "|---|---|---|---|---|---|---|"
 for s in "${sizes[@]}"; do
   for t in ucx-shm ucx-tcp caf; do
     pb=${perf_bw[$t,$s]:-}
-    lat=""; plat=""
-    if ((s == 8)); then lat=${ours_lat[$t,$s]}; plat=${perf_lat[$t]:-}; fi
-    r=$( [[ -n "$pb" ]] && ratio "${ours_bw[$t,$s]}" "$pb" || echo "-")
-    echo "| $s | $t | ${ours_bw[$t,$s]} | ${pb:--} | $r | ${lat:--} | ${plat:--} |"
+    lat="-"; plat="-"
+    if ((s == 8)); then lat=$(med "${ours_lat[$t,$s]}"); plat=$(med "${perf_lat[$t]:-}"); fi
+    r=$( [[ -n "$pb" ]] && ratio "$(median "${ours_bw[$t,$s]}")" "$(median "$pb")" || echo "-")
+    echo "| $s | $t | $(med "${ours_bw[$t,$s]}") | $(med "$pb") | $r | $lat | $plat |"
   done
 done
 echo

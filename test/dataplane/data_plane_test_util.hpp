@@ -123,7 +123,7 @@ private:
 
 // Implementation names the contract suite runs over.
 inline const std::vector<std::string>& implementations() {
-  static const std::vector<std::string> impls = {"fake", "ucx:sm,self", "ucx:tcp,self"};
+  static const std::vector<std::string> impls = {"fake", "ucx:sm,self", "ucx:tcp,self", "ucx-none:tcp,self"};
   return impls;
 }
 
@@ -140,8 +140,14 @@ inline std::unique_ptr<data_plane> make_plane(const std::string& impl, peer_id s
     fabric->set_max_message_bytes(self, max_bytes);
     return make_fake_data_plane(fabric, self);
   }
-  BOOST_REQUIRE_MESSAGE(impl.rfind("ucx:", 0) == 0, "unknown implementation " << impl);
-  base.tls = impl.substr(4);
+  // "ucx:TLS" uses ucx_error_mode::peer, "ucx-none:TLS" ucx_error_mode::none.
+  if (impl.rfind("ucx-none:", 0) == 0) {
+    base.error_mode = ucx_error_mode::none;
+    base.tls = impl.substr(9);
+  } else {
+    BOOST_REQUIRE_MESSAGE(impl.rfind("ucx:", 0) == 0, "unknown implementation " << impl);
+    base.tls = impl.substr(4);
+  }
   base.max_message_bytes = max_bytes;
   base.self_peer = self;
   auto plane = make_ucx_data_plane(base);

@@ -1,10 +1,11 @@
 // A peer in its own process, for ucx_data_plane_test's peer-death cases.
 //
-//   dp_peer_helper TLS SELF_ID PEER_ID [flood]
+//   dp_peer_helper TLS SELF_ID PEER_ID peer|none [flood]
 //   stdout: "<hex address of this plane>\n", later "ready\n"
 //   stdin:  "<hex address of the peer>\n"
 // Then it receives (and discards) messages until it is killed or stdin
 // closes; with "flood" it also sends 16 MiB messages to the peer, 4 at a time.
+// peer|none is the ucx_error_mode (it must match the other side's).
 #include <unistd.h>
 
 #include <atomic>
@@ -19,14 +20,15 @@
 using namespace hetflow::dataplane;
 
 int main(int argc, char** argv) {
-  if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: %s TLS SELF_ID PEER_ID [flood]\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: %s TLS SELF_ID PEER_ID peer|none [flood]\n", argv[0]);
     return 2;
   }
   ucx_options o;
   o.tls = argv[1];
   o.self_peer = static_cast<uint32_t>(std::atoi(argv[2]));
   auto peer = static_cast<peer_id>(std::atoi(argv[3]));
+  o.error_mode = std::string(argv[4]) == "none" ? ucx_error_mode::none : ucx_error_mode::peer;
   auto plane = make_ucx_data_plane(o);
   if (!plane) {
     std::fprintf(stderr, "dp_peer_helper: %s\n", plane.error().to_string().c_str());
@@ -51,7 +53,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "ready" << std::endl;
-  if (argc == 5) {
+  if (argc == 6) {
     auto msg = std::make_shared<hetflow::wire_buffer>(std::size_t{16} << 20);
     std::memset(msg->data(), 7, msg->size());
     std::atomic<int> in_flight{0};

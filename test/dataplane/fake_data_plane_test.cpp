@@ -121,8 +121,11 @@ BOOST_AUTO_TEST_CASE(max_message_bytes_is_per_peer) {
   BOOST_CHECK_EQUAL(b->max_message_bytes(), 10u);
   BOOST_REQUIRE(a->connect(1, b->local_address()).ok());
   BOOST_REQUIRE(b->connect(0, a->local_address()).ok());
+  inbox in_a;
+  in_a.install(*a);
   BOOST_CHECK_EQUAL(a->send(1, 1, make_payload(11, 1)).code(), errc::wire_too_large);
   BOOST_CHECK(b->send(0, 1, make_payload(11, 1)).ok());
+  BOOST_CHECK(in_a.wait_for(1, 5s));
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_from_inside_a_handler_does_not_deadlock) {

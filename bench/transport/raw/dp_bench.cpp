@@ -1,7 +1,7 @@
 // dp_bench: the UCX data plane between two processes on this machine.
 //
 //   dp_bench [--tls LIST]... [--reps N] [--lat-iters N] [--window-4m W] [--window-64m W]
-//            [--count-4m N] [--count-64m N] [--idle-spin-us US] [--active-large N] [--heap-reuse] [--no-pin] [--csv]
+//            [--count-4m N] [--count-64m N] [--idle-spin-us US] [--active-large N] [--error-mode peer|none] [--sender-thp] [--recycle] [--heap-reuse] [--no-pin] [--csv]
 //
 // Forks; parent is peer 0, child peer 1; worker addresses go over a
 // socketpair, which also serves as the barrier between runs. Per transport:
@@ -22,6 +22,9 @@
 //
 // The receiver gets a fresh wire_buffer per message (that is the data
 // plane's contract); the sender reuses one buffer, like ucx_perftest.
+// --recycle: the receiver's handler puts each buffer into a pool that
+// ucx_options::receive_buffer_allocator draws from (what ucx_perftest does
+// with its one receive buffer); without it every message gets fresh pages.
 // glibc serves allocations above 32 MiB with a fresh mmap, so every 64 MiB
 // message costs page faults and zeroing on the receiver; --heap-reuse sets
 // mallopt(M_MMAP_THRESHOLD / M_TRIM_THRESHOLD) to 1 GiB in both processes so
@@ -43,6 +46,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,10 +69,13 @@ struct config {
   int count_4m = 500;
   int count_64m = 60;
   bool heap_reuse = false;
+  bool sender_thp = false;
+  bool recycle = false;
   bool pin = true;
   bool csv = false;
   long idle_spin_us = -1;  // -1: ucx_options' default
   int active_large = -1;   // -1: ucx_options' default
+  ucx_error_mode error_mode = ucx_error_mode::peer;
 };
 
 struct result {
@@ -128,7 +135,31 @@ struct bench_state {
   std::atomic<bool> bulk_corrupt{false};
   // bandwidth, sender side
   std::promise<void>* ack = nullptr;
+  // --recycle
+  bool recycle = false;
+  std::mutex pool_mutex;
+  std::vector<wire_buffer> pool;
 };
+
+// ucx_options::receive_buffer_allocator for --recycle (progress thread).
+wire_buffer pooled_buffer(bench_state& st, std::size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(st.pool_mutex);
+    for (std::size_t i = st.pool.size(); i-- > 0;) {
+      if (st.pool[i].capacity() >= bytes) {
+        wire_buffer b = std::move(st.pool[i]);
+        st.pool.erase(st.pool.begin() + static_cast<std::ptrdiff_t>(i));
+        b.shrink_to(bytes);  // sets the size; bytes <= capacity
+        return b;
+      }
+    }
+  }
+  wire_buffer b(bytes);
+  auto begin = (reinterpret_cast<uintptr_t>(b.data()) + 4095) / 4096 * 4096;
+  auto end = (reinterpret_cast<uintptr_t>(b.data()) + bytes) / 4096 * 4096;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  return b;
+}
 
 void send_or_die(bench_state& st, channel_id ch, wire_buffer_ref msg, send_completion done = {}) {
   status s = st.plane->send(st.peer, ch, std::move(msg), std::move(done));
@@ -150,6 +181,10 @@ void on_message(bench_state& st, peer_id, channel_id ch, wire_buffer msg) {
       if (msg.size() == 0 || msg.data()[0] != std::byte{0x5a} || msg.data()[msg.size() - 1] != std::byte{0xa5})
         st.bulk_corrupt = true;
       if (st.bulk_seen.fetch_add(1) + 1 == st.bulk_expected.load()) send_or_die(st, ch_ack, st.small);
+      if (st.recycle) {
+        std::lock_guard<std::mutex> lock(st.pool_mutex);
+        if (st.pool.size() < 8) st.pool.push_back(std::move(msg));
+      }
       break;
     }
     case ch_ack:
@@ -217,10 +252,14 @@ result run_role(const config& cfg, const std::string& tls, int rank, int fd) {
     CPU_SET(rank, &set);
     if (sched_setaffinity(0, sizeof set, &set) != 0) die("sched_setaffinity");
   }
+  bench_state st;
+  st.recycle = cfg.recycle;
   ucx_options o;
   o.tls = tls;
+  if (cfg.recycle) o.receive_buffer_allocator = [&st](std::size_t n) { return pooled_buffer(st, n); };
   o.self_peer = static_cast<uint32_t>(rank);
   if (cfg.idle_spin_us >= 0) o.idle_spin = std::chrono::microseconds(cfg.idle_spin_us);
+  o.error_mode = cfg.error_mode;
   if (cfg.active_large > 0) o.max_active_large_receives = static_cast<uint32_t>(cfg.active_large);
   auto made = make_ucx_data_plane(o);
   if (!made) die(made.error().to_string());
@@ -234,7 +273,6 @@ result run_role(const config& cfg, const std::string& tls, int rank, int fd) {
   std::vector<char> theirs(n);
   read_all(fd, theirs.data(), n);
 
-  bench_state st;
   st.plane = plane.get();
   st.peer = rank == 0 ? 1 : 0;
   auto small = std::make_shared<wire_buffer>(8);
@@ -252,12 +290,15 @@ result run_role(const config& cfg, const std::string& tls, int rank, int fd) {
   std::vector<double> lat, bw4, bw64;
   for (int i = 0; i < cfg.reps; ++i) lat.push_back(run_latency(st, rank, fd, cfg.lat_iters));
 
-  // Payloads on transparent huge pages (as ucx_perftest's UCX-allocated
-  // buffers are, and as a tensor allocator for large tensors should be):
-  // with 4 KiB pages the receiver's CMA pull spends ~10% walking them.
-  auto make_bulk = [](size_t size) {
+  // --sender-thp puts the payloads on transparent huge pages; compare with
+  // ucx_perftest under UCX_ALLOC_PRIO=thp,mmap,heap. Without it both use
+  // 4 KiB pages (perftest's default allocation is a sysv segment).
+  auto make_bulk = [&cfg](size_t size) {
     auto b = std::make_shared<wire_buffer>(size);
-    (void)madvise(b->data(), size, MADV_HUGEPAGE);
+    auto begin = (reinterpret_cast<uintptr_t>(b->data()) + 4095) / 4096 * 4096;
+    auto end = (reinterpret_cast<uintptr_t>(b->data()) + size) / 4096 * 4096;
+    if (cfg.sender_thp && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) != 0)
+      die("madvise");
     std::memset(b->data(), 0x11, size);
     b->data()[0] = std::byte{0x5a};
     b->data()[size - 1] = std::byte{0xa5};
@@ -339,8 +380,16 @@ int main(int argc, char** argv) {
       cfg.idle_spin_us = std::atol(value().c_str());
     else if (a == "--active-large")
       cfg.active_large = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--no-pin")
+    else if (a == "--error-mode") {
+      std::string m = value();
+      if (m != "peer" && m != "none") die("--error-mode takes peer or none");
+      cfg.error_mode = m == "none" ? ucx_error_mode::none : ucx_error_mode::peer;
+    } else if (a == "--no-pin")
       cfg.pin = false;
+    else if (a == "--recycle")
+      cfg.recycle = true;
+    else if (a == "--sender-thp")
+      cfg.sender_thp = true;
     else if (a == "--heap-reuse")
       cfg.heap_reuse = true;
     else if (a == "--csv")
@@ -359,19 +408,25 @@ int main(int argc, char** argv) {
   for (const std::string& tls : cfg.tls) results.push_back(run_pair(cfg, tls));
 
   if (cfg.csv) {
-    // who,transport,size,GB/s,latency us -- transport with '+' for ','.
+    // who,transport,size,GB/s,latency us -- who is dp-peer or dp-none, the
+    // transport has '+' for ','.
+    std::string who = cfg.error_mode == ucx_error_mode::none ? "dp-none" : "dp-peer";
+    if (cfg.recycle) who += "-recycle";
+    if (cfg.sender_thp) who += "-thp";
     for (const result& r : results) {
       std::string t = r.tls;
       std::replace(t.begin(), t.end(), ',', '+');
-      std::printf("dp,%s,8,,%.3f\n", t.c_str(), r.lat_us);
-      std::printf("dp,%s,4194304,%.3f,\n", t.c_str(), r.gbps_4m);
-      std::printf("dp,%s,67108864,%.3f,\n", t.c_str(), r.gbps_64m);
+      std::printf("%s,%s,8,,%.3f\n", who.c_str(), t.c_str(), r.lat_us);
+      std::printf("%s,%s,4194304,%.3f,\n", who.c_str(), t.c_str(), r.gbps_4m);
+      std::printf("%s,%s,67108864,%.3f,\n", who.c_str(), t.c_str(), r.gbps_64m);
     }
     return 0;
   }
-  std::printf("dp_bench: median of %d runs; windows 4 MiB: %d, 64 MiB: %d; counts %d / %d%s%s\n", cfg.reps,
-              cfg.window_4m, cfg.window_64m, cfg.count_4m, cfg.count_64m,
-              cfg.heap_reuse ? "; --heap-reuse" : "", cfg.pin ? "; pinned to CPUs 0/1" : "");
+  std::printf("dp_bench: median of %d runs; error_mode %s; windows 4 MiB: %d, 64 MiB: %d; counts %d / %d%s%s%s\n",
+              cfg.reps, cfg.error_mode == ucx_error_mode::none ? "none" : "peer", cfg.window_4m,
+              cfg.window_64m, cfg.count_4m, cfg.count_64m, cfg.heap_reuse ? "; --heap-reuse" : "",
+              cfg.sender_thp ? "; --sender-thp" : "", cfg.pin ? "; pinned to CPUs 0/1" : "");
+  if (cfg.recycle) std::printf("receive buffers recycled (--recycle)\n");
   std::printf("%-10s %-12s %10s %12s\n", "size", "transport", "GB/s", "latency us");
   for (const result& r : results) {
     std::printf("%-10s %-12s %10s %12.2f\n", "8 B", r.tls.c_str(), "-", r.lat_us);
