@@ -236,7 +236,8 @@ void add_skeleton(registry& reg) {
   job.keys.push_back(key_spec{"tensors", key_type::integer, false, int64_t{64},
                               "number of tensors to send", 1.0, 1e9, {}});
   job.keys.push_back(key_spec{"tensor_bytes", key_type::size, false, int64_t{1 << 20},
-                              "bytes per tensor (f32)", 4.0, double(1ull << 32), {}});
+                              "bytes per tensor (f32); one message carries at most 512 MiB",
+                              4.0, double(schemas::max_tensor_bytes), {}});
   job.keys.push_back(key_spec{"window", key_type::integer, false, int64_t{4},
                               "tensors in flight (credits)", 1.0, 1024.0, {}});
   job.keys.push_back(key_spec{"seed", key_type::integer, false, int64_t{1},

@@ -234,6 +234,12 @@ void add_transport_bench(registry& reg) {
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
         if (c.nodes.size() < 2)
           return make_error(errc::invalid_argument, "transport_bench needs at least 2 nodes");
+        // TODO(perf): chunk tensors over Cap'n Proto's 512 MiB blob limit.
+        for (int64_t s : c.job.params.get_ints("sizes"))
+          if (s < 1 || static_cast<uint64_t>(s) > schemas::max_tensor_bytes)
+            return make_error(errc::invalid_argument,
+                              "[job] sizes: " + std::to_string(s) +
+                                  " bytes is outside 1 B .. 512 MiB, what one tensor message carries");
         if (!c.actors.empty()) return std::vector<topology::actor_spec>{};
         std::vector<topology::actor_spec> v(2);
         v[0].name = v[0].type = "bench_sender";
