@@ -9,10 +9,8 @@ for sig in TERM INT; do
   topo="$HETFLOW_SCRATCH/sig-$sig.toml"
   port=$([[ $sig == TERM ]] && echo 7610 || echo 7620)
   write_topology "$topo" $port 3 auto 'kind = "skeleton"' 'tensors = 1000000' 'tensor_bytes = "64KiB"'
-  "$HETFLOW" run "$topo" >"$topo.out" 2>&1 &
-  lp=$!
-  PIDS+=($lp)
-  wait_for_text "$topo.out" "starting job" 30 || { cat "$topo.out"; fail "job did not start"; }
+  start_run "$topo" "starting job" 30
+  lp=$RUN_PID
   [[ $(count_nodes "$topo") -eq 3 ]] || fail "expected 3 node processes"
   kill -$sig $lp
   wait_exit $lp 15 || { cat "$topo.out"; fail "launcher still running 15 s after SIG$sig"; }
@@ -24,10 +22,8 @@ done
 
 topo="$HETFLOW_SCRATCH/sig-KILL.toml"
 write_topology "$topo" 7630 3 auto 'kind = "skeleton"' 'tensors = 1000000' 'tensor_bytes = "64KiB"'
-"$HETFLOW" run "$topo" >"$topo.out" 2>&1 &
-lp=$!
-PIDS+=($lp)
-wait_for_text "$topo.out" "starting job" 30 || { cat "$topo.out"; fail "job did not start"; }
+start_run "$topo" "starting job" 30
+lp=$RUN_PID
 kill -9 $lp
 for i in $(seq 1 50); do
   [[ $(count_nodes "$topo") -eq 0 ]] && break

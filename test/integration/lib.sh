@@ -74,3 +74,13 @@ wait_for_text() {
 json_get() {  # json_get FILE PYTHON_EXPR (d is the parsed object)
   python3 -c "import json,sys; d=json.load(open('$1')); print($2)"
 }
+
+# start_run TOPOLOGY TEXT SECONDS: `hetflow run TOPOLOGY` in the background,
+# output in TOPOLOGY.out, until TEXT appears; sets RUN_PID (fails otherwise).
+start_run() {
+  local topo=$1 text=$2 secs=$3
+  "$HETFLOW" run "$topo" >"$topo.out" 2>&1 &
+  RUN_PID=$!
+  PIDS+=($RUN_PID)
+  wait_for_text "$topo.out" "$text" "$secs" || { cat "$topo.out"; fail "'$text' never appeared running $topo"; }
+}

@@ -22,10 +22,8 @@ pass "train job: 2 epochs, test accuracy $acc"
 # SIGINT mid-training: exit 130 within a few seconds.
 long="$HETFLOW_SCRATCH/long.toml"
 write_topology "$long" 7820 1 auto 'kind = "train"' 'model = "mlp"' 'epochs = 100'
-"$HETFLOW" run "$long" >"$long.out" 2>&1 &
-lp=$!
-PIDS+=($lp)
-wait_for_text "$long.out" "samples/s" 60 || { cat "$long.out"; fail "training did not start"; }
+start_run "$long" "samples/s" 60
+lp=$RUN_PID
 kill -INT $lp
 wait_exit $lp 15 || { cat "$long.out"; fail "still training 15 s after SIGINT"; }
 [[ $WAIT_RC -eq 130 ]] || { cat "$long.out"; fail "SIGINT: exit $WAIT_RC, want 130"; }
