@@ -70,7 +70,11 @@
 //     reports no endpoint errors, although TCP sends to a dead peer still
 //     fail. HAZARD: if a peer dies while we pull a rendezvous message from
 //     it over CMA, UCX treats the failed process_vm_readv as unhandled and
-//     aborts this process.
+//     aborts this process. The same holds if a live peer frees the buffer
+//     we are pulling, which is why buffers of sends abandoned towards a
+//     mode-NONE peer that may be alive are never freed (a bounded leak, see
+//     teardown in the .cpp), and why shutdown() first gives receivers up to
+//     1 s to finish pulling.
 // ucx_error_mode::peer (default) uses PEER except for a shared-memory-only
 // list ("sm,self"), which can only work in NONE; ucx_error_mode::none uses
 // NONE everywhere. Mode-NONE peers are watched by us (below). Use peer where
@@ -80,6 +84,13 @@
 // Completion contract (both this and fake_data_plane): when send() returns an
 // error, `done` is never called; when it returns ok, `done` is called exactly
 // once on the progress thread, at the latest from shutdown().
+//
+// shutdown(): queued sends complete with cancelled; a goodbye goes to every
+// live peer (<= 500 ms); posted receives are cancelled and endpoints
+// force-closed; UCX gets <= 1 s to return what is in flight, the rest is
+// completed here (cancelled, or peer_down for a peer already down). So it
+// returns within ~1.5 s. Called from a handler it only requests the stop;
+// the destructor (which must not run on the progress thread) then joins.
 #pragma once
 
 #include <chrono>
