@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/buffer_pool.hpp"
 #include "actors/caf_data_plane.hpp"
 #include "actors/caf_types.hpp"
 #include "actors/dataplane/ucx_data_plane.hpp"
@@ -436,6 +437,9 @@ expected<std::shared_ptr<dataplane::data_plane>> make_data_plane(node_shared& sh
   o.tls = rt.ucx_tls;
   o.max_message_bytes = rt.max_message_bytes;
   o.self_peer = static_cast<dataplane::peer_id>(sh.self);
+  // Large receive buffers come back to a pool when the last actor drops them.
+  auto pool = buffer_pool::create(std::size_t{1} << 20, std::size_t{512} << 20);
+  o.receive_buffer_allocator = [pool](std::size_t bytes) { return pool->allocate(bytes); };
   // Peers going away after the job has ended are expected, not errors.
   o.on_error = [&sh](const status& s) {
     if (sh.exit_set)

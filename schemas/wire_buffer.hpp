@@ -15,9 +15,33 @@
 
 namespace hetflow {
 
+// Takes a wire_buffer's memory back when the buffer dies, instead of free().
+// Called from whichever thread drops the last reference: thread-safe.
+class wire_buffer_recycler {
+public:
+  virtual ~wire_buffer_recycler() = default;
+  // `p` came from std::aligned_alloc(wire_buffer::alignment, capacity).
+  virtual void recycle(std::byte* p, std::size_t capacity) noexcept = 0;
+};
+
+namespace detail {
+// wire_buffer's deleter: to the recycler if there is one, else free().
+struct wire_buffer_release {
+  std::shared_ptr<wire_buffer_recycler> owner;
+  std::size_t capacity = 0;
+  void operator()(std::byte* p) const noexcept {
+    if (owner)
+      owner->recycle(p, capacity);
+    else
+      std::free(p);
+  }
+};
+}  // namespace detail
+
 class wire_buffer {
 public:
   static constexpr std::size_t alignment = 64;
+  using recycler = wire_buffer_recycler;
 
   wire_buffer() noexcept = default;
   // Uninitialised storage for `bytes` bytes. Throws std::bad_alloc.
@@ -29,6 +53,14 @@ public:
       data_.reset(static_cast<std::byte*>(p));
     }
   }
+
+  // Adopts `p` (from std::aligned_alloc(alignment, capacity)); when this
+  // buffer dies the memory goes to `owner` (kept alive until then).
+  wire_buffer(std::byte* p, std::size_t size, std::size_t capacity,
+              std::shared_ptr<recycler> owner) noexcept
+      : data_(p, detail::wire_buffer_release{std::move(owner), capacity}),
+        size_(size),
+        capacity_(capacity) {}
 
   wire_buffer(wire_buffer&&) noexcept = default;
   wire_buffer& operator=(wire_buffer&&) noexcept = default;
@@ -49,10 +81,7 @@ public:
   }
 
 private:
-  struct free_deleter {
-    void operator()(std::byte* p) const noexcept { std::free(p); }
-  };
-  std::unique_ptr<std::byte, free_deleter> data_;
+  std::unique_ptr<std::byte, detail::wire_buffer_release> data_;
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
 };

@@ -136,3 +136,36 @@ BOOST_AUTO_TEST_CASE(json_writer_escapes_and_nests) {
   nan.begin_array().value(0.0 / 0.0).end_array();
   BOOST_TEST(nan.str() == "[null]");
 }
+
+#include "actors/buffer_pool.hpp"
+
+BOOST_AUTO_TEST_CASE(buffer_pool_reuses_large_buffers_within_its_bound) {
+  auto pool = buffer_pool::create(1 << 20, 8 << 20);
+  const std::byte* first = nullptr;
+  {
+    wire_buffer a = pool->allocate(4 << 20);
+    BOOST_TEST(a.size() == std::size_t{4 << 20});
+    BOOST_TEST(reinterpret_cast<uintptr_t>(a.data()) % wire_buffer::alignment == 0u);
+    first = a.data();
+  }  // back to the pool
+  BOOST_TEST(pool->cached_bytes() == std::size_t{4 << 20});
+  {
+    wire_buffer b = pool->allocate((4 << 20) - 100);  // within 2x: reused
+    BOOST_TEST(b.data() == first);
+    BOOST_TEST(b.size() == std::size_t{(4 << 20) - 100});
+    BOOST_TEST(pool->hits() == 1u);
+    wire_buffer c = pool->allocate(100);  // small: not pooled
+    BOOST_TEST(c.size() == 100u);
+  }
+  BOOST_TEST(pool->cached_bytes() == std::size_t{4 << 20});
+  {
+    // Three 4 MiB buffers die; only 8 MiB may wait for reuse.
+    std::vector<wire_buffer> v;
+    for (int i = 0; i < 3; ++i) v.push_back(pool->allocate(4 << 20));
+  }
+  BOOST_TEST(pool->cached_bytes() == std::size_t{8 << 20});
+  // A buffer may outlive the pool's last outside owner.
+  wire_buffer late = pool->allocate(2 << 20);
+  pool.reset();
+  BOOST_TEST(late.size() == std::size_t{2 << 20});
+}

@@ -1,0 +1,61 @@
+#include "actors/buffer_pool.hpp"
+
+#include <cstdlib>
+#include <new>
+
+namespace hetflow::actors {
+
+std::shared_ptr<buffer_pool> buffer_pool::create(std::size_t min_bytes,
+                                                 std::size_t max_cached_bytes) {
+  return std::shared_ptr<buffer_pool>(new buffer_pool(min_bytes, max_cached_bytes));
+}
+
+buffer_pool::~buffer_pool() {
+  for (auto& [cap, p] : free_) std::free(p);
+}
+
+wire_buffer buffer_pool::allocate(std::size_t bytes) {
+  if (bytes < min_bytes_) return wire_buffer(bytes);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = free_.lower_bound(bytes);
+    if (it != free_.end() && it->first <= 2 * bytes) {
+      std::size_t cap = it->first;
+      std::byte* p = it->second;
+      free_.erase(it);
+      cached_ -= cap;
+      ++hits_;
+      return wire_buffer(p, bytes, cap, shared_from_this());
+    }
+  }
+  std::size_t cap = (bytes + wire_buffer::alignment - 1) / wire_buffer::alignment * wire_buffer::alignment;
+  void* p = std::aligned_alloc(wire_buffer::alignment, cap);
+  if (p == nullptr) throw std::bad_alloc();
+  return wire_buffer(static_cast<std::byte*>(p), bytes, cap, shared_from_this());
+}
+
+void buffer_pool::recycle(std::byte* p, std::size_t capacity) noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  if (cached_ + capacity > max_cached_bytes_) {
+    std::free(p);
+    return;
+  }
+  try {
+    free_.emplace(capacity, p);
+    cached_ += capacity;
+  } catch (...) {
+    std::free(p);
+  }
+}
+
+std::size_t buffer_pool::cached_bytes() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return cached_;
+}
+
+std::size_t buffer_pool::hits() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return hits_;
+}
+
+}  // namespace hetflow::actors
