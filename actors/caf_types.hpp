@@ -26,6 +26,7 @@ using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
 using dp_atom = caf::atom_constant<caf::atom("dp")>;      // CAF data-plane bytes
 using dperr_atom = caf::atom_constant<caf::atom("dperr")>;  // data-plane failure
 using grace_atom = caf::atom_constant<caf::atom("grace")>;
+using left_atom = caf::atom_constant<caf::atom("left")>;  // a peer exited cleanly
 
 // Actor protocol.
 using wire_atom = caf::atom_constant<caf::atom("wire")>;  // (wire_atom, from_node, wire_buffer_ref)

@@ -231,7 +231,13 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
     if (auto it = st.peer_index.find(dm.source); it != st.peer_index.end()) {
       int idx = it->second;
       st.alive_peers.erase(idx);
-      if (!st.stopping) {
+      bool clean = !dm.reason || dm.reason == caf::exit_reason::normal;
+      if (!st.stopping && clean) {
+        // A peer that exits cleanly got the head's stop; ours may still be
+        // on its way. Crashes and hangs arrive as remote_link_unreachable and
+        // stop the job at once (below); a clean exit gets 2 s for the stop.
+        self->delayed_send(self, std::chrono::seconds(2), left_atom::value, int32_t{idx});
+      } else if (!st.stopping) {
         do_stop(self, exit_peer,
                 "node " + node_label(sh.cluster.nodes[idx]) +
                     " is down: " + self->system().render(dm.reason),
@@ -368,6 +374,13 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       do_stop(self, exit_peer, what, true);
     },
     [self](grace_atom) { finish(self); },
+    [self](left_atom, int32_t idx) {
+      if (self->state.stopping) return;
+      do_stop(self, exit_peer,
+              "node " + node_label(self->state.sh->cluster.nodes[idx]) +
+                  " left before the job finished",
+              true);
+    },
     [self](dp_atom, uint32_t from, uint64_t channel, const std::vector<char>& bytes) {
       if (auto* c = self->state.sh->caf_dp) c->deliver(from, channel, bytes);
     },
