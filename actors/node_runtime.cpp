@@ -70,8 +70,8 @@ struct node_shared {
   double run_s = 0;
 
   void set_exit(int code, std::string reason) {
-    bool expected = false;
-    if (exit_set.compare_exchange_strong(expected, true))
+    bool first = false;
+    if (exit_set.compare_exchange_strong(first, true))
       exit_promise.set_value({code, std::move(reason)});
   }
   bool is_head() const { return self == 0; }
@@ -117,14 +117,15 @@ public:
       caf::anon_send(dest, wire_atom::value, sh_->self_name, std::move(msg));
       return {};
     }
-    auto weak = std::weak_ptr<node_shared>(sh_);
-    std::string peer_name = spec.node;
+    // Per message: capture only a weak pointer and the node index; the
+    // node's name is looked up when a send fails.
     return sh_->dp->send(static_cast<dataplane::peer_id>(node), it->second, std::move(msg),
-                         [weak, peer_name](status s) {
+                         [weak = std::weak_ptr<node_shared>(sh_), node](status s) {
                            if (s.ok() || s.code() == errc::cancelled) return;
                            if (auto sh = weak.lock())
                              caf::anon_send(sh->node_actor, dperr_atom::value,
-                                            "data plane send to node '" + peer_name +
+                                            "data plane send to node '" +
+                                                sh->cluster.nodes[node].name +
                                                 "' failed: " + s.to_string());
                          });
   }
@@ -703,6 +704,7 @@ int run_node(const node_options& opts, const registry& reg) {
             continue;
           }
           bool ok = false;
+          bool answered = false;  // no answer (yet): the peer may still be starting
           std::string text;
           uint32_t their_index = 0;
           std::string their_dp;
@@ -713,18 +715,19 @@ int run_node(const node_options& opts, const registry& reg) {
               .receive(
                   [&](hello_atom, bool accepted, std::string& t, uint32_t idx, std::string& dpn,
                       std::vector<char>& addr) {
+                    answered = true;
                     ok = accepted;
                     text = std::move(t);
                     their_index = idx;
                     their_dp = std::move(dpn);
                     their_addr = std::move(addr);
                   },
-                  [&](caf::error& err) { text = "no answer to hello: " + sys.render(err); });
+                  [&](caf::error&) {});
+          if (!answered) {  // transient: retry with the others
+            ++it;
+            continue;
+          }
           if (!ok) {
-            if (text.rfind("no answer", 0) == 0) {  // transient: retry
-              ++it;
-              continue;
-            }
             fatal = "node " + node_label(peer) + " refused this node: " + text;
             break;
           }

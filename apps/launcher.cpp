@@ -124,14 +124,21 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
     width = std::max(width, n.name.size());
   }
   if (children.empty()) {
-    std::fprintf(stderr, "hetflow run: no node of %s is on this machine\n", opts.topology.c_str());
+    std::fprintf(stderr,
+                 "hetflow run: no node of %s is on this machine; start each node on its host "
+                 "with `hetflow node %s --name NODE`\n",
+                 opts.topology.c_str(), opts.topology.c_str());
     return 2;
   }
 
   std::filesystem::path report_dir;
   if (!opts.report.empty()) {
     char tmpl[] = "/tmp/hetflow-run-XXXXXX";
-    if (char* d = mkdtemp(tmpl)) report_dir = d;
+    if (char* d = mkdtemp(tmpl))
+      report_dir = d;
+    else
+      std::fprintf(stderr, "hetflow run: cannot create %s for node reports (%s); the report "
+                           "will lack per-node details\n", tmpl, std::strerror(errno));
   }
 
   // Take SIGINT/SIGTERM/SIGCHLD through a signalfd so the poll loop sees them.

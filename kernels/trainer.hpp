@@ -45,6 +45,17 @@ struct lr_schedule {
 // The learning rate for step `step` (0-based) of epoch `epoch` (0-based).
 double lr_at(const lr_schedule& s, double base_lr, int epoch, int64_t step, int64_t steps_per_epoch, int epochs);
 
+struct epoch_report {
+  int epoch = 0;                 // 1-based
+  double loss = 0.0;             // mean training loss over the epoch
+  double train_accuracy = 0.0;   // over the epoch's training batches
+  double test_accuracy = -1.0;   // -1 when not evaluated this epoch
+  double samples_per_s = 0.0;    // training samples / epoch training wall time
+  double train_seconds = 0.0;    // training wall time (no data loading, no eval)
+  double lr = 0.0;               // learning rate at the epoch's last step
+  int64_t samples = 0;
+};
+
 struct train_config {
   std::string model = "lenet5";  // a zoo image model (not dlrm: it needs click logs)
   double width = 1.0;            // zoo width multiplier
@@ -64,19 +75,9 @@ struct train_config {
   const std::atomic<bool>* stop = nullptr;  // set to true to stop: errc::cancelled
   std::string save_weights;      // non-empty: write the trained weights here
   // Called on the training thread after each epoch (and its evaluation).
-  std::function<void(const struct epoch_report&)> on_epoch;
+  std::function<void(const epoch_report&)> on_epoch;
 };
 
-struct epoch_report {
-  int epoch = 0;                 // 1-based
-  double loss = 0.0;             // mean training loss over the epoch
-  double train_accuracy = 0.0;   // over the epoch's training batches
-  double test_accuracy = -1.0;   // -1 when not evaluated this epoch
-  double samples_per_s = 0.0;    // training samples / epoch training wall time
-  double train_seconds = 0.0;    // training wall time (no data loading, no eval)
-  double lr = 0.0;               // learning rate at the epoch's last step
-  int64_t samples = 0;
-};
 
 struct train_report {
   std::string model;

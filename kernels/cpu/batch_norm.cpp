@@ -16,7 +16,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dnnl_util.hpp"
-#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/fused_relu.hpp"
 #include "kernels/cpu/units.hpp"
 
 namespace hetflow::kernels::cpu {
@@ -142,13 +142,8 @@ public:
   }
 
   expected<tensor_view> backward(tensor_view dy, bool need_input_grad) override {
-    if (dy.numel() != y_.numel())
-      return make_error(errc::invalid_argument, "batch_norm " + name() + ": gradient size mismatch");
-    const void* dpre = dy.raw();
-    if (relu_) {
-      relu_backward(dy.f32(), y_.f32(), dpre_.f32(), y_.numel());
-      dpre = dpre_.bytes();
-    }
+    HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("batch_norm", name(), dy, y_, relu_, dpre_));
+    const void* dpre = g.raw();
     bool train = last_mode_ == mode::train;
     // src_ still holds this batch's input in md's layout (lockstep contract).
     if (!src_.staged()) src_.attach(x_.raw());

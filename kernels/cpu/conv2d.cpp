@@ -14,7 +14,7 @@
 #include <optional>
 
 #include "kernels/cpu/dnnl_util.hpp"
-#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/fused_relu.hpp"
 #include "kernels/cpu/units.hpp"
 
 namespace hetflow::kernels::cpu {
@@ -144,15 +144,8 @@ public:
   }
 
   expected<tensor_view> backward(tensor_view dy, bool need_input_grad) override {
-    if (dy.numel() != y_.numel())
-      return make_error(errc::invalid_argument, "conv2d " + name() + ": gradient " +
-                                                    dy.shape().to_string() + " does not match output " +
-                                                    y_.shape().to_string());
-    const void* dpre = dy.raw();
-    if (relu_) {
-      relu_backward(dy.f32(), y_.f32(), dpre_.f32(), y_.numel());
-      dpre = dpre_.bytes();
-    }
+    HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("conv2d", name(), dy, y_, relu_, dpre_));
+    const void* dpre = g.raw();
     ddst_bw_.attach(dpre);
     HF_RETURN_IF_ERROR(ddst_bw_.to_inner(ctx_, name(), "gradient reorder"));
     // The forward's staged input is still valid (lockstep contract).

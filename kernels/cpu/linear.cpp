@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dnnl_util.hpp"
-#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/fused_relu.hpp"
 #include "kernels/cpu/units.hpp"
 
 namespace hetflow::kernels::cpu {
@@ -106,15 +106,8 @@ public:
   }
 
   expected<tensor_view> backward(tensor_view dy, bool need_input_grad) override {
-    if (dy.numel() != y_.numel())
-      return make_error(errc::invalid_argument, "linear " + name() + ": gradient " +
-                                                    dy.shape().to_string() + " does not match output " +
-                                                    y_.shape().to_string());
-    const void* dpre = dy.raw();
-    if (relu_) {
-      relu_backward(dy.f32(), y_.f32(), dpre_.f32(), y_.numel());
-      dpre = dpre_.bytes();
-    }
+    HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("linear", name(), dy, y_, relu_, dpre_));
+    const void* dpre = g.raw();
     attach(ddst_m_, dpre);
     attach(src_m_, x_.raw());
     attach(dw_m_, weight_.grad.bytes());

@@ -1,6 +1,7 @@
 // max, average and global-average pooling on oneDNN (NCHW). Max pooling keeps
 // oneDNN's workspace (argmax positions) from forward to backward.
 #include "kernels/cpu/dnnl_util.hpp"
+#include "kernels/cpu/fused_relu.hpp"
 #include "kernels/cpu/units.hpp"
 
 namespace hetflow::kernels::cpu {
@@ -78,9 +79,7 @@ public:
 
   expected<tensor_view> backward(tensor_view dy, bool need_input_grad) override {
     if (!need_input_grad) return tensor_view{};
-    if (dy.numel() != y_.numel())
-      return make_error(errc::invalid_argument, name() + ": gradient " + dy.shape().to_string() +
-                                                    " does not match output " + y_.shape().to_string());
+    HF_RETURN_IF_ERROR(check_gradient("pool", name(), dy, y_));
     attach(ddst_m_, dy.raw());
     attach(dsrc_m_, dx_.bytes());
     if (has_ws_)

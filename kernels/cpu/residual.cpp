@@ -1,6 +1,6 @@
 // residual: y = relu?(body(x) + shortcut(x)), a composite unit (ResNet's basic
 // and bottleneck blocks). An empty shortcut is the identity.
-#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/fused_relu.hpp"
 #include "kernels/cpu/units.hpp"
 
 namespace hetflow::kernels::cpu {
@@ -58,13 +58,7 @@ public:
   }
 
   expected<tensor_view> backward(tensor_view dy, bool need_input_grad) override {
-    if (dy.numel() != y_.numel())
-      return make_error(errc::invalid_argument, "residual " + name() + ": gradient size mismatch");
-    tensor_view g = dy;
-    if (relu_) {
-      relu_backward(dy.f32(), y_.f32(), dpre_.f32(), y_.numel());
-      g = dpre_.view();
-    }
+    HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("residual", name(), dy, y_, relu_, dpre_));
     auto run_back = [&](std::vector<std::unique_ptr<unit>>& chain) -> expected<tensor_view> {
       tensor_view d = g;
       for (std::size_t i = chain.size(); i-- > 0;) {

@@ -231,6 +231,21 @@ BOOST_DATA_TEST_CASE(shutdown_with_sends_in_flight_completes_them, bdata::make(i
 
 // Peer 1 stops (shutdown() stands in for its death in-process); peer 0 keeps
 // sending and must see an error within 5 s, never a hang.
+BOOST_DATA_TEST_CASE(shutdown_from_inside_a_handler_does_not_deadlock, bdata::make(implementations()), impl) {
+  auto p = make_connected_pair(impl);
+  std::atomic<bool> called{false};
+  data_plane* b = p.b.get();
+  b->set_receive_handler([&](peer_id, channel_id, wire_buffer) {
+    b->shutdown();
+    called = true;
+  });
+  BOOST_REQUIRE(p.a->send(1, 1, make_payload(8, 1)).ok());
+  for (int i = 0; i < 400 && !called; ++i) std::this_thread::sleep_for(5ms);
+  BOOST_REQUIRE(called);
+  BOOST_CHECK_EQUAL(b->send(0, 1, make_payload(8, 1)).code(), errc::cancelled);
+  p.b.reset();
+}
+
 BOOST_DATA_TEST_CASE(dead_peer_gives_sender_an_error, bdata::make(implementations()), impl) {
   auto p = make_connected_pair(impl);
   inbox in;

@@ -214,21 +214,6 @@ BOOST_DATA_TEST_CASE(reconnect_after_peer_restart, bdata::make(ucx_impls), impl)
   BOOST_CHECK_EQUAL(checksum(in.take().at(0).msg), checksum(*make_payload(1 << 20, 3)));
 }
 
-BOOST_AUTO_TEST_CASE(shutdown_from_inside_a_handler_does_not_deadlock) {
-  auto p = make_connected_pair("ucx:sm,self");
-  std::atomic<bool> called{false};
-  data_plane* b = p.b.get();
-  b->set_receive_handler([&](peer_id, channel_id, wire_buffer) {
-    b->shutdown();
-    called = true;
-  });
-  BOOST_REQUIRE(p.a->send(1, 1, make_payload(8, 1)).ok());
-  for (int i = 0; i < 400 && !called; ++i) std::this_thread::sleep_for(5ms);
-  BOOST_REQUIRE(called);
-  BOOST_CHECK_EQUAL(b->send(0, 1, make_payload(8, 1)).code(), errc::cancelled);
-  p.b.reset();
-}
-
 // The peer is SIGKILLed: no goodbye. TCP sees the connection reset; shared
 // memory relies on UCX's keepalive (ucx_options::keepalive_interval, 1 s).
 BOOST_DATA_TEST_CASE(killed_peer_process_gives_sender_an_error,

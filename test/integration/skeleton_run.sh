@@ -41,3 +41,15 @@ timeout 60 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
 [[ $(json_get "$topo.json" 'd["nodes"][0]["data_plane_stats"]["bytes_sent"]') == 0 ]] ||
   fail "single node: tensors went through the data plane"
 pass "single node passes tensors by reference"
+
+# The transport benchmark job, small: one row per size, every figure measured.
+topo="$HETFLOW_SCRATCH/tbench.toml"
+write_topology "$topo" $((base + 10)) 2 auto 'kind = "transport_bench"' 'sizes = [8, "64KiB"]' \
+  'bytes_per_size = "4MiB"' 'pings = 20'
+timeout 60 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
+  { cat "$topo.out"; fail "transport_bench run"; }
+[[ $(json_get "$topo.json" '[r["bytes"] for r in d["result"]["results"]]') == "[8, 65536]" ]] ||
+  fail "transport_bench: want rows for 8 and 65536 bytes"
+json_get "$topo.json" 'all(r["latency_us"] > 0 and r["gbytes_per_s"] > 0 for r in d["result"]["results"])' |
+  grep -q True || fail "transport_bench: a latency or bandwidth is missing"
+pass "transport_bench measures every size"

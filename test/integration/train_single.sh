@@ -19,6 +19,15 @@ acc=$(json_get "$topo.json" 'd["epochs"][-1]["test_accuracy"]')
 /usr/bin/env python3 -c "import sys; sys.exit(0 if $acc > 0.7 else 1)" || fail "test accuracy $acc after 300 steps"
 pass "train job: 2 epochs, test accuracy $acc"
 
+# hetflow profile: one row per unit of the job's model and a total.
+"$HETFLOW" profile "$topo" --batch 16 >"$topo.profile" 2>&1 || { cat "$topo.profile"; fail "profile"; }
+grep -q "lenet5 on cpu" "$topo.profile" && grep -q " conv1 " "$topo.profile" &&
+  grep -q " fc3 " "$topo.profile" && grep -q "^  total: " "$topo.profile" ||
+  { cat "$topo.profile"; fail "profile table"; }
+"$HETFLOW" devices >"$topo.devices" 2>&1 && grep -q "^cpu: " "$topo.devices" && grep -q "^cuda" "$topo.devices" ||
+  { cat "$topo.devices"; fail "devices"; }
+pass "profile and devices"
+
 # SIGINT mid-training: exit 130 within a few seconds.
 long="$HETFLOW_SCRATCH/long.toml"
 write_topology "$long" 7820 1 auto 'kind = "train"' 'model = "mlp"' 'epochs = 100'
