@@ -6,9 +6,13 @@
 //   1. ping-pong: the sender sends a tensor, the receiver sends the same
 //      buffer back (by reference, no copy); latency = round trip / 2, as
 //      ucx_perftest's tag_lat reports it.
-//   2. stream: `messages` tensors with at most `window` in flight; the
-//      receiver decodes each and returns credits over CAF. Bandwidth counts
-//      tensor bytes (the Cap'n Proto envelope, ~100 B, is extra).
+//   2. stream: `messages` tensors with at most `window` in flight (fewer
+//      for large tensors: at most `window_bytes` of them, but 2 or more); the
+//      receiver decodes each and returns credits as small wire messages
+//      (kind_credit, the count in `seq`, no tensor) on the same path, so
+//      flow control costs a data-plane message, not a CAF round through
+//      both nodes' middleman threads. Bandwidth counts tensor bytes (the
+//      Cap'n Proto envelope, ~100 B, is extra).
 // Both sides derive the same plan from the job's keys.
 #include <algorithm>
 #include <chrono>
@@ -25,17 +29,18 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr uint32_t kind_ping = 1;
 constexpr uint32_t kind_stream = 2;
+constexpr uint32_t kind_credit = 3;
 
 struct size_plan {
   int64_t bytes = 0;
   int64_t pings = 0;
   int64_t messages = 0;
+  int64_t window = 1;        // messages in flight while streaming
+  int64_t credit_every = 1;  // the receiver acknowledges this many at once
 };
 
 struct bench_plan {
   std::vector<size_plan> sizes;
-  int64_t window = 8;
-  int64_t credit_every = 1;
 };
 
 bench_plan plan_of(const topology::cluster& c) {
@@ -44,13 +49,17 @@ bench_plan plan_of(const topology::cluster& c) {
   if (sizes.empty()) sizes = {8, 4 << 20, 64 << 20};
   int64_t budget = c.job.params.get_int("bytes_per_size", int64_t{2} << 30);
   int64_t max_pings = c.job.params.get_int("pings", 2000);
-  p.window = c.job.params.get_int("window", 8);
-  p.credit_every = std::max<int64_t>(1, p.window / 4);
+  int64_t window = c.job.params.get_int("window", 8);
+  int64_t window_bytes = c.job.params.get_int("window_bytes", int64_t{128} << 20);
   for (int64_t s : sizes) {
     size_plan sp;
     sp.bytes = std::max<int64_t>(1, s);
     sp.pings = std::clamp<int64_t>((int64_t{256} << 20) / sp.bytes, 10, max_pings);
     sp.messages = std::clamp<int64_t>(budget / sp.bytes, 20, 200000);
+    // Many large rendezvous at once interleave on the receiver (each ends
+    // late, the buffers outgrow the caches); two keep the link busy.
+    sp.window = std::max<int64_t>(std::min<int64_t>(window, window_bytes / sp.bytes), std::min<int64_t>(2, window));
+    sp.credit_every = std::max<int64_t>(1, sp.window / 4);
     p.sizes.push_back(sp);
   }
   return p;
@@ -66,12 +75,19 @@ wire_buffer_ref make_message(uint32_t kind, const std::string& me, const std::st
   return std::make_shared<const wire_buffer>(std::move(b).finish());
 }
 
+wire_buffer_ref make_credit(const std::string& me, const std::string& to, uint64_t n) {
+  schemas::envelope_header h{kind_credit, n, me, to};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>{});
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
 struct result_row {
   int64_t bytes = 0;
   uint64_t wire_bytes = 0;
   double latency_us = 0;
   double gbytes_per_s = 0;
   int64_t messages = 0;
+  int64_t window = 0;
 };
 
 struct sender_state : job_actor_state {
@@ -96,7 +112,7 @@ void finish_all(caf::stateful_actor<sender_state>* self) {
   for (auto& r : st.rows) {
     w.begin_object().field("bytes", r.bytes).field("wire_bytes", r.wire_bytes);
     w.field("latency_us", r.latency_us).field("gbytes_per_s", r.gbytes_per_s);
-    w.field("messages", r.messages).end_object();
+    w.field("messages", r.messages).field("window", r.window).end_object();
     char line[160];
     std::snprintf(line, sizeof line, "%s%lld B: %.2f us, %.3f GB/s", summary.empty() ? "" : "; ",
                   static_cast<long long>(r.bytes), r.latency_us, r.gbytes_per_s);
@@ -109,7 +125,7 @@ void finish_all(caf::stateful_actor<sender_state>* self) {
 void pump(caf::stateful_actor<sender_state>* self) {
   auto& st = self->state;
   const auto& sp = st.plan.sizes[st.idx];
-  while (st.sent < sp.messages && st.sent - st.acked < st.plan.window) {
+  while (st.sent < sp.messages && st.sent - st.acked < sp.window) {
     if (auto s = st.svc->send_wire(st.to, st.stream_msg); !s.ok())
       return fail_job_actor(self, s.to_string());
     ++st.sent;
@@ -124,7 +140,7 @@ void start_size(caf::stateful_actor<sender_state>* self) {
   st.stream_msg = make_message(kind_stream, st.me, st.to, sp.bytes);
   st.pings_done = 0;
   st.sent = st.acked = 0;
-  st.rows.push_back({sp.bytes, st.stream_msg->size(), 0, 0, sp.messages});
+  st.rows.push_back({sp.bytes, st.stream_msg->size(), 0, 0, sp.messages, sp.window});
   st.t0 = clock_type::now();
   (void)st.svc->send_wire(st.to, st.ping_msg);
 }
@@ -138,9 +154,23 @@ caf::behavior bench_sender(caf::stateful_actor<sender_state>* self, actor_env en
     [self](start_atom) {
       become_running(
           self,
-          [self](wire_atom, const std::string&, const wire_buffer_ref&) {
+          [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+            auto msg = decode_or_fail(self, node, buf);
+            if (!msg) return;
             auto& st = self->state;
             const auto& sp = st.plan.sizes[st.idx];
+            if (msg->header().kind == kind_credit) {
+              st.acked += static_cast<int64_t>(msg->header().seq);
+              if (st.acked >= sp.messages) {
+                double s = std::chrono::duration<double>(clock_type::now() - st.t0).count();
+                st.rows.back().gbytes_per_s = static_cast<double>(sp.bytes) * sp.messages / s / 1e9;
+                ++st.idx;
+                start_size(self);
+                return;
+              }
+              pump(self);
+              return;
+            }
             if (++st.pings_done < sp.pings) {
               (void)st.svc->send_wire(st.to, st.ping_msg);
               return;
@@ -149,19 +179,6 @@ caf::behavior bench_sender(caf::stateful_actor<sender_state>* self, actor_env en
             st.rows.back().latency_us = us / static_cast<double>(sp.pings) / 2.0;
             st.ping_msg.reset();
             st.t0 = clock_type::now();
-            pump(self);
-          },
-          [self](credit_atom, uint64_t n) {
-            auto& st = self->state;
-            st.acked += static_cast<int64_t>(n);
-            const auto& sp = st.plan.sizes[st.idx];
-            if (st.acked >= sp.messages) {
-              double s = std::chrono::duration<double>(clock_type::now() - st.t0).count();
-              st.rows.back().gbytes_per_s = static_cast<double>(sp.bytes) * sp.messages / s / 1e9;
-              ++st.idx;
-              start_size(self);
-              return;
-            }
             pump(self);
           });
       start_size(self);
@@ -173,8 +190,8 @@ struct receiver_state : job_actor_state {
   std::string from;
   bench_plan plan;
   std::size_t idx = 0;
-  int64_t pings = 0, received = 0, unacked = 0;
-  caf::actor sender;
+  int64_t pings = 0, received = 0;
+  uint64_t unacked = 0;
   static inline const char* name = "hetflow.bench_receiver";
 };
 
@@ -185,7 +202,6 @@ caf::behavior bench_receiver(caf::stateful_actor<receiver_state>* self, actor_en
   st.plan = plan_of(env.cluster);
   return {
     [self](start_atom) {
-      self->state.sender = self->state.svc->find_actor(self->state.from);
       become_running(self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
         auto& st = self->state;
         auto msg = decode_or_fail(self, node, buf);
@@ -199,8 +215,9 @@ caf::behavior bench_receiver(caf::stateful_actor<receiver_state>* self, actor_en
         ++st.received;
         ++st.unacked;
         bool last = st.received == sp.messages;
-        if (st.unacked >= st.plan.credit_every || last) {
-          self->send(st.sender, credit_atom::value, static_cast<uint64_t>(st.unacked));
+        if (static_cast<int64_t>(st.unacked) >= sp.credit_every || last) {
+          if (auto s = st.svc->send_wire(st.from, make_credit(st.me, st.from, st.unacked)); !s.ok())
+            return fail_job_actor(self, s.to_string());
           st.unacked = 0;
         }
         if (last) {
@@ -228,7 +245,10 @@ void add_transport_bench(registry& reg) {
   job.keys.push_back(key_spec{"pings", key_type::integer, false, int64_t{2000},
                               "most ping-pong round trips per size", 1.0, {}, {}});
   job.keys.push_back(key_spec{"window", key_type::integer, false, int64_t{8},
-                              "messages in flight while streaming", 1.0, 4096.0, {}});
+                              "most messages in flight while streaming", 1.0, 4096.0, {}});
+  job.keys.push_back(key_spec{"window_bytes", key_type::size, false, int64_t{128} << 20,
+                              "most bytes in flight while streaming (but at least 2 messages)",
+                              1.0, {}, {}});
   (void)reg.add_job_kind(
       job,
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {

@@ -5,6 +5,12 @@
 # and the CAF fallback, side by side with ucx_perftest (tag_lat / tag_bw),
 # iperf3 and a memory copy measured in the same run.
 #
+# TCP runs twice, once per `ucx_error_mode`: "peer" (the default; UCX 1.13
+# then moves rendezvous data through active-message copies) is compared with
+# `ucx_perftest -e` (endpoints with error handling, the same UCX mode), and
+# "none" (zero-copy TCP) with plain ucx_perftest. Shared memory only works in
+# mode none, so ucx-shm is compared with plain ucx_perftest.
+#
 #   bench/transport/run.sh [BUILD_DIR]      (default: build)
 #   REPEATS=3 (rounds; each round runs ours then ucx_perftest, interleaved)
 #   BYTES_PER_SIZE=1GiB (streamed per size and round by hetflow)
@@ -20,12 +26,27 @@ work=$(mktemp -d /tmp/hetflow-bench-XXXXXX)
 trap 'rm -rf "$work"; pkill -f "ucx_perftest" 2>/dev/null; pkill -f "iperf3 -s -p 7799" 2>/dev/null; true' EXIT
 sizes=(8 4194304 67108864)
 
-topo() {  # topo NAME PORT DATA_PLANE TLS
+# Both sides busy-poll: each measurement first waits (up to 5 min) until the
+# CPUs have been at least 90% idle for a second (others' builds come and go).
+wait_quiet() {
+  local busy=100 t1 t2 i1 i2 u n s idle io irq sirq st
+  for _ in $(seq 300); do
+    read -r _ u n s idle io irq sirq st _ </proc/stat; t1=$((u+n+s+idle+io+irq+sirq+st)); i1=$idle
+    sleep 1
+    read -r _ u n s idle io irq sirq st _ </proc/stat; t2=$((u+n+s+idle+io+irq+sirq+st)); i2=$idle
+    busy=$(( 100 - 100 * (i2 - i1) / (t2 - t1) ))
+    (( busy <= 10 )) && return 0
+  done
+  echo "warning: machine still ${busy}% busy; measuring anyway" >&2
+}
+
+topo() {  # topo NAME PORT DATA_PLANE TLS [ERROR_MODE]
   cat >"$work/$1.toml" <<TOML
 [cluster]
 name = "bench-$1"
 data_plane = "$3"
 ucx_tls = "$4"
+ucx_error_mode = "${5:-peer}"
 [[nodes]]
 name = "a"
 host = "127.0.0.1"
@@ -40,12 +61,14 @@ sizes = [8, "4MiB", "64MiB"]
 bytes_per_size = "${BYTES_PER_SIZE:-1GiB}"
 pings = 5000
 window = 8
+window_bytes = "128MiB"
 TOML
 }
 
 declare -A ours_bw ours_lat
-run_ours() {  # run_ours LABEL PORT DATA_PLANE TLS
-  topo "$1" "$2" "$3" "$4"
+run_ours() {  # run_ours LABEL PORT DATA_PLANE TLS [ERROR_MODE]
+  topo "$1" "$2" "$3" "$4" "${5:-}"
+  wait_quiet
   "$hetflow" run "$work/$1.toml" --report "$work/$1.json" >"$work/$1.log" 2>&1 ||
     { cat "$work/$1.log"; echo "hetflow run failed for $1" >&2; exit 1; }
   while read -r bytes lat bw; do
@@ -57,12 +80,13 @@ for r in d['result']['results']: print(r['bytes'], '%.2f' % r['latency_us'], '%.
 }
 
 declare -A perf_bw perf_lat
-run_perftest() {  # run_perftest LABEL TLS PORT
-  local label=$1 tls=$2 port=$3 s
+run_perftest() {  # run_perftest LABEL TLS PORT [EXTRA_FLAG]
+  local label=$1 tls=$2 port=$3 extra=(${4:-}) s
   for s in "${sizes[@]}"; do
     local test=tag_bw iters
     iters=$(( s >= 67108864 ? 100 : (s >= 4194304 ? 1000 : 100000) ))
-    local args=(-t tag_bw -s "$s" -n "$iters" -w 10 -p "$port")
+    local args=("${extra[@]}" -t tag_bw -s "$s" -n "$iters" -w 10 -p "$port")
+    wait_quiet
     UCX_TLS=$tls ucx_perftest "${args[@]}" >"$work/perf-srv.log" 2>&1 &
     local srv=$!
     sleep 0.5
@@ -71,10 +95,10 @@ run_perftest() {  # run_perftest LABEL TLS PORT
     # "Final:" iters, latency 50%ile/avg/overall (us), bandwidth avg/overall (MiB/s), msg rates
     perf_bw[$label,$s]+="$(awk '/Final:/ {printf "%.3f", $7 * 1048576 / 1e9}' "$work/perf-$label-$s.log") "
     if ((s == 8)); then
-      UCX_TLS=$tls ucx_perftest -t tag_lat -s 8 -n 100000 -p "$port" >"$work/perf-srv.log" 2>&1 &
+      UCX_TLS=$tls ucx_perftest "${extra[@]}" -t tag_lat -s 8 -n 100000 -p "$port" >"$work/perf-srv.log" 2>&1 &
       srv=$!
       sleep 0.5
-      UCX_TLS=$tls ucx_perftest -t tag_lat -s 8 -n 100000 -p "$port" 127.0.0.1 >"$work/perf-lat-$label.log" 2>&1 || true
+      UCX_TLS=$tls ucx_perftest "${extra[@]}" -t tag_lat -s 8 -n 100000 -p "$port" 127.0.0.1 >"$work/perf-lat-$label.log" 2>&1 || true
       wait $srv || true
       # overall = total time / iterations: the same method as ours
       perf_lat[$label]+="$(awk '/Final:/ {printf "%.2f", $5}' "$work/perf-lat-$label.log") "
@@ -85,11 +109,13 @@ run_perftest() {  # run_perftest LABEL TLS PORT
 
 for round in $(seq 1 "${REPEATS:-3}"); do
   echo "round $round: hetflow transport_bench, then ucx_perftest..." >&2
-  run_ours ucx-shm 7710 ucx "sm,self"
-  run_ours ucx-tcp 7720 ucx "tcp,self"
+  run_ours ucx-shm 7710 ucx "sm,self" none
+  run_ours ucx-tcp-peer 7720 ucx "tcp,self" peer
+  run_ours ucx-tcp-none 7760 ucx "tcp,self" none
   run_ours caf 7730 caf ""
   run_perftest ucx-shm "sm,self" 7740
-  run_perftest ucx-tcp "tcp,self" 7750
+  run_perftest ucx-tcp-peer "tcp,self" 7750 -e
+  run_perftest ucx-tcp-none "tcp,self" 7770
 done
 
 echo "running iperf3 and memcpy..." >&2
@@ -104,10 +130,12 @@ median() { /usr/bin/python3 "$src/bench/transport/stats.py" median $1; }
 ratio() { /usr/bin/python3 -c "a,b='$1','$2'; print('%.2fx' % (float(a)/float(b)) if a and b and float(b)>0 else 'n/a')"; }
 
 echo
+echo "ucx-tcp-peer is compared with ucx_perftest -e (error handling on, as in mode peer); the others with plain ucx_perftest."
+echo
 echo "| size | transport | hetflow GB/s | ucx_perftest GB/s | ratio | hetflow latency us | ucx_perftest latency us |"
 echo "|---|---|---|---|---|---|---|"
 for s in "${sizes[@]}"; do
-  for t in ucx-shm ucx-tcp caf; do
+  for t in ucx-shm ucx-tcp-peer ucx-tcp-none caf; do
     pb=${perf_bw[$t,$s]:-}
     lat="-"; plat="-"
     if ((s == 8)); then lat=$(med "${ours_lat[$t,$s]}"); plat=$(med "${perf_lat[$t]:-}"); fi

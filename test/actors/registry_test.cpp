@@ -169,3 +169,17 @@ BOOST_AUTO_TEST_CASE(buffer_pool_reuses_large_buffers_within_its_bound) {
   pool.reset();
   BOOST_TEST(late.size() == std::size_t{2 << 20});
 }
+
+BOOST_AUTO_TEST_CASE(buffer_pool_hands_out_the_buffer_recycled_last) {
+  auto pool = buffer_pool::create(1 << 20, 64 << 20);
+  const std::byte* second = nullptr;
+  {
+    wire_buffer a = pool->allocate(4 << 20);
+    wire_buffer b = pool->allocate(4 << 20);
+    second = b.data();
+    a = wire_buffer();  // recycled first
+  }                     // b recycled last
+  BOOST_REQUIRE_EQUAL(pool->cached_bytes(), std::size_t{8 << 20});
+  wire_buffer c = pool->allocate(4 << 20);
+  BOOST_TEST(c.data() == second);
+}
