@@ -1,9 +1,10 @@
 // device: where a tensor lives and where a unit runs.
 //
-// This is the backend seam. Today only `cpu` is implemented (oneDNN + oneTBB,
-// kernels/cpu/). `cuda` is named so that tensors, specs, profiles and plans can
-// already talk about GPUs; building a model for a cuda device returns
-// errc::unsupported until kernels/cuda/ (cuDNN/cuBLAS + own .cu) exists.
+// This is the backend seam: `cpu` is oneDNN + oneTBB (kernels/cpu/), `cuda`
+// is cuDNN/cuBLAS + our own .cu kernels in the dlopen'ed module
+// (kernels/cuda/). Building a model for a cuda device returns
+// errc::unsupported, saying why, where that module, a driver or the device
+// is missing.
 #pragma once
 
 #include <cstdint>

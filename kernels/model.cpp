@@ -1,16 +1,38 @@
 #include "kernels/model.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include "kernels/cpu/cpu_context.hpp"
 #include "kernels/cpu/unit_factory.hpp"
+#include "kernels/cuda/cuda_api.hpp"
+#include "kernels/cuda/cuda_loader.hpp"
 
 namespace hetflow::kernels {
 
 expected<std::shared_ptr<device_context>> make_device_context(device where, int threads) {
   if (where.kind == device_kind::cpu) return std::shared_ptr<device_context>(std::make_shared<cpu::cpu_context>(threads));
-  return make_error(errc::unsupported, "device " + where.to_string() +
-                                           ": the CUDA backend is not built yet; use a cpu device");
+  // cuda: errc::unsupported naming what is missing (module, driver, device).
+  HF_ASSIGN_OR_RETURN(std::shared_ptr<cuda::context> ctx, make_cuda_context(where.index));
+  return std::shared_ptr<device_context>(std::move(ctx));
+}
+
+expected<tensor> copy_to_device(device_context& ctx, tensor_view v) {
+  tensor t;
+  try {
+    auto mem = ctx.memory();
+    t = mem ? tensor::empty_on(std::move(mem), v.shape(), v.type()) : tensor::empty(v.shape(), v.type());
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory, ctx.where().to_string() + ": no room for " + v.shape().to_string());
+  }
+  HF_RETURN_IF_ERROR(ctx.copy(v, t.mutable_view()));
+  return t;
+}
+
+expected<tensor> copy_to_host(device_context& ctx, tensor_view v) {
+  tensor t = tensor::empty(v.shape(), v.type());
+  HF_RETURN_IF_ERROR(ctx.copy(v, t.mutable_view()));
+  return t;
 }
 
 model::model(model_spec spec, std::shared_ptr<device_context> ctx, std::vector<std::unique_ptr<unit>> units,
@@ -65,13 +87,33 @@ void model::set_seed(uint64_t seed) {
 
 expected<model> build_model(const model_spec& spec, device where, const build_options& options) {
   HF_ASSIGN_OR_RETURN(std::shared_ptr<device_context> ctx, make_device_context(where, options.threads));
-  auto* cpu_ctx = dynamic_cast<cpu::cpu_context*>(ctx.get());
-  if (cpu_ctx == nullptr)
-    return make_error(errc::unsupported, "build_model: no backend for " + where.to_string());
   rng init(options.seed);
   std::vector<std::unique_ptr<unit>> units;
   std::vector<shape> shapes{spec.input};
   status st;
+  if (ctx->where().kind == device_kind::cuda) {
+    // The only cuda device_context is the module's cuda::context (a
+    // static_cast: RTTI does not cross the dlopen boundary reliably).
+    auto& cuda_ctx = static_cast<cuda::context&>(*ctx);
+    cuda_ctx.run([&] {
+      for (const layer_spec& ls : spec.layers) {
+        auto b = cuda_ctx.make_unit(ls, shapes.back(), init);
+        if (!b) {
+          st = b.error().with_context("model " + spec.name);
+          return;
+        }
+        units.push_back(std::move(b->u));
+        shapes.push_back(b->sample_output);
+      }
+    });
+    if (!st.ok()) return st;
+    model m(spec, std::move(ctx), std::move(units), std::move(shapes));
+    m.set_seed(options.seed ^ 0xd209f0b7ull);
+    return m;
+  }
+  auto* cpu_ctx = dynamic_cast<cpu::cpu_context*>(ctx.get());
+  if (cpu_ctx == nullptr)
+    return make_error(errc::unsupported, "build_model: no backend for " + where.to_string());
   // Primitive creation may size work splits by the thread count: build on the
   // context's threads.
   cpu_ctx->run([&] {

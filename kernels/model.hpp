@@ -60,9 +60,12 @@ private:
   std::vector<shape> sample_shapes_;
 };
 
-// Instantiates `spec` on `where`. errc::unsupported for devices whose backend
-// is not built (cuda today); errc::invalid_argument naming the layer for
-// specs that do not fit their input.
+// Instantiates `spec` on `where`. errc::unsupported, saying why, for a cuda
+// device where the CUDA module, a driver or that device is missing;
+// errc::invalid_argument naming the layer for specs that do not fit their
+// input. The same seed gives the same initial parameters on cpu and cuda.
+// A cuda model's tensors (parameters, state, unit outputs) live on the
+// device: feed it device inputs (device_context::copy, copy_to_device).
 expected<model> build_model(const model_spec& spec, device where, const build_options& options = {});
 
 }  // namespace hetflow::kernels

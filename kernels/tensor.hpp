@@ -4,8 +4,10 @@
 // Storage is dense, row-major (outermost dimension first), 64-byte aligned so
 // oneDNN and vector loops get aligned rows. Element types come from
 // schemas/dtype.hpp; kernels compute in f32 and use i32/i64 for labels and
-// embedding indices. Only host (cpu) storage exists today; `where()` names the
-// device so a cuda backend can add device storage without changing callers.
+// embedding indices. Storage is host memory, or device memory from a
+// `device_allocator` (the cuda backend's) for tensors made with empty_on():
+// `where()` says which. Host code must not dereference a device tensor's data;
+// move it with device_context::copy (device_context.hpp).
 //
 // Views never own: they are valid while the tensor (or wire buffer) they came
 // from lives and is not resized. A unit's forward() output is a view into the
@@ -123,6 +125,33 @@ private:
   device where_ = device::cpu();
 };
 
+// Memory of a non-host device, implemented by a device backend (cuda). The
+// backend keeps it alive as long as any tensor holds it. Thread-safe.
+class device_allocator {
+public:
+  virtual ~device_allocator() = default;
+  virtual device where() const noexcept = 0;
+  // Throws std::bad_alloc when the device has no room, like host storage.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+  // Sets `bytes` bytes at p to zero (ordered with the backend's other work).
+  virtual status zero(void* p, std::size_t bytes) noexcept = 0;
+  // Copies within this device (ordered with the backend's other work).
+  virtual status copy_within(void* dst, const void* src, std::size_t bytes) noexcept = 0;
+};
+
+namespace detail {
+// Frees a tensor's storage: std::free for host memory, else its allocator.
+struct storage_deleter {
+  device_allocator* memory;  // nullptr: host
+  constexpr storage_deleter(device_allocator* m = nullptr) noexcept : memory(m) {}
+  void operator()(std::byte* p) const noexcept {
+    if (memory) memory->deallocate(p);
+    else std::free(p);
+  }
+};
+}  // namespace detail
+
 // An owning dense tensor. Move-only; copy explicitly with clone().
 class tensor {
 public:
@@ -133,20 +162,26 @@ public:
   static tensor empty(const kernels::shape& dims, dtype type = dtype::f32);
   static tensor zeros(const kernels::shape& dims, dtype type = dtype::f32);
   static tensor filled(const kernels::shape& dims, float value);
-  static tensor from(tensor_view v);  // deep copy
+  static tensor from(tensor_view v);  // deep copy of a HOST view (asserted)
+  // Uninitialised / zeroed storage on `memory`'s device.
+  static tensor empty_on(std::shared_ptr<device_allocator> memory, const kernels::shape& dims,
+                         dtype type = dtype::f32);
+  static tensor zeros_on(std::shared_ptr<device_allocator> memory, const kernels::shape& dims,
+                         dtype type = dtype::f32);
 
   tensor(tensor&&) noexcept = default;
   tensor& operator=(tensor&&) noexcept = default;
   tensor(const tensor&) = delete;
   tensor& operator=(const tensor&) = delete;
 
-  tensor clone() const { return from(view()); }
+  // A deep copy on the same device.
+  tensor clone() const;
 
   // Changes dims (and type), keeping the storage when it is large enough: the
   // way units keep one buffer per layer across batches. Contents are
   // unspecified afterwards.
   void resize(const kernels::shape& dims, dtype type = dtype::f32);
-  // Sets every byte to zero.
+  // Sets every byte to zero (on the tensor's device).
   void zero() noexcept;
 
   dtype type() const noexcept { return type_; }
@@ -154,7 +189,9 @@ public:
   int64_t numel() const noexcept { return shape_.numel(); }
   std::size_t byte_size() const noexcept { return std::size_t(numel()) * dtype_size(type_); }
   std::size_t capacity_bytes() const noexcept { return capacity_; }
-  device where() const noexcept { return device::cpu(); }
+  device where() const noexcept { return memory_ ? memory_->where() : device::cpu(); }
+  // The device memory this tensor lives in; nullptr for host tensors.
+  const std::shared_ptr<device_allocator>& memory() const noexcept { return memory_; }
   bool empty() const noexcept { return !storage_ || numel() == 0; }
 
   template <class T> T* data() noexcept {
@@ -172,14 +209,14 @@ public:
   std::byte* bytes() noexcept { return storage_.get(); }
   const std::byte* bytes() const noexcept { return storage_.get(); }
 
-  tensor_view view() const noexcept { return {type_, storage_.get(), shape_}; }
-  mutable_tensor_view mutable_view() noexcept { return {type_, storage_.get(), shape_}; }
+  tensor_view view() const noexcept { return {type_, storage_.get(), shape_, where()}; }
+  mutable_tensor_view mutable_view() noexcept { return {type_, storage_.get(), shape_, where()}; }
   operator tensor_view() const noexcept { return view(); }
 
 private:
-  struct free_deleter {
-    void operator()(std::byte* p) const noexcept { std::free(p); }
-  };
+  using free_deleter = detail::storage_deleter;
+  // Declared before storage_ so that it outlives it.
+  std::shared_ptr<device_allocator> memory_;
   std::unique_ptr<std::byte, free_deleter> storage_;
   std::size_t capacity_ = 0;
   kernels::shape shape_;
@@ -191,10 +228,12 @@ using tensor_ref = std::shared_ptr<const tensor>;
 
 inline tensor_ref share(tensor t) { return std::make_shared<const tensor>(std::move(t)); }
 
-// Copies `src` into `dst`; types and element counts must match.
+// Copies `src` into `dst`; types and element counts must match. Host views
+// only (errc::invalid_argument otherwise): device_context::copy moves data
+// to and from a device.
 status copy_into(tensor_view src, mutable_tensor_view dst);
 
-// Largest |a[i] - b[i]| over f32 views of equal size (tests, checks).
+// Largest |a[i] - b[i]| over f32 host views of equal size (tests, checks).
 float max_abs_diff(tensor_view a, tensor_view b);
 
 }  // namespace hetflow::kernels

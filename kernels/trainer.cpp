@@ -3,8 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <numeric>
 
+#include "kernels/cuda/cuda_api.hpp"
 #include "kernels/dataset.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/model.hpp"
@@ -53,23 +55,87 @@ status check_config(const train_config& c) {
   return {};
 }
 
-// Accuracy of `m` over `data`, in eval mode, batch by batch (views, no copies).
-expected<double> evaluate(model& m, const image_dataset& data, int64_t batch) {
+// What differs between a host (cpu) model and a device (cuda) one: where a
+// batch must be for forward, and who computes the loss and the updates. For
+// cpu these are the plain calls and no copies; for cuda, batches are copied
+// to the device and loss and optimizer run there.
+class device_steps {
+public:
+  explicit device_steps(model& m)
+      : m_(m), cuda_(m.where().kind == device_kind::cuda ? &static_cast<cuda::context&>(m.context()) : nullptr) {}
+
+  // A buffer on the model's device (host for cpu).
+  expected<tensor> buffer(const shape& s) {
+    if (cuda_ == nullptr) return tensor::empty(s);
+    try {
+      return tensor::empty_on(cuda_->memory(), s);
+    } catch (const std::bad_alloc&) {
+      return make_error(errc::out_of_memory, "train: " + m_.where().to_string() + " has no room for " + s.to_string());
+    }
+  }
+  // `host` where the model can read it: itself (cpu), or copied into staging_.
+  expected<tensor_view> input(tensor_view host) {
+    if (cuda_ == nullptr) return host;
+    try {
+      if (staging_.memory() == nullptr) staging_ = tensor::empty_on(cuda_->memory(), host.shape());
+      else staging_.resize(host.shape());
+    } catch (const std::bad_alloc&) {
+      return make_error(errc::out_of_memory, "train: " + m_.where().to_string() + " has no room for the batch");
+    }
+    HF_RETURN_IF_ERROR(cuda_->copy(host, staging_.mutable_view()));
+    return staging_.view();
+  }
+  expected<loss_result> loss(tensor_view logits, std::span<const int32_t> labels, mutable_tensor_view grad = {}) {
+    if (cuda_ == nullptr) return softmax_cross_entropy(logits, labels, grad);
+    return cuda_->softmax_cross_entropy(logits, labels, grad);
+  }
+  expected<std::unique_ptr<optimizer>> optimizer_for(const optimizer_config& c) {
+    if (cuda_ == nullptr) return make_optimizer(c);
+    return cuda_->make_optimizer(c);
+  }
+
+private:
+  model& m_;
+  cuda::context* cuda_;
+  tensor staging_;
+};
+
+// Accuracy of `m` over `data`, in eval mode, batch by batch (views, no
+// copies on cpu).
+expected<double> evaluate(model& m, device_steps& dev, const image_dataset& data, int64_t batch) {
   int64_t correct = 0;
   for (int64_t b = 0; b < data.size(); b += batch) {
     int64_t e = std::min(data.size(), b + batch);
-    HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(data.images.view().slice_outer(b, e), mode::eval));
+    HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(data.images.view().slice_outer(b, e)));
+    HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::eval));
     HF_ASSIGN_OR_RETURN(loss_result r,
-                        softmax_cross_entropy(logits, std::span<const int32_t>(data.labels).subspan(
-                                                          std::size_t(b), std::size_t(e - b))));
+                        dev.loss(logits, std::span<const int32_t>(data.labels).subspan(std::size_t(b),
+                                                                                      std::size_t(e - b))));
     correct += r.correct;
   }
   return data.size() > 0 ? double(correct) / double(data.size()) : 0.0;
 }
 
+// save_weights reads host tensors: a device model's parameters and state
+// are copied into a host twin of the model first.
+status save_trained_weights(model& m, const std::string& path, uint64_t seed) {
+  if (m.where().kind == device_kind::cpu) return save_weights(m, path);
+  HF_ASSIGN_OR_RETURN(model host, build_model(m.spec(), device::cpu(), build_options{1, seed}));
+  auto dp = m.parameters(), hp = host.parameters();
+  auto ds = m.state(), hs = host.state();
+  if (dp.size() != hp.size() || ds.size() != hs.size())
+    return make_error(errc::internal, "save_weights: cpu and " + m.where().to_string() + " models differ");
+  for (std::size_t i = 0; i < dp.size(); ++i)
+    HF_RETURN_IF_ERROR(m.context().copy(dp[i]->value.view(), hp[i]->value.mutable_view()));
+  for (std::size_t i = 0; i < ds.size(); ++i)
+    HF_RETURN_IF_ERROR(m.context().copy(ds[i]->value.view(), hs[i]->value.mutable_view()));
+  return save_weights(host, path);
+}
+
 expected<train_report> run(const train_config& c, const progress_callback& progress, model& m,
                            image_dataset& train, image_dataset& test, clock_type::time_point t_start) {
-  HF_ASSIGN_OR_RETURN(auto opt, make_optimizer(c.optimizer));
+  device_steps dev(m);
+  HF_ASSIGN_OR_RETURN(auto opt, dev.optimizer_for(c.optimizer));
   std::vector<parameter*> params = m.parameters();
 
   train_report rep;
@@ -90,7 +156,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   const int64_t per = sample.numel();
   tensor batch_x = tensor::empty(shape{c.batch_size, sample[0], sample[1], sample[2]});
   std::vector<int32_t> batch_y(std::size_t(c.batch_size));
-  tensor grad = tensor::empty({c.batch_size, m.spec().classes});
+  HF_ASSIGN_OR_RETURN(tensor grad, dev.buffer({c.batch_size, m.spec().classes}));
   std::vector<int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
   rng shuffle_rng(splitmix64(c.seed ^ 0x5f0ff1e5ull));
@@ -117,11 +183,12 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         std::memcpy(dst + j * per, src + idx * per, sizeof(float) * std::size_t(per));
         batch_y[std::size_t(j)] = train.labels[std::size_t(idx)];
       }
-      HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(batch_x.view(), mode::train));
+      HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch_x.view()));
+      HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
       grad.resize(logits.shape());
       HF_ASSIGN_OR_RETURN(loss_result lr_res,
-                          softmax_cross_entropy(logits, std::span<const int32_t>(batch_y.data(), std::size_t(bn)),
-                                                grad.mutable_view()));
+                          dev.loss(logits, std::span<const int32_t>(batch_y.data(), std::size_t(bn)),
+                                   grad.mutable_view()));
       HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       HF_RETURN_IF_ERROR(opt->step(params, er.lr));
@@ -148,12 +215,12 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     er.train_accuracy = double(correct) / double(er.samples);
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
       HF_ASSIGN_OR_RETURN(er.test_accuracy,
-                          evaluate(m, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
+                          evaluate(m, dev, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
     }
     rep.epochs.push_back(er);
     if (c.on_epoch) c.on_epoch(rep.epochs.back());
   }
-  if (!c.save_weights.empty()) HF_RETURN_IF_ERROR(save_weights(m, c.save_weights));
+  if (!c.save_weights.empty()) HF_RETURN_IF_ERROR(save_trained_weights(m, c.save_weights, c.seed));
   rep.total_seconds = seconds_since(t_start);
   return rep;
 }

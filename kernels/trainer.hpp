@@ -4,6 +4,9 @@
 // evaluate on the test set each epoch. The actor runtime wraps this as
 // job.kind = "train"; bench/kernels and the acceptance demo call it directly.
 //
+// `where` may be a cuda device (the dlopen'ed CUDA module): batches are
+// copied there each step, and loss and optimizer run there too.
+//
 // Thread affinity: runs entirely on the calling thread (plus the device's
 // oneDNN/oneTBB workers); the progress callback is called on that thread.
 #pragma once
@@ -81,7 +84,7 @@ struct train_config {
 
 struct train_report {
   std::string model;
-  std::string where;             // "cpu"
+  std::string where;             // "cpu", "cuda:0"
   int threads = 0;
   int64_t parameters = 0;
   std::vector<epoch_report> epochs;

@@ -75,11 +75,8 @@ expected<kernels::train_config> config_of(const topology::cluster& c, const topo
 
   const auto* node = c.find_node(spec.node);
   const auto& dev = node->devices.empty() ? topology::device_spec{} : node->devices.front();
-  if (dev.kind == topology::device_kind::cuda)
-    return make_error(errc::unsupported,
-                      "node '" + node->name + "': training on CUDA devices is not implemented yet; "
-                      "list a cpu device first");
-  cfg.where = kernels::device::cpu();
+  // cuda: the CUDA module; train_single says why when it cannot run there.
+  cfg.where = dev.kind == topology::device_kind::cuda ? kernels::device::cuda(dev.index) : kernels::device::cpu();
   cfg.threads = dev.threads;
   return cfg;
 }
@@ -115,7 +112,7 @@ caf::behavior trainer(caf::event_based_actor* self, actor_env env) {
       kernels::train_config c = *cfg;
       c.stop = &svc->stopping();
       log_info("training " + c.model + " for " + std::to_string(c.epochs) + " epochs, batch " +
-               std::to_string(c.batch_size) + ", on cpu");
+               std::to_string(c.batch_size) + ", on " + c.where.to_string());
       auto last_print = clock_type::now() - std::chrono::seconds(10);
       auto t0 = clock_type::now();
       int last_epoch = 0;

@@ -2,12 +2,17 @@
 // hetflow binary starts on machines without CUDA, a driver or a GPU.
 //
 // Runtime API only, cudart linked statically; never the driver API.
-// The C entry points below are the whole ABI (see cuda_loader.hpp).
+// The C entry points below are the probe part of the module's ABI (C ABI
+// version 2, see cuda_loader.cpp); the C++ interface comes from
+// hetflow_cuda_backend (entry.cpp, cuda_api.hpp). The module is built with
+// hidden visibility: only what is marked HF_EXPORT is seen by dlsym.
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
+
+#define HF_EXPORT __attribute__((visibility("default")))
 
 namespace {
 
@@ -25,10 +30,10 @@ __global__ void affine_kernel(const float* x, float* y, int n, float a, float b)
 extern "C" {
 
 // ABI version of this file's entry points.
-int hetflow_cuda_abi_version() { return 1; }
+HF_EXPORT int hetflow_cuda_abi_version() { return 2; }
 
 // Number of devices; on error 0 devices and the CUDA error text in msg.
-int hetflow_cuda_device_count(int* count, char* msg, int msg_len) {
+HF_EXPORT int hetflow_cuda_device_count(int* count, char* msg, int msg_len) {
   *count = 0;
   cudaError_t e = cudaGetDeviceCount(count);
   if (e != cudaSuccess) {
@@ -39,7 +44,7 @@ int hetflow_cuda_device_count(int* count, char* msg, int msg_len) {
   return 0;
 }
 
-int hetflow_cuda_device_info(int index, char* name, int name_len, unsigned long long* total_bytes,
+HF_EXPORT int hetflow_cuda_device_info(int index, char* name, int name_len, unsigned long long* total_bytes,
                              int* cc_major, int* cc_minor) {
   cudaDeviceProp p{};
   cudaError_t e = cudaGetDeviceProperties(&p, index);
@@ -55,7 +60,7 @@ int hetflow_cuda_device_info(int index, char* name, int name_len, unsigned long 
 }
 
 // Runs y = 2x + 1 over n floats on the device and checks it on the host.
-int hetflow_cuda_selftest(int index, int n, char* msg, int msg_len) {
+HF_EXPORT int hetflow_cuda_selftest(int index, int n, char* msg, int msg_len) {
 #define HF_CUDA_TRY(call)                                                        \
   do {                                                                           \
     cudaError_t e_ = (call);                                                     \

@@ -3,16 +3,24 @@
 //
 // The hetflow binary never links CUDA: on a machine with no CUDA libraries,
 // driver or GPU, probe() says why and everything else runs on CPU.
-// Search order: $HETFLOW_CUDA_LIBRARY, then <dir of executable>/../lib/.
+// Search order: $HETFLOW_CUDA_LIBRARY, then <dir of executable>/../lib/,
+// then the executable's own directory. The module's C++ interface is
+// cuda_api.hpp; it is checked for version (abi_stamp) on load.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "schemas/error.hpp"
 
 namespace hetflow::kernels {
+
+namespace cuda {
+class backend;
+class context;
+}  // namespace cuda
 
 struct cuda_device_info {
   int index = 0;
@@ -34,5 +42,15 @@ cuda_probe_result probe_cuda();
 
 // Runs a small kernel on device `index` and checks the result.
 status cuda_selftest(int index);
+
+// The module's interface, loaded and ABI-checked once per process;
+// errc::unsupported saying why not (no library, cannot load it, built from
+// other sources).
+expected<cuda::backend*> load_cuda_backend();
+
+// A fresh context on CUDA device `index`; errc::unsupported saying why there
+// is none (no library, no driver, no device, no device `index`),
+// errc::device_error when CUDA fails to set it up.
+expected<std::shared_ptr<cuda::context>> make_cuda_context(int index);
 
 }  // namespace hetflow::kernels

@@ -1,0 +1,173 @@
+// Training on CUDA against the same training on CPU (label gpu): LeNet-5
+// step by step (loss each step, every parameter after the steps), a ResNet
+// step (residual blocks, batch norm, global pooling end to end),
+// train_single on cuda (the train job's path) including eval and saved
+// weights. Skipped (exit 77) without a device.
+#define BOOST_TEST_MODULE kernels_cuda_training
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "cuda_test_util.hpp"
+#include "kernels/loss.hpp"
+#include "kernels/model.hpp"
+#include "kernels/optimizer.hpp"
+#include "kernels/trainer.hpp"
+#include "kernels/weights_io.hpp"
+#include "kernels/zoo.hpp"
+
+using namespace hetflow;
+using namespace hetflow::kernels;
+using namespace hetflow::kernels::testing;
+
+int main(int argc, char** argv) { return run_or_skip(argc, argv); }
+
+namespace {
+
+model build(const std::string& name, zoo_options o, device where) {
+  auto spec = make_model_spec(name, o);
+  BOOST_REQUIRE_MESSAGE(spec.has_value(), spec.error().to_string());
+  auto m = build_model(*spec, where, {2, 3});
+  BOOST_REQUIRE_MESSAGE(m.has_value(), m.error().to_string());
+  if (where.kind == device_kind::cuda) static_cast<cuda::context&>(m->context()).set_tf32(false);
+  return std::move(*m);
+}
+
+void check_same_parameters(const std::string& what, model& c, model& g, double atol, double rtol) {
+  auto pc = c.parameters(), pg = g.parameters();
+  BOOST_REQUIRE_EQUAL(pc.size(), pg.size());
+  for (std::size_t i = 0; i < pc.size(); ++i) {
+    BOOST_CHECK_EQUAL(pc[i]->name, pg[i]->name);
+    check_close(what + " " + pc[i]->name, pc[i]->value.view(), pg[i]->value.view(), atol, rtol);
+  }
+  auto sc = c.state(), sg = g.state();
+  BOOST_REQUIRE_EQUAL(sc.size(), sg.size());
+  for (std::size_t i = 0; i < sc.size(); ++i)
+    check_close(what + " " + sc[i]->name, sc[i]->value.view(), sg[i]->value.view(), atol, rtol);
+}
+
+// `steps` SGD-momentum steps on the same random batches on both models;
+// the loss of each step must agree.
+void train_both(model& c, model& g, int64_t batch, int steps, double loss_rtol) {
+  auto oc = make_optimizer({optimizer_kind::sgd, 0.05, 0.9, false, 1e-4});
+  auto og = static_cast<cuda::context&>(g.context()).make_optimizer({optimizer_kind::sgd, 0.05, 0.9, false, 1e-4});
+  BOOST_REQUIRE(oc.has_value());
+  BOOST_REQUIRE(og.has_value());
+  auto pc = c.parameters(), pg = g.parameters();
+  shape in{batch};
+  for (int64_t d : c.spec().input.dims()) in.push_back(d);
+  for (int s = 0; s < steps; ++s) {
+    tensor x = normal_host(in, 1000 + uint64_t(s));
+    std::vector<int32_t> labels(static_cast<std::size_t>(batch));
+    rng r(77 + uint64_t(s));
+    for (auto& l : labels) l = int32_t(r.below(uint64_t(c.spec().classes)));
+    tensor xg = to_gpu(x.view());
+    double lc = 0, lg = 0;
+    c.context().run([&] {
+      auto y = c.forward(x.view(), mode::train);
+      BOOST_REQUIRE(y.has_value());
+      tensor grad = tensor::empty(y->shape());
+      auto l = softmax_cross_entropy(*y, labels, grad.mutable_view());
+      BOOST_REQUIRE(l.has_value());
+      lc = l->loss;
+      BOOST_REQUIRE(c.backward(grad.view()).has_value());
+      BOOST_REQUIRE((*oc)->step(pc, 0.05).ok());
+    });
+    g.context().run([&] {
+      auto y = g.forward(xg.view(), mode::train);
+      BOOST_REQUIRE_MESSAGE(y.has_value(), y.error().to_string());
+      tensor grad = tensor::empty_on(g.context().memory(), y->shape());
+      auto l = static_cast<cuda::context&>(g.context()).softmax_cross_entropy(*y, labels, grad.mutable_view());
+      BOOST_REQUIRE_MESSAGE(l.has_value(), l.error().to_string());
+      lg = l->loss;
+      auto b = g.backward(grad.view());
+      BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
+      auto st = (*og)->step(pg, 0.05);
+      BOOST_REQUIRE_MESSAGE(st.ok(), st.to_string());
+    });
+    BOOST_TEST_MESSAGE("step " << s << ": cpu loss " << lc << ", cuda loss " << lg);
+    BOOST_CHECK_LE(std::fabs(lc - lg), loss_rtol * std::fabs(lc) + 1e-5);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(lenet5_steps_match_cpu) {
+  zoo_options o;
+  model c = build("lenet5", o, device::cpu());
+  model g = build("lenet5", o, device::cuda(0));
+  BOOST_CHECK(g.where() == device::cuda(0));
+  check_same_parameters("initial", c, g, 0.0, 0.0);
+  train_both(c, g, 64, 8, 1e-3);
+  check_same_parameters("after 8 steps", c, g, 2e-4, 5e-3);
+  // Eval-mode logits after training.
+  tensor x = normal_host({16, 1, 28, 28}, 5);
+  tensor xg = to_gpu(x.view());
+  auto yc = c.forward(x.view(), mode::eval);
+  auto yg = g.forward(xg.view(), mode::eval);
+  BOOST_REQUIRE(yc.has_value() && yg.has_value());
+  check_close("eval logits", *yc, *yg, 5e-4, 5e-3);
+}
+
+BOOST_AUTO_TEST_CASE(resnet_and_vgg_steps_match_cpu) {
+  zoo_options o;
+  o.input = {3, 32, 32};
+  o.width = 0.25;
+  for (const char* name : {"resnet18", "vgg11"}) {
+    BOOST_TEST_CONTEXT(name) {
+      model c = build(name, o, device::cpu());
+      model g = build(name, o, device::cuda(0));
+      check_same_parameters("initial", c, g, 0.0, 0.0);
+      train_both(c, g, 8, 3, 5e-3);
+      check_same_parameters("after 3 steps", c, g, 1e-3, 2e-2);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(train_single_on_cuda_matches_cpu) {
+  // train_single makes its own context: strict f32 through the environment.
+  setenv("HETFLOW_CUDA_TF32", "0", 1);
+  train_config cfg;
+  cfg.model = "lenet5";
+  cfg.data.kind = dataset_kind::synthetic;
+  cfg.data.sample = {1, 28, 28};
+  cfg.data.train_size = 1000;
+  cfg.data.test_size = 200;
+  cfg.epochs = 2;
+  cfg.batch_size = 50;
+  cfg.threads = 2;
+  const auto dir = std::filesystem::temp_directory_path() / "hetflow_cuda_training_test";
+  std::filesystem::create_directories(dir);
+  cfg.save_weights = (dir / "cpu.hfw").string();
+  auto rc = train_single(cfg);
+  BOOST_REQUIRE_MESSAGE(rc.has_value(), rc.error().to_string());
+  cfg.where = device::cuda(0);
+  cfg.save_weights = (dir / "cuda.hfw").string();
+  auto rg = train_single(cfg);
+  BOOST_REQUIRE_MESSAGE(rg.has_value(), rg.error().to_string());
+  BOOST_CHECK_EQUAL(rg->where, "cuda:0");
+  BOOST_REQUIRE_EQUAL(rc->epochs.size(), rg->epochs.size());
+  for (std::size_t e = 0; e < rc->epochs.size(); ++e) {
+    const auto& a = rc->epochs[e];
+    const auto& b = rg->epochs[e];
+    BOOST_TEST_MESSAGE("epoch " << a.epoch << ": loss cpu " << a.loss << " cuda " << b.loss << "; test accuracy cpu "
+                                << a.test_accuracy << " cuda " << b.test_accuracy << "; cuda " << b.samples_per_s
+                                << " samples/s");
+    BOOST_CHECK_CLOSE(a.loss, b.loss, 1.0);  // percent
+    BOOST_CHECK_LE(std::fabs(a.test_accuracy - b.test_accuracy), 0.02);
+    BOOST_CHECK_GT(b.samples_per_s, 0.0);
+  }
+  // The cuda run's weights file loads into a cpu model.
+  auto spec = make_model_spec("lenet5");
+  BOOST_REQUIRE(spec.has_value());
+  auto mc = build_model(*spec, device::cpu(), {1, 9});
+  auto mg = build_model(*spec, device::cpu(), {1, 9});
+  BOOST_REQUIRE(mc.has_value() && mg.has_value());
+  BOOST_REQUIRE(load_weights(*mc, (dir / "cpu.hfw").string()).ok());
+  auto st = load_weights(*mg, cfg.save_weights);
+  BOOST_REQUIRE_MESSAGE(st.ok(), st.to_string());
+  check_same_parameters("saved weights", *mc, *mg, 2e-3, 2e-2);
+  std::filesystem::remove_all(dir);
+}
