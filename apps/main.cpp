@@ -21,6 +21,10 @@
 #include "kernels/cuda/cuda_loader.hpp"
 #include "topology/parser.hpp"
 
+namespace hetflow::apps {
+int gen_criteo_command(const std::vector<std::string>& args);  // gen_criteo_command.cpp
+}
+
 namespace {
 
 constexpr const char* usage_text = R"(usage: hetflow COMMAND [ARGS]
@@ -36,6 +40,8 @@ commands:
       check a topology file; print every problem as FILE:LINE:COL: error: ...
   profile FILE [--batch B]
       time every unit of a train job's model on this machine's devices
+  gen-criteo --rows N --out FILE [--seed S] [--threads T]
+      write deterministic synthetic Criteo-format data (tests, benchmarks)
   devices
       list this machine's CPU cores, memory and CUDA devices (or why there are none)
   version
@@ -43,7 +49,7 @@ commands:
   help
       print this text
 
-not implemented yet: plan, simulate, shell, gen-criteo (see README.md)
+not implemented yet: plan, simulate, shell (see README.md)
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted
@@ -168,8 +174,8 @@ int main(int argc, char** argv) {
     return hetflow::apps::run_local_cluster(o, reg);
   }
   if (cmd == "profile") return hetflow::apps::profile_command(args, reg);
-  if (cmd == "plan" || cmd == "simulate" || cmd == "shell" ||
-      cmd == "gen-criteo") {
+  if (cmd == "gen-criteo") return hetflow::apps::gen_criteo_command(args);
+  if (cmd == "plan" || cmd == "simulate" || cmd == "shell") {
     std::fprintf(stderr, "hetflow: '%s' is not implemented yet (see README.md, 'Not done yet')\n",
                  cmd.c_str());
     return 2;

@@ -1,0 +1,486 @@
+// The preprocess job: resource-adaptive pre-processing of Criteo-format text
+// into packed records (kernels/preprocess/ does the work; this file spreads it
+// over the nodes).
+//
+// Actors: one `pp_shard_<i>` per node i (shard i of N: a line-aligned slice of
+// the concatenated inputs, see input_split.hpp; every node computes the same
+// plan from the file sizes) and, in vocab mode, `pp_vocab` on the head.
+//
+//   vocab mode
+//   pp_shard_i                        pp_vocab (head)
+//     start: pass 1 (count_shard)
+//     -- (ppcounted, i, rows) ------->  waits for all N
+//                                       for column c = 0..25:
+//     <-- request (pppull, c, max) ---    k-way merge of the N sorted count
+//     --- chunk (<= chunk_bytes) ---->    streams, pulled chunk by chunk;
+//         ... until an empty chunk        kept strings -> vocab-CC.tsv and
+//     <-- request (ppvocab, c, chunk) -   broadcast chunks, each acked
+//     --- ack ----------------------->    before the next (bounded)
+//     <-- (ppgo) ---------------------- after the last column
+//     pass 2 (apply_shard): part-0000i.bin; report_done
+//
+//   hash mode: every shard runs pass 2 at start.
+//
+// Wire: atoms, integers and std::vector<char> only (CAF built-in types); every
+// chunk is bounded by chunk_bytes (plus one record), every request has a
+// finite timeout (request_timeout), so a dead or hung node is an error naming
+// it, never a hang. Both actor types are detached: passes block for minutes
+// and must not hold a CAF scheduler thread; they poll node_services::stopping.
+#include "actors/builtin/preprocess.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "kernels/preprocess/preprocess.hpp"
+#include "kernels/preprocess/resources.hpp"
+
+namespace hetflow::actors::builtin {
+namespace {
+
+namespace pp = kernels::preprocess;
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+using pp_counted_atom = caf::atom_constant<caf::atom("ppcounted")>;
+using pp_pull_atom = caf::atom_constant<caf::atom("pppull")>;
+using pp_vocab_atom = caf::atom_constant<caf::atom("ppvocab")>;
+using pp_go_atom = caf::atom_constant<caf::atom("ppgo")>;
+
+const char* vocab_actor = "pp_vocab";
+std::string shard_actor(int i) { return "pp_shard_" + std::to_string(i); }
+
+struct job_config {
+  std::vector<std::string> inputs;
+  std::string output_dir;
+  pp::preprocess_options opt;
+  uint64_t chunk_bytes = 1 << 20;
+  double request_timeout_s = 60;
+  int shards = 1;
+};
+
+job_config config_of(const topology::cluster& c) {
+  const auto& p = c.job.params;
+  job_config j;
+  j.inputs = p.get_strings("inputs");
+  fs::path out = p.get_string("output_dir", "preprocessed");
+  j.output_dir = (out.is_absolute() ? out : c.file.parent_path() / out).lexically_normal().string();
+  j.opt.mode = p.get_string("categorical", "vocab") == "hash" ? pp::categorical_mode::hash
+                                                              : pp::categorical_mode::vocab;
+  j.opt.min_count = static_cast<uint64_t>(p.get_int("min_count", 1));
+  j.opt.hash_range = static_cast<uint64_t>(p.get_int("hash_range", 1 << 24));
+  j.opt.policy = p.get_string("malformed", "skip") == "fail" ? pp::malformed_policy::fail
+                                                             : pp::malformed_policy::skip;
+  j.opt.max_examples = static_cast<std::size_t>(p.get_int("max_examples", 20));
+  j.opt.max_field_bytes = static_cast<std::size_t>(p.get_int("max_field_bytes", 64));
+  j.opt.memory_cap = static_cast<uint64_t>(p.get_int("memory_cap", 0));
+  j.opt.parallelism = static_cast<int>(p.get_int("parallelism", 0));
+  j.chunk_bytes = static_cast<uint64_t>(p.get_int("chunk_bytes", 1 << 20));
+  j.request_timeout_s = p.get_number("request_timeout", 60.0);
+  j.shards = static_cast<int>(c.nodes.size());
+  return j;
+}
+
+std::string mib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f MiB", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+
+// Logs a progress line at most every 2 s (and at the end of a pass).
+class progress_printer {
+public:
+  explicit progress_printer(std::string what) : what_(std::move(what)) {}
+  void operator()(const pp::preprocess_progress& p) {
+    auto now = clock_type::now();
+    bool last = p.bytes_done == p.bytes_total;
+    if (!last && now - last_ < std::chrono::seconds(2)) return;
+    last_ = now;
+    double secs = std::chrono::duration<double>(now - t0_).count();
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "%s %s: %.0f%% | %llu rows | %.0f rows/s | parallelism %d | rss %s%s%s", what_.c_str(),
+                  p.pass, p.bytes_total ? 100.0 * p.bytes_done / p.bytes_total : 100.0,
+                  static_cast<unsigned long long>(p.rows), secs > 0 ? p.rows / secs : 0.0, p.parallelism,
+                  mib(p.memory).c_str(), p.table_bytes ? " | count tables " : "",
+                  p.table_bytes ? mib(p.table_bytes).c_str() : "");
+    log_info(line);
+  }
+
+private:
+  std::string what_;
+  clock_type::time_point t0_ = clock_type::now();
+  clock_type::time_point last_ = clock_type::now() - std::chrono::seconds(10);
+};
+
+// ---- the shard ------------------------------------------------------------------
+
+struct shard_state {
+  std::shared_ptr<node_services> svc;
+  std::string me;
+  int index = 0;
+  job_config cfg;
+  pp::input_set inputs;
+  pp::shard_plan plan;
+  std::optional<pp::shard_counts> counts;
+  std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
+  std::unique_ptr<pp::vocabulary> vocab;
+  clock_type::time_point t0;
+  double count_seconds = 0;
+  uint64_t spills = 0, peak_table_bytes = 0;
+  bool done = false;
+};
+
+void shard_fail(caf::event_based_actor* self, shard_state& st, const std::string& why) {
+  if (st.done) return;
+  st.done = true;
+  st.svc->report_done(st.me, false, why, {});
+  self->quit();
+}
+
+pp::preprocess_options shard_options(shard_state& st) {
+  pp::preprocess_options o = st.cfg.opt;
+  o.stop = &st.svc->stopping();
+  o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(st.index);
+  auto printer = std::make_shared<progress_printer>("shard " + std::to_string(st.index) + " (" +
+                                                    mib(st.plan.bytes()) + ")");
+  o.on_progress = [printer](const pp::preprocess_progress& p) { (*printer)(p); };
+  return o;
+}
+
+void run_pass2(caf::event_based_actor* self, shard_state& st) {
+  std::string part = st.cfg.output_dir + "/" + pp::part_file_name(st.index);
+  auto r = pp::apply_shard(st.inputs, st.plan, st.vocab.get(), part, shard_options(st));
+  if (!r) {
+    if (r.error().code() == errc::cancelled) return shard_fail(self, st, "stopped");
+    return shard_fail(self, st, "shard " + std::to_string(st.index) + ": " + r.error().message());
+  }
+  double secs = std::chrono::duration<double>(clock_type::now() - st.t0).count();
+  json_writer w;
+  w.begin_object().field("shard", int64_t{st.index}).field("node", st.svc->node_name());
+  w.field("part", pp::part_file_name(st.index)).field("rows", r->rows).field("lines", r->lines);
+  w.field("bytes", r->bytes).field("malformed_total", r->malformed.total);
+  w.field("seconds", secs).field("count_seconds", st.count_seconds).field("apply_seconds", r->seconds);
+  w.field("rows_per_s", secs > 0 ? r->rows / secs : 0.0);
+  w.field("parallelism", int64_t{r->parallelism}).field("spills", st.spills);
+  w.field("peak_count_table_bytes", st.peak_table_bytes).field("rss_bytes", pp::current_rss());
+  w.key("malformed").raw(r->malformed.to_json());
+  w.end_object();
+  for (auto& e : r->malformed.examples) log_warn("malformed line skipped: " + e.to_string());
+  if (r->malformed.total > r->malformed.examples.size())
+    log_warn(std::to_string(r->malformed.total - r->malformed.examples.size()) +
+             " more malformed lines skipped (see the report)");
+  st.done = true;
+  st.svc->report_done(st.me, true,
+                      "wrote " + std::to_string(r->rows) + " rows to " + pp::part_file_name(st.index) +
+                          " (" + std::to_string(r->malformed.total) + " malformed lines skipped)",
+                      w.str());
+  self->quit();
+}
+
+caf::behavior shard(caf::event_based_actor* self, actor_env env) {
+  auto st = std::make_shared<shard_state>();
+  st->svc = env.services;
+  st->me = env.spec.name;
+  st->index = static_cast<int>(env.spec.args.get_int("shard", 0));
+  st->cfg = config_of(env.cluster);
+  self->set_default_handler(caf::skip);
+  return {
+    [self, st](start_atom) {
+      self->set_default_handler(caf::print_and_drop);
+      st->t0 = clock_type::now();
+      auto& cfg = st->cfg;
+      std::error_code ec;
+      fs::create_directories(cfg.output_dir, ec);
+      if (ec) return shard_fail(self, *st, "cannot create output_dir " + cfg.output_dir + ": " + ec.message());
+      auto in = pp::input_set::open(cfg.inputs);
+      if (!in) return shard_fail(self, *st, in.error().message());
+      st->inputs = std::move(*in);
+      st->plan = pp::plan_shards(st->inputs.sizes(), cfg.shards)[static_cast<std::size_t>(st->index)];
+      if (st->index == 0) {
+        // Part files of an earlier run with more shards would join the output.
+        for (int i = cfg.shards;; ++i) {
+          if (!fs::remove(cfg.output_dir + "/" + pp::part_file_name(i), ec)) break;
+        }
+      }
+      auto r = pp::probe_resources();
+      log_info("shard " + std::to_string(st->index) + "/" + std::to_string(cfg.shards) + ": " +
+               mib(st->plan.bytes()) + " of input; " + r.to_string());
+      if (cfg.opt.mode == pp::categorical_mode::hash) return run_pass2(self, *st);
+      auto c = pp::count_shard(st->inputs, st->plan, shard_options(*st));
+      if (!c) {
+        if (c.error().code() == errc::cancelled) return shard_fail(self, *st, "stopped");
+        return shard_fail(self, *st, "shard " + std::to_string(st->index) + ": " + c.error().message());
+      }
+      st->count_seconds = c->seconds;
+      st->spills = c->spills;
+      st->peak_table_bytes = c->peak_table_bytes;
+      st->counts.emplace(std::move(*c));
+      st->vocab = std::make_unique<pp::vocabulary>();
+      auto v = st->svc->find_actor(vocab_actor);
+      if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
+      self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows);
+    },
+    [self, st](pp_pull_atom, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
+      if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns))
+        return caf::make_error(caf::sec::invalid_argument, "pull of column " + std::to_string(column));
+      auto& s = st->pulling[column];
+      if (!s) s = st->counts->column_stream(static_cast<int>(column));
+      auto chunk = pp::next_count_chunk(*s, std::min<uint64_t>(max_bytes, 64u << 20));
+      if (!chunk) {
+        std::string why = "shard " + std::to_string(st->index) + ": " + chunk.error().message();
+        shard_fail(self, *st, why);
+        return caf::make_error(caf::sec::runtime_error, why);
+      }
+      if (chunk->empty()) s.reset();
+      return std::move(*chunk);
+    },
+    [self, st](pp_vocab_atom, uint32_t column, const std::vector<char>& chunk) -> caf::result<bool> {
+      if (!st->vocab || column >= static_cast<uint32_t>(pp::sparse_columns) ||
+          !pp::add_vocab_chunk(st->vocab->columns[column], chunk)) {
+        shard_fail(self, *st, "corrupt vocabulary chunk for column " + std::to_string(column));
+        return caf::make_error(caf::sec::invalid_argument, "corrupt vocabulary chunk");
+      }
+      return true;
+    },
+    [self, st](pp_go_atom) {
+      st->counts.reset();  // spill files and tables go
+      std::error_code ec;
+      fs::remove(st->cfg.output_dir + "/.spill-" + std::to_string(st->index), ec);  // if empty
+      run_pass2(self, *st);
+    },
+  };
+}
+
+// ---- the vocabulary actor ---------------------------------------------------------
+
+struct vocab_state {
+  std::shared_ptr<node_services> svc;
+  std::string me;
+  job_config cfg;
+  std::vector<std::string> shard_nodes;
+  std::set<uint32_t> counted;
+  bool done = false;
+};
+
+void vocab_fail(caf::event_based_actor* self, vocab_state& st, const std::string& why) {
+  if (st.done) return;
+  st.done = true;
+  st.svc->report_done(st.me, false, why, {});
+  self->quit();
+}
+
+void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
+  auto t0 = clock_type::now();
+  const auto& cfg = st.cfg;
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.request_timeout_s * 1000));
+  caf::scoped_actor blocking{self->system()};
+  std::vector<caf::actor> shards;
+  for (int i = 0; i < cfg.shards; ++i) {
+    auto a = st.svc->find_actor(shard_actor(i));
+    if (!a) return vocab_fail(self, st, "no actor " + shard_actor(i));
+    shards.push_back(a);
+  }
+  auto who = [&](int i) { return "shard " + std::to_string(i) + " on node '" + st.shard_nodes[i] + "'"; };
+  json_writer w;
+  w.begin_object().key("columns").begin_array();
+  uint64_t kept_total = 0, distinct_total = 0;
+  for (int c = 0; c < pp::sparse_columns; ++c) {
+    if (st.svc->stopping()) return vocab_fail(self, st, "stopped");
+    std::vector<std::unique_ptr<pp::count_stream>> streams;
+    std::vector<pp::count_stream*> raw;
+    for (int i = 0; i < cfg.shards; ++i) {
+      auto fetch = [&, i, c]() -> expected<std::vector<char>> {
+        expected<std::vector<char>> out = make_error(errc::internal, "no reply");
+        blocking->request(shards[i], timeout, pp_pull_atom::value, static_cast<uint32_t>(c),
+                          static_cast<uint64_t>(cfg.chunk_bytes))
+            .receive([&](std::vector<char>& chunk) { out = std::move(chunk); },
+                     [&](caf::error& e) {
+                       out = make_error(errc::timeout, "pulling column " + std::to_string(c) + " counts from " +
+                                                           who(i) + ": " + self->system().render(e));
+                     });
+        return out;
+      };
+      streams.push_back(pp::chunk_stream(fetch, who(i)));
+      raw.push_back(streams.back().get());
+    }
+    auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
+    if (!file) return vocab_fail(self, st, file.error().message());
+    std::vector<std::vector<char>> chunks(1);
+    auto stats = pp::merge_column(raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) {
+      file->add(s, n);
+      if (chunks.back().size() + s.size() + 2 > cfg.chunk_bytes) chunks.emplace_back();
+      pp::append_vocab_record(chunks.back(), s);
+    });
+    if (!stats) return vocab_fail(self, st, stats.error().message());
+    if (auto s = file->close(); !s.ok()) return vocab_fail(self, st, s.message());
+    // Broadcast, one acked chunk at a time per shard (bounded in flight).
+    for (int i = 0; i < cfg.shards; ++i) {
+      for (auto& chunk : chunks) {
+        if (chunk.empty() && chunks.size() > 1) continue;
+        std::string err;
+        blocking->request(shards[i], timeout, pp_vocab_atom::value, static_cast<uint32_t>(c), chunk)
+            .receive([&](bool) {},
+                     [&](caf::error& e) {
+                       err = "sending column " + std::to_string(c) + " vocabulary to " + who(i) + ": " +
+                             self->system().render(e);
+                     });
+        if (!err.empty()) return vocab_fail(self, st, err);
+      }
+    }
+    w.begin_object().field("column", "C" + std::to_string(c + 1)).field("distinct", stats->distinct);
+    w.field("kept", stats->kept).field("oov_id", stats->kept).end_object();
+    kept_total += stats->kept;
+    distinct_total += stats->distinct;
+  }
+  w.end_array();
+  double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  w.field("kept", kept_total).field("distinct", distinct_total).field("merge_seconds", secs);
+  w.end_object();
+  for (auto& a : shards) self->send(a, pp_go_atom::value);
+  log_info("vocabularies merged from " + std::to_string(cfg.shards) + " shards: " +
+           std::to_string(kept_total) + " kept of " + std::to_string(distinct_total) + " distinct strings (" +
+           std::to_string(secs).substr(0, 5) + " s)");
+  st.done = true;
+  st.svc->report_done(st.me, true, "merged " + std::to_string(kept_total) + " vocabulary entries", w.str());
+  self->quit();
+}
+
+caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
+  auto st = std::make_shared<vocab_state>();
+  st->svc = env.services;
+  st->me = env.spec.name;
+  st->cfg = config_of(env.cluster);
+  for (auto& n : env.cluster.nodes) st->shard_nodes.push_back(n.name);
+  self->set_default_handler(caf::skip);
+  return {
+    [self, st](start_atom) {
+      self->set_default_handler(caf::print_and_drop);
+      std::error_code ec;
+      fs::create_directories(st->cfg.output_dir, ec);
+    },
+    [self, st](pp_counted_atom, uint32_t shard_index, uint64_t rows) {
+      (void)rows;
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards))
+        return vocab_fail(self, *st, "count report from unknown shard " + std::to_string(shard_index));
+      st->counted.insert(shard_index);
+      if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) merge_and_broadcast(self, *st);
+    },
+  };
+}
+
+// ---- the report -------------------------------------------------------------------
+
+double number_field(const std::string& json, const std::string& key) {
+  auto at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return 0;
+  return std::strtod(json.c_str() + at + key.size() + 3, nullptr);
+}
+
+std::string summarize(const std::vector<actor_result>& results) {
+  double rows = 0, malformed = 0, seconds = 0;
+  std::string shards, vocab_json;
+  for (auto& r : results) {
+    if (r.metrics_json.size() < 2) continue;
+    if (r.name == vocab_actor) {
+      vocab_json = r.metrics_json;
+      continue;
+    }
+    rows += number_field(r.metrics_json, "rows");
+    malformed += number_field(r.metrics_json, "malformed_total");
+    seconds = std::max(seconds, number_field(r.metrics_json, "seconds"));
+    shards += (shards.empty() ? "" : ",") + r.metrics_json;
+  }
+  json_writer w;
+  w.begin_object();
+  w.field("rows", static_cast<uint64_t>(rows)).field("malformed", static_cast<uint64_t>(malformed));
+  w.field("seconds", seconds).field("rows_per_s", seconds > 0 ? rows / seconds : 0.0);
+  w.end_object();
+  std::string s = w.str();
+  s = s.substr(1, s.size() - 2);
+  s += ",\"shards\":[" + shards + "]";
+  if (!vocab_json.empty()) s += ",\"vocabulary\":" + vocab_json;
+  return s;
+}
+
+}  // namespace
+
+void add_preprocess(registry& reg) {
+  using topology::key_spec;
+  using topology::key_type;
+  topology::type_spec job{"preprocess",
+                          "Criteo text -> packed records (label, 13 dense, 26 sparse ids), sharded over the nodes",
+                          {}};
+  auto key = [&](std::string name, key_type t, bool required, std::optional<topology::setting_value> def,
+                 std::string help, std::optional<double> lo = {}, std::optional<double> hi = {},
+                 std::vector<std::string> one_of = {}) {
+    job.keys.push_back(key_spec{std::move(name), t, required, std::move(def), std::move(help), lo, hi,
+                                std::move(one_of)});
+  };
+  key("inputs", key_type::path_list, true, std::nullopt, "Criteo-format text files, in order");
+  key("output_dir", key_type::string, false, std::string("preprocessed"),
+      "where part-NNNNN.bin and vocab-CC.tsv go (relative to the topology file)");
+  key("categorical", key_type::string, false, std::string("vocab"),
+      "vocab (two passes, contiguous ids) or hash (one pass, FNV-1a mod hash_range)", {}, {},
+      {"vocab", "hash"});
+  key("min_count", key_type::integer, false, int64_t{1},
+      "vocab: strings seen fewer times map to the OOV id", 1.0, 4e18);
+  key("hash_range", key_type::integer, false, int64_t{1} << 24, "hash: ids in [0, hash_range)", 1.0,
+      2147483647.0);
+  key("malformed", key_type::string, false, std::string("skip"),
+      "malformed lines: skip (count and report) or fail (stop at the first)", {}, {}, {"skip", "fail"});
+  key("max_examples", key_type::integer, false, int64_t{20}, "malformed lines reported in detail per shard",
+      0.0, 1e6);
+  key("max_field_bytes", key_type::integer, false, int64_t{64}, "longer fields are malformed", 1.0, 65535.0);
+  key("memory_cap", key_type::size, false, int64_t{0},
+      "per node, for vocabulary counting (spills to disk beyond); 0 = half the free memory");
+  key("parallelism", key_type::integer, false, int64_t{0},
+      "threads per node; 0 = auto (free cores, cgroup quota, load; re-checked while running)", 0.0, 4096.0);
+  key("chunk_bytes", key_type::size, false, int64_t{1} << 20,
+      "largest count / vocabulary message between nodes", 4096.0, double(64 << 20));
+  key("request_timeout", key_type::duration, false, 60.0, "how long a node waits for a peer's reply", 0.1,
+      3600.0);
+  (void)reg.add_job_kind(
+      job,
+      [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
+        if (!c.actors.empty())
+          return make_error(errc::invalid_argument,
+                            "the preprocess job places its own actors; remove the [[actors]] tables");
+        std::vector<topology::actor_spec> v;
+        for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+          topology::actor_spec a;
+          a.name = shard_actor(static_cast<int>(i));
+          a.type = "preprocess_shard";
+          a.node = c.nodes[i].name;
+          a.args.set("shard", static_cast<int64_t>(i));
+          v.push_back(std::move(a));
+        }
+        if (c.job.params.get_string("categorical", "vocab") == "vocab") {
+          topology::actor_spec a;
+          a.name = vocab_actor;
+          a.type = "preprocess_vocab";
+          a.node = c.nodes[0].name;
+          v.push_back(std::move(a));
+        }
+        return v;
+      },
+      summarize);
+  topology::type_spec s{"preprocess_shard", "pre-processes one node's slice of the inputs (placed by the job)", {}};
+  s.keys.push_back(key_spec{"shard", key_type::integer, false, int64_t{0}, "shard index", 0.0, {}, {}});
+  (void)reg.add_actor_type(s, [](caf::actor_system& sys, const actor_env& env) {
+    return sys.spawn<caf::detached>(shard, env);
+  });
+  topology::type_spec v{"preprocess_vocab", "merges vocabulary counts from every shard (placed by the job)", {}};
+  (void)reg.add_actor_type(v, [](caf::actor_system& sys, const actor_env& env) {
+    return sys.spawn<caf::detached>(vocab, env);
+  });
+}
+
+}  // namespace hetflow::actors::builtin

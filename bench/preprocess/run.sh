@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Pre-processing benchmark: Criteo-format text -> packed records, end to end.
+#
+#   bench/preprocess/run.sh [ROWS ...]        (default: 1000000 10000000)
+#
+# For each size: generate the data (hetflow gen-criteo, seed 1, kept in
+# $WORK), warm the page cache, then time, one after the other:
+#   read floor   cat FILE > /dev/null
+#   pandas       bench/preprocess/pandas_preprocess.py (Debian's /usr/bin/python3,
+#                pandas read_csv + factorize; vocab mode, min_count 3), 1 core
+#   hetflow      `hetflow run` of a preprocess topology, vocab mode min_count 3:
+#                1 node / 1 thread (taskset 1 core), 1 node / 2 threads,
+#                2 local nodes / 1 thread each; and hash mode, 1 node / 1 thread
+# Seconds are wall time of the whole command (process start, join, both
+# passes, writing). The pandas output is compared byte for byte with hetflow's
+# (same semantics). Prints a Markdown table. Environment: HETFLOW (binary,
+# default build/bin/hetflow), WORK (scratch, default /tmp/hetflow-bench-preprocess).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+HETFLOW=${HETFLOW:-$root/build/bin/hetflow}
+WORK=${WORK:-/tmp/hetflow-bench-preprocess}
+PY=/usr/bin/python3  # Debian's, with python3-pandas (the first python3 on PATH may lack it)
+MIN_COUNT=3
+sizes=("$@")
+[[ ${#sizes[@]} -gt 0 ]] || sizes=(1000000 10000000)
+[[ -x "$HETFLOW" ]] || { echo "no hetflow binary at $HETFLOW (set HETFLOW)" >&2; exit 2; }
+"$PY" -c "import pandas" 2>/dev/null || { echo "$PY has no pandas (apt-get install python3-pandas)" >&2; exit 2; }
+mkdir -p "$WORK"
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+# topology NAME NODES PORT MODE PARALLELISM INPUT
+topology() {
+  local f="$WORK/$1.toml" i
+  {
+    echo "[cluster]"
+    echo "name = \"bench-$1\""
+    echo 'data_plane = "caf"'
+    for ((i = 0; i < $2; i++)); do
+      printf '[[nodes]]\nname = "n%d"\nhost = "127.0.0.1"\nport = %d\n' "$i" $(($3 + i))
+    done
+    echo "[job]"
+    echo 'kind = "preprocess"'
+    echo "inputs = [\"$6\"]"
+    echo "output_dir = \"$WORK/out-$1\""
+    echo "categorical = \"$4\""
+    echo "min_count = $MIN_COUNT"
+    echo "hash_range = 10000000"
+    echo "parallelism = $5"
+  } >"$f"
+  echo "$f"
+}
+
+rows_line() {  # label cores seconds rows
+  awk -v l="$1" -v c="$2" -v s="$3" -v n="$4" -v pd="$PANDAS_RATE" -v rf="$READ_RATE" 'BEGIN {
+    r = n / s; printf "| %d | %s | %d | %.2f | %.0f | %.0f | %.1fx | %.2f |\n", n, l, c, s, r, r / c, (r / c) / pd, r / rf }'
+}
+
+echo "hetflow preprocess benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r)"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| rows | run | cores | seconds | rows/s | rows/s per core | per core vs pandas | vs read floor |"
+echo "|---|---|---|---|---|---|---|---|"
+for rows in "${sizes[@]}"; do
+  data="$WORK/criteo-$rows.tsv"
+  [[ -f "$data" ]] || "$HETFLOW" gen-criteo --rows "$rows" --seed 1 --out "$data" 2>/dev/null
+  cat "$data" >/dev/null
+  t0=$(now); cat "$data" >/dev/null; t1=$(now)
+  read_s=$(elapsed "$t0" "$t1")
+  READ_RATE=$(awk -v n="$rows" -v s="$read_s" 'BEGIN { print n / s }')
+
+  t0=$(now)
+  taskset -c 0 "$PY" "$here/pandas_preprocess.py" "$data" "$WORK/pandas-$rows.bin" --min-count $MIN_COUNT >"$WORK/pandas-$rows.log"
+  t1=$(now)
+  pandas_s=$(elapsed "$t0" "$t1")
+  PANDAS_RATE=$(awk -v n="$rows" -v s="$pandas_s" 'BEGIN { print n / s }')
+
+  PANDAS_RATE=$PANDAS_RATE rows_line "read floor (cat)" 1 "$read_s" "$rows"
+  rows_line "pandas 1.5 (vocab)" 1 "$pandas_s" "$rows"
+  run_one() {  # label cores nodes port mode parallelism [taskset cpus]
+    local topo
+    topo=$(topology "$5-$3n-$6t" "$3" "$4" "$5" "$6" "$data")
+    local cmd=("$HETFLOW" run "$topo" --report "$topo.json")
+    [[ -n "${7:-}" ]] && cmd=(taskset -c "$7" "${cmd[@]}")
+    t0=$(now)
+    "${cmd[@]}" >"$topo.log" 2>&1 || { cat "$topo.log" >&2; echo "hetflow run failed: $topo" >&2; exit 1; }
+    t1=$(now)
+    rows_line "$1" "$2" "$(elapsed "$t0" "$t1")" "$rows"
+  }
+  run_one "hetflow vocab, 1 node x 1 thread" 1 1 7700 vocab 1 0
+  run_one "hetflow vocab, 1 node x 2 threads" 2 1 7710 vocab 2
+  run_one "hetflow vocab, 2 nodes x 1 thread" 2 2 7720 vocab 1
+  run_one "hetflow hash, 1 node x 1 thread" 1 1 7730 hash 1 0
+  run_one "hetflow hash, 1 node x 2 threads" 2 1 7740 hash 2
+  if cmp -s "$WORK/pandas-$rows.bin" <(cat "$WORK/out-vocab-2n-1t"/part-*.bin); then
+    same="pandas output == hetflow output (byte for byte)"
+  else
+    same="pandas output DIFFERS from hetflow's: $(cmp "$WORK/pandas-$rows.bin" <(cat "$WORK/out-vocab-2n-1t"/part-*.bin) 2>&1 | head -1)"
+  fi
+  echo "|  | $rows rows: $same; $(cat "$WORK/pandas-$rows.log") |  |  |  |  |  |  |"
+done
+echo
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

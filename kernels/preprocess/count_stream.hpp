@@ -1,0 +1,58 @@
+// count_stream: sorted (string, count) streams, the unit that pass-1 counts
+// travel in: in memory, spilled to disk, merged, and cut into byte chunks for
+// the wire.
+//
+// Record format (runs on disk and chunks on the wire alike), little-endian:
+//   u16 length | length bytes | u64 count
+// A stream yields strings in strictly increasing byte order (memcmp), each
+// once. Merging k streams sums the counts of equal strings.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kernels/preprocess/string_key_map.hpp"
+#include "schemas/error.hpp"
+
+namespace hetflow::kernels::preprocess {
+
+class count_stream {
+public:
+  virtual ~count_stream() = default;
+  // The next entry; `s` stays valid until the next call. False at the end or
+  // on error (see error()).
+  virtual bool next(std::string_view& s, uint64_t& count) = 0;
+  virtual status error() const { return {}; }
+};
+
+using count_entries = std::vector<std::pair<std::string, uint64_t>>;
+
+// The map's entries sorted by string.
+count_entries sorted_entries(const string_key_map<uint64_t>& m);
+
+std::unique_ptr<count_stream> memory_stream(count_entries entries);
+
+// Writes a sorted run file; reads one back (buffered, 1 MiB).
+status write_run_file(const std::string& path, const count_entries& entries);
+std::unique_ptr<count_stream> file_stream(const std::string& path);
+
+// k-way merge (a heap), summing equal strings. The inputs must outlive it.
+std::unique_ptr<count_stream> merged_stream(std::vector<count_stream*> inputs);
+std::unique_ptr<count_stream> merged_stream(std::vector<std::unique_ptr<count_stream>> owned);
+
+// Cuts the next chunk of at most max_bytes (>= one record) off `in`; an empty
+// chunk means the stream has ended.
+expected<std::vector<char>> next_count_chunk(count_stream& in, std::size_t max_bytes);
+
+// A stream fed by chunks from `fetch` (e.g. a remote shard); an empty chunk
+// ends it. Checks every record against the chunk's bounds and the order.
+// `who` names the source in errors.
+using chunk_fetcher = std::function<expected<std::vector<char>>()>;
+std::unique_ptr<count_stream> chunk_stream(chunk_fetcher fetch, std::string who);
+
+}  // namespace hetflow::kernels::preprocess

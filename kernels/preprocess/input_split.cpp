@@ -1,0 +1,92 @@
+#include "kernels/preprocess/input_split.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace hetflow::kernels::preprocess {
+
+expected<std::shared_ptr<const mapped_file>> mapped_file::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return make_error(errc::io_error, "cannot open input " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return make_error(errc::io_error, "input " + path + " is not a regular file");
+  }
+  std::shared_ptr<mapped_file> m(new mapped_file());
+  m->path_ = path;
+  m->size_ = static_cast<uint64_t>(st.st_size);
+  if (m->size_ > 0) {
+    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      return make_error(errc::io_error, "cannot map input " + path + ": " + std::strerror(e));
+    }
+    ::madvise(p, m->size_, MADV_SEQUENTIAL);
+    m->data_ = static_cast<const char*>(p);
+  }
+  ::close(fd);
+  return std::shared_ptr<const mapped_file>(std::move(m));
+}
+
+mapped_file::~mapped_file() {
+  if (data_) ::munmap(const_cast<char*>(data_), size_);
+}
+
+void mapped_file::drop_pages(uint64_t begin, uint64_t end) const noexcept {
+  if (!data_) return;
+  long page = ::sysconf(_SC_PAGESIZE);
+  uint64_t b = (begin + page - 1) / page * page;
+  uint64_t e = std::min(end, size_) / page * page;
+  if (e > b) ::madvise(const_cast<char*>(data_) + b, e - b, MADV_DONTNEED);
+}
+
+uint64_t align_to_line(const char* data, uint64_t size, uint64_t pos) noexcept {
+  if (pos == 0) return 0;
+  if (pos >= size) return size;
+  if (data[pos - 1] == '\n') return pos;
+  const void* nl = std::memchr(data + pos, '\n', size - pos);
+  return nl ? static_cast<uint64_t>(static_cast<const char*>(nl) - data) + 1 : size;
+}
+
+uint64_t count_lines_before(const char* data, uint64_t pos) noexcept {
+  // std::count vectorises at -O3: several GB/s; used only to name lines in
+  // malformed-input reports.
+  return static_cast<uint64_t>(std::count(data, data + pos, '\n'));
+}
+
+uint64_t shard_plan::bytes() const noexcept {
+  uint64_t b = 0;
+  for (auto& p : pieces) b += p.end - p.begin;
+  return b;
+}
+
+std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, int shards) {
+  shards = std::max(1, shards);
+  uint64_t total = 0;
+  for (auto s : file_sizes) total += s;
+  std::vector<shard_plan> plan(static_cast<std::size_t>(shards));
+  for (int i = 0; i < shards; ++i) {
+    // 128-bit to avoid overflow of i * total for huge inputs.
+    uint64_t lo = static_cast<uint64_t>((static_cast<unsigned __int128>(total) * i) / shards);
+    uint64_t hi = static_cast<uint64_t>((static_cast<unsigned __int128>(total) * (i + 1)) / shards);
+    uint64_t off = 0;
+    for (std::size_t f = 0; f < file_sizes.size(); ++f) {
+      uint64_t fb = off, fe = off + file_sizes[f];
+      off = fe;
+      uint64_t b = std::max(lo, fb), e = std::min(hi, fe);
+      if (b < e) plan[i].pieces.push_back({static_cast<int>(f), b - fb, e - fb});
+    }
+  }
+  return plan;
+}
+
+}  // namespace hetflow::kernels::preprocess

@@ -1,0 +1,148 @@
+// preprocess: Criteo text -> packed records, one shard at a time (no CAF).
+//
+//   vocab mode:  pass 1  count_shard()      per shard, parallel inside (oneTBB)
+//                merge   merge_column()     across shards (vocabulary.hpp)
+//                pass 2  apply_shard()      writes the shard's part file
+//   hash mode:   apply_shard() only (one pass)
+//
+// Inside a shard the work goes in segments of a few blocks per worker:
+//
+//   blocks (1 MiB, line-aligned) --parallel parse--> per-block results
+//        --pass 1: per-column insert, one task per column (no locks)
+//        --pass 2: records written in block order (input order)
+//
+// Between segments the resources are probed again (every 0.5 s at most) and
+// the arena's degree of parallelism follows what is free. The stop flag is
+// read between segments too.
+//
+// Memory cap (pass 1): the count tables of a shard stay under `memory_cap`;
+// when they grow past it, the largest columns are sorted and spilled to run
+// files (count_stream.hpp format) until half the cap is free. At the end each
+// column is one merged sorted stream (spilled runs + what is left in memory),
+// so cardinality costs disk, not memory. The cap is soft by about the size of
+// the column being spilled (sorting copies its entries).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/preprocess/count_stream.hpp"
+#include "kernels/preprocess/input_split.hpp"
+#include "kernels/preprocess/malformed.hpp"
+#include "kernels/preprocess/vocabulary.hpp"
+
+namespace hetflow::kernels::preprocess {
+
+enum class categorical_mode : uint8_t { vocab, hash };
+
+struct preprocess_progress {
+  const char* pass = "";      // "count" or "apply"
+  uint64_t bytes_done = 0;    // of this shard
+  uint64_t bytes_total = 0;
+  uint64_t rows = 0;          // good rows so far
+  int parallelism = 1;        // current degree of parallelism
+  uint64_t memory = 0;        // resident set size
+  uint64_t table_bytes = 0;   // pass 1: count tables in memory
+};
+
+struct preprocess_options {
+  categorical_mode mode = categorical_mode::vocab;
+  uint64_t min_count = 1;               // vocab: rarer strings -> OOV id
+  uint64_t hash_range = 1u << 24;       // hash: ids in [0, range)
+  malformed_policy policy = malformed_policy::skip;
+  std::size_t max_examples = 20;        // malformed lines kept with details
+  std::size_t max_field_bytes = 64;     // longer fields are malformed
+  uint64_t memory_cap = 0;              // pass-1 count tables; 0 = half the free memory
+  int parallelism = 0;                  // 0 = auto (resources.hpp)
+  std::size_t block_bytes = 1u << 20;
+  std::string spill_dir;                // pass-1 run files (created when needed)
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const preprocess_progress&)> on_progress;  // driving thread
+};
+
+// The input files, mapped, in order.
+struct input_set {
+  std::vector<std::shared_ptr<const mapped_file>> files;
+  static expected<input_set> open(const std::vector<std::string>& paths);
+  std::vector<uint64_t> sizes() const;
+};
+
+// Pass-1 result of one shard.
+class shard_counts {
+public:
+  shard_counts();
+  ~shard_counts();
+  shard_counts(shard_counts&&) noexcept;
+  shard_counts& operator=(shard_counts&&) noexcept;
+
+  // Column c's counts as one sorted stream. Call at most once per column; it
+  // hands over the column's memory and run files.
+  std::unique_ptr<count_stream> column_stream(int c);
+
+  uint64_t rows = 0;         // good lines counted
+  uint64_t spills = 0;       // run files written
+  uint64_t peak_table_bytes = 0;
+  double seconds = 0;
+
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
+                                   const preprocess_options& opt);
+
+struct shard_result {
+  uint64_t rows = 0;       // records written
+  uint64_t lines = 0;      // lines read (rows + malformed)
+  uint64_t bytes = 0;      // input bytes
+  malformed_report malformed;
+  double seconds = 0;
+  int parallelism = 1;     // at the end
+};
+
+// Writes the shard's records to out_path (through out_path + ".tmp", renamed
+// when complete). vocab = nullptr in hash mode. With policy fail, the first
+// malformed line ends it with errc::parse_error "FILE:LINE: kind: detail".
+expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
+                                   const vocabulary* vocab, const std::string& out_path,
+                                   const preprocess_options& opt);
+
+// Writes vocab-CC.tsv for one column while merging; returns the stats. Used by
+// preprocess_local and the vocabulary actor alike.
+class vocab_file_writer {
+public:
+  static expected<vocab_file_writer> open(const std::string& dir, int column);
+  vocab_file_writer(vocab_file_writer&&) noexcept;
+  ~vocab_file_writer();
+  void add(std::string_view s, uint64_t count);
+  status close();
+
+private:
+  vocab_file_writer() = default;
+  std::FILE* f_ = nullptr;
+  std::string path_;
+  bool failed_ = false;
+};
+
+std::string part_file_name(int index);  // "part-00000.bin"
+
+struct local_result {
+  uint64_t rows = 0;
+  malformed_report malformed;
+  std::array<column_merge_stats, sparse_columns> columns{};
+  double seconds = 0;
+  int parts = 0;
+};
+
+// The whole job in one process: `shards` shards (part files), passes as above.
+expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
+                                        const std::string& output_dir, int shards,
+                                        const preprocess_options& opt);
+
+}  // namespace hetflow::kernels::preprocess

@@ -1,0 +1,183 @@
+#include "kernels/preprocess/resources.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace hetflow::kernels::preprocess {
+namespace {
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+// A number at the start of the file; false for "max" or a missing file.
+bool read_number(const std::string& path, double& v) {
+  std::string s;
+  if (!read_file(path, s)) return false;
+  char* end = nullptr;
+  v = std::strtod(s.c_str(), &end);
+  return end != s.c_str();
+}
+
+uint64_t meminfo_field(const std::string& text, const char* key) {
+  auto at = text.find(key);
+  if (at == std::string::npos) return 0;
+  return std::strtoull(text.c_str() + at + std::char_traits<char>::length(key), nullptr, 10) * 1024;
+}
+
+struct cgroup_paths {
+  std::string v2;                  // relative path of the unified hierarchy
+  std::string v1_cpu, v1_memory;   // relative paths per controller
+  bool has_v2 = false, has_v1_cpu = false, has_v1_memory = false;
+};
+
+cgroup_paths read_cgroup(const std::string& root) {
+  cgroup_paths p;
+  std::ifstream in(root + "proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (ctl.empty()) {
+      p.v2 = path;
+      p.has_v2 = true;
+    }
+    std::stringstream ss(ctl);
+    std::string c;
+    while (std::getline(ss, c, ',')) {
+      if (c == "cpu") {
+        p.v1_cpu = path;
+        p.has_v1_cpu = true;
+      } else if (c == "memory") {
+        p.v1_memory = path;
+        p.has_v1_memory = true;
+      }
+    }
+  }
+  return p;
+}
+
+// `dir/rel/file`, else `dir/file`.
+std::string cg_file(const std::string& dir, const std::string& rel, const std::string& file) {
+  std::string a = dir + rel + "/" + file;
+  if (std::ifstream(a)) return a;
+  return dir + "/" + file;
+}
+
+}  // namespace
+
+uint64_t resource_snapshot::free_memory() const noexcept {
+  uint64_t f = mem_available;
+  if (cgroup_mem_limit > 0) {
+    uint64_t head = cgroup_mem_limit > cgroup_mem_usage ? cgroup_mem_limit - cgroup_mem_usage : 0;
+    f = std::min(f == 0 ? head : f, head);
+  }
+  return f;
+}
+
+double resource_snapshot::free_cores(int busy_here) const noexcept {
+  double cap = cores;
+  if (cpu_quota > 0) cap = std::min(cap, cpu_quota);
+  double others = std::max(0.0, load1 - std::max(0, busy_here));
+  return std::max(1.0, cap - others);
+}
+
+std::string resource_snapshot::to_string() const {
+  char buf[256];
+  char quota[32] = "none";
+  if (cpu_quota > 0) std::snprintf(quota, sizeof quota, "%.2f", cpu_quota);
+  std::snprintf(buf, sizeof buf, "%d cores (quota %s), load %.2f, %.1f GiB free, rss %.0f MiB", cores,
+                quota, load1, static_cast<double>(free_memory()) / (1u << 30),
+                static_cast<double>(rss) / (1u << 20));
+  return buf;
+}
+
+resource_snapshot probe_resources(const std::string& root_in) {
+  std::string root = root_in.empty() ? std::string("/") : root_in;
+  if (root.back() != '/') root += '/';
+  resource_snapshot r;
+  r.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (root == "/") {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) r.cores = std::max(1, CPU_COUNT(&set));
+  } else {
+    double n;
+    if (read_number(root + "cores", n)) r.cores = std::max(1, static_cast<int>(n));  // fake trees
+  }
+  std::string text;
+  if (read_file(root + "proc/meminfo", text)) {
+    r.mem_total = meminfo_field(text, "MemTotal:");
+    r.mem_available = meminfo_field(text, "MemAvailable:");
+  }
+  double v;
+  if (read_number(root + "proc/loadavg", v)) r.load1 = v;
+  if (read_file(root + "proc/self/status", text)) r.rss = meminfo_field(text, "VmRSS:");
+
+  auto cg = read_cgroup(root);
+  std::string base = root + "sys/fs/cgroup";
+  std::string s;
+  if (cg.has_v2 && read_file(cg_file(base, cg.v2, "cpu.max"), s)) {
+    std::stringstream ss(s);
+    std::string quota;
+    double period = 100000;
+    ss >> quota >> period;
+    if (quota != "max" && period > 0) r.cpu_quota = std::strtod(quota.c_str(), nullptr) / period;
+  } else if (cg.has_v1_cpu) {
+    std::string dir = base + "/cpu";
+    double q, p;
+    if (read_number(cg_file(dir, cg.v1_cpu, "cpu.cfs_quota_us"), q) &&
+        read_number(cg_file(dir, cg.v1_cpu, "cpu.cfs_period_us"), p) && q > 0 && p > 0)
+      r.cpu_quota = q / p;
+  }
+  if (cg.has_v2 && read_number(cg_file(base, cg.v2, "memory.max"), v)) {
+    r.cgroup_mem_limit = static_cast<uint64_t>(v);
+    if (read_number(cg_file(base, cg.v2, "memory.current"), v)) r.cgroup_mem_usage = static_cast<uint64_t>(v);
+  } else if (cg.has_v1_memory) {
+    std::string dir = base + "/memory";
+    if (read_number(cg_file(dir, cg.v1_memory, "memory.limit_in_bytes"), v) && v < 9.0e18) {
+      // v1 reports "no limit" as a huge page-aligned number.
+      r.cgroup_mem_limit = static_cast<uint64_t>(v);
+      if (read_number(cg_file(dir, cg.v1_memory, "memory.usage_in_bytes"), v))
+        r.cgroup_mem_usage = static_cast<uint64_t>(v);
+    }
+  }
+  if (r.cgroup_mem_limit >= r.mem_total && r.mem_total > 0) r.cgroup_mem_limit = 0;  // not binding
+  return r;
+}
+
+int choose_parallelism(const resource_snapshot& r, int forced, int busy_here,
+                       uint64_t per_worker_bytes, uint64_t memory_budget, int max_workers) {
+  max_workers = std::max(1, max_workers);
+  if (forced > 0) return std::min(forced, max_workers);
+  int dop = static_cast<int>(std::lround(r.free_cores(busy_here)));
+  dop = std::clamp(dop, 1, max_workers);
+  if (per_worker_bytes > 0) {
+    uint64_t budget = r.free_memory();
+    if (memory_budget > 0) budget = budget == 0 ? memory_budget : std::min(budget, memory_budget);
+    if (budget > 0) dop = std::min<int>(dop, std::max<uint64_t>(1, budget / per_worker_bytes));
+  }
+  return std::max(1, dop);
+}
+
+uint64_t current_rss() noexcept {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace hetflow::kernels::preprocess

@@ -1,0 +1,49 @@
+// resources: the cores and memory that are really free to this process, and
+// the degree of parallelism chosen from them.
+//
+// Reads (under `root`, "/" on a real machine; a test passes a fake tree):
+//   /proc/self/cgroup            which cgroup we are in (v1 and v2)
+//   cgroup v2: cpu.max ("max 100000" | "QUOTA PERIOD"), memory.max, memory.current
+//   cgroup v1: cpu.cfs_quota_us / cpu.cfs_period_us, memory.limit_in_bytes,
+//              memory.usage_in_bytes
+//   /proc/meminfo (MemTotal, MemAvailable), /proc/loadavg (1-minute load),
+//   /proc/self/status (VmRSS), and sched_getaffinity for the usable cores
+//   (only when root is "/").
+// A cgroup file missing under the process's own path is looked up at the
+// controller's root (containers often mount their own cgroup there).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hetflow::kernels::preprocess {
+
+struct resource_snapshot {
+  int cores = 1;                   // usable by this process (affinity)
+  double cpu_quota = 0;            // cgroup CPU quota in cores; 0 = none
+  double load1 = 0;                // 1-minute load average of the machine
+  uint64_t mem_total = 0;          // /proc/meminfo MemTotal
+  uint64_t mem_available = 0;      // /proc/meminfo MemAvailable
+  uint64_t cgroup_mem_limit = 0;   // 0 = none
+  uint64_t cgroup_mem_usage = 0;
+  uint64_t rss = 0;                // this process's resident set
+
+  // Memory we may still take: MemAvailable, capped by the cgroup's headroom.
+  uint64_t free_memory() const noexcept;
+  // Cores left after the other processes' load (our own `busy_here` threads
+  // count in the load average and are added back).
+  double free_cores(int busy_here) const noexcept;
+  std::string to_string() const;  // "2 cores (quota none), load 0.4, 20.1 GiB free, rss 80 MiB"
+};
+
+resource_snapshot probe_resources(const std::string& root = "/");
+
+// The degree of parallelism: `forced` (> 0) wins; otherwise the free cores
+// (rounded, at least 1), lowered until `per_worker_bytes` each fit in
+// `memory_budget` (0 = no memory limit), and at most `max_workers`.
+int choose_parallelism(const resource_snapshot& r, int forced, int busy_here,
+                       uint64_t per_worker_bytes, uint64_t memory_budget, int max_workers);
+
+uint64_t current_rss() noexcept;
+
+}  // namespace hetflow::kernels::preprocess

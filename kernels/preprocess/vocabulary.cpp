@@ -1,0 +1,53 @@
+#include "kernels/preprocess/vocabulary.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace hetflow::kernels::preprocess {
+
+std::string vocab_file_name(int column) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "vocab-%02d.tsv", column);
+  return buf;
+}
+
+void append_vocab_record(std::vector<char>& chunk, std::string_view s) {
+  uint16_t len = static_cast<uint16_t>(s.size());
+  std::size_t at = chunk.size();
+  chunk.resize(at + 2 + s.size());
+  std::memcpy(chunk.data() + at, &len, 2);
+  std::memcpy(chunk.data() + at + 2, s.data(), s.size());
+}
+
+bool add_vocab_chunk(column_vocabulary& col, const std::vector<char>& chunk) {
+  std::size_t pos = 0;
+  while (pos < chunk.size()) {
+    if (chunk.size() - pos < 2) return false;
+    uint16_t len;
+    std::memcpy(&len, chunk.data() + pos, 2);
+    if (chunk.size() - pos - 2 < len) return false;
+    col.add(std::string_view(chunk.data() + pos + 2, len));
+    pos += 2 + len;
+  }
+  return true;
+}
+
+expected<vocabulary> read_vocabulary(const std::string& dir) {
+  vocabulary v;
+  for (int c = 0; c < sparse_columns; ++c) {
+    std::string path = dir + "/" + vocab_file_name(c);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return make_error(errc::not_found, "cannot open " + path);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto tab = line.rfind('\t');
+      if (tab == std::string::npos)
+        return make_error(errc::parse_error, path + ": a line without a count");
+      v.columns[c].add(std::string_view(line).substr(0, tab));
+    }
+  }
+  return v;
+}
+
+}  // namespace hetflow::kernels::preprocess

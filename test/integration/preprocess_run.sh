@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# job.kind = "preprocess" through `hetflow run`: gen-criteo is deterministic; a
+# 2-node run writes the same bytes (records and vocabularies) as a 1-node run,
+# in vocab mode (with min_count, so the OOV id is exercised) and hash mode;
+# the report has rows, malformed, seconds, rows_per_s; malformed lines are
+# skipped and reported with file:line, or stop the job (exit 1) naming
+# file:line under policy fail.
+source "$(dirname "$0")/lib.sh"
+
+S=$HETFLOW_SCRATCH
+"$HETFLOW" gen-criteo --rows 120000 --seed 5 --out "$S/a.tsv" 2>/dev/null || fail "gen-criteo"
+"$HETFLOW" gen-criteo --rows 120000 --seed 5 --out "$S/a2.tsv" --threads 1 2>/dev/null || fail "gen-criteo (1 thread)"
+cmp -s "$S/a.tsv" "$S/a2.tsv" || fail "gen-criteo: same rows and seed, different bytes"
+"$HETFLOW" gen-criteo --rows 30001 --seed 6 --out "$S/b.tsv" 2>/dev/null || fail "gen-criteo b"
+[[ $(wc -l <"$S/a.tsv") -eq 120000 ]] || fail "gen-criteo: want 120000 lines"
+"$HETFLOW" gen-criteo --rows x --out "$S/c.tsv" >/dev/null 2>&1 && fail "gen-criteo --rows x accepted"
+pass "gen-criteo is deterministic"
+
+# run NAME NODES BASE_PORT [job lines...] -> $S/NAME.toml, output in $S/NAME-out
+run() {
+  local name=$1 nodes=$2 port=$3
+  shift 3
+  write_topology "$S/$name.toml" "$port" "$nodes" auto 'kind = "preprocess"' \
+    "inputs = [\"$S/a.tsv\", \"$S/b.tsv\"]" "output_dir = \"$S/$name-out\"" "$@"
+  timeout 180 "$HETFLOW" run "$S/$name.toml" --report "$S/$name.json" >"$S/$name.log" 2>&1
+}
+
+for mode in vocab hash; do
+  if [[ $mode == vocab ]]; then extra='min_count = 3'; else extra='hash_range = 100000'; fi
+  run "$mode-1" 1 $((7900 + (${#mode} - 4) * 10)) "categorical = \"$mode\"" "$extra" 'chunk_bytes = "64KiB"' ||
+    { cat "$S/$mode-1.log"; fail "$mode: 1-node run"; }
+  run "$mode-2" 2 $((7905 + (${#mode} - 4) * 10)) "categorical = \"$mode\"" "$extra" 'chunk_bytes = "64KiB"' ||
+    { cat "$S/$mode-2.log"; fail "$mode: 2-node run"; }
+  [[ -f "$S/$mode-2-out/part-00001.bin" && ! -f "$S/$mode-2-out/part-00002.bin" ]] ||
+    fail "$mode: want part-00000.bin and part-00001.bin"
+  cmp <(cat "$S/$mode-1-out"/part-*.bin) <(cat "$S/$mode-2-out"/part-*.bin) ||
+    fail "$mode: 2-node records differ from the 1-node run"
+  [[ $(cat "$S/$mode-2-out"/part-*.bin | wc -c) -eq $((150001 * 160)) ]] || fail "$mode: want 150001 records"
+  if [[ $mode == vocab ]]; then
+    for c in $(seq -w 0 25); do
+      cmp -s "$S/$mode-1-out/vocab-$c.tsv" "$S/$mode-2-out/vocab-$c.tsv" || fail "vocab-$c.tsv differs"
+    done
+    grep -q "vocabularies merged from 2 shards" "$S/$mode-2.log" || { cat "$S/$mode-2.log"; fail "merge line"; }
+  fi
+  grep -Eq "rows/s \| parallelism [0-9]+ \| rss [0-9]+ MiB" "$S/$mode-2.log" ||
+    { cat "$S/$mode-2.log"; fail "$mode: no progress line"; }
+  json_get "$S/$mode-2.json" 'd["rows"] == 150001 and d["malformed"] == 0 and d["seconds"] > 0 and d["rows_per_s"] > 0 and len(d["shards"]) == 2' |
+    grep -q True || { cat "$S/$mode-2.json"; fail "$mode: report"; }
+  pass "$mode: 2 nodes == 1 node byte for byte; report $(json_get "$S/$mode-2.json" 'int(d["rows_per_s"])') rows/s"
+done
+
+# A tiny memory cap: the count tables spill to disk, the output is the same.
+run vocab-spill 2 7920 'categorical = "vocab"' 'min_count = 3' 'memory_cap = "1MiB"' ||
+  { cat "$S/vocab-spill.log"; fail "vocab: 2-node run with memory_cap 1MiB"; }
+cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/vocab-spill-out"/part-*.bin) ||
+  fail "vocab with spilling differs from the 1-node run"
+json_get "$S/vocab-spill.json" 'all(s["spills"] > 0 for s in d["shards"])' | grep -q True ||
+  { cat "$S/vocab-spill.json"; fail "memory_cap 1MiB: no spills"; }
+ls -A "$S/vocab-spill-out" | grep -q spill && fail "spill files left behind"
+pass "memory_cap 1MiB: counts spill to disk, same bytes"
+
+# Malformed lines: a copy of b.tsv with bad lines at known places.
+{
+  head -n 10 "$S/b.tsv"
+  printf '1\t2\t3\n'                        # line 11: field_count
+  head -n 20 "$S/b.tsv" | tail -n 10
+  head -n 1 "$S/b.tsv" | sed 's/^[01]\t[^\t]*/1\t12x/'   # line 22: bad_integer (I1)
+  tail -n 5 "$S/b.tsv"
+  printf '0\t1\t2'                          # line 28: truncated last line
+} >"$S/bad.tsv"
+write_topology "$S/skip.toml" 7930 2 auto 'kind = "preprocess"' "inputs = [\"$S/bad.tsv\"]" \
+  "output_dir = \"$S/skip-out\"" 'categorical = "hash"' 'malformed = "skip"'
+timeout 120 "$HETFLOW" run "$S/skip.toml" --report "$S/skip.json" >"$S/skip.log" 2>&1 ||
+  { cat "$S/skip.log"; fail "skip run"; }
+json_get "$S/skip.json" 'd["rows"] == 25 and d["malformed"] == 3' | grep -q True || { cat "$S/skip.json"; fail "skip: report"; }
+json_get "$S/skip.json" 'sorted((e["line"], e["kind"]) for s in d["shards"] for e in s["malformed"]["examples"])' |
+  grep -qF "[(11, 'field_count'), (22, 'bad_integer'), (28, 'truncated')]" || { cat "$S/skip.json"; fail "skip: examples"; }
+grep -q "bad.tsv:22: bad_integer: field 2 (I1) is \"12x\"" "$S/skip.log" || { cat "$S/skip.log"; fail "skip: log line"; }
+pass "malformed = skip: 3 lines reported with file:line, 25 rows written"
+
+for mode in vocab hash; do
+  write_topology "$S/fail-$mode.toml" $((7940 + ${#mode} * 3)) 2 auto 'kind = "preprocess"' "inputs = [\"$S/bad.tsv\"]" \
+    "output_dir = \"$S/fail-$mode-out\"" "categorical = \"$mode\"" 'malformed = "fail"'
+  timeout 120 "$HETFLOW" run "$S/fail-$mode.toml" >"$S/fail-$mode.log" 2>&1
+  rc=$?
+  [[ $rc -eq 1 ]] || { cat "$S/fail-$mode.log"; fail "malformed = fail ($mode): exit $rc, want 1"; }
+  # Shards fail independently: whichever meets its first malformed line first
+  # names it (shard 0 has line 11, shard 1 has lines 22 and 28).
+  grep -Eq "bad.tsv:(11: field_count: 3 tab-separated fields, want 40|22: bad_integer: field 2 \(I1\) is \"12x\")" \
+    "$S/fail-$mode.log" || { cat "$S/fail-$mode.log"; fail "malformed = fail ($mode): no file:line in the output"; }
+done
+pass "malformed = fail: exit 1 naming bad.tsv:LINE"
+
+# One shard: the first malformed line in input order is the one named.
+write_topology "$S/fail-1.toml" 7960 1 auto 'kind = "preprocess"' "inputs = [\"$S/bad.tsv\"]" \
+  "output_dir = \"$S/fail-1-out\"" 'malformed = "fail"'
+timeout 120 "$HETFLOW" run "$S/fail-1.toml" >"$S/fail-1.log" 2>&1
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "bad.tsv:11: field_count" "$S/fail-1.log" || { cat "$S/fail-1.log"; fail "1 shard, fail: exit $rc"; }
+ls "$S/fail-1-out" | grep -q "part-.*bin" && fail "1 shard, fail: a part file was left"
+pass "malformed = fail, 1 shard: exit 1 naming bad.tsv:11, no part file"
+
+# The shipped example runs (its 200-row sample) on its two nodes.
+ex="$S/example.toml"
+sed -e "s#\.\./\.\./test/kernels#$HETFLOW_SRC/test/kernels#" -e "s#\.\./\.\./build/criteo-preprocessed#$S/example-out#" \
+  -e 's/port = 7250/port = 7970/' -e 's/port = 7251/port = 7971/' "$HETFLOW_SRC/deploy/examples/criteo-preprocess.toml" >"$ex"
+timeout 120 "$HETFLOW" run "$ex" --report "$ex.json" >"$ex.log" 2>&1 || { cat "$ex.log"; fail "example run"; }
+[[ $(json_get "$ex.json" 'd["rows"]') == 200 ]] || { cat "$ex.json"; fail "example: want 200 rows"; }
+pass "deploy/examples/criteo-preprocess.toml runs"
