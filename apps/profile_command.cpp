@@ -67,14 +67,16 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
   int failures = 0;
   for (const auto& node : c.nodes) {
     for (const auto& d : node.devices) {
-      if (d.kind == topology::device_kind::cuda) {
-        std::printf("node %s cuda:%d: not profiled: the CUDA backend is not implemented yet\n",
-                    node.name.c_str(), d.index);
-        continue;
-      }
-      if (!seen.insert({0, d.threads}).second) continue;
-      auto m = kernels::build_model(*spec, kernels::device::cpu(), {d.threads, 1});
+      const bool cuda = d.kind == topology::device_kind::cuda;
+      if (!seen.insert({cuda ? 1 : 0, cuda ? d.index : d.threads}).second) continue;
+      auto where = cuda ? kernels::device::cuda(d.index) : kernels::device::cpu();
+      auto m = kernels::build_model(*spec, where, {cuda ? 0 : d.threads, 1});
       if (!m) {
+        if (cuda) {  // a GPU this machine lacks: say why, profile the rest
+          std::printf("node %s cuda:%d: not profiled: %s\n", node.name.c_str(), d.index,
+                      m.error().to_string().c_str());
+          continue;
+        }
         std::fprintf(stderr, "hetflow profile: %s\n", m.error().to_string().c_str());
         ++failures;
         continue;
@@ -85,8 +87,12 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
         ++failures;
         continue;
       }
-      std::printf("%s on cpu (%d threads), batch %lld\n", prof->model.c_str(), prof->threads,
-                  static_cast<long long>(prof->batch));
+      if (cuda)
+        std::printf("%s on %s, batch %lld\n", prof->model.c_str(), prof->where.c_str(),
+                    static_cast<long long>(prof->batch));
+      else
+        std::printf("%s on cpu (%d threads), batch %lld\n", prof->model.c_str(), prof->threads,
+                    static_cast<long long>(prof->batch));
       std::printf("  %-3s %-18s %10s %10s %12s %14s %12s\n", "#", "unit", "fwd ms", "bwd ms",
                   "params B", "activations B", "output B");
       double f = 0, b = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/device_context.hpp"
 #include "kernels/random.hpp"
 
 namespace hetflow::kernels {
@@ -46,38 +47,63 @@ expected<model_profile> profile_model(model& m, const profile_options& o) {
   prof.threads = m.context().threads();
   prof.batch = o.batch;
   status st;
-  m.context().run([&] {
+  device_context& ctx = m.context();
+  // Inputs and output gradients are made on the host and copied to the
+  // model's device (a no-op copy for cpu); each timed call is bracketed by
+  // synchronize() so asynchronous devices (cuda) are timed to completion.
+  auto on_device = [&](tensor host) -> expected<tensor> {
+    if (m.where().kind == device_kind::cpu) return host;
+    return copy_to_device(ctx, host.view());
+  };
+  ctx.run([&] {
     using clk = std::chrono::steady_clock;
-    tensor x = random_input(m, o.batch, o.seed);
+    auto xd = on_device(random_input(m, o.batch, o.seed));
+    if (!xd) {
+      st = xd.error();
+      return;
+    }
+    tensor x = std::move(*xd);
     const std::size_t n = m.size();
     std::vector<std::vector<double>> fwd(n), bwd(n);
     std::vector<tensor> grads(n);
     for (int it = 0; it < o.warmup + o.iterations; ++it) {
       tensor_view cur = x.view();
       for (std::size_t i = 0; i < n; ++i) {
+        if (st = ctx.synchronize(); !st.ok()) return;
         auto t0 = clk::now();
         auto y = m.at(i).forward(cur, mode::train);
+        if (y) st = ctx.synchronize();
         double dt = std::chrono::duration<double>(clk::now() - t0).count();
         if (!y) {
           st = y.error();
           return;
         }
+        if (!st.ok()) return;
         if (it >= o.warmup) fwd[i].push_back(dt);
         cur = *y;
         if (grads[i].shape() != cur.shape()) {
-          grads[i] = tensor::empty(cur.shape());
+          tensor g = tensor::empty(cur.shape());
           rng r(o.seed + i);
-          for (float& v : grads[i].f32_span()) v = r.normal() * 1e-3f;
+          for (float& v : g.f32_span()) v = r.normal() * 1e-3f;
+          auto gd = on_device(std::move(g));
+          if (!gd) {
+            st = gd.error();
+            return;
+          }
+          grads[i] = std::move(*gd);
         }
       }
       for (std::size_t i = n; i-- > 0;) {
+        if (st = ctx.synchronize(); !st.ok()) return;
         auto t0 = clk::now();
         auto d = m.at(i).backward(grads[i].view(), i > 0);
+        if (d) st = ctx.synchronize();
         double dt = std::chrono::duration<double>(clk::now() - t0).count();
         if (!d) {
           st = d.error();
           return;
         }
+        if (!st.ok()) return;
         if (it >= o.warmup) bwd[i].push_back(dt);
       }
     }

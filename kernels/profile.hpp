@@ -25,7 +25,7 @@ struct unit_profile {
 
 struct model_profile {
   std::string model;
-  std::string where;             // "cpu"
+  std::string where;             // "cpu", "cuda:0"
   int threads = 0;
   int64_t batch = 0;
   std::vector<unit_profile> units;

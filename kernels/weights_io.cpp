@@ -1,5 +1,7 @@
 #include "kernels/weights_io.hpp"
 
+#include "kernels/device_context.hpp"
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -48,9 +50,12 @@ expected<wire_buffer> encode_weights(model& m) {
   header.sender = m.name();
   HF_RETURN_IF_ERROR(schemas::check_encodable(header, metas, names.size()));
   schemas::message_builder b(header, metas, names.size());
+  // Through the model's context: a plain copy on cpu, a device-to-host copy
+  // for a cuda model.
   for (std::size_t i = 0; i < refs.size(); ++i) {
     auto dst = b.tensor_data(i);
-    std::memcpy(dst.data(), refs[i].value->bytes(), dst.size());
+    HF_RETURN_IF_ERROR(m.context().copy(refs[i].value->view(),
+                                        mutable_tensor_view(dtype::f32, dst.data(), refs[i].value->shape())));
   }
   std::memcpy(b.payload().data(), names.data(), names.size());
   return std::move(b).finish();
@@ -100,7 +105,8 @@ status decode_weights(model& m, const wire_buffer_ref& buffer, const std::string
   }
   for (std::size_t i = 0; i < refs.size(); ++i) {
     const schemas::tensor_view& tv = msg.tensor(i);
-    std::memcpy(refs[i].value->bytes(), tv.data.data(), tv.data.size());
+    HF_RETURN_IF_ERROR(m.context().copy(tensor_view(dtype::f32, tv.data.data(), refs[i].value->shape()),
+                                        refs[i].value->mutable_view()));
     if (refs[i].version) ++*refs[i].version;
   }
   return {};
