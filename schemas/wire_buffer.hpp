@@ -15,6 +15,12 @@
 
 namespace hetflow {
 
+// Best effort (THP off: nothing changes). A peer pulling a message out of
+// this process over CMA pins every page of it (get_user_pages); with 4 KiB
+// pages that page-table walk cost the receiver more CPU than the copy itself
+// (perf, 4 MiB over shared memory).
+void advise_huge_pages(void* p, std::size_t bytes) noexcept;
+
 // Takes a wire_buffer's memory back when the buffer dies, instead of free().
 // Called from whichever thread drops the last reference: thread-safe.
 class wire_buffer_recycler {
@@ -41,15 +47,21 @@ struct wire_buffer_release {
 class wire_buffer {
 public:
   static constexpr std::size_t alignment = 64;
+  // Buffers of at least huge_threshold bytes are rounded up to whole 2 MiB
+  // pages and advised onto transparent huge pages (see advise_huge_pages).
+  static constexpr std::size_t huge_threshold = std::size_t{4} << 20;
+  static constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
   using recycler = wire_buffer_recycler;
 
   wire_buffer() noexcept = default;
   // Uninitialised storage for `bytes` bytes. Throws std::bad_alloc.
   explicit wire_buffer(std::size_t bytes) : size_(bytes), capacity_(bytes) {
     if (bytes > 0) {
-      std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-      void* p = std::aligned_alloc(alignment, rounded);
+      const std::size_t align = bytes >= huge_threshold ? huge_page_bytes : alignment;
+      std::size_t rounded = (bytes + align - 1) / align * align;
+      void* p = std::aligned_alloc(align, rounded);
       if (p == nullptr) throw std::bad_alloc();
+      if (align == huge_page_bytes) advise_huge_pages(p, rounded);
       data_.reset(static_cast<std::byte*>(p));
     }
   }

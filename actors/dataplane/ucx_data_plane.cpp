@@ -2,7 +2,6 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
@@ -158,7 +157,6 @@ constexpr auto goodbye_deadline = std::chrono::milliseconds(500);
 constexpr auto teardown_deadline = std::chrono::seconds(1);
 // Receive buffers at least this large are advised onto transparent huge
 // pages: a fresh 64 MiB buffer otherwise costs ~16k page faults.
-constexpr std::size_t huge_page_advice_bytes = std::size_t{4} << 20;
 // Receives at least this large count against max_active_large_receives.
 constexpr std::size_t large_receive_bytes = std::size_t{256} << 10;
 
@@ -189,17 +187,6 @@ void keep_forever(wire_buffer_ref buf) {
   static auto* kept = new std::vector<wire_buffer_ref>();  // intentionally never destroyed
   std::lock_guard<std::mutex> lock(mutex);
   kept->push_back(std::move(buf));
-}
-
-void advise_huge_pages(wire_buffer& buf) {
-  if (buf.size() < huge_page_advice_bytes) return;
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  auto begin = reinterpret_cast<uintptr_t>(buf.data());
-  auto end = begin + buf.size();
-  begin = (begin + page - 1) / page * page;
-  end = end / page * page;
-  // Best effort: EINVAL where THP is off changes nothing.
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 class ucx_data_plane;
@@ -794,8 +781,7 @@ private:
           raw->buf = options_.receive_buffer_allocator(raw->length);
           if (raw->buf.size() != raw->length) throw std::bad_alloc();
         } else {
-          raw->buf = wire_buffer(raw->length);
-          advise_huge_pages(raw->buf);
+          raw->buf = wire_buffer(raw->length);  // huge pages from 4 MiB
         }
         if (raw->length > 0) dst = raw->buf.data();
         len = raw->length;

@@ -321,3 +321,14 @@ BOOST_AUTO_TEST_CASE(builder_moves) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(large_wire_buffers_sit_on_whole_huge_pages) {
+  hetflow::wire_buffer small(100);
+  BOOST_TEST(reinterpret_cast<uintptr_t>(small.data()) % hetflow::wire_buffer::alignment == 0u);
+  const std::size_t big_bytes = hetflow::wire_buffer::huge_threshold + 12345;
+  hetflow::wire_buffer big(big_bytes);
+  BOOST_TEST(big.size() == big_bytes);
+  BOOST_TEST(reinterpret_cast<uintptr_t>(big.data()) % hetflow::wire_buffer::huge_page_bytes == 0u);
+  std::memset(big.data(), 0x5a, big.size());  // every byte is ours
+  BOOST_TEST(static_cast<int>(big.data()[big_bytes - 1]) == 0x5a);
+}
