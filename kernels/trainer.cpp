@@ -132,8 +132,49 @@ status save_trained_weights(model& m, const std::string& path, uint64_t seed) {
   return save_weights(host, path);
 }
 
+// The in-memory batch source: copies each batch's rows out of the
+// (normalised) training set in the epoch's shuffled order.
+class memory_source final : public batch_source {
+public:
+  memory_source(const image_dataset& train, const epoch_plan& plan, uint64_t seed)
+      : train_(train), plan_(plan), order_(train.size(), seed), sample_(train.sample_shape()),
+        batch_x_(tensor::empty(shape{plan.batch_size, sample_[0], sample_[1], sample_[2]})),
+        batch_y_(std::size_t(plan.batch_size)) {}
+
+  const epoch_plan& plan() const override { return plan_; }
+  shape sample_shape() const override { return sample_; }
+  int64_t classes() const override { return train_.classes; }
+  status begin_epoch(int epoch) override {
+    while (order_.epoch() < epoch) order_.next_epoch();
+    return {};
+  }
+  expected<train_batch> next(int, int64_t step) override {
+    const int64_t b0 = plan_.batch_begin(step), bn = plan_.batch_rows(step);
+    const int64_t per = sample_.numel();
+    batch_x_.resize(shape{bn, sample_[0], sample_[1], sample_[2]});
+    const float* src = train_.images.f32();
+    float* dst = batch_x_.f32();
+    auto order = order_.order();
+    for (int64_t j = 0; j < bn; ++j) {
+      int64_t idx = order[std::size_t(b0 + j)];
+      std::memcpy(dst + j * per, src + idx * per, sizeof(float) * std::size_t(per));
+      batch_y_[std::size_t(j)] = train_.labels[std::size_t(idx)];
+    }
+    return train_batch{batch_x_.view(), std::span<const int32_t>(batch_y_.data(), std::size_t(bn))};
+  }
+  status end_epoch(int) override { return {}; }
+
+private:
+  const image_dataset& train_;
+  epoch_plan plan_;
+  epoch_order order_;
+  shape sample_;
+  tensor batch_x_;
+  std::vector<int32_t> batch_y_;
+};
+
 expected<train_report> run(const train_config& c, const progress_callback& progress, model& m,
-                           image_dataset& train, image_dataset& test, clock_type::time_point t_start) {
+                           batch_source& source, const image_dataset& test, clock_type::time_point t_start) {
   device_steps dev(m);
   HF_ASSIGN_OR_RETURN(auto opt, dev.optimizer_for(c.optimizer));
   std::vector<parameter*> params = m.parameters();
@@ -144,26 +185,11 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   rep.threads = m.context().threads();
   rep.parameters = m.parameter_count();
 
-  const int64_t n = train.size();
-  const int64_t full = n / c.batch_size;
-  int64_t steps = (c.drop_last || n % c.batch_size == 0) ? full : full + 1;
-  if (c.max_steps_per_epoch > 0) steps = std::min(steps, c.max_steps_per_epoch);
-  if (steps == 0)
-    return make_error(errc::invalid_argument, "train: " + std::to_string(n) + " training samples make no batch of " +
-                                                  std::to_string(c.batch_size));
-
-  const shape sample = train.sample_shape();
-  const int64_t per = sample.numel();
-  tensor batch_x = tensor::empty(shape{c.batch_size, sample[0], sample[1], sample[2]});
-  std::vector<int32_t> batch_y(std::size_t(c.batch_size));
-  HF_ASSIGN_OR_RETURN(tensor grad, dev.buffer({c.batch_size, m.spec().classes}));
-  std::vector<int64_t> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  rng shuffle_rng(splitmix64(c.seed ^ 0x5f0ff1e5ull));
+  const int64_t steps = source.plan().steps;
+  HF_ASSIGN_OR_RETURN(tensor grad, dev.buffer({source.plan().batch_size, m.spec().classes}));
 
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
-    for (int64_t i = n - 1; i > 0; --i)
-      std::swap(order[std::size_t(i)], order[std::size_t(shuffle_rng.below(uint64_t(i + 1)))]);
+    HF_RETURN_IF_ERROR(source.begin_epoch(epoch));
     epoch_report er;
     er.epoch = epoch + 1;
     double loss_sum = 0.0, window_loss = 0.0;
@@ -173,22 +199,12 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       if (c.stop && c.stop->load(std::memory_order_relaxed))
         return make_error(errc::cancelled, "train: stopped at epoch " + std::to_string(epoch + 1) + " step " +
                                                std::to_string(s));
-      const int64_t b0 = s * c.batch_size;
-      const int64_t bn = std::min(c.batch_size, n - b0);
-      batch_x.resize(shape{bn, sample[0], sample[1], sample[2]});
-      const float* src = train.images.f32();
-      float* dst = batch_x.f32();
-      for (int64_t j = 0; j < bn; ++j) {
-        int64_t idx = order[std::size_t(b0 + j)];
-        std::memcpy(dst + j * per, src + idx * per, sizeof(float) * std::size_t(per));
-        batch_y[std::size_t(j)] = train.labels[std::size_t(idx)];
-      }
-      HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch_x.view()));
+      HF_ASSIGN_OR_RETURN(train_batch batch, source.next(epoch, s));
+      const int64_t bn = int64_t(batch.labels.size());
+      HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch.images));
       HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
       grad.resize(logits.shape());
-      HF_ASSIGN_OR_RETURN(loss_result lr_res,
-                          dev.loss(logits, std::span<const int32_t>(batch_y.data(), std::size_t(bn)),
-                                   grad.mutable_view()));
+      HF_ASSIGN_OR_RETURN(loss_result lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
       HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       HF_RETURN_IF_ERROR(opt->step(params, er.lr));
@@ -210,6 +226,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       }
     }
     er.train_seconds = seconds_since(t0);
+    HF_RETURN_IF_ERROR(source.end_epoch(epoch));
     er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0.0;
     er.loss = loss_sum / double(steps);
     er.train_accuracy = double(correct) / double(er.samples);
@@ -225,34 +242,128 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   return rep;
 }
 
-}  // namespace
-
-expected<train_report> train_single(const train_config& c, const progress_callback& progress) {
-  auto t_start = clock_type::now();
-  HF_RETURN_IF_ERROR(check_config(c));
-  image_dataset train, test;
-  if (c.data.kind == dataset_kind::fashion_mnist) {
-    HF_ASSIGN_OR_RETURN(train, load_fashion_mnist(c.data.path, true));
-    HF_ASSIGN_OR_RETURN(test, load_fashion_mnist(c.data.path, false));
-  } else {
-    train = make_synthetic_images(c.data.sample, c.data.train_size, c.data.classes, c.seed, c.data.noise);
-    // Same prototypes (seed), the samples after the training ones.
-    test = make_synthetic_images(c.data.sample, c.data.test_size, c.data.classes, c.seed, c.data.noise,
-                                 c.data.train_size);
-  }
-  normalization stats = channel_stats(train);
-  normalize(train, stats);
-  normalize(test, stats);
-
+expected<train_report> train_with(const train_config& c, batch_source& source, const image_dataset& test,
+                                  const progress_callback& progress, clock_type::time_point t_start) {
   zoo_options zo;
-  zo.input = train.sample_shape();
-  zo.classes = train.classes;
+  zo.input = source.sample_shape();
+  zo.classes = source.classes();
   zo.width = c.width;
   HF_ASSIGN_OR_RETURN(model_spec spec, make_model_spec(c.model, zo));
   HF_ASSIGN_OR_RETURN(model m, build_model(spec, c.where, build_options{c.threads, c.seed}));
   expected<train_report> result = make_error(errc::internal, "train: did not run");
-  m.context().run([&] { result = run(c, progress, m, train, test, t_start); });
+  m.context().run([&] { result = run(c, progress, m, source, test, t_start); });
   return result;
+}
+
+}  // namespace
+
+expected<epoch_plan> make_epoch_plan(int64_t rows, int64_t batch_size, bool drop_last,
+                                     int64_t max_steps_per_epoch) {
+  if (batch_size <= 0) return make_error(errc::invalid_argument, "train: batch_size must be > 0");
+  epoch_plan p;
+  p.rows = rows;
+  p.batch_size = batch_size;
+  const int64_t full = rows / batch_size;
+  p.steps = (drop_last || rows % batch_size == 0) ? full : full + 1;
+  if (max_steps_per_epoch > 0) p.steps = std::min(p.steps, max_steps_per_epoch);
+  if (p.steps <= 0)
+    return make_error(errc::invalid_argument, "train: " + std::to_string(rows) +
+                                                  " training samples make no batch of " + std::to_string(batch_size));
+  return p;
+}
+
+epoch_order::epoch_order(int64_t rows, uint64_t seed)
+    : order_(std::size_t(std::max<int64_t>(rows, 0))), shuffle_(splitmix64(seed ^ 0x5f0ff1e5ull)) {
+  std::iota(order_.begin(), order_.end(), int64_t{0});
+}
+
+void epoch_order::next_epoch() {
+  for (int64_t i = int64_t(order_.size()) - 1; i > 0; --i)
+    std::swap(order_[std::size_t(i)], order_[std::size_t(shuffle_.below(uint64_t(i + 1)))]);
+  ++epoch_;
+}
+
+sample_ledger::sample_ledger(int64_t rows) : seen_(std::size_t(std::max<int64_t>(rows, 0)), 0) {}
+
+void sample_ledger::begin_epoch(int epoch, int64_t expected) {
+  std::fill(seen_.begin(), seen_.end(), uint8_t{0});
+  epoch_ = epoch;
+  expected_ = expected;
+  count_ = 0;
+  checksum_ = 0;
+}
+
+status sample_ledger::add(std::span<const int64_t> ids, const std::string& who) {
+  for (int64_t id : ids) {
+    if (id < 0 || id >= int64_t(seen_.size()))
+      return make_error(errc::internal, "exactly-once check: " + who + " sent sample id " + std::to_string(id) +
+                                            " in epoch " + std::to_string(epoch_ + 1) + ", but the training set has " +
+                                            std::to_string(seen_.size()) + " rows");
+    if (seen_[std::size_t(id)])
+      return make_error(errc::internal, "exactly-once check: sample " + std::to_string(id) + " came twice in epoch " +
+                                            std::to_string(epoch_ + 1) + " (the second time from " + who + ")");
+    seen_[std::size_t(id)] = 1;
+  }
+  count_ += int64_t(ids.size());
+  checksum_ += checksum_of(ids);
+  return {};
+}
+
+status sample_ledger::end_epoch() const {
+  if (count_ != expected_)
+    return make_error(errc::internal, "exactly-once check: epoch " + std::to_string(epoch_ + 1) + " used " +
+                                          std::to_string(count_) + " distinct samples, expected " +
+                                          std::to_string(expected_));
+  return {};
+}
+
+uint64_t sample_ledger::checksum_of(std::span<const int64_t> ids) noexcept {
+  uint64_t sum = 0;
+  for (int64_t id : ids) sum += splitmix64(uint64_t(id) + 1);
+  return sum;
+}
+
+expected<std::unique_ptr<batch_source>> make_memory_source(const image_dataset& train, const train_config& c) {
+  HF_ASSIGN_OR_RETURN(epoch_plan plan,
+                      make_epoch_plan(train.size(), c.batch_size, c.drop_last, c.max_steps_per_epoch));
+  return std::unique_ptr<batch_source>(new memory_source(train, plan, c.seed));
+}
+
+expected<training_data> load_training_data(const train_config& c, bool normalize_sets, bool with_test) {
+  HF_RETURN_IF_ERROR(check_config(c));
+  training_data d;
+  if (c.data.kind == dataset_kind::fashion_mnist) {
+    HF_ASSIGN_OR_RETURN(d.train, load_fashion_mnist(c.data.path, true));
+    if (with_test) {
+      HF_ASSIGN_OR_RETURN(d.test, load_fashion_mnist(c.data.path, false));
+    }
+  } else {
+    d.train = make_synthetic_images(c.data.sample, c.data.train_size, c.data.classes, c.seed, c.data.noise);
+    // Same prototypes (seed), the samples after the training ones.
+    if (with_test)
+      d.test = make_synthetic_images(c.data.sample, c.data.test_size, c.data.classes, c.seed, c.data.noise,
+                                     c.data.train_size);
+  }
+  d.stats = channel_stats(d.train);
+  if (normalize_sets) {
+    normalize(d.train, d.stats);
+    if (with_test) normalize(d.test, d.stats);
+  }
+  return d;
+}
+
+expected<train_report> train_from_source(const train_config& c, batch_source& source, const image_dataset& test,
+                                         const progress_callback& progress) {
+  auto t_start = clock_type::now();
+  HF_RETURN_IF_ERROR(check_config(c));
+  return train_with(c, source, test, progress, t_start);
+}
+
+expected<train_report> train_single(const train_config& c, const progress_callback& progress) {
+  auto t_start = clock_type::now();
+  HF_ASSIGN_OR_RETURN(training_data d, load_training_data(c, true));
+  HF_ASSIGN_OR_RETURN(auto source, make_memory_source(d.train, c));
+  return train_with(c, *source, d.test, progress, t_start);
 }
 
 }  // namespace hetflow::kernels

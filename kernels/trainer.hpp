@@ -4,6 +4,13 @@
 // evaluate on the test set each epoch. The actor runtime wraps this as
 // job.kind = "train"; bench/kernels and the acceptance demo call it directly.
 //
+// train_from_source: the same training loop, fed by any batch_source. The
+// in-memory source (make_memory_source) is what train_single uses; the actor
+// runtime's stream source (actors/builtin/stream_trainer.cpp) pulls batches
+// that pre-processing shard actors send over the data plane. Every source
+// follows one epoch_plan and one epoch_order, so the batches (which rows, in
+// which order) are the same whichever source delivers them.
+//
 // `where` may be a cuda device (the dlopen'ed CUDA module): batches are
 // copied there each step, and loss and optimizer run there too.
 //
@@ -11,15 +18,22 @@
 // oneDNN/oneTBB workers); the progress callback is called on that thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include <memory>
+#include <span>
+
+#include "kernels/dataset.hpp"
 #include "kernels/device.hpp"
 #include "kernels/optimizer.hpp"
+#include "kernels/random.hpp"
 #include "kernels/shape.hpp"
+#include "kernels/tensor.hpp"
 #include "schemas/error.hpp"
 
 namespace hetflow::kernels {
@@ -102,5 +116,105 @@ struct train_progress {
 using progress_callback = std::function<void(const train_progress&)>;
 
 expected<train_report> train_single(const train_config& config, const progress_callback& progress = {});
+
+// --- the pieces train_single is made of, for other batch sources -------------
+
+// Which rows make which batch of an epoch: batch `step` is positions
+// [step * batch_size, step * batch_size + batch_rows(step)) of the epoch's
+// order; the epoch uses its first used_rows() positions.
+struct epoch_plan {
+  int64_t rows = 0;        // training set size
+  int64_t batch_size = 0;
+  int64_t steps = 0;       // batches per epoch (> 0)
+  int64_t used_rows() const noexcept { return std::min(rows, steps * batch_size); }
+  int64_t batch_begin(int64_t step) const noexcept { return step * batch_size; }
+  int64_t batch_rows(int64_t step) const noexcept {
+    return std::min(batch_size, used_rows() - step * batch_size);
+  }
+};
+// errc::invalid_argument when the rows make no batch.
+expected<epoch_plan> make_epoch_plan(int64_t rows, int64_t batch_size, bool drop_last,
+                                     int64_t max_steps_per_epoch);
+
+// The shuffled row order of each epoch, from the seed alone: epoch e's order
+// is e + 1 Fisher-Yates passes over 0..rows-1 (the sequence train_single has
+// always used). A shard replays it to know its rows; O(rows) per epoch.
+class epoch_order {
+public:
+  epoch_order(int64_t rows, uint64_t seed);
+  // Moves to the next epoch's order (the first call gives epoch 0).
+  void next_epoch();
+  int epoch() const noexcept { return epoch_; }  // -1 before the first next_epoch()
+  std::span<const int64_t> order() const noexcept { return order_; }
+
+private:
+  std::vector<int64_t> order_;
+  rng shuffle_;
+  int epoch_ = -1;
+};
+
+// Exactly-once books of one epoch's sample ids: every id must be in
+// [0, rows), none may come twice, and at the end exactly `expected` ids must
+// have come. The checksum (sum of splitmix64(id + 1), mod 2^64) does not
+// depend on order, so a sender and a receiver can compare theirs.
+class sample_ledger {
+public:
+  explicit sample_ledger(int64_t rows);
+  void begin_epoch(int epoch, int64_t expected);
+  // errc::internal naming the id (and `who`) on an out-of-range or repeated id.
+  status add(std::span<const int64_t> ids, const std::string& who);
+  // errc::internal when fewer or more ids than expected came this epoch.
+  status end_epoch() const;
+  int64_t count() const noexcept { return count_; }
+  uint64_t checksum() const noexcept { return checksum_; }
+  static uint64_t checksum_of(std::span<const int64_t> ids) noexcept;
+
+private:
+  std::vector<uint8_t> seen_;
+  int epoch_ = -1;
+  int64_t expected_ = 0, count_ = 0;
+  uint64_t checksum_ = 0;
+};
+
+// One training batch, on the host: valid until the source's next call.
+struct train_batch {
+  tensor_view images;               // (b, C, H, W) f32, already normalised
+  std::span<const int32_t> labels;  // b labels
+};
+
+// Where the training loop gets its batches. Thread affinity: every call comes
+// from the training thread, in this order per epoch: begin_epoch(e), then
+// next(e, 0) ... next(e, plan().steps - 1), then end_epoch(e).
+class batch_source {
+public:
+  virtual ~batch_source() = default;
+  virtual const epoch_plan& plan() const = 0;
+  virtual shape sample_shape() const = 0;  // (C, H, W)
+  virtual int64_t classes() const = 0;
+  virtual status begin_epoch(int epoch) = 0;
+  virtual expected<train_batch> next(int epoch, int64_t step) = 0;
+  // After the epoch's last batch: the source checks its books.
+  virtual status end_epoch(int epoch) = 0;
+};
+
+// The training set in memory (already normalised), shuffled by epoch_order.
+// `train` must outlive the source.
+expected<std::unique_ptr<batch_source>> make_memory_source(const image_dataset& train, const train_config& c);
+
+// The data of a run: the training set, the test set, and the training set's
+// per-channel statistics. `normalize`: apply them to both sets (in memory).
+// `with_test` false: the test set is left empty (pre-processing shards).
+struct training_data {
+  image_dataset train, test;
+  normalization stats;
+};
+expected<training_data> load_training_data(const train_config& c, bool normalize, bool with_test = true);
+
+// Builds c.model for the source's sample shape and classes and trains it on
+// c.where, evaluating on `test` (normalised like the training batches).
+// c.data is not read. train_single = load_training_data + make_memory_source +
+// train_from_source.
+expected<train_report> train_from_source(const train_config& c, batch_source& source, const image_dataset& test,
+                                         const progress_callback& progress = {});
 
 }  // namespace hetflow::kernels

@@ -1,6 +1,12 @@
 #include "actors/builtin/preprocess.hpp"
 #include "actors/builtin/skeleton.hpp"
+#include "actors/builtin/stream_job.hpp"
 #include "actors/registry.hpp"
+#include "actors/ring/ring_member.hpp"
+
+namespace hetflow::actors::builtin {
+void add_allreduce_bench(registry& reg);  // allreduce_bench.cpp: ring_check, allreduce_bench
+}
 
 namespace hetflow::actors {
 
@@ -9,6 +15,9 @@ void add_builtin_types(registry& reg) {
   builtin::add_transport_bench(reg);
   builtin::add_train(reg);
   builtin::add_preprocess(reg);
+  builtin::add_stream_shard(reg);
+  ring::add_ring_member(reg);
+  builtin::add_allreduce_bench(reg);
 }
 
 }  // namespace hetflow::actors

@@ -1,15 +1,25 @@
 // The train job, strategy "single": one device of the head node trains the
-// whole model (kernels::train_single). Later strategies (dp, ps, ralp,
-// hetpipe, auto) add their own actors to the same job kind.
+// whole model. Later strategies (dp, ps, ralp, hetpipe, auto) add their own
+// actors to the same job kind.
 //
-// The trainer is a detached actor (its own thread): a training run blocks for
-// minutes and must not hold a CAF scheduler thread. It polls
-// node_services::stopping() so SIGINT or a failure elsewhere ends it within
-// one step.
+// Input: "memory" (default) loads the dataset on the trainer's node
+// (kernels::train_single); "stream" adds pre-processing shard actors
+// (stream_shard.cpp) that augment, normalise and send batches to the trainer
+// with credit-based flow control, and the trainer pulls them through a
+// kernels::batch_source (stream_trainer.cpp; protocol in stream_protocol.hpp).
+// Both run the same training loop (kernels::train_from_source).
+//
+// The trainer has its own thread: a training run blocks for minutes and must
+// not hold a CAF scheduler thread. With input "memory" it is a detached
+// actor; with "stream" a blocking actor, so that the batch source can read
+// its mailbox. It polls node_services::stopping() so SIGINT or a failure
+// elsewhere ends it within one step.
 #include <chrono>
 #include <cstdio>
 
 #include "actors/builtin/skeleton.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/builtin/stream_protocol.hpp"
 #include "actors/caf_types.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
@@ -33,7 +43,9 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
-expected<kernels::train_config> config_of(const topology::cluster& c, const topology::actor_spec& spec) {
+}  // namespace
+
+expected<kernels::train_config> train_config_of(const topology::cluster& c, const std::string& node_name) {
   const auto& p = c.job.params;
   kernels::train_config cfg;
   cfg.model = p.get_string("model", "lenet5");
@@ -73,13 +85,16 @@ expected<kernels::train_config> config_of(const topology::cluster& c, const topo
   cfg.save_weights = p.get_string("save_weights", "");
   cfg.progress_every = 20;
 
-  const auto* node = c.find_node(spec.node);
+  const auto* node = c.find_node(node_name);
+  if (node == nullptr) return make_error(errc::not_found, "train: no node '" + node_name + "' in the topology");
   const auto& dev = node->devices.empty() ? topology::device_spec{} : node->devices.front();
   // cuda: the CUDA module; train_single says why when it cannot run there.
   cfg.where = dev.kind == topology::device_kind::cuda ? kernels::device::cuda(dev.index) : kernels::device::cpu();
   cfg.threads = dev.threads;
   return cfg;
 }
+
+namespace {
 
 void write_epochs(json_writer& w, const kernels::train_report& r) {
   w.key("epochs").begin_array();
@@ -97,72 +112,137 @@ void write_epochs(json_writer& w, const kernels::train_report& r) {
   w.end_array();
 }
 
+using train_fn =
+    std::function<expected<kernels::train_report>(const kernels::train_config&, const kernels::progress_callback&)>;
+
+// Runs `train` with progress and per-epoch lines and reports the result (the
+// report's metrics; `extra` appends members to them). On the trainer's thread.
+void run_and_report(node_services& svc, const std::string& me, kernels::train_config c, const train_fn& train,
+                    const std::function<void(json_writer&)>& extra = {}) {
+  c.stop = &svc.stopping();
+  log_info("training " + c.model + " for " + std::to_string(c.epochs) + " epochs, batch " +
+           std::to_string(c.batch_size) + ", on " + c.where.to_string());
+  auto last_print = clock_type::now() - std::chrono::seconds(10);
+  auto t0 = clock_type::now();
+  int last_epoch = 0;
+  auto on_progress = [&](const kernels::train_progress& p) {
+    auto now = clock_type::now();
+    bool new_epoch = p.epoch != last_epoch;
+    last_epoch = p.epoch;
+    if (!new_epoch && now - last_print < std::chrono::seconds(2)) return;
+    last_print = now;
+    double done = (p.epoch - 1) + static_cast<double>(p.step) / std::max<int64_t>(1, p.steps_per_epoch);
+    double elapsed = std::chrono::duration<double>(now - t0).count();
+    double eta = done > 0 ? elapsed / done * (c.epochs - done) : -1;
+    char line[256];
+    std::snprintf(line, sizeof line, "epoch %d/%d step %lld/%lld | %.0f samples/s | loss %.4f | ETA %s", p.epoch,
+                  c.epochs, static_cast<long long>(p.step), static_cast<long long>(p.steps_per_epoch),
+                  p.samples_per_s, p.loss, format_eta(eta).c_str());
+    log_info(line);
+  };
+  c.on_epoch = [&](const kernels::epoch_report& e) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "epoch %d/%d done: loss %.4f, train accuracy %.4f, test accuracy %s, "
+                  "%.0f samples/s (%.1f s)",
+                  e.epoch, c.epochs, e.loss, e.train_accuracy,
+                  e.test_accuracy < 0 ? "-" : std::to_string(e.test_accuracy).substr(0, 6).c_str(),
+                  e.samples_per_s, e.train_seconds);
+    log_info(line);
+  };
+  auto r = train(c, on_progress);
+  if (!r) {
+    svc.report_done(me, false, r.error().to_string(), {});
+    return;
+  }
+  json_writer w;
+  w.begin_object().field("model", r->model).field("device", r->where);
+  w.field("threads", int64_t{r->threads}).field("parameters", r->parameters);
+  w.field("total_seconds", r->total_seconds);
+  write_epochs(w, *r);
+  if (extra) extra(w);
+  w.end_object();
+  std::string summary = "trained " + r->model;
+  if (!r->epochs.empty() && r->epochs.back().test_accuracy >= 0)
+    summary += ", test accuracy " + std::to_string(r->epochs.back().test_accuracy).substr(0, 6);
+  svc.report_done(me, true, summary, w.str());
+}
+
+// input = "memory": the whole run in train_single.
 caf::behavior trainer(caf::event_based_actor* self, actor_env env) {
   auto svc = env.services;
   std::string me = env.spec.name;
-  auto cfg = config_of(env.cluster, env.spec);
+  auto cfg = train_config_of(env.cluster, env.spec.node);
   self->set_default_handler(caf::skip);
   return {
     [self, svc, me, cfg](start_atom) {
-      if (!cfg) {
+      if (!cfg)
         svc->report_done(me, false, cfg.error().message(), {});
-        self->quit();
-        return;
-      }
-      kernels::train_config c = *cfg;
-      c.stop = &svc->stopping();
-      log_info("training " + c.model + " for " + std::to_string(c.epochs) + " epochs, batch " +
-               std::to_string(c.batch_size) + ", on " + c.where.to_string());
-      auto last_print = clock_type::now() - std::chrono::seconds(10);
-      auto t0 = clock_type::now();
-      int last_epoch = 0;
-      kernels::train_report partial;
-      auto on_progress = [&](const kernels::train_progress& p) {
-        auto now = clock_type::now();
-        bool new_epoch = p.epoch != last_epoch;
-        last_epoch = p.epoch;
-        if (!new_epoch && now - last_print < std::chrono::seconds(2)) return;
-        last_print = now;
-        double done = (p.epoch - 1) + static_cast<double>(p.step) / std::max<int64_t>(1, p.steps_per_epoch);
-        double elapsed = std::chrono::duration<double>(now - t0).count();
-        double eta = done > 0 ? elapsed / done * (c.epochs - done) : -1;
-        char line[256];
-        std::snprintf(line, sizeof line,
-                      "epoch %d/%d step %lld/%lld | %.0f samples/s | loss %.4f | ETA %s", p.epoch,
-                      c.epochs, static_cast<long long>(p.step),
-                      static_cast<long long>(p.steps_per_epoch), p.samples_per_s, p.loss,
-                      format_eta(eta).c_str());
-        log_info(line);
-      };
-      c.on_epoch = [&](const kernels::epoch_report& e) {
-        char line[256];
-        std::snprintf(line, sizeof line,
-                      "epoch %d/%d done: loss %.4f, train accuracy %.4f, test accuracy %s, "
-                      "%.0f samples/s (%.1f s)",
-                      e.epoch, c.epochs, e.loss, e.train_accuracy,
-                      e.test_accuracy < 0 ? "-" : std::to_string(e.test_accuracy).substr(0, 6).c_str(),
-                      e.samples_per_s, e.train_seconds);
-        log_info(line);
-      };
-      auto r = kernels::train_single(c, on_progress);
-      if (!r) {
-        svc->report_done(me, false, r.error().to_string(), {});
-        self->quit();
-        return;
-      }
-      json_writer w;
-      w.begin_object().field("model", r->model).field("device", r->where);
-      w.field("threads", int64_t{r->threads}).field("parameters", r->parameters);
-      w.field("total_seconds", r->total_seconds);
-      write_epochs(w, *r);
-      w.end_object();
-      std::string summary = "trained " + r->model;
-      if (!r->epochs.empty() && r->epochs.back().test_accuracy >= 0)
-        summary += ", test accuracy " + std::to_string(r->epochs.back().test_accuracy).substr(0, 6);
-      svc->report_done(me, true, summary, w.str());
+      else
+        run_and_report(*svc, me, *cfg, [](const kernels::train_config& c, const kernels::progress_callback& p) {
+          return kernels::train_single(c, p);
+        });
       self->quit();
     },
   };
+}
+
+// input = "stream": batches from the stream shards. The test set (and the
+// training set's statistics, for normalising it) are loaded here; the shards
+// load the training set on their own nodes.
+void stream_trainer(caf::blocking_actor* self, actor_env env) {
+  auto svc = env.services;
+  const std::string me = env.spec.name;
+  // Messages before start_atom (early batches) stay in the mailbox.
+  bool started = false;
+  while (!started) {
+    self->receive([&](start_atom) { started = true; },
+                  caf::after(std::chrono::milliseconds(200)) >> [] {});
+    if (!started && svc->stopping().load()) return;
+  }
+  auto fail = [&](const std::string& why) { svc->report_done(me, false, why, {}); };
+  auto cfg = train_config_of(env.cluster, env.spec.node);
+  if (!cfg) return fail(cfg.error().message());
+  auto opts = stream_options_of(env.cluster);
+  if (!opts) return fail(opts.error().message());
+  stream_stats stats;
+  run_and_report(
+      *svc, me, *cfg,
+      [&](const kernels::train_config& c, const kernels::progress_callback& p) -> expected<kernels::train_report> {
+        HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, /*normalize=*/true));
+        HF_ASSIGN_OR_RETURN(kernels::epoch_plan plan, kernels::make_epoch_plan(data.train.size(), c.batch_size,
+                                                                               c.drop_last, c.max_steps_per_epoch));
+        log_info("streaming from " + std::to_string(opts->shards()) + " shard(s), prefetch " +
+                 std::to_string(opts->prefetch) + " batches each" +
+                 (opts->augment.enabled() ? ", augmented (crop padding " +
+                                                std::to_string(opts->augment.crop_padding) +
+                                                (opts->augment.flip ? ", flip)" : ")")
+                                          : ""));
+        auto source = make_stream_source(self, svc, me, *opts, plan, data.train.sample_shape(), data.train.classes,
+                                         c.seed, &stats);
+        data.train = kernels::image_dataset{};  // only its statistics and size were needed
+        return kernels::train_from_source(c, *source, data.test, p);
+      },
+      [&](json_writer& w) {
+        w.field("input", "stream");
+        w.key("stream").begin_object();
+        w.field("shards", int64_t{opts->shards()}).field("prefetch", opts->prefetch);
+        w.key("shard_nodes").begin_array();
+        for (const auto& n : opts->shard_nodes) w.value(n);
+        w.end_array();
+        w.field("augment", opts->augment.enabled());
+        w.field("batches", stats.batches).field("max_buffered", stats.max_buffered);
+        w.field("wait_seconds", stats.wait_seconds);
+        w.field("exactly_once", stats.epochs.size() == std::size_t(cfg->epochs));
+        w.key("epochs").begin_array();
+        for (const auto& e : stats.epochs) {
+          char hex[20];
+          std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(e.checksum));
+          w.begin_object().field("epoch", int64_t{e.epoch}).field("rows", e.rows).field("id_checksum", hex);
+          w.end_object();
+        }
+        w.end_array().end_object();
+      });
 }
 
 }  // namespace
@@ -170,7 +250,7 @@ caf::behavior trainer(caf::event_based_actor* self, actor_env env) {
 void add_train(registry& reg) {
   using topology::key_spec;
   using topology::key_type;
-  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model)", {}};
+  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model; input from memory or streamed from pre-processing shards)", {}};
   auto key = [&](std::string name, key_type t, topology::setting_value def, std::string help,
                  std::optional<double> lo = {}, std::optional<double> hi = {},
                  std::vector<std::string> one_of = {}) {
@@ -207,13 +287,46 @@ void add_train(registry& reg) {
   key("eval_each_epoch", key_type::boolean, true, "evaluate on the test set after every epoch");
   key("max_steps_per_epoch", key_type::integer, int64_t{0}, "cut epochs short (0: full epochs)", 0.0);
   key("save_weights", key_type::string, std::string(""), "write the trained weights to this file");
+  key("input", key_type::string, std::string("memory"),
+      "memory: the trainer's node loads the data; stream: pre-processing shard actors send batches", {}, {},
+      {"memory", "stream"});
+  key("preprocess_shards", key_type::integer, int64_t{0},
+      "stream: number of shard actors (0: one per preprocess_nodes entry)", 0.0, 4096.0);
+  key("preprocess_nodes", key_type::string_list, std::vector<std::string>{},
+      "stream: nodes the shards run on, round robin (empty: every node)");
+  key("prefetch", key_type::integer, int64_t{4}, "stream: credits, batches in flight per shard", 1.0, 1024.0);
+  key("augment", key_type::boolean, false, "stream: random crop (zero padding) and horizontal flip");
+  key("crop_padding", key_type::integer, int64_t{2}, "stream, augment: zero padding before the random crop", 0.0,
+      64.0);
+  key("flip", key_type::boolean, true, "stream, augment: random horizontal flip");
+  key("stream_timeout", key_type::duration, 60.0, "stream: the longest wait for one batch", 0.1, 86400.0);
+  key("stream_fault", key_type::string, std::string(""),
+      "tests only: make shard 0 break exactly-once (duplicate or drop a row)", {}, {}, {"", "duplicate", "drop"});
   (void)reg.add_job_kind(
       job,
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
-        if (!c.actors.empty()) return std::vector<topology::actor_spec>{};
+        const bool stream = c.job.params.get_string("input", "memory") == "stream";
+        if (!c.actors.empty()) {
+          if (stream)
+            return make_error(errc::invalid_argument,
+                              "[job] input = \"stream\" places its own actors (trainer, stream_shard_*); "
+                              "remove the [[actors]] tables or use input = \"memory\"");
+          return std::vector<topology::actor_spec>{};
+        }
         std::vector<topology::actor_spec> v(1);
         v[0].name = v[0].type = "trainer";
         v[0].node = c.nodes[0].name;
+        if (stream) {
+          HF_ASSIGN_OR_RETURN(stream_options o, stream_options_of(c));
+          for (int k = 0; k < o.shards(); ++k) {
+            topology::actor_spec a;
+            a.name = stream::shard_name(k);
+            a.type = "stream_shard";
+            a.node = o.shard_nodes[std::size_t(k)];
+            a.args.set("shard", int64_t{k});
+            v.push_back(std::move(a));
+          }
+        }
         return v;
       },
       [](const std::vector<actor_result>& results) -> std::string {
@@ -224,7 +337,8 @@ void add_train(registry& reg) {
         return {};
       });
   topology::type_spec t{"trainer", "trains the job's model on its node's first device", {}};
-  (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) {
+  (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    if (env.cluster.job.params.get_string("input", "memory") == "stream") return sys.spawn(stream_trainer, env);
     return sys.spawn<caf::detached>(trainer, env);
   });
 }

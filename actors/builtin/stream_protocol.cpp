@@ -1,0 +1,75 @@
+#include "actors/builtin/stream_protocol.hpp"
+
+#include <bit>
+#include <cstring>
+
+namespace hetflow::actors::builtin::stream {
+
+static_assert(std::endian::native == std::endian::little, "batch_info is sent as host bytes");
+
+std::string shard_name(int shard) { return "stream_shard_" + std::to_string(shard); }
+
+namespace {
+
+template <class T>
+std::span<T> as_span(std::span<std::byte> bytes) {
+  return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
+}
+
+}  // namespace
+
+batch_writer::batch_writer(const std::string& sender, const std::string& target, const batch_info& info,
+                           int64_t b, int64_t c, int64_t h, int64_t w)
+    : builder_(schemas::envelope_header{kind_batch, uint64_t(info.step), sender, target},
+               {schemas::tensor_meta{dtype::f32, {b, c, h, w}}, schemas::tensor_meta{dtype::i32, {b}},
+                schemas::tensor_meta{dtype::i64, {b}}},
+               sizeof(batch_info)) {
+  images_ = as_span<float>(builder_.tensor_data(0));
+  labels_ = as_span<int32_t>(builder_.tensor_data(1));
+  ids_ = as_span<int64_t>(builder_.tensor_data(2));
+  std::memcpy(builder_.payload().data(), &info, sizeof info);
+}
+
+wire_buffer_ref batch_writer::finish() && {
+  return std::make_shared<const wire_buffer>(std::move(builder_).finish());
+}
+
+expected<batch_view> read_batch(const schemas::decoded_message& msg, const std::string& peer) {
+  auto bad = [&](const std::string& why) {
+    return make_error(errc::wire_corrupt, "stream batch from " + peer + ": " + why);
+  };
+  if (msg.header().kind != kind_batch) return bad("message kind " + std::to_string(msg.header().kind));
+  if (msg.tensor_count() != 3) return bad(std::to_string(msg.tensor_count()) + " tensors, expected 3");
+  if (msg.payload().size() != sizeof(batch_info))
+    return bad("payload of " + std::to_string(msg.payload().size()) + " bytes, expected " +
+               std::to_string(sizeof(batch_info)));
+  batch_view v;
+  std::memcpy(&v.info, msg.payload().data(), sizeof(batch_info));
+  if (v.info.version != protocol_version)
+    return bad("protocol version " + std::to_string(v.info.version) + ", this node speaks " +
+               std::to_string(protocol_version) + " (mixed hetflow versions?)");
+  const auto& x = msg.tensor(0);
+  const auto& y = msg.tensor(1);
+  const auto& id = msg.tensor(2);
+  if (x.type != dtype::f32 || x.shape.size() != 4) return bad("images must be f32 (b, C, H, W)");
+  if (y.type != dtype::i32 || y.shape.size() != 1) return bad("labels must be i32 (b)");
+  if (id.type != dtype::i64 || id.shape.size() != 1) return bad("ids must be i64 (b)");
+  if (y.shape[0] != x.shape[0] || id.shape[0] != x.shape[0])
+    return bad(std::to_string(x.shape[0]) + " images but " + std::to_string(y.shape[0]) + " labels and " +
+               std::to_string(id.shape[0]) + " ids");
+  if (int64_t(msg.header().seq) != v.info.step) return bad("envelope seq and batch step differ");
+  // Data fields are 8-byte aligned inside the single segment.
+  v.images = {reinterpret_cast<const float*>(x.data.data()), x.data.size() / sizeof(float)};
+  v.image_shape = x.shape;
+  v.labels = {reinterpret_cast<const int32_t*>(y.data.data()), y.data.size() / sizeof(int32_t)};
+  v.ids = {reinterpret_cast<const int64_t*>(id.data.data()), id.data.size() / sizeof(int64_t)};
+  return v;
+}
+
+wire_buffer_ref make_credit(const std::string& sender, const std::string& target, uint64_t credits) {
+  schemas::envelope_header h{kind_credit, credits, sender, target};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>{});
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+}  // namespace hetflow::actors::builtin::stream

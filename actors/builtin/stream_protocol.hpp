@@ -1,0 +1,94 @@
+// The wire protocol between pre-processing shards and the trainer of a
+// streamed `train` job (input = "stream"). Plain C++ over schemas/ (no CAF).
+//
+//   shard k (of S)                                 trainer
+//   owns the steps j of every epoch with j % S == k
+//      |-- batch (epoch e, step j) ----------------->|  buffered by (e, j)
+//      |-- batch (e, j + S) ------------------------>|  at most `prefetch`
+//      |   ... (one credit spent per batch)          |  per shard in flight
+//      |<------------------------ credit (n = 1) ----|  when (e, j) is taken
+//      |-- batch (e, j + 2S) ----------------------->|  for training
+//
+// The trainer consumes steps strictly in order (e, 0), (e, 1), ..., so the
+// training sequence does not depend on S or on arrival order, and its buffer
+// never holds more than S * prefetch batches. A shard starts with `prefetch`
+// credits and finishes once it has sent its last batch and every credit has
+// come back.
+//
+// batch message (Envelope kind = kind_batch, seq = step, sender = shard name):
+//   tensor 0  images   f32 (b, C, H, W)  augmented and normalised
+//   tensor 1  labels   i32 (b)
+//   tensor 2  ids      i64 (b)           the training-set rows, in order
+//   payload   batch_info (little-endian, 56 bytes)
+// credit message (kind_credit, seq = number of credits, no tensors).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "schemas/error.hpp"
+#include "schemas/tensor_codec.hpp"
+#include "schemas/wire_buffer.hpp"
+
+namespace hetflow::actors::builtin::stream {
+
+inline constexpr uint32_t kind_batch = 0x53540001;   // "ST" 1
+inline constexpr uint32_t kind_credit = 0x53540002;  // "ST" 2
+inline constexpr uint32_t protocol_version = 1;
+
+// What a batch says about itself. shard_rows / shard_checksum: the shard's
+// running count and sample_ledger::checksum_of over every row it has sent
+// this epoch, this batch included; the trainer recomputes both from the ids
+// it received and fails the job when they differ.
+struct batch_info {
+  uint32_t version = protocol_version;
+  int32_t epoch = 0;  // 0-based
+  int32_t shard = 0;
+  int32_t shards = 0;
+  int64_t step = 0;   // the batch's step in its epoch
+  int64_t rows = 0;   // the training-set size the shard planned with
+  int64_t shard_rows = 0;
+  uint64_t shard_checksum = 0;
+  uint64_t reserved = 0;
+};
+static_assert(sizeof(batch_info) == 56);
+
+// The actor names of the stream job.
+std::string shard_name(int shard);  // "stream_shard_<k>"
+
+// A batch being built: fill images, labels and ids (all of them), then finish().
+class batch_writer {
+public:
+  // b rows of (c, h, w) images. Throws like message_builder.
+  batch_writer(const std::string& sender, const std::string& target, const batch_info& info, int64_t b,
+               int64_t c, int64_t h, int64_t w);
+  std::span<float> images() { return images_; }
+  std::span<int32_t> labels() { return labels_; }
+  std::span<int64_t> ids() { return ids_; }
+  wire_buffer_ref finish() &&;
+
+private:
+  schemas::message_builder builder_;
+  std::span<float> images_;
+  std::span<int32_t> labels_;
+  std::span<int64_t> ids_;
+};
+
+// A received batch, read in place (views into msg's buffer).
+struct batch_view {
+  batch_info info;
+  std::span<const float> images;
+  std::span<const int64_t> image_shape;  // (b, C, H, W)
+  std::span<const int32_t> labels;
+  std::span<const int64_t> ids;
+};
+
+// Checks the layout above (kinds, dtypes, ranks, equal row counts, payload
+// size and version); errc::wire_corrupt naming `peer` otherwise. Checks
+// nothing about the plan: the trainer does.
+expected<batch_view> read_batch(const schemas::decoded_message& msg, const std::string& peer);
+
+wire_buffer_ref make_credit(const std::string& sender, const std::string& target, uint64_t credits);
+
+}  // namespace hetflow::actors::builtin::stream

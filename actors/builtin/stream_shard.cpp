@@ -1,0 +1,205 @@
+// stream_shard: one pre-processing shard of a streamed train job. It holds
+// the training set (loaded or synthesised on its own node), replays every
+// epoch's shuffled order (kernels::epoch_order, from the seed alone), and for
+// the steps it owns (step % shards == its index) gathers the rows, augments
+// and normalises them (kernels/preprocess/image_transforms) straight into a
+// batch message, and sends it to the trainer while it has credits
+// (stream_protocol.hpp).
+//
+// A detached actor: building batches is CPU work that must not hold a CAF
+// scheduler thread. It never waits with a deadline of its own: it only waits
+// for credits, and the trainer either returns them, fails the job, or times
+// out (stream_timeout); a dead trainer node stops the job through the
+// runtime.
+//
+// TODO(robustness): the degree of parallelism is oneTBB's default (every
+// core); the Criteo shards' resource probe (kernels/preprocess/resources)
+// does not drive it yet.
+#include <chrono>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/builtin/stream_protocol.hpp"
+#include "actors/log.hpp"
+
+namespace hetflow::actors::builtin {
+namespace {
+
+namespace pp = kernels::preprocess;
+
+struct shard_state : job_actor_state {
+  int index = 0;
+  std::string trainer = "trainer";
+  stream_options opts;
+  kernels::train_config cfg;
+  // The whole training set, not normalised, as f32. TODO(perf): keep u8
+  // pixels (4x less memory per shard node) and load only this shard's rows.
+  kernels::training_data data;
+  pp::channel_normalization norm;
+  pp::image_shape sample;
+  kernels::epoch_plan plan;
+  std::unique_ptr<kernels::epoch_order> order;
+  int epoch = 0;
+  int64_t step = 0;  // next step to send in `epoch`
+  int64_t credits = 0;
+  bool all_sent = false;
+  int64_t shard_rows = 0;  // this epoch
+  uint64_t shard_checksum = 0;
+  int64_t batches_sent = 0, rows_sent = 0;
+  double build_seconds = 0;
+  std::vector<int64_t> ids;
+  static inline const char* name = "hetflow.stream_shard";
+};
+
+using shard_actor = caf::stateful_actor<shard_state>;
+
+// Moves (epoch, step) to this shard's next step, across epochs; false when
+// every epoch is done.
+bool advance(shard_state& st) {
+  for (;;) {
+    if (st.step < st.plan.steps) return true;
+    if (++st.epoch >= st.cfg.epochs) return false;
+    st.order->next_epoch();
+    st.step = st.index;
+    st.shard_rows = 0;
+    st.shard_checksum = 0;
+  }
+}
+
+wire_buffer_ref build_batch(shard_state& st) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t b0 = st.plan.batch_begin(st.step);
+  int64_t bn = st.plan.batch_rows(st.step);
+  auto order = st.order->order();
+  st.ids.assign(order.begin() + b0, order.begin() + b0 + bn);
+  // Fault drills for the exactly-once check (tests only), first batch only.
+  if (st.epoch == 0 && st.step == st.index && !st.opts.fault.empty()) {
+    if (st.opts.fault == "duplicate" && bn > 1) st.ids[1] = st.ids[0];
+    if (st.opts.fault == "drop" && bn > 1) st.ids.pop_back(), --bn;
+  }
+  st.shard_rows += bn;
+  st.shard_checksum += kernels::sample_ledger::checksum_of(st.ids);
+  stream::batch_info info;
+  info.epoch = st.epoch;
+  info.shard = st.index;
+  info.shards = st.opts.shards();
+  info.step = st.step;
+  info.rows = st.plan.rows;
+  info.shard_rows = st.shard_rows;
+  info.shard_checksum = st.shard_checksum;
+  stream::batch_writer w(st.me, st.trainer, info, bn, st.sample.channels, st.sample.height, st.sample.width);
+  std::copy(st.ids.begin(), st.ids.end(), w.ids().begin());
+  for (int64_t j = 0; j < bn; ++j) w.labels()[std::size_t(j)] = st.data.train.labels[std::size_t(st.ids[std::size_t(j)])];
+  pp::transform_batch(st.data.train.images.view().f32_span(), st.sample, st.ids, w.images(), st.opts.augment, st.norm,
+                      st.cfg.seed, st.epoch);
+  st.build_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++st.batches_sent;
+  st.rows_sent += bn;
+  return std::move(w).finish();
+}
+
+void finish_if_done(shard_actor* self) {
+  auto& st = self->state;
+  if (!st.all_sent || st.credits != st.opts.prefetch) return;
+  char line[200];
+  std::snprintf(line, sizeof line, "sent %lld batches (%lld rows) in %d epochs; %.2f s building batches",
+                static_cast<long long>(st.batches_sent), static_cast<long long>(st.rows_sent), st.cfg.epochs,
+                st.build_seconds);
+  st.svc->report_done(st.me, true, line, {});
+  self->quit();
+}
+
+void pump(shard_actor* self) {
+  auto& st = self->state;
+  while (!st.all_sent && st.credits > 0) {
+    if (!advance(st)) {
+      st.all_sent = true;
+      break;
+    }
+    wire_buffer_ref msg;
+    try {
+      msg = build_batch(st);
+    } catch (const std::exception& e) {
+      return fail_job_actor(self, "stream shard '" + st.me + "': cannot build batch " + std::to_string(st.step) +
+                                      " of epoch " + std::to_string(st.epoch + 1) + ": " + e.what());
+    }
+    if (auto s = st.svc->send_wire(st.trainer, std::move(msg)); !s.ok())
+      return fail_job_actor(self, "stream shard '" + st.me + "': cannot send to the trainer on node '" +
+                                      st.svc->node_of(st.trainer) + "': " + s.to_string());
+    --st.credits;
+    st.step += st.opts.shards();
+  }
+  finish_if_done(self);
+}
+
+status prepare(shard_state& st, const actor_env& env) {
+  HF_ASSIGN_OR_RETURN(st.opts, stream_options_of(env.cluster));
+  HF_ASSIGN_OR_RETURN(st.cfg, train_config_of(env.cluster, env.spec.node));
+  // Not normalised in memory: crop pads with raw zeros, then each sample is
+  // normalised with the training set's statistics (the in-memory path's).
+  HF_ASSIGN_OR_RETURN(st.data, kernels::load_training_data(st.cfg, /*normalize=*/false, /*with_test=*/false));
+  st.norm.mean = st.data.stats.mean;
+  st.norm.stddev = st.data.stats.stddev;
+  kernels::shape s = st.data.train.sample_shape();
+  st.sample = pp::image_shape{s[0], s[1], s[2]};
+  HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(st.data.train.size(), st.cfg.batch_size, st.cfg.drop_last,
+                                                         st.cfg.max_steps_per_epoch));
+  st.order = std::make_unique<kernels::epoch_order>(st.data.train.size(), st.cfg.seed);
+  st.order->next_epoch();
+  st.epoch = 0;
+  st.step = st.index;
+  st.credits = st.opts.prefetch;
+  return {};
+}
+
+caf::behavior stream_shard(shard_actor* self, actor_env env) {
+  init_job_actor(self, env);
+  self->state.index = int(env.spec.args.get_int("shard", 0));
+  return {
+    [self, env](start_atom) {
+      auto& st = self->state;
+      if (auto s = prepare(st, env); !s.ok())
+        return fail_job_actor(self, "stream shard '" + st.me + "' on node '" + env.spec.node + "': " + s.to_string());
+      log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + ": " +
+               std::to_string(st.plan.rows) + " rows, " + std::to_string(st.plan.steps) + " steps per epoch, " +
+               (st.opts.augment.enabled() ? "augmented" : "not augmented") + ", prefetch " +
+               std::to_string(st.opts.prefetch));
+      become_running(self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+        auto& st = self->state;
+        auto msg = decode_or_fail(self, node, buf);
+        if (!msg) return;
+        if (msg->header().kind != stream::kind_credit)
+          return fail_job_actor(self, "stream shard '" + st.me + "': unexpected message kind " +
+                                          std::to_string(msg->header().kind) + " from node '" + node + "'");
+        st.credits += int64_t(msg->header().seq);
+        if (st.credits > st.opts.prefetch)
+          return fail_job_actor(self, "stream shard '" + st.me + "': the trainer returned more credits than "
+                                      "batches were in flight (" + std::to_string(st.credits) + " > prefetch " +
+                                      std::to_string(st.opts.prefetch) + ")");
+        pump(self);
+      });
+      pump(self);
+    },
+  };
+}
+
+}  // namespace
+
+void add_stream_shard(registry& reg) {
+  using topology::key_spec;
+  using topology::key_type;
+  topology::type_spec t{"stream_shard",
+                        "pre-processing shard of a streamed train job (placed by the train job itself)", {}};
+  key_spec shard;
+  shard.name = "shard";
+  shard.type = key_type::integer;
+  shard.default_value = int64_t{0};
+  shard.help = "shard index";
+  shard.min = 0.0;
+  t.keys.push_back(std::move(shard));
+  (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) {
+    return sys.spawn<caf::detached>(stream_shard, env);
+  });
+}
+
+}  // namespace hetflow::actors::builtin

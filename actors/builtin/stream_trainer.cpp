@@ -1,0 +1,216 @@
+// The trainer's side of a streamed train job: a kernels::batch_source whose
+// next() reads batches out of the trainer's mailbox (the trainer is a
+// blocking actor; stream_protocol.hpp has the protocol).
+//
+// Exactly-once, checked three ways on every epoch:
+//   1. each batch is the step the plan expects from that shard, with the
+//      plan's row count and sample shape;
+//   2. the shard's running row count and id checksum in each batch equal
+//      what the trainer computed from the ids it received from that shard
+//      (nothing lost or changed on the way);
+//   3. a sample_ledger over the whole epoch: no id twice, none out of range,
+//      and exactly plan.used_rows() ids at the end (every row once);
+//   4. the ids are the rows the epoch's order (replayed here from the seed)
+//      puts in that step, in that order -- which also pins the training
+//      sequence to the in-memory path's, whatever the number of shards.
+// Any failure ends the job with a message naming the shard and its node.
+#include <chrono>
+#include <map>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/builtin/stream_protocol.hpp"
+
+namespace hetflow::actors::builtin {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+class stream_source final : public kernels::batch_source {
+public:
+  stream_source(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me,
+                stream_options opts, const kernels::epoch_plan& plan, const kernels::shape& sample,
+                int64_t classes, uint64_t seed, stream_stats* stats)
+      : self_(self), svc_(std::move(svc)), me_(std::move(me)), opts_(std::move(opts)), plan_(plan),
+        sample_(sample), classes_(classes), stats_(stats), ledger_(plan.rows), order_(plan.rows, seed),
+        shard_rows_(std::size_t(opts_.shards()), 0), shard_checksum_(std::size_t(opts_.shards()), 0) {}
+
+  const kernels::epoch_plan& plan() const override { return plan_; }
+  kernels::shape sample_shape() const override { return sample_; }
+  int64_t classes() const override { return classes_; }
+
+  status begin_epoch(int epoch) override {
+    ledger_.begin_epoch(epoch, plan_.used_rows());
+    while (order_.epoch() < epoch) order_.next_epoch();
+    std::fill(shard_rows_.begin(), shard_rows_.end(), 0);
+    std::fill(shard_checksum_.begin(), shard_checksum_.end(), 0);
+    return {};
+  }
+
+  expected<kernels::train_batch> next(int epoch, int64_t step) override {
+    current_ = schemas::decoded_message{};  // the previous batch is trained on
+    const int64_t key = int64_t(epoch) * plan_.steps + step;
+    next_key_ = key;
+    const int shard = int(step % opts_.shards());
+    auto t0 = clock_type::now();
+    auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opts_.timeout_s));
+    auto it = buffered_.find(key);
+    while (it == buffered_.end()) {
+      if (svc_->stopping().load()) return make_error(errc::cancelled, "train: stopped while waiting for a batch");
+      auto now = clock_type::now();
+      if (now >= deadline)
+        return make_error(errc::timeout, "train: no batch for epoch " + std::to_string(epoch + 1) + " step " +
+                                             std::to_string(step + 1) + " from " + who(shard) + " within " +
+                                             std::to_string(int(opts_.timeout_s)) + " s (stream_timeout)");
+      auto wait = std::min<clock_type::duration>(deadline - now, std::chrono::milliseconds(100));
+      self_->receive(
+          [this](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_wire(node, buf); },
+          caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1)) >>
+              [] {});
+      if (!failure_.ok()) return failure_;
+      it = buffered_.find(key);
+    }
+    if (stats_) stats_->wait_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
+    pending p = std::move(it->second);
+    buffered_.erase(it);
+    // The credit goes back as soon as the batch is taken: the shard builds
+    // its next one while this one trains.
+    if (auto s = svc_->send_wire(stream::shard_name(shard), stream::make_credit(me_, stream::shard_name(shard), 1));
+        !s.ok())
+      return status(s.code(), "train: cannot return a credit to " + who(shard) + ": " + s.message());
+    HF_RETURN_IF_ERROR(check_batch(p, epoch, step, shard));
+    current_ = std::move(p.msg);
+    if (stats_) ++stats_->batches;
+    const int64_t bn = int64_t(p.view.labels.size());
+    return kernels::train_batch{
+        kernels::tensor_view(p.view.images.data(), kernels::shape{bn, sample_[0], sample_[1], sample_[2]}),
+        p.view.labels};
+  }
+
+  status end_epoch(int epoch) override {
+    current_ = schemas::decoded_message{};
+    HF_RETURN_IF_ERROR(ledger_.end_epoch());
+    if (stats_) stats_->epochs.push_back({epoch + 1, ledger_.count(), ledger_.checksum()});
+    return {};
+  }
+
+private:
+  struct pending {
+    schemas::decoded_message msg;
+    std::string node;
+    stream::batch_view view;
+  };
+
+  std::string who(int shard) const {
+    return "stream shard '" + stream::shard_name(shard) + "' on node '" + opts_.shard_nodes[std::size_t(shard)] + "'";
+  }
+
+  void fail(status s) {
+    if (failure_.ok()) failure_ = std::move(s);
+  }
+
+  // Runs on the trainer's thread, inside receive().
+  void on_wire(const std::string& node, const wire_buffer_ref& buf) {
+    auto msg = schemas::decode_message(buf, svc_->read_limits(), "node '" + node + "'");
+    if (!msg) return fail(msg.error());
+    auto view = stream::read_batch(*msg, "node '" + node + "'");
+    if (!view) return fail(view.error());
+    const auto& info = view->info;
+    if (info.shards != opts_.shards() || info.shard < 0 || info.shard >= opts_.shards())
+      return fail(make_error(errc::internal, "train: node '" + node + "' sent a batch of shard " +
+                                                 std::to_string(info.shard) + " of " + std::to_string(info.shards) +
+                                                 ", but this job has " + std::to_string(opts_.shards()) + " shards"));
+    if (msg->header().sender != stream::shard_name(info.shard) || info.step < 0 || info.step >= plan_.steps ||
+        info.step % opts_.shards() != info.shard || info.epoch < 0)
+      return fail(make_error(errc::internal, "train: " + who(info.shard) + " sent step " +
+                                                 std::to_string(info.step) + " of epoch " +
+                                                 std::to_string(info.epoch + 1) + ", which it does not own (" +
+                                                 std::to_string(plan_.steps) + " steps per epoch)"));
+    const int64_t key = int64_t(info.epoch) * plan_.steps + info.step;
+    if (key < next_key_ || buffered_.count(key))
+      return fail(make_error(errc::internal, "exactly-once check: " + who(info.shard) + " sent step " +
+                                                 std::to_string(info.step + 1) + " of epoch " +
+                                                 std::to_string(info.epoch + 1) + " twice"));
+    buffered_.emplace(key, pending{std::move(*msg), node, *view});
+    if (stats_) stats_->max_buffered = std::max<int64_t>(stats_->max_buffered, int64_t(buffered_.size()));
+    if (int64_t(buffered_.size()) > int64_t(opts_.shards()) * opts_.prefetch)
+      return fail(make_error(errc::internal, "train: " + std::to_string(buffered_.size()) +
+                                                 " batches waiting, more than shards x prefetch = " +
+                                                 std::to_string(int64_t(opts_.shards()) * opts_.prefetch) +
+                                                 ": a shard ignored its credits"));
+  }
+
+  status check_batch(const pending& p, int epoch, int64_t step, int shard) {
+    const auto& v = p.view;
+    const int64_t bn = int64_t(v.labels.size());
+    if (v.info.rows != plan_.rows)
+      return make_error(errc::invalid_argument,
+                        "train: " + who(shard) + " has " + std::to_string(v.info.rows) +
+                            " training rows but the trainer has " + std::to_string(plan_.rows) +
+                            ": the nodes see different data (check data_dir on every node)");
+    if (bn != plan_.batch_rows(step) || v.image_shape[1] != sample_[0] || v.image_shape[2] != sample_[1] ||
+        v.image_shape[3] != sample_[2])
+      return make_error(errc::internal, "exactly-once check: batch " + std::to_string(step + 1) + " of epoch " +
+                                            std::to_string(epoch + 1) + " from " + who(shard) + " has " +
+                                            std::to_string(bn) + " rows of (" + std::to_string(v.image_shape[1]) +
+                                            ", " + std::to_string(v.image_shape[2]) + ", " +
+                                            std::to_string(v.image_shape[3]) + "); the plan says " +
+                                            std::to_string(plan_.batch_rows(step)) + " rows of " +
+                                            sample_.to_string());
+    for (int32_t y : v.labels)
+      if (y < 0 || y >= classes_)
+        return make_error(errc::wire_corrupt, "train: " + who(shard) + " sent label " + std::to_string(y) +
+                                                  " (classes: " + std::to_string(classes_) + ")");
+    HF_RETURN_IF_ERROR(ledger_.add(v.ids, who(shard)));
+    auto expect = order_.order().subspan(std::size_t(plan_.batch_begin(step)), std::size_t(bn));
+    for (int64_t j = 0; j < bn; ++j)
+      if (v.ids[std::size_t(j)] != expect[std::size_t(j)])
+        return make_error(errc::internal, "exactly-once check: row " + std::to_string(j) + " of batch " +
+                                              std::to_string(step + 1) + " of epoch " + std::to_string(epoch + 1) +
+                                              " from " + who(shard) + " is sample " +
+                                              std::to_string(v.ids[std::size_t(j)]) + ", the epoch's order says " +
+                                              std::to_string(expect[std::size_t(j)]) +
+                                              " (do all nodes use the same seed?)");
+    auto& rows = shard_rows_[std::size_t(shard)];
+    auto& sum = shard_checksum_[std::size_t(shard)];
+    rows += bn;
+    sum += kernels::sample_ledger::checksum_of(v.ids);
+    if (rows != v.info.shard_rows || sum != v.info.shard_checksum)
+      return make_error(errc::internal, "exactly-once check: " + who(shard) + " says it sent " +
+                                            std::to_string(v.info.shard_rows) + " rows in epoch " +
+                                            std::to_string(epoch + 1) + " up to step " + std::to_string(step + 1) +
+                                            ", the trainer received " + std::to_string(rows) +
+                                            (rows == v.info.shard_rows ? " with a different id checksum" : ""));
+    return {};
+  }
+
+  caf::blocking_actor* self_;
+  std::shared_ptr<node_services> svc_;
+  std::string me_;
+  stream_options opts_;
+  kernels::epoch_plan plan_;
+  kernels::shape sample_;
+  int64_t classes_;
+  stream_stats* stats_;
+  kernels::sample_ledger ledger_;
+  kernels::epoch_order order_;
+  std::vector<int64_t> shard_rows_;
+  std::vector<uint64_t> shard_checksum_;
+  std::map<int64_t, pending> buffered_;  // by epoch * steps + step
+  int64_t next_key_ = 0;
+  schemas::decoded_message current_;     // the batch being trained on
+  status failure_;
+};
+
+}  // namespace
+
+std::unique_ptr<kernels::batch_source> make_stream_source(caf::blocking_actor* self,
+                                                          std::shared_ptr<node_services> svc,
+                                                          const std::string& me, const stream_options& opts,
+                                                          const kernels::epoch_plan& plan,
+                                                          const kernels::shape& sample, int64_t classes,
+                                                          uint64_t seed, stream_stats* stats) {
+  return std::make_unique<stream_source>(self, std::move(svc), me, opts, plan, sample, classes, seed, stats);
+}
+
+}  // namespace hetflow::actors::builtin

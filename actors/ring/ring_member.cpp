@@ -1,0 +1,652 @@
+// ring_member: the actor. Algorithm and schedule: ring_schedule.hpp.
+//
+// Wire format. One chunk = one wire message (send_wire to the right
+// neighbour):
+//   envelope kind = kind_ring_chunk, seq = collective id, sender = the
+//   member that built it (for a forwarded all-gather chunk: the segment's
+//   owner), tensor 0 = the chunk's elements (f32/i32/i64 typed; f64 as u8
+//   bytes), payload = chunk_header (below: phase, segment, chunk index and
+//   the collective's shape, so a member that was called differently is
+//   caught at its first chunk).
+//
+// Collective ids count the buckets every member runs, in order; a chunk of
+// a later collective (a fast neighbour already started it) waits in `early`
+// until this member gets there.
+//
+// Per received chunk (g = segment, c = chunk, step from the schedule):
+//   reduce-scatter, step < N-2:  out = local + recv   -> right (RS, g, c)
+//   reduce-scatter, step = N-2:  local = out = op(local + recv) -> right (AG, g, c)
+//   all-gather:                  local = recv; step < N-2: forward the
+//                                received buffer itself (no copy) -> right
+// Reduction works on the receive buffer in place and writes straight into
+// the next message's tensor (message_builder), so a chunk is read once and
+// written once (twice at the final step). While this thread reduces chunk c
+// the data plane's thread receives chunk c+1.
+//
+// Step 0 sends this member's own segment. `window` bounds how many of those
+// chunks are out before the left neighbour's step-0 chunks arrive (each one
+// releases one more; 0 = all at once): a self-clock that keeps several
+// rendezvous in flight without flooding the receiver.
+//
+// Failure handling. A dead node stops the job through the node runtime
+// (exit 3, naming it, ~0.2 s); a dead member actor stops it as "actor X
+// died". A stall is caught here: while a collective waits, a tick checks
+// progress; after `timeout` without any chunk the member probes its left
+// neighbour (a CAF request with a 1 s deadline) and decides who to blame:
+//   no answer                -> the left member is stalled (named)
+//   left has not started it  -> the left member's caller never submitted it
+//   left already finished it -> chunks from the left were lost
+//   left waits as well       -> someone further up; this member gives the
+//                               upstream member's report one more `timeout`,
+//                               then fails naming the chain.
+// Failing = every queued request completes with the error, report_done
+// (false, why) makes the head stop the job on every node with that message.
+#include "actors/ring/ring_member.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "actors/ring/fused_buffer.hpp"
+
+namespace hetflow::actors::ring::detail {
+
+struct collective_request {
+  std::vector<ring_tensor> tensors;
+  reduce_op op = reduce_op::sum;
+  completion done;
+  bool finished = false;
+
+  void complete(status s) {
+    if (finished) return;
+    finished = true;
+    if (done) done(std::move(s));
+  }
+  // A request dropped unanswered (the member quit, the message died in a
+  // mailbox) still completes: nobody waits forever.
+  ~collective_request() {
+    complete(make_error(errc::cancelled,
+                        "the ring member stopped before this all-reduce completed"));
+  }
+};
+
+using request_ref = std::shared_ptr<collective_request>;
+
+}  // namespace hetflow::actors::ring::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hetflow::actors::ring::detail::request_ref)
+
+namespace hetflow::actors::ring {
+namespace {
+
+using namespace hetflow::actors::builtin;
+using detail::request_ref;
+using clock_type = std::chrono::steady_clock;
+
+using ringreq_atom = caf::atom_constant<caf::atom("ringreq")>;
+using ringclose_atom = caf::atom_constant<caf::atom("ringclose")>;
+using ringprobe_atom = caf::atom_constant<caf::atom("ringprobe")>;
+using ringtick_atom = caf::atom_constant<caf::atom("ringtick")>;
+
+constexpr uint32_t kind_ring_chunk = 0x52494e47;  // "RING"
+constexpr uint32_t chunk_magic = 0x6b6e6863;      // "chnk"
+constexpr uint8_t chunk_version = 1;
+constexpr uint8_t phase_rs = 0;
+constexpr uint8_t phase_ag = 1;
+
+// The payload of a chunk message; little-endian, memcpy'd.
+struct chunk_header {
+  uint32_t magic = chunk_magic;
+  uint8_t version = chunk_version;
+  uint8_t phase = phase_rs;
+  uint8_t type = 0;  // ring_dtype
+  uint8_t op = 0;    // reduce_op
+  uint32_t members = 0;
+  uint32_t segment = 0;
+  uint64_t chunk = 0;
+  uint64_t collective = 0;
+  uint64_t total_elems = 0;
+  uint64_t chunk_elems = 0;
+};
+static_assert(sizeof(chunk_header) == 48);
+
+dtype wire_dtype(ring_dtype t) {
+  switch (t) {
+    case ring_dtype::f32: return dtype::f32;
+    case ring_dtype::i32: return dtype::i32;
+    case ring_dtype::i64: return dtype::i64;
+    case ring_dtype::f64: return dtype::u8;  // no f64 in the codec: raw bytes
+  }
+  return dtype::u8;
+}
+
+struct ring_config {
+  std::vector<std::string> members;
+  uint64_t chunk_bytes = 1 << 20;
+  uint64_t bucket_bytes = 16 << 20;
+  double timeout_s = 2.0;
+  uint64_t window = 0;
+  std::string drill = "none";
+  int64_t drill_after = 0;
+};
+
+struct active_collective {
+  uint64_t id = 0;
+  ring_dtype type = ring_dtype::f32;
+  reduce_op op = reduce_op::sum;
+  uint64_t len = 0;
+  uint64_t chunk_elems = 1;
+  fused_buffer buf;
+  uint64_t received = 0;
+  uint64_t expected = 0;
+  std::vector<uint64_t> chunk_base;  // per segment: index of its first chunk
+  std::vector<uint8_t> seen;         // [phase][chunk index]
+  uint64_t own_chunks = 0;           // step 0: chunks of this member's segment
+  uint64_t own_sent = 0;
+  uint64_t left_step0 = 0;           // step 0 chunks expected from the left
+  uint64_t left_step0_seen = 0;
+  clock_type::time_point started{};
+  clock_type::time_point last_progress{};
+  int upstream_waits = 0;            // probes answered "waiting as well"
+};
+
+struct member_state : job_actor_state {
+  ring_config cfg;
+  uint32_t rank = 0;
+  uint32_t n = 1;
+  std::string left, right;
+  std::deque<request_ref> queue;
+  request_ref current;
+  std::vector<bucket> buckets;
+  std::size_t next_bucket = 0;
+  uint64_t next_id = 0;
+  std::optional<active_collective> active;
+  std::map<uint64_t, std::vector<std::pair<std::string, wire_buffer_ref>>> early;
+  bool probing = false;
+  bool closed = false;
+  bool finished = false;
+  int64_t chunks_handled = 0;
+  // statistics
+  uint64_t collectives = 0;
+  uint64_t elems_reduced = 0;
+  double busy_s = 0;
+  static inline const char* name = "hetflow.ring_member";
+};
+
+using member_actor = caf::stateful_actor<member_state>;
+
+std::string who(const member_state& st, const std::string& member) {
+  std::string node = st.svc->node_of(member);
+  return "ring member '" + member + "'" + (node.empty() ? "" : " (node '" + node + "')");
+}
+
+void try_start(member_actor* self);
+
+void fail(member_actor* self, const std::string& why) {
+  auto& st = self->state;
+  if (st.finished) return;
+  st.finished = true;
+  std::string msg = st.active ? "collective " + std::to_string(st.active->id) + ": " + why : why;
+  log_error("ring member '" + st.me + "': " + msg);
+  status err = make_error(errc::peer_down, msg);
+  if (st.current) st.current->complete(err);
+  for (auto& r : st.queue) r->complete(err);
+  st.current.reset();
+  st.queue.clear();
+  st.active.reset();
+  st.early.clear();
+  st.svc->report_done(st.me, false, msg, {});
+  self->quit();
+}
+
+void finish_ok(member_actor* self) {
+  auto& st = self->state;
+  if (st.finished) return;
+  st.finished = true;
+  json_writer w;
+  w.begin_object().field("members", static_cast<int64_t>(st.n)).field("rank", static_cast<int64_t>(st.rank));
+  w.field("collectives", st.collectives).field("elements", st.elems_reduced);
+  w.field("busy_s", st.busy_s).end_object();
+  st.svc->report_done(st.me, true,
+                      std::to_string(st.collectives) + " collectives as rank " +
+                          std::to_string(st.rank) + " of " + std::to_string(st.n),
+                      w.str());
+  self->quit();
+}
+
+// Builds one chunk message; `fill` writes the elements into the tensor.
+template <class Fill>
+wire_buffer_ref build_chunk(const member_state& st, const active_collective& a, uint8_t phase,
+                            uint32_t segment, uint64_t chunk, elem_range r, Fill&& fill) {
+  std::size_t es = element_size(a.type);
+  schemas::tensor_meta meta{wire_dtype(a.type),
+                            {static_cast<int64_t>(a.type == ring_dtype::f64 ? r.size() * es
+                                                                             : r.size())}};
+  schemas::envelope_header h{kind_ring_chunk, a.id, st.me, st.right};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(&meta, 1),
+                             sizeof(chunk_header));
+  chunk_header ch;
+  ch.phase = phase;
+  ch.type = static_cast<uint8_t>(a.type);
+  ch.op = static_cast<uint8_t>(a.op);
+  ch.members = st.n;
+  ch.segment = segment;
+  ch.chunk = chunk;
+  ch.collective = a.id;
+  ch.total_elems = a.len;
+  ch.chunk_elems = a.chunk_elems;
+  std::memcpy(b.payload().data(), &ch, sizeof ch);
+  fill(b.tensor_data(0).data());
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+bool send_right(member_actor* self, wire_buffer_ref msg) {
+  auto& st = self->state;
+  if (auto s = st.svc->send_wire(st.right, std::move(msg)); !s.ok()) {
+    fail(self, "cannot send to " + who(st, st.right) + ": " + s.to_string());
+    return false;
+  }
+  return true;
+}
+
+// Step 0 of reduce-scatter: this member's own segment, up to the window.
+void send_own_chunks(member_actor* self) {
+  auto& st = self->state;
+  auto& a = *st.active;
+  elem_range seg = segment_range(a.len, st.n, st.rank);
+  uint64_t limit = a.own_chunks;
+  if (st.cfg.window > 0 && a.left_step0_seen < a.left_step0)
+    limit = std::min(limit, st.cfg.window + a.left_step0_seen);
+  while (a.own_sent < limit) {
+    uint64_t c = a.own_sent++;
+    elem_range r = chunk_range(seg, a.chunk_elems, c);
+    auto msg = build_chunk(st, a, phase_rs, st.rank, c, r,
+                           [&](std::byte* dst) { a.buf.copy_out(r, dst); });
+    if (!send_right(self, std::move(msg))) return;
+  }
+}
+
+void finish_collective(member_actor* self) {
+  auto& st = self->state;
+  auto& a = *st.active;
+  st.busy_s += std::chrono::duration<double>(clock_type::now() - a.started).count();
+  st.elems_reduced += a.len;
+  ++st.collectives;
+  st.active.reset();
+  try_start(self);
+}
+
+void handle_chunk(member_actor* self, const std::string& from_node, const wire_buffer_ref& buf);
+
+void schedule_tick(member_actor* self, uint64_t id) {
+  auto period = std::chrono::duration<double>(std::max(0.05, self->state.cfg.timeout_s / 4));
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(period),
+                     ringtick_atom::value, id);
+}
+
+void start_collective(member_actor* self, const bucket& b) {
+  auto& st = self->state;
+  auto& req = *st.current;
+  std::vector<std::span<std::byte>> pieces;
+  for (auto i : b.tensors) pieces.push_back(req.tensors[i].data);
+  st.active.emplace();
+  auto& a = *st.active;
+  a.id = st.next_id++;
+  a.type = b.type;
+  a.op = req.op;
+  a.len = b.elems;
+  a.chunk_elems = chunk_elems_for(st.cfg.chunk_bytes, b.type);
+  a.buf = fused_buffer(b.type, std::move(pieces));
+  a.started = a.last_progress = clock_type::now();
+  if (st.n < 2 || a.len == 0) return finish_collective(self);  // sum / average of one: as is
+  uint64_t total = 0;
+  a.chunk_base.resize(st.n);
+  for (uint32_t g = 0; g < st.n; ++g) {
+    a.chunk_base[g] = total;
+    total += chunk_count(segment_range(a.len, st.n, g), a.chunk_elems);
+  }
+  a.seen.assign(2 * total, 0);
+  a.expected = expected_receives(a.len, st.n, st.rank, a.chunk_elems);
+  a.own_chunks = chunk_count(segment_range(a.len, st.n, st.rank), a.chunk_elems);
+  a.left_step0 = chunk_count(segment_range(a.len, st.n, rs_recv_segment(st.rank, st.n, 0)),
+                             a.chunk_elems);
+  uint64_t id = a.id;
+  send_own_chunks(self);
+  if (!st.active || st.active->id != id) return;
+  schedule_tick(self, id);
+  // Chunks that arrived before we got here.
+  if (auto it = st.early.find(id); it != st.early.end()) {
+    auto msgs = std::move(it->second);
+    st.early.erase(it);
+    for (auto& [node, m] : msgs) {
+      if (!st.active || st.active->id != id) break;
+      handle_chunk(self, node, m);
+    }
+  }
+}
+
+// Starts queued work until a collective is in flight (or nothing is left).
+void try_start(member_actor* self) {
+  auto& st = self->state;
+  while (!st.finished && !st.active) {
+    if (st.current && st.next_bucket == st.buckets.size()) {
+      st.current->complete({});
+      st.current.reset();
+    }
+    if (!st.current) {
+      if (st.queue.empty()) {
+        if (st.closed) finish_ok(self);
+        return;
+      }
+      st.current = std::move(st.queue.front());
+      st.queue.pop_front();
+      std::vector<tensor_desc> descs;
+      std::string bad;
+      for (std::size_t i = 0; i < st.current->tensors.size(); ++i) {
+        const auto& t = st.current->tensors[i];
+        if (t.data.size() % element_size(t.type) != 0 ||
+            reinterpret_cast<uintptr_t>(t.data.data()) % element_size(t.type) != 0)
+          bad = "tensor " + std::to_string(i) + " (" + std::to_string(t.data.size()) +
+                " bytes) is not an aligned whole number of " + to_string(t.type) + " elements";
+        descs.push_back({t.type, t.data.size() / element_size(t.type)});
+      }
+      if (bad.empty() && st.current->op == reduce_op::average)
+        for (auto& d : descs)
+          if (!is_float(d.type)) bad = std::string("average of ") + to_string(d.type) + " is not supported (use sum)";
+      if (!bad.empty()) {
+        // The caller's mistake; every member makes it alike, so no peer waits.
+        st.current->complete(make_error(errc::invalid_argument, "all_reduce: " + bad));
+        st.current.reset();
+        continue;
+      }
+      st.buckets = plan_buckets(descs, st.cfg.bucket_bytes);
+      st.next_bucket = 0;
+      continue;
+    }
+    start_collective(self, st.buckets[st.next_bucket++]);
+  }
+}
+
+void drill(member_actor* self) {
+  auto& st = self->state;
+  if (st.cfg.drill == "none" || ++st.chunks_handled != st.cfg.drill_after) return;
+  if (st.cfg.drill == "die") {
+    log_warn("ring member '" + st.me + "': fault drill: dying after " +
+             std::to_string(st.chunks_handled) + " chunks");
+    st.finished = true;
+    self->quit(caf::make_error(caf::sec::runtime_error));
+    return;
+  }
+  log_warn("ring member '" + st.me + "': fault drill: stalling (mailbox blocked) after " +
+           std::to_string(st.chunks_handled) + " chunks");
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (!st.svc->stopping() && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+void handle_chunk(member_actor* self, const std::string& from_node, const wire_buffer_ref& buf) {
+  auto& st = self->state;
+  auto msg = schemas::decode_message(buf, st.svc->read_limits(), "node '" + from_node + "'");
+  if (!msg) return fail(self, msg.error().to_string());
+  const auto& h = msg->header();
+  std::string from = who(st, h.sender);
+  chunk_header ch;
+  if (h.kind != kind_ring_chunk || msg->payload().size() != sizeof ch || msg->tensor_count() != 1)
+    return fail(self, "unexpected message (kind " + std::to_string(h.kind) + ") from " + from);
+  std::memcpy(&ch, msg->payload().data(), sizeof ch);
+  if (ch.magic != chunk_magic || ch.version != chunk_version || ch.collective != h.seq)
+    return fail(self, "malformed ring chunk from " + from);
+  if (!st.active || ch.collective != st.active->id) {
+    if (ch.collective >= st.next_id) {  // a neighbour is ahead of us
+      st.early[ch.collective].emplace_back(from_node, buf);
+      return;
+    }
+    return fail(self, "chunk of collective " + std::to_string(ch.collective) + " from " + from +
+                          " arrived after that collective ended (duplicate or misrouted)");
+  }
+  auto& a = *st.active;
+  if (ch.members != st.n || ch.type != static_cast<uint8_t>(a.type) ||
+      ch.op != static_cast<uint8_t>(a.op) || ch.total_elems != a.len ||
+      ch.chunk_elems != a.chunk_elems)
+    return fail(self, from + " runs it as " + std::to_string(ch.total_elems) + " elements of " +
+                          (ch.type <= 3 ? to_string(static_cast<ring_dtype>(ch.type)) : "?") +
+                          " with " + (ch.op <= 1 ? to_string(static_cast<reduce_op>(ch.op)) : "?") +
+                          ", " + std::to_string(ch.members) + " members, chunks of " +
+                          std::to_string(ch.chunk_elems) + "; here it is " + std::to_string(a.len) +
+                          " elements of " + to_string(a.type) + " with " + to_string(a.op) + ", " +
+                          std::to_string(st.n) + " members, chunks of " +
+                          std::to_string(a.chunk_elems) +
+                          ": every member must make the same all_reduce calls with the same "
+                          "ring settings");
+  auto step = ch.phase == phase_rs ? rs_step_of(st.rank, st.n, ch.segment)
+                                   : ag_step_of(st.rank, st.n, ch.segment);
+  if (ch.phase > phase_ag || !step)
+    return fail(self, "ring chunk from " + from + " for segment " + std::to_string(ch.segment) +
+                          " does not belong here (ring order differs?)");
+  elem_range seg = segment_range(a.len, st.n, ch.segment);
+  if (ch.chunk >= chunk_count(seg, a.chunk_elems))
+    return fail(self, "chunk index " + std::to_string(ch.chunk) + " out of range from " + from);
+  uint64_t slot = ch.phase * (a.seen.size() / 2) + a.chunk_base[ch.segment] + ch.chunk;
+  if (a.seen[slot]) return fail(self, "duplicate chunk from " + from);
+  a.seen[slot] = 1;
+  elem_range r = chunk_range(seg, a.chunk_elems, ch.chunk);
+  const auto& t = msg->tensor(0);
+  if (t.data.size() != r.size() * element_size(a.type))
+    return fail(self, "chunk from " + from + " has " + std::to_string(t.data.size()) +
+                          " bytes, expected " + std::to_string(r.size() * element_size(a.type)));
+  const std::byte* recv = t.data.data();
+  uint64_t id = a.id;
+  if (ch.phase == phase_rs) {
+    wire_buffer_ref out;
+    if (*step + 2 < st.n) {
+      out = build_chunk(st, a, phase_rs, ch.segment, ch.chunk, r,
+                        [&](std::byte* dst) { a.buf.add_out(r, recv, dst); });
+    } else {
+      out = build_chunk(st, a, phase_ag, ch.segment, ch.chunk, r,
+                        [&](std::byte* dst) { a.buf.add_final(r, recv, dst, a.op, st.n); });
+    }
+    if (!send_right(self, std::move(out))) return;
+    if (*step == 0) {
+      ++a.left_step0_seen;
+      send_own_chunks(self);
+      if (!st.active) return;
+    }
+  } else {
+    a.buf.copy_in(r, recv);
+    // Forward the received bytes themselves: they are valid at every hop.
+    if (*step + 2 < st.n && !send_right(self, buf)) return;
+  }
+  a.last_progress = clock_type::now();
+  a.upstream_waits = 0;
+  drill(self);
+  if (!st.active || st.active->id != id || st.finished) return;
+  if (++a.received == a.expected) finish_collective(self);
+}
+
+void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t next,
+                     uint64_t received, uint64_t expected) {
+  auto& st = self->state;
+  st.probing = false;
+  if (!st.active || st.active->id != id || st.finished) return;
+  auto& a = *st.active;
+  double waited = std::chrono::duration<double>(clock_type::now() - a.last_progress).count();
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f s", waited);
+  std::string left = who(st, st.left);
+  bool left_active_on_id = state == 1 && next == id + 1;
+  if (state == 0 && next <= id)
+    return fail(self, "no chunk for " + std::string(secs) + ": " + left +
+                          " has not started this collective (its caller has not submitted it, or "
+                          "is stuck); waiting on " + left);
+  if (next > id + 1 || (state == 0 && next > id))
+    return fail(self, left + " finished this collective, but " +
+                          std::to_string(a.expected - a.received) +
+                          " chunks never arrived here (lost); waiting on " + left);
+  if (left_active_on_id || state == 1) {
+    // The left waits as well: the culprit is further up and its right
+    // neighbour reports it. Give that report one more timeout.
+    if (++a.upstream_waits >= 2)
+      return fail(self, "no chunk for " + std::string(secs) + ": waiting on " + left +
+                            ", which is itself waiting (" + std::to_string(received) + "/" +
+                            std::to_string(expected) + " chunks) on its left neighbour");
+    a.last_progress = clock_type::now() - std::chrono::duration_cast<clock_type::duration>(
+                                              std::chrono::duration<double>(st.cfg.timeout_s / 2));
+  }
+}
+
+caf::behavior ring_member_fn(member_actor* self, actor_env env) {
+  init_job_actor(self, env);
+  auto& st = self->state;
+  const auto& args = env.spec.args;
+  st.cfg.members = args.get_strings("ring");
+  st.cfg.chunk_bytes = static_cast<uint64_t>(args.get_int("chunk_bytes", 1 << 20));
+  st.cfg.bucket_bytes = static_cast<uint64_t>(args.get_int("bucket_bytes", 16 << 20));
+  st.cfg.timeout_s = args.get_number("timeout", 2.0);
+  st.cfg.window = static_cast<uint64_t>(std::max<int64_t>(0, args.get_int("window", 0)));
+  st.cfg.drill = args.get_string("drill", "none");
+  st.cfg.drill_after = args.get_int("drill_after", 0);
+  return {
+    [self](start_atom) {
+      auto& st = self->state;
+      auto& m = st.cfg.members;
+      auto it = std::find(m.begin(), m.end(), st.me);
+      if (it == m.end())
+        return fail(self, "ring member '" + st.me + "' is not in its own ring list");
+      for (auto& name : m)
+        if (!st.svc->find_actor(name))
+          return fail(self, "ring list names '" + name + "', which is not an actor of this job");
+      st.n = static_cast<uint32_t>(m.size());
+      st.rank = static_cast<uint32_t>(it - m.begin());
+      st.left = m[mod_n(int64_t(st.rank) - 1, st.n)];
+      st.right = m[mod_n(int64_t(st.rank) + 1, st.n)];
+      become_running(
+          self,
+          [self](ringreq_atom, request_ref& req) {
+            auto& st = self->state;
+            if (st.finished) return req->complete(make_error(errc::cancelled, "ring member has stopped"));
+            st.queue.push_back(std::move(req));
+            try_start(self);
+          },
+          [self](ringclose_atom) {
+            self->state.closed = true;
+            try_start(self);
+          },
+          [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+            if (!self->state.finished) handle_chunk(self, node, buf);
+          },
+          // A neighbour asks what we are doing: 0 idle / 1 in a collective,
+          // the next collective id, chunks received / expected.
+          [self](ringprobe_atom, uint64_t) -> caf::message {
+            auto& st = self->state;
+            int32_t state = st.active ? 1 : 0;
+            uint64_t rcv = st.active ? st.active->received : 0;
+            uint64_t exp = st.active ? st.active->expected : 0;
+            return caf::make_message(ringprobe_atom::value, state, st.next_id, rcv, exp);
+          },
+          [self](ringtick_atom, uint64_t id) {
+            auto& st = self->state;
+            if (st.finished || !st.active || st.active->id != id) return;
+            schedule_tick(self, id);
+            double idle = std::chrono::duration<double>(clock_type::now() -
+                                                        st.active->last_progress).count();
+            if (idle < st.cfg.timeout_s || st.probing) return;
+            caf::actor left = st.svc->find_actor(st.left);
+            if (!left) return fail(self, who(st, st.left) + " is not running");
+            st.probing = true;
+            self->request(left, std::chrono::seconds(1), ringprobe_atom::value, id)
+                .then(
+                    [self, id](ringprobe_atom, int32_t state, uint64_t next, uint64_t rcv,
+                               uint64_t exp) { on_probe_answer(self, id, state, next, rcv, exp); },
+                    [self, id](caf::error&) {
+                      auto& st = self->state;
+                      st.probing = false;
+                      if (!st.active || st.active->id != id || st.finished) return;
+                      double idle = std::chrono::duration<double>(clock_type::now() -
+                                                                  st.active->last_progress).count();
+                      char secs[32];
+                      std::snprintf(secs, sizeof secs, "%.1f s", idle);
+                      fail(self, "no chunk for " + std::string(secs) + " and " + who(st, st.left) +
+                                     " does not answer within 1 s: it is stalled; waiting on " +
+                                     who(st, st.left));
+                    });
+          });
+      try_start(self);
+    },
+  };
+}
+
+}  // namespace
+
+void all_reduce(const caf::actor& member, std::vector<ring_tensor> tensors, reduce_op op,
+                completion done) {
+  auto req = std::make_shared<detail::collective_request>();
+  req->tensors = std::move(tensors);
+  req->op = op;
+  req->done = std::move(done);
+  if (!member) {
+    req->complete(make_error(errc::not_found, "all_reduce: no ring member"));
+    return;
+  }
+  caf::anon_send(member, ringreq_atom::value, std::move(req));
+}
+
+std::future<status> all_reduce(const caf::actor& member, std::vector<ring_tensor> tensors,
+                               reduce_op op) {
+  auto p = std::make_shared<std::promise<status>>();
+  auto f = p->get_future();
+  all_reduce(member, std::move(tensors), op, [p](status s) { p->set_value(std::move(s)); });
+  return f;
+}
+
+void close(const caf::actor& member) {
+  if (member) caf::anon_send(member, ringclose_atom::value);
+}
+
+std::vector<topology::key_spec> ring_member_keys() {
+  using topology::key_spec;
+  using topology::key_type;
+  std::vector<key_spec> k;
+  k.push_back(key_spec{"chunk_bytes", key_type::size, false, int64_t{1} << 20,
+                       "bytes per chunk message (pipelining grain)", 8.0, double(256 << 20), {}});
+  k.push_back(key_spec{"bucket_bytes", key_type::size, false, int64_t{16} << 20,
+                       "fuse consecutive small tensors of one dtype up to this size (0 = never)",
+                       0.0, {}, {}});
+  k.push_back(key_spec{"timeout", key_type::duration, false, 2.0,
+                       "a collective with no chunk for this long probes its left neighbour and "
+                       "fails naming the stalled member",
+                       0.1, 3600.0, {}});
+  k.push_back(key_spec{"window", key_type::integer, false, int64_t{0},
+                       "own step-0 chunks sent ahead of the left neighbour's (0 = all)", 0.0,
+                       1e6, {}});
+  k.push_back(key_spec{"drill", key_type::string, false, std::string("none"),
+                       "fault drill: stall (block the mailbox) or die after drill_after chunks",
+                       {}, {}, {"none", "stall", "die"}});
+  k.push_back(key_spec{"drill_after", key_type::integer, false, int64_t{0},
+                       "chunks handled before the fault drill", 0.0, {}, {}});
+  return k;
+}
+
+caf::actor spawn_ring_member(caf::actor_system& sys, const actor_env& env) {
+  return sys.spawn<caf::detached>(ring_member_fn, env);
+}
+
+void add_ring_member(registry& reg) {
+  using topology::key_spec;
+  using topology::key_type;
+  topology::type_spec t{"ring_member",
+                        "one member of a ring all-reduce (reduce-scatter + all-gather, chunked)",
+                        {}};
+  t.keys.push_back(key_spec{"ring", key_type::string_list, true, std::nullopt,
+                            "ring_member actor names in ring order, this one included", {}, {}, {}});
+  for (auto& k : ring_member_keys()) t.keys.push_back(std::move(k));
+  (void)reg.add_actor_type(t, spawn_ring_member);
+}
+
+}  // namespace hetflow::actors::ring

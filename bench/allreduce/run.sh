@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# All-reduce benchmark: hetflow's ring (job allreduce_bench, ring_member
+# actors in `hetflow node` processes on this host) against OpenMPI's
+# MPI_Allreduce (mpi_allreduce.cpp), measured in the same run, f32 sum.
+#
+#   bench/allreduce/run.sh [BUILD_DIR]        (default: build)
+#   REPEATS=3      rounds; each round runs every configuration once
+#   PROCS="2 3"    process counts
+#   SIZES="16777216 67108864"
+#   ITERATIONS=20 WARMUP=3   per size, in each run (hetflow and MPI alike)
+#   QUIET_MAX=300  seconds to wait for a quiet machine before each measurement
+#
+# Configurations: hetflow over UCX shared memory (ucx_tls sm,self, error mode
+# none) and UCX TCP (tcp,self); OpenMPI with its shared-memory BTL (vader)
+# and with TCP only (--mca btl tcp,self). Each run reports the median time of
+# its timed iterations; a cell is the median of the REPEATS runs [min-max].
+# Bus bandwidth = 2 (N-1)/N * bytes / time (NCCL-tests).
+# Needs: deploy/setup.sh --bench (libopenmpi-dev, openmpi-bin), a built tree.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$src/build}
+hetflow=$build/bin/hetflow
+work=$(mktemp -d /tmp/hetflow-allreduce-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+procs=(${PROCS:-2 3})
+sizes=(${SIZES:-16777216 67108864})
+iters=${ITERATIONS:-20}
+warmup=${WARMUP:-3}
+command -v mpicxx >/dev/null || { echo "mpicxx missing: run deploy/setup.sh --bench" >&2; exit 2; }
+mpicxx -O2 -o "$work/mpi_allreduce" "$src/bench/allreduce/mpi_allreduce.cpp"
+
+# Both sides busy-poll: wait until the CPUs have been at least 90% idle for
+# a second (others' builds come and go), at most QUIET_MAX seconds.
+wait_quiet() {
+  local busy=100 t1 t2 i1 i2 u n s idle io irq sirq st
+  for _ in $(seq "${QUIET_MAX:-300}"); do
+    read -r _ u n s idle io irq sirq st _ </proc/stat; t1=$((u+n+s+idle+io+irq+sirq+st)); i1=$idle
+    sleep 1
+    read -r _ u n s idle io irq sirq st _ </proc/stat; t2=$((u+n+s+idle+io+irq+sirq+st)); i2=$idle
+    busy=$(( 100 - 100 * (i2 - i1) / (t2 - t1) ))
+    (( busy <= 10 )) && return 0
+  done
+  echo "warning: machine still ${busy}% busy; measuring anyway" >&2
+  noisy=1
+}
+noisy=0
+
+topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE
+  {
+    echo '[cluster]'
+    echo "name = \"allreduce-$(basename "$1" .toml)\""
+    echo 'data_plane = "ucx"'
+    echo "ucx_tls = \"$4\""
+    echo "ucx_error_mode = \"$5\""
+    local i
+    for ((i = 0; i < $3; i++)); do
+      printf '[[nodes]]\nname = "p%d"\nhost = "127.0.0.1"\nport = %d\n' "$i" $(($2 + i))
+    done
+    echo '[job]'
+    echo 'kind = "allreduce_bench"'
+    local s list=""
+    for s in "${sizes[@]}"; do list+="${list:+, }$s"; done
+    echo "sizes = [$list]"
+    echo "iterations = $iters"
+    echo "warmup = $warmup"
+  } >"$1"
+}
+
+declare -A t_us
+run_ours() {  # run_ours LABEL NPROCS PORT TLS ERROR_MODE
+  local f="$work/$1-$2.toml"
+  topo "$f" "$3" "$2" "$4" "$5"
+  wait_quiet
+  "$hetflow" run "$f" --report "$f.json" >"$f.log" 2>&1 ||
+    { cat "$f.log"; echo "hetflow run failed for $1 ($2 procs)" >&2; exit 1; }
+  while read -r bytes us; do t_us[$1,$2,$bytes]+="$us "; done < <(/usr/bin/python3 -c "
+import json; d=json.load(open('$f.json'))
+assert d['members_identical'], 'members differ'
+for r in d['result']['results']: print(r['bytes'], '%.1f' % r['time_us'])")
+}
+
+run_mpi() {  # run_mpi LABEL NPROCS [MCA args...]
+  local label=$1 np=$2
+  shift 2
+  wait_quiet
+  mpirun --allow-run-as-root --oversubscribe -np "$np" "$@" "$work/mpi_allreduce" "$iters" "$warmup" "${sizes[@]}" \
+    >"$work/$label-$np.out" 2>&1 || { cat "$work/$label-$np.out"; exit 1; }
+  while read -r bytes us _; do t_us[$label,$np,$bytes]+="$us "; done < <(grep -E '^[0-9]+ ' "$work/$label-$np.out")
+}
+
+for round in $(seq 1 "${REPEATS:-3}"); do
+  for np in "${procs[@]}"; do
+    echo "round $round, $np processes..." >&2
+    run_ours hetflow-shm "$np" 7870 "sm,self" none
+    run_mpi mpi-shm "$np"
+    run_ours hetflow-tcp "$np" 7880 "tcp,self" peer
+    run_mpi mpi-tcp "$np" --mca btl tcp,self
+  done
+done
+
+stats() {  # median [min-max] of a list of numbers
+  /usr/bin/python3 -c "
+import sys, statistics; v=[float(x) for x in sys.argv[1:]]
+print('%.0f [%.0f-%.0f]' % (statistics.median(v), min(v), max(v)))" $1
+}
+med() { /usr/bin/python3 -c "import sys, statistics; print(statistics.median(float(x) for x in sys.argv[1:]))" $1; }
+
+echo
+echo "All-reduce, f32 sum, $(nproc) cores, $(date -u +%Y-%m-%d), REPEATS=${REPEATS:-3}, $iters iterations + $warmup warmup per run"
+[[ $noisy == 1 ]] && echo "(the machine was not quiet for some measurements)"
+echo
+echo "| procs | size | path | hetflow ring: time us | MPI_Allreduce: time us | hetflow busbw GB/s | MPI busbw GB/s | hetflow / MPI |"
+echo "|---|---|---|---|---|---|---|---|"
+for np in "${procs[@]}"; do
+  for s in "${sizes[@]}"; do
+    for path in shm tcp; do
+      ours=${t_us[hetflow-$path,$np,$s]:-} theirs=${t_us[mpi-$path,$np,$s]:-}
+      [[ -z $ours || -z $theirs ]] && continue
+      mo=$(med "$ours") mt=$(med "$theirs")
+      bo=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mo*1e3)}")
+      bt=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mt*1e3)}")
+      echo "| $np | $((s >> 20)) MiB | $path | $(stats "$ours") | $(stats "$theirs") | $bo | $bt | $(awk "BEGIN{printf \"%.2fx\", $mt/$mo}") |"
+    done
+  done
+done

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A ring member that dies or stalls mid-collective: every other member's
+# process exits non-zero within 5 s, and its output names the culprit.
+#   kill   the whole node process of a member (SIGKILL)
+#   die    the ring_member actor dies (fault drill), its process lives on
+#   stall  the ring_member actor blocks its mailbox (fault drill): caught by
+#          the collective timeout (2 s) and a probe of the stalled member
+source "$(dirname "$0")/lib.sh"
+
+run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
+  local name=$1 base=$2 victim=$3 culprit=$4
+  shift 4
+  local topo="$HETFLOW_SCRATCH/$name.toml"
+  write_topology "$topo" "$base" 3 auto 'kind = "ring_check"' 'rounds = 1000000' \
+    'lengths = [300000]' 'dtypes = ["f32"]' 'ops = ["sum"]' 'chunk_bytes = "64KiB"' "$@"
+  local pids=() i
+  for i in 0 1 2; do
+    "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
+    pids[$i]=$!
+    PIDS+=($!)
+  done
+  wait_for_text "$topo.n0.log" "starting job" 30 || { cat "$topo".n*.log; fail "$name: job never started"; }
+  local t0
+  if [[ $name == kill ]]; then
+    sleep 1
+    t0=$(date +%s.%N)
+    kill -KILL "${pids[$victim]}"
+  else
+    wait_for_text "$topo.n$victim.log" "fault drill" 30 || { cat "$topo".n*.log; fail "$name: drill never fired"; }
+    t0=$(date +%s.%N)
+  fi
+  for i in 0 1 2; do
+    ((i == victim)) && continue
+    wait_exit "${pids[$i]}" 5 || { cat "$topo".n*.log; fail "$name: n$i still running 5 s after the fault"; }
+    local rc=$WAIT_RC
+    ((rc != 0)) || { cat "$topo.n$i.log"; fail "$name: n$i exited 0"; }
+    grep -q -- "$culprit" "$topo.n$i.log" || { cat "$topo.n$i.log"; fail "$name: n$i's output does not name $culprit"; }
+  done
+  local t1=$(date +%s.%N)
+  if [[ $name != kill ]]; then
+    wait_exit "${pids[$victim]}" 10 || fail "$name: the faulty node n$victim never exited"
+  fi
+  kill -9 "${pids[$victim]}" 2>/dev/null
+  wait "${pids[$victim]}" 2>/dev/null
+  pass "$name: the other members exited non-zero naming $culprit within $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s"
+  grep -h "stopping" "$topo".n*.log | head -2
+}
+
+run_case kill 8210 1 "n1"
+run_case die 8220 2 "ring2" 'drill_member = "ring2"' 'drill = "die"' 'drill_after = 200'
+run_case stall 8230 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' 'drill_after = 200'
