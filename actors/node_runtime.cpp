@@ -449,8 +449,9 @@ expected<std::shared_ptr<dataplane::data_plane>> make_data_plane(node_shared& sh
   }
   dataplane::ucx_options o;
   o.tls = rt.ucx_tls;
-  o.error_mode = rt.ucx_error_mode == "none" ? dataplane::ucx_error_mode::none
-                                             : dataplane::ucx_error_mode::peer;
+  o.error_mode = rt.ucx_error_mode == "none"   ? dataplane::ucx_error_mode::none
+                 : rt.ucx_error_mode == "peer" ? dataplane::ucx_error_mode::peer
+                                               : dataplane::ucx_error_mode::automatic;
   o.max_message_bytes = rt.max_message_bytes;
   o.self_peer = static_cast<dataplane::peer_id>(sh.self);
   // Large receive buffers come back to a pool when the last actor drops them.

@@ -143,6 +143,11 @@ bool tls_allows(const std::string& tls, std::initializer_list<std::string_view> 
 bool tls_allows_shared_memory(const std::string& tls) {
   return tls_allows(tls, {"sm", "shm", "mm", "posix", "sysv"});
 }
+// Transports that read or write a same-host peer's memory directly (the CMA
+// abort hazard of mode NONE). An empty list (UCX's default) allows them.
+bool tls_allows_peer_memory(const std::string& tls) {
+  return tls_allows(tls, {"sm", "shm", "mm", "posix", "sysv", "cma", "knem", "xpmem"});
+}
 bool tls_allows_network(const std::string& tls) {
   return tls_allows(tls, {"tcp", "ib", "rc", "rc_v", "rc_x", "rc_verbs", "rc_mlx5", "ud", "ud_v",
                           "ud_x", "ud_verbs", "ud_mlx5", "dc", "dc_x", "dc_mlx5"});
@@ -279,6 +284,8 @@ public:
 
   // Starts the progress thread, which opens UCX; returns its verdict.
   status start() {
+    if (options_.error_mode == ucx_error_mode::automatic)
+      options_.error_mode = tls_allows_peer_memory(options_.tls) ? ucx_error_mode::peer : ucx_error_mode::none;
     event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (event_fd_ < 0)
       return make_error(errc::transport_error, std::string("eventfd: ") + std::strerror(errno));

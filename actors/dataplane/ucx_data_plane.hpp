@@ -119,6 +119,11 @@ enum class ucx_error_mode : uint8_t {
   // Every node of a cluster must use the same mode (UCX refuses to connect
   // mixed modes; connect() reports it).
   none,
+  // none where the transport list names no transport that touches a
+  // same-host peer's memory (e.g. "tcp,self": zero-copy TCP, and a dead peer
+  // makes sends fail instead of aborting this process), peer otherwise
+  // (including UCX's default list). Resolved in make_ucx_data_plane.
+  automatic,
 };
 
 struct ucx_options {
