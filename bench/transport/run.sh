@@ -5,6 +5,11 @@
 # and the CAF fallback, side by side with ucx_perftest (tag_lat / tag_bw),
 # iperf3 and a memory copy measured in the same run.
 #
+# hetflow puts messages from 4 MiB on transparent huge pages (send and pooled
+# receive buffers), so ucx_perftest runs twice per transport: with its
+# default allocation (the issue's peer) and with UCX_ALLOC_PRIO=thp,mmap,heap
+# (its buffers on huge pages too: the like-for-like peer).
+#
 # TCP runs twice, once per `ucx_error_mode`: "peer" (the default; UCX 1.13
 # then moves rendezvous data through active-message copies) is compared with
 # `ucx_perftest -e` (endpoints with error handling, the same UCX mode), and
@@ -80,25 +85,26 @@ for r in d['result']['results']: print(r['bytes'], '%.2f' % r['latency_us'], '%.
 }
 
 declare -A perf_bw perf_lat
-run_perftest() {  # run_perftest LABEL TLS PORT [EXTRA_FLAG]
+run_perftest() {  # run_perftest LABEL TLS PORT [EXTRA_FLAG]   (env PT_ENV: extra environment)
   local label=$1 tls=$2 port=$3 extra=(${4:-}) s
+  local -a env_=(env UCX_TLS="$tls" ${PT_ENV:-})
   for s in "${sizes[@]}"; do
     local test=tag_bw iters
     iters=$(( s >= 67108864 ? 100 : (s >= 4194304 ? 1000 : 100000) ))
     local args=("${extra[@]}" -t tag_bw -s "$s" -n "$iters" -w 10 -p "$port")
     wait_quiet
-    UCX_TLS=$tls ucx_perftest "${args[@]}" >"$work/perf-srv.log" 2>&1 &
+    "${env_[@]}" ucx_perftest "${args[@]}" >"$work/perf-srv.log" 2>&1 &
     local srv=$!
     sleep 0.5
-    UCX_TLS=$tls ucx_perftest "${args[@]}" 127.0.0.1 >"$work/perf-$label-$s.log" 2>&1 || true
+    "${env_[@]}" ucx_perftest "${args[@]}" 127.0.0.1 >"$work/perf-$label-$s.log" 2>&1 || true
     wait $srv || true
     # "Final:" iters, latency 50%ile/avg/overall (us), bandwidth avg/overall (MiB/s), msg rates
     perf_bw[$label,$s]+="$(awk '/Final:/ {printf "%.3f", $7 * 1048576 / 1e9}' "$work/perf-$label-$s.log") "
     if ((s == 8)); then
-      UCX_TLS=$tls ucx_perftest "${extra[@]}" -t tag_lat -s 8 -n 100000 -p "$port" >"$work/perf-srv.log" 2>&1 &
+      "${env_[@]}" ucx_perftest "${extra[@]}" -t tag_lat -s 8 -n 100000 -p "$port" >"$work/perf-srv.log" 2>&1 &
       srv=$!
       sleep 0.5
-      UCX_TLS=$tls ucx_perftest "${extra[@]}" -t tag_lat -s 8 -n 100000 -p "$port" 127.0.0.1 >"$work/perf-lat-$label.log" 2>&1 || true
+      "${env_[@]}" ucx_perftest "${extra[@]}" -t tag_lat -s 8 -n 100000 -p "$port" 127.0.0.1 >"$work/perf-lat-$label.log" 2>&1 || true
       wait $srv || true
       # overall = total time / iterations: the same method as ours
       perf_lat[$label]+="$(awk '/Final:/ {printf "%.2f", $5}' "$work/perf-lat-$label.log") "
@@ -116,6 +122,9 @@ for round in $(seq 1 "${REPEATS:-3}"); do
   run_perftest ucx-shm "sm,self" 7740
   run_perftest ucx-tcp-peer "tcp,self" 7750 -e
   run_perftest ucx-tcp-none "tcp,self" 7770
+  PT_ENV=UCX_ALLOC_PRIO=thp,mmap,heap run_perftest ucx-shm-thp "sm,self" 7780
+  PT_ENV=UCX_ALLOC_PRIO=thp,mmap,heap run_perftest ucx-tcp-peer-thp "tcp,self" 7790 -e
+  PT_ENV=UCX_ALLOC_PRIO=thp,mmap,heap run_perftest ucx-tcp-none-thp "tcp,self" 7800
 done
 
 echo "running iperf3 and memcpy..." >&2
@@ -132,15 +141,17 @@ ratio() { /usr/bin/python3 -c "a,b='$1','$2'; print('%.2fx' % (float(a)/float(b)
 echo
 echo "ucx-tcp-peer is compared with ucx_perftest -e (error handling on, as in mode peer); the others with plain ucx_perftest."
 echo
-echo "| size | transport | hetflow GB/s | ucx_perftest GB/s | ratio | hetflow latency us | ucx_perftest latency us |"
-echo "|---|---|---|---|---|---|---|"
+echo "| size | transport | hetflow GB/s | ucx_perftest GB/s | ratio | ucx_perftest THP GB/s | ratio THP | hetflow latency us | ucx_perftest latency us |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for s in "${sizes[@]}"; do
   for t in ucx-shm ucx-tcp-peer ucx-tcp-none caf; do
     pb=${perf_bw[$t,$s]:-}
     lat="-"; plat="-"
     if ((s == 8)); then lat=$(med "${ours_lat[$t,$s]}"); plat=$(med "${perf_lat[$t]:-}"); fi
     r=$( [[ -n "$pb" ]] && ratio "$(median "${ours_bw[$t,$s]}")" "$(median "$pb")" || echo "-")
-    echo "| $s | $t | $(med "${ours_bw[$t,$s]}") | $(med "$pb") | $r | $lat | $plat |"
+    pt=${perf_bw[$t-thp,$s]:-}
+    rt=$( [[ -n "$pt" ]] && ratio "$(median "${ours_bw[$t,$s]}")" "$(median "$pt")" || echo "-")
+    echo "| $s | $t | $(med "${ours_bw[$t,$s]}") | $(med "$pb") | $r | $(med "$pt") | $rt | $lat | $plat |"
   done
 done
 echo
