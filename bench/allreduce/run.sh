@@ -29,21 +29,7 @@ warmup=${WARMUP:-3}
 command -v mpicxx >/dev/null || { echo "mpicxx missing: run deploy/setup.sh --bench" >&2; exit 2; }
 mpicxx -O2 -o "$work/mpi_allreduce" "$src/bench/allreduce/mpi_allreduce.cpp"
 
-# Both sides busy-poll: wait until the CPUs have been at least 90% idle for
-# a second (others' builds come and go), at most QUIET_MAX seconds.
-wait_quiet() {
-  local busy=100 t1 t2 i1 i2 u n s idle io irq sirq st
-  for _ in $(seq "${QUIET_MAX:-300}"); do
-    read -r _ u n s idle io irq sirq st _ </proc/stat; t1=$((u+n+s+idle+io+irq+sirq+st)); i1=$idle
-    sleep 1
-    read -r _ u n s idle io irq sirq st _ </proc/stat; t2=$((u+n+s+idle+io+irq+sirq+st)); i2=$idle
-    busy=$(( 100 - 100 * (i2 - i1) / (t2 - t1) ))
-    (( busy <= 10 )) && return 0
-  done
-  echo "warning: machine still ${busy}% busy; measuring anyway" >&2
-  noisy=1
-}
-noisy=0
+source "$src/bench/lib.sh"  # wait_quiet
 
 topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE
   {

@@ -31,19 +31,7 @@ work=$(mktemp -d /tmp/hetflow-bench-XXXXXX)
 trap 'rm -rf "$work"; pkill -f "ucx_perftest" 2>/dev/null; pkill -f "iperf3 -s -p 7799" 2>/dev/null; true' EXIT
 sizes=(8 4194304 67108864)
 
-# Both sides busy-poll: each measurement first waits (up to 5 min) until the
-# CPUs have been at least 90% idle for a second (others' builds come and go).
-wait_quiet() {
-  local busy=100 t1 t2 i1 i2 u n s idle io irq sirq st
-  for _ in $(seq 300); do
-    read -r _ u n s idle io irq sirq st _ </proc/stat; t1=$((u+n+s+idle+io+irq+sirq+st)); i1=$idle
-    sleep 1
-    read -r _ u n s idle io irq sirq st _ </proc/stat; t2=$((u+n+s+idle+io+irq+sirq+st)); i2=$idle
-    busy=$(( 100 - 100 * (i2 - i1) / (t2 - t1) ))
-    (( busy <= 10 )) && return 0
-  done
-  echo "warning: machine still ${busy}% busy; measuring anyway" >&2
-}
+source "$src/bench/lib.sh"  # wait_quiet
 
 topo() {  # topo NAME PORT DATA_PLANE TLS [ERROR_MODE]
   cat >"$work/$1.toml" <<TOML

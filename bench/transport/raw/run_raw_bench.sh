@@ -36,20 +36,7 @@ if [[ "$thp" == 1 ]]; then
   pt_env=(UCX_ALLOC_PRIO=thp,mmap,heap)
 fi
 
-# This machine is shared (other builds and benchmarks come and go) and both
-# sides busy-poll, so each measurement first waits (up to 5 min) until the
-# CPUs have been at least 90% idle for a second.
-wait_quiet() {
-  local busy=100 t1 t2 i1 i2 u n s idle io irq sirq st
-  for _ in $(seq 300); do
-    read -r _ u n s idle io irq sirq st _ </proc/stat; t1=$((u+n+s+idle+io+irq+sirq+st)); i1=$idle
-    sleep 1
-    read -r _ u n s idle io irq sirq st _ </proc/stat; t2=$((u+n+s+idle+io+irq+sirq+st)); i2=$idle
-    busy=$(( 100 - 100 * (i2 - i1) / (t2 - t1) ))
-    (( busy <= 10 )) && return 0
-  done
-  echo "warning: machine still ${busy}% busy; measuring anyway" >&2
-}
+source "$(cd "$(dirname "$0")/../.." && pwd)/lib.sh"  # wait_quiet
 
 port=$((14000 + RANDOM % 1000))
 results=$(mktemp)
