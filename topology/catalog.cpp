@@ -14,6 +14,7 @@ const char* to_string(key_type t) noexcept {
     case key_type::path: return "path";
     case key_type::path_list: return "path_list";
     case key_type::size_list: return "size_list";
+    case key_type::table: return "table";
   }
   return "unknown";
 }

@@ -62,7 +62,7 @@ struct runtime_settings {
   double connection_timeout_s = 1.0;     // connection_timeout (hung peer detection)
   std::string data_plane = "auto";       // data_plane: "auto" | "ucx" | "caf"
   std::string ucx_tls;                   // ucx_tls: e.g. "sm,self" or "tcp,self"; empty = UCX default
-  std::string ucx_error_mode = "peer";   // ucx_error_mode: "peer" | "none" (dataplane::ucx_error_mode)
+  std::string ucx_error_mode = "auto";   // ucx_error_mode: "auto" | "peer" | "none" (dataplane::ucx_error_mode)
   int scheduler_threads = 0;             // scheduler_threads: CAF workers; 0 = cores
   uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
 };

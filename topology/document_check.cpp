@@ -124,8 +124,8 @@ const std::vector<key_spec>& cluster_specs() {
       spec("data_plane", key_type::string, false, std::string("auto"), {}, {},
            {"auto", "ucx", "caf"}),
       spec("ucx_tls", key_type::string, false, std::string()),
-      spec("ucx_error_mode", key_type::string, false, std::string("peer"), {}, {},
-           {"peer", "none"}),
+      spec("ucx_error_mode", key_type::string, false, std::string("auto"), {}, {},
+           {"auto", "peer", "none"}),
       spec("scheduler_threads", key_type::integer, false, int64_t{0}, 0, 4096),
       spec("max_message", key_type::size, false, int64_t{1} << 30, double(1 << 20)),
   };
@@ -208,7 +208,9 @@ private:
   // `extra` keys are known but handled by the caller.
   void check_table(const toml::table* t, source_loc table_loc, const std::string& what,
                    const std::vector<key_spec>& specs, const std::vector<std::string>& extra,
-                   section sec, settings& out);
+                   section sec, settings& out, const std::string& prefix = {});
+  // A key_type::table value (or its shorthand); fields go to out as "name.field".
+  void read_table_key(const toml::node* n, const key_spec& s, const std::string& prefix, settings& out);
   void check_unknown_keys(const toml::table& t, const std::string& what,
                           const std::vector<std::string>& known, section sec);
   std::optional<setting_value> convert(const toml::node& n, const key_spec& s,
@@ -441,6 +443,8 @@ std::optional<setting_value> validator::convert(const toml::node& n, const key_s
       if (s.type == key_type::size_list) return setting_value{std::move(ints)};
       return setting_value{std::move(strings)};
     }
+
+    case key_type::table: break;  // read_table_key
   }
   return std::nullopt;
 }
@@ -459,9 +463,57 @@ void validator::check_unknown_keys(const toml::table& t, const std::string& what
   }
 }
 
+void validator::read_table_key(const toml::node* n, const key_spec& s, const std::string& prefix,
+                               settings& out) {
+  const std::string name = prefix + s.name;
+  const std::string label = "'" + name + "'";
+  settings sub;
+  std::vector<std::string> given;  // fields written in the file
+  const toml::table* t = n ? n->as_table() : nullptr;
+  const key_spec* short_field = nullptr;
+  for (const auto& f : s.fields)
+    if (!s.shorthand.empty() && f.name == s.shorthand) short_field = &f;
+  if (!n) {
+    check_table(nullptr, {}, label, s.fields, {}, section::args, sub, name + ".");
+  } else if (t) {
+    check_table(t, loc(*t), label, s.fields, {}, section::args, sub, name + ".");
+    for (auto&& [k, v] : *t) {
+      (void)v;
+      given.emplace_back(k.str());
+    }
+  } else if (short_field && !n->is_array()) {
+    // name = v  is  name = { shorthand = v }
+    auto v = convert(*n, *short_field, label);
+    if (!v) return;
+    check_table(nullptr, {}, label, s.fields, {}, section::args, sub, name + ".");
+    sub.set(short_field->name, std::move(*v));
+    given.push_back(short_field->name);
+  } else {
+    std::vector<std::string> names;
+    for (const auto& f : s.fields) names.push_back(f.name + " = ...");
+    std::string example = "{ " + (names.empty() ? std::string() : names.front()) + (names.size() > 1 ? ", ... }" : " }");
+    wrong_type(*n, label, "a table such as " + example +
+                              (short_field ? std::string(" or a ") + to_string(short_field->type) + " (its '" +
+                                                 short_field->name + "')"
+                                           : std::string()));
+    return;
+  }
+  // Fields that apply only with a sibling's value.
+  for (const auto& f : s.fields) {
+    if (f.only_with.size() != 2 || std::find(given.begin(), given.end(), f.name) == given.end()) continue;
+    const std::string sib = sub.get_string(f.only_with[0]);
+    if (!sub.contains(f.only_with[0]) || sib == f.only_with[1]) continue;
+    const toml::node* fn = t ? t->get(f.name) : n;
+    error(loc(*fn), "'" + name + "." + f.name + "' applies only with " + f.only_with[0] + " = '" + f.only_with[1] +
+                        "' (here " + f.only_with[0] + " is " + quote(sib) + ")");
+  }
+  for (auto& [k, v] : sub.values()) out.set(settings::field_key(s.name, k), v);
+}
+
 void validator::check_table(const toml::table* t, source_loc table_loc, const std::string& what,
                             const std::vector<key_spec>& specs,
-                            const std::vector<std::string>& extra, section sec, settings& out) {
+                            const std::vector<std::string>& extra, section sec, settings& out,
+                            const std::string& prefix) {
   if (t) {
     std::vector<std::string> known;
     for (const auto& s : specs) known.push_back(s.name);
@@ -470,6 +522,23 @@ void validator::check_table(const toml::table* t, source_loc table_loc, const st
   }
   for (const auto& s : specs) {
     const toml::node* n = t ? t->get(s.name) : nullptr;
+    if (s.type == key_type::table) {
+      if (!n && s.required) {
+        error(table_loc, what + " has no '" + s.name + "'");
+        continue;
+      }
+      read_table_key(n, s, prefix, out);
+      // A field and its flat alias in this table say the same thing: one of them.
+      for (const auto& f : s.fields) {
+        if (f.alias_of.empty() || !t || !n || !n->is_table()) continue;
+        const toml::node* fn = n->as_table()->get(f.name);
+        const toml::node* an = t->get(f.alias_of);
+        if (fn && an)
+          error(loc(*fn), "'" + prefix + s.name + "." + f.name + "' and '" + prefix + f.alias_of + "' (line " +
+                              std::to_string(loc(*an).line) + ") say the same; keep one (the table form is preferred)");
+      }
+      continue;
+    }
     if (!n) {
       if (s.required) {
         std::string msg = what + " has no '" + s.name + "'";
@@ -499,7 +568,7 @@ void validator::check_table(const toml::table* t, source_loc table_loc, const st
       }
       continue;
     }
-    if (auto v = convert(*n, s, "'" + s.name + "'")) out.set(s.name, std::move(*v));
+    if (auto v = convert(*n, s, "'" + prefix + s.name + "'")) out.set(s.name, std::move(*v));
   }
 }
 
@@ -527,7 +596,7 @@ void validator::read_cluster(const toml::node* n, const toml::key* k, cluster& c
   c.runtime.connection_timeout_s = s.get_number("connection_timeout", 1.0);
   c.runtime.data_plane = s.get_string("data_plane", "auto");
   c.runtime.ucx_tls = s.get_string("ucx_tls");
-  c.runtime.ucx_error_mode = s.get_string("ucx_error_mode", "peer");
+  c.runtime.ucx_error_mode = s.get_string("ucx_error_mode", "auto");
   c.runtime.scheduler_threads = static_cast<int>(s.get_int("scheduler_threads", 0));
   c.runtime.max_message_bytes = static_cast<uint64_t>(s.get_int("max_message", 1ll << 30));
 

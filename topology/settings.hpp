@@ -30,6 +30,14 @@ public:
 
   const std::map<std::string, setting_value, std::less<>>& values() const { return values_; }
 
+  // Where a table key's field lives: "categorical" + "mode" -> "categorical.mode".
+  static std::string field_key(std::string_view table, std::string_view field) {
+    std::string k(table);
+    k += '.';
+    k += field;
+    return k;
+  }
+
 private:
   std::map<std::string, setting_value, std::less<>> values_;
 };

@@ -13,11 +13,16 @@
 //                                       for column c = 0..25:
 //     <-- request (pppull, c, max) ---    k-way merge of the N sorted count
 //     --- chunk (<= chunk_bytes) ---->    streams, pulled chunk by chunk;
-//         ... until an empty chunk        kept strings -> vocab-CC.tsv and
-//     <-- request (ppvocab, c, chunk) -   broadcast chunks, each acked
-//     --- ack ----------------------->    before the next (bounded)
+//         ... until an empty chunk        kept strings -> vocab-CC.tsv;
+//     <-- request (ppids, c, K, chunk) -  the id of each of shard i's
+//     --- ack ----------------------->    entries (K = the OOV id), in
+//                                         chunks, each acked before the next
 //     <-- (ppgo) ---------------------- after the last column
-//     pass 2 (apply_shard): part-0000i.bin; report_done
+//     pass 2 (finish_shard): maps the staged part-0000i.bin; report_done
+//
+//   Pass 1 parses each line once and stages the records with shard-local ids
+//   (kernels/preprocess/preprocess.hpp); the vocabulary actor tells each shard
+//   only which id each of its own entries got, so pass 2 reads no text.
 //
 //   hash mode: every shard runs pass 2 at start.
 //
@@ -51,7 +56,7 @@ using clock_type = std::chrono::steady_clock;
 
 using pp_counted_atom = caf::atom_constant<caf::atom("ppcounted")>;
 using pp_pull_atom = caf::atom_constant<caf::atom("pppull")>;
-using pp_vocab_atom = caf::atom_constant<caf::atom("ppvocab")>;
+using pp_ids_atom = caf::atom_constant<caf::atom("ppids")>;
 using pp_go_atom = caf::atom_constant<caf::atom("ppgo")>;
 
 const char* vocab_actor = "pp_vocab";
@@ -72,10 +77,12 @@ job_config config_of(const topology::cluster& c) {
   j.inputs = p.get_strings("inputs");
   fs::path out = p.get_string("output_dir", "preprocessed");
   j.output_dir = (out.is_absolute() ? out : c.file.parent_path() / out).lexically_normal().string();
-  j.opt.mode = p.get_string("categorical", "vocab") == "hash" ? pp::categorical_mode::hash
-                                                              : pp::categorical_mode::vocab;
-  j.opt.min_count = static_cast<uint64_t>(p.get_int("min_count", 1));
-  j.opt.hash_range = static_cast<uint64_t>(p.get_int("hash_range", 1 << 24));
+  // categorical = { mode, min_count, range } or the flat form (categorical =
+  // "vocab"|"hash", min_count, hash_range); the validator refuses both at once.
+  j.opt.mode = p.get_string("categorical.mode", "vocab") == "hash" ? pp::categorical_mode::hash
+                                                                   : pp::categorical_mode::vocab;
+  j.opt.min_count = static_cast<uint64_t>(p.get_int("categorical.min_count", p.get_int("min_count", 1)));
+  j.opt.hash_range = static_cast<uint64_t>(p.get_int("categorical.range", p.get_int("hash_range", 1 << 24)));
   j.opt.policy = p.get_string("malformed", "skip") == "fail" ? pp::malformed_policy::fail
                                                              : pp::malformed_policy::skip;
   j.opt.max_examples = static_cast<std::size_t>(p.get_int("max_examples", 20));
@@ -131,7 +138,8 @@ struct shard_state {
   pp::shard_plan plan;
   std::optional<pp::shard_counts> counts;
   std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
-  std::unique_ptr<pp::vocabulary> vocab;
+  std::array<int32_t, pp::sparse_columns> prev_kept;  // decoding ppids chunks
+  std::vector<int32_t> ids;                            // scratch
   clock_type::time_point t0;
   double count_seconds = 0;
   uint64_t spills = 0, peak_table_bytes = 0;
@@ -157,7 +165,11 @@ pp::preprocess_options shard_options(shard_state& st) {
 
 void run_pass2(caf::event_based_actor* self, shard_state& st) {
   std::string part = st.cfg.output_dir + "/" + pp::part_file_name(st.index);
-  auto r = pp::apply_shard(st.inputs, st.plan, st.vocab.get(), part, shard_options(st));
+  auto r = st.counts ? pp::finish_shard(*st.counts, shard_options(st))
+                     : pp::apply_shard(st.inputs, st.plan, nullptr, part, shard_options(st));
+  st.counts.reset();  // spill files and tables go
+  std::error_code ec;
+  fs::remove(st.cfg.output_dir + "/.spill-" + std::to_string(st.index), ec);  // if empty
   if (!r) {
     if (r.error().code() == errc::cancelled) return shard_fail(self, st, "stopped");
     return shard_fail(self, st, "shard " + std::to_string(st.index) + ": " + r.error().message());
@@ -214,7 +226,8 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       log_info("shard " + std::to_string(st->index) + "/" + std::to_string(cfg.shards) + ": " +
                mib(st->plan.bytes()) + " of input; " + r.to_string());
       if (cfg.opt.mode == pp::categorical_mode::hash) return run_pass2(self, *st);
-      auto c = pp::count_shard(st->inputs, st->plan, shard_options(*st));
+      std::string part = cfg.output_dir + "/" + pp::part_file_name(st->index);
+      auto c = pp::count_shard(st->inputs, st->plan, shard_options(*st), part);
       if (!c) {
         if (c.error().code() == errc::cancelled) return shard_fail(self, *st, "stopped");
         return shard_fail(self, *st, "shard " + std::to_string(st->index) + ": " + c.error().message());
@@ -223,7 +236,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       st->spills = c->spills;
       st->peak_table_bytes = c->peak_table_bytes;
       st->counts.emplace(std::move(*c));
-      st->vocab = std::make_unique<pp::vocabulary>();
+      st->prev_kept.fill(-1);
       auto v = st->svc->find_actor(vocab_actor);
       if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
       self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows);
@@ -242,20 +255,19 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       if (chunk->empty()) s.reset();
       return std::move(*chunk);
     },
-    [self, st](pp_vocab_atom, uint32_t column, const std::vector<char>& chunk) -> caf::result<bool> {
-      if (!st->vocab || column >= static_cast<uint32_t>(pp::sparse_columns) ||
-          !pp::add_vocab_chunk(st->vocab->columns[column], chunk)) {
-        shard_fail(self, *st, "corrupt vocabulary chunk for column " + std::to_string(column));
-        return caf::make_error(caf::sec::invalid_argument, "corrupt vocabulary chunk");
+    [self, st](pp_ids_atom, uint32_t column, int32_t oov_id,
+               const std::vector<char>& chunk) -> caf::result<bool> {
+      st->ids.clear();
+      if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 ||
+          !pp::decode_ids(chunk, st->prev_kept[column], st->ids)) {
+        shard_fail(self, *st, "corrupt id chunk for column " + std::to_string(column));
+        return caf::make_error(caf::sec::invalid_argument, "corrupt id chunk");
       }
+      st->counts->add_column_ids(static_cast<int>(column), st->ids.data(), st->ids.size());
+      st->counts->set_oov_id(static_cast<int>(column), oov_id);
       return true;
     },
-    [self, st](pp_go_atom) {
-      st->counts.reset();  // spill files and tables go
-      std::error_code ec;
-      fs::remove(st->cfg.output_dir + "/.spill-" + std::to_string(st->index), ec);  // if empty
-      run_pass2(self, *st);
-    },
+    [self, st](pp_go_atom) { run_pass2(self, *st); },
   };
 }
 
@@ -313,23 +325,27 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
     }
     auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
     if (!file) return vocab_fail(self, st, file.error().message());
-    std::vector<std::vector<char>> chunks(1);
-    auto stats = pp::merge_column(raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) {
-      file->add(s, n);
-      if (chunks.back().size() + s.size() + 2 > cfg.chunk_bytes) chunks.emplace_back();
-      pp::append_vocab_record(chunks.back(), s);
-    });
+    // Per shard: the id of each of its entries, delta-coded (vocabulary.hpp).
+    std::vector<std::vector<std::vector<char>>> chunks(cfg.shards, std::vector<std::vector<char>>(1));
+    std::vector<int32_t> prev(cfg.shards, -1);
+    auto stats = pp::merge_column_ids(
+        raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); },
+        [&](std::size_t i, int32_t id) {
+          auto& cs = chunks[i];
+          if (cs.back().size() + 5 > cfg.chunk_bytes) cs.emplace_back();
+          pp::append_id(cs.back(), id, prev[i]);
+        });
     if (!stats) return vocab_fail(self, st, stats.error().message());
     if (auto s = file->close(); !s.ok()) return vocab_fail(self, st, s.message());
-    // Broadcast, one acked chunk at a time per shard (bounded in flight).
+    // One acked chunk at a time per shard (bounded in flight).
     for (int i = 0; i < cfg.shards; ++i) {
-      for (auto& chunk : chunks) {
-        if (chunk.empty() && chunks.size() > 1) continue;
+      for (auto& chunk : chunks[i]) {
         std::string err;
-        blocking->request(shards[i], timeout, pp_vocab_atom::value, static_cast<uint32_t>(c), chunk)
+        blocking->request(shards[i], timeout, pp_ids_atom::value, static_cast<uint32_t>(c),
+                          static_cast<int32_t>(stats->kept), chunk)
             .receive([&](bool) {},
                      [&](caf::error& e) {
-                       err = "sending column " + std::to_string(c) + " vocabulary to " + who(i) + ": " +
+                       err = "sending column " + std::to_string(c) + " ids to " + who(i) + ": " +
                              self->system().render(e);
                      });
         if (!err.empty()) return vocab_fail(self, st, err);
@@ -427,12 +443,29 @@ void add_preprocess(registry& reg) {
   key("inputs", key_type::path_list, true, std::nullopt, "Criteo-format text files, in order");
   key("output_dir", key_type::string, false, std::string("preprocessed"),
       "where part-NNNNN.bin and vocab-CC.tsv go (relative to the topology file)");
-  key("categorical", key_type::string, false, std::string("vocab"),
-      "vocab (two passes, contiguous ids) or hash (one pass, FNV-1a mod hash_range)", {}, {},
-      {"vocab", "hash"});
+  {
+    // categorical = { mode = "vocab", min_count = 3 } | { mode = "hash", range = 10000000 };
+    // categorical = "hash" is { mode = "hash" }. The flat min_count / hash_range stay valid.
+    key_spec cat{"categorical", key_type::table, false, std::nullopt,
+                 "{ mode = \"vocab\", min_count = N } (two passes, contiguous ids) or { mode = \"hash\", range = N } "
+                 "(one pass, FNV-1a mod range); a plain \"vocab\" / \"hash\" is the mode",
+                 {}, {}, {}};
+    cat.shorthand = "mode";
+    cat.fields.push_back(key_spec{"mode", key_type::string, false, std::string("vocab"), "vocab or hash", {}, {},
+                                  {"vocab", "hash"}});
+    cat.fields.push_back(key_spec{"min_count", key_type::integer, false, std::nullopt,
+                                  "vocab: strings seen fewer times map to the OOV id (default 1)", 1.0, 4e18, {}});
+    cat.fields.back().only_with = {"mode", "vocab"};
+    cat.fields.back().alias_of = "min_count";
+    cat.fields.push_back(key_spec{"range", key_type::integer, false, std::nullopt,
+                                  "hash: ids in [0, range) (default 2^24)", 1.0, 2147483647.0, {}});
+    cat.fields.back().only_with = {"mode", "hash"};
+    cat.fields.back().alias_of = "hash_range";
+    job.keys.push_back(std::move(cat));
+  }
   key("min_count", key_type::integer, false, int64_t{1},
-      "vocab: strings seen fewer times map to the OOV id", 1.0, 4e18);
-  key("hash_range", key_type::integer, false, int64_t{1} << 24, "hash: ids in [0, hash_range)", 1.0,
+      "flat form of categorical.min_count", 1.0, 4e18);
+  key("hash_range", key_type::integer, false, int64_t{1} << 24, "flat form of categorical.range", 1.0,
       2147483647.0);
   key("malformed", key_type::string, false, std::string("skip"),
       "malformed lines: skip (count and report) or fail (stop at the first)", {}, {}, {"skip", "fail"});
@@ -462,7 +495,7 @@ void add_preprocess(registry& reg) {
           a.args.set("shard", static_cast<int64_t>(i));
           v.push_back(std::move(a));
         }
-        if (c.job.params.get_string("categorical", "vocab") == "vocab") {
+        if (c.job.params.get_string("categorical.mode", "vocab") == "vocab") {
           topology::actor_spec a;
           a.name = vocab_actor;
           a.type = "preprocess_vocab";

@@ -12,9 +12,14 @@
 #                1 node / 1 thread (taskset 1 core), 1 node / 2 threads,
 #                2 local nodes / 1 thread each; and hash mode, 1 node / 1 thread
 # Seconds are wall time of the whole command (process start, join, both
-# passes, writing). The pandas output is compared byte for byte with hetflow's
-# (same semantics). Prints a Markdown table. Environment: HETFLOW (binary,
-# default build/bin/hetflow), WORK (scratch, default /tmp/hetflow-bench-preprocess).
+# passes, writing): the median of REPEAT runs (default 3), each started when
+# the machine is quiet (/proc/stat idle >= 90% for a second, as
+# bench/transport/run.sh does). Above PANDAS_CHUNK_ABOVE rows (default
+# 2000000) pandas reads the file in chunks of 1M rows (two chunked passes;
+# one frame of 10M rows needs ~13 GB). The pandas output is compared byte for
+# byte with hetflow's (same semantics). Prints a Markdown table. Environment:
+# HETFLOW (binary, default build/bin/hetflow), WORK (scratch, default
+# /tmp/hetflow-bench-preprocess), REPEAT, PANDAS_CHUNK_ABOVE.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,6 +27,8 @@ HETFLOW=${HETFLOW:-$root/build/bin/hetflow}
 WORK=${WORK:-/tmp/hetflow-bench-preprocess}
 PY=/usr/bin/python3  # Debian's, with python3-pandas (the first python3 on PATH may lack it)
 MIN_COUNT=3
+REPEAT=${REPEAT:-3}
+PANDAS_CHUNK_ABOVE=${PANDAS_CHUNK_ABOVE:-2000000}
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(1000000 10000000)
 [[ -x "$HETFLOW" ]] || { echo "no hetflow binary at $HETFLOW (set HETFLOW)" >&2; exit 2; }
@@ -30,6 +37,23 @@ mkdir -p "$WORK"
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+source "$root/bench/lib.sh"  # wait_quiet (QUIET_MAX seconds, default 300)
+
+# timed CMD...: wall seconds of the median of REPEAT quiet runs
+timed() {
+  local t=() t0 t1 k
+  for ((k = 0; k < REPEAT; k++)); do
+    wait_quiet
+    t0=$(now)
+    "$@" || return 1
+    t1=$(now)
+    t+=("$(elapsed "$t0" "$t1")")
+  done
+  echo "$(median "${t[@]}") (runs: ${t[*]})" >>"$WORK/timings.log"
+  median "${t[@]}"
+}
 
 # topology NAME NODES PORT MODE PARALLELISM INPUT
 topology() {
@@ -45,9 +69,11 @@ topology() {
     echo 'kind = "preprocess"'
     echo "inputs = [\"$6\"]"
     echo "output_dir = \"$WORK/out-$1\""
-    echo "categorical = \"$4\""
-    echo "min_count = $MIN_COUNT"
-    echo "hash_range = 10000000"
+    if [[ $4 == vocab ]]; then
+      echo "categorical = { mode = \"vocab\", min_count = $MIN_COUNT }"
+    else
+      echo 'categorical = { mode = "hash", range = 10000000 }'
+    fi
     echo "parallelism = $5"
   } >"$f"
   echo "$f"
@@ -67,27 +93,25 @@ for rows in "${sizes[@]}"; do
   data="$WORK/criteo-$rows.tsv"
   [[ -f "$data" ]] || "$HETFLOW" gen-criteo --rows "$rows" --seed 1 --out "$data" 2>/dev/null
   cat "$data" >/dev/null
-  t0=$(now); cat "$data" >/dev/null; t1=$(now)
-  read_s=$(elapsed "$t0" "$t1")
+  read_s=$(timed sh -c "cat '$data' >/dev/null")
   READ_RATE=$(awk -v n="$rows" -v s="$read_s" 'BEGIN { print n / s }')
 
-  t0=$(now)
-  taskset -c 0 "$PY" "$here/pandas_preprocess.py" "$data" "$WORK/pandas-$rows.bin" --min-count $MIN_COUNT >"$WORK/pandas-$rows.log"
-  t1=$(now)
-  pandas_s=$(elapsed "$t0" "$t1")
+  chunk=()
+  (( rows > PANDAS_CHUNK_ABOVE )) && chunk=(--chunk-rows 1000000)
+  pandas_s=$(timed sh -c "taskset -c 0 '$PY' '$here/pandas_preprocess.py' '$data' '$WORK/pandas-$rows.bin' --min-count $MIN_COUNT ${chunk[*]} >'$WORK/pandas-$rows.log'")
   PANDAS_RATE=$(awk -v n="$rows" -v s="$pandas_s" 'BEGIN { print n / s }')
 
   PANDAS_RATE=$PANDAS_RATE rows_line "read floor (cat)" 1 "$read_s" "$rows"
-  rows_line "pandas 1.5 (vocab)" 1 "$pandas_s" "$rows"
+  rows_line "pandas 1.5 (vocab${chunk[*]:+, chunked})" 1 "$pandas_s" "$rows"
   run_one() {  # label cores nodes port mode parallelism [taskset cpus]
     local topo
     topo=$(topology "$5-$3n-$6t" "$3" "$4" "$5" "$6" "$data")
     local cmd=("$HETFLOW" run "$topo" --report "$topo.json")
     [[ -n "${7:-}" ]] && cmd=(taskset -c "$7" "${cmd[@]}")
-    t0=$(now)
-    "${cmd[@]}" >"$topo.log" 2>&1 || { cat "$topo.log" >&2; echo "hetflow run failed: $topo" >&2; exit 1; }
-    t1=$(now)
-    rows_line "$1" "$2" "$(elapsed "$t0" "$t1")" "$rows"
+    local secs
+    secs=$(timed sh -c "$(printf '%q ' "${cmd[@]}") >'$topo.log' 2>&1") ||
+      { cat "$topo.log" >&2; echo "hetflow run failed: $topo" >&2; exit 1; }
+    rows_line "$1" "$2" "$secs" "$rows"
   }
   run_one "hetflow vocab, 1 node x 1 thread" 1 1 7700 vocab 1 0
   run_one "hetflow vocab, 1 node x 2 threads" 2 1 7710 vocab 2

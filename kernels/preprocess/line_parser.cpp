@@ -81,37 +81,51 @@ bool valid_utf8(std::string_view s) noexcept {
 
 parse_error parse_criteo_line(std::string_view line, std::size_t max_field_bytes,
                               parsed_line& out) {
-  if (has_high_bit(line) && !valid_utf8(line)) return {malformed_kind::invalid_utf8, -1};
-  // One pass over the line for tabs, 16 bytes at a time (SSE2); the tail of
-  // the line (under 16 bytes) byte by byte, so we never read past it.
+  // One pass over the line for tabs and high bytes, 16 bytes at a time
+  // (SSE2); the tail of the line (under 16 bytes) byte by byte, so we never
+  // read past it. Only lines with a byte >= 0x80 are checked for UTF-8, and
+  // that check comes first whatever else is wrong (malformed.hpp's order).
   // Raw (uninitialised) bounds: a string_view array would be zeroed per line.
   struct field_ref {
     const char* at;
     std::size_t len;
   };
+  auto bad_utf8 = [&] { return has_high_bit(line) && !valid_utf8(line); };
   field_ref fields[criteo_fields];
   const char* p = line.data();
   const std::size_t size = line.size();
   std::size_t start = 0, i = 0;
   int n = 0;
   const __m128i tab = _mm_set1_epi8('\t');
+  __m128i high = _mm_setzero_si128();
+  unsigned tail_high = 0;
   for (; i + 16 <= size; i += 16) {
     __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    high = _mm_or_si128(high, v);
     unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, tab)));
     while (mask) {
       std::size_t at = i + static_cast<std::size_t>(__builtin_ctz(mask));
       mask &= mask - 1;
-      if (n == criteo_fields - 1) return {malformed_kind::field_count, -1};
+      if (n == criteo_fields - 1) {
+        if (bad_utf8()) return {malformed_kind::invalid_utf8, -1};
+        return {malformed_kind::field_count, -1};
+      }
       fields[n++] = {p + start, at - start};
       start = at + 1;
     }
   }
   for (; i < size; ++i) {
+    tail_high |= static_cast<unsigned char>(p[i]);
     if (p[i] != '\t') continue;
-    if (n == criteo_fields - 1) return {malformed_kind::field_count, -1};
+    if (n == criteo_fields - 1) {
+      if (bad_utf8()) return {malformed_kind::invalid_utf8, -1};
+      return {malformed_kind::field_count, -1};
+    }
     fields[n++] = {p + start, i - start};
     start = i + 1;
   }
+  if (((tail_high & 0x80) || _mm_movemask_epi8(high)) && !valid_utf8(line))
+    return {malformed_kind::invalid_utf8, -1};
   fields[n++] = {p + start, size - start};
   if (n != criteo_fields) return {malformed_kind::field_count, -1};
   for (int f = 0; f < criteo_fields; ++f) {

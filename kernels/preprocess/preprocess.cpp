@@ -207,12 +207,261 @@ std::string part_file_name(int index) {
 
 // ---- pass 1 --------------------------------------------------------------------
 
+namespace {
+
+// A count table's value: the count and the local id (order of first sight).
+// 8 bytes, so a slot is 24: the tables are the pass's main cache misses and
+// its main fresh memory. A count cannot pass 2^32 - 1: a column is spilled
+// once it has counted 2^31 rows (spill_rows), and one segment holds far
+// fewer (a good line is at least 40 bytes).
+struct local_count {
+  uint32_t count = 0;
+  uint32_t local = 0;
+};
+constexpr uint64_t spill_rows = uint64_t{1} << 31;
+using count_table = string_key_map<local_count>;
+
+// Marks a key slot of a row whose string is longer than small_key_max: lo is
+// its index in the block's long strings of that column (no real key has
+// length byte 0xfe).
+constexpr uint64_t long_key_hi = uint64_t{0xfe} << 56;
+
+// A sorted source of (string, count, local id).
+class local_source {
+public:
+  virtual ~local_source() = default;
+  virtual bool next(std::string_view& s, uint64_t& count, uint32_t& local) = 0;
+  virtual status error() const { return {}; }
+};
+
+// A count table sorted without building strings: small keys sort as
+// (bswap(lo), bswap(hi)) - bytes 0..14 big-endian, then the length - the same
+// order as the strings (shorter ones are zero-padded); long strings apart,
+// merged on the fly.
+class table_source final : public local_source {
+public:
+  explicit table_source(const count_table& m) {
+    small_.reserve(m.size());
+    for (const auto& sl : m.small_slots())
+      if (sl.key.hi != small_key_empty_hi)
+        small_.push_back({__builtin_bswap64(sl.key.lo), __builtin_bswap64(sl.key.hi), sl.value.count,
+                          sl.value.local});
+    std::sort(small_.begin(), small_.end(),
+              [](const sortable& x, const sortable& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; });
+    for (auto& [k, v] : m.long_entries()) long_.push_back({k, v.count, v.local});
+    std::sort(long_.begin(), long_.end(), [](const auto& x, const auto& y) { return x.s < y.s; });
+  }
+  bool next(std::string_view& s, uint64_t& count, uint32_t& local) override {
+    if (i_ < small_.size()) {
+      const sortable& e = small_[i_];
+      small_key k{__builtin_bswap64(e.a), __builtin_bswap64(e.b)};
+      std::string_view v(buf_, small_key_bytes(k, buf_));
+      if (j_ < long_.size() && std::string_view(long_[j_].s) < v) return take_long(s, count, local);
+      s = v;
+      count = e.count;
+      local = e.local;
+      ++i_;
+      return true;
+    }
+    if (j_ < long_.size()) return take_long(s, count, local);
+    std::vector<sortable>().swap(small_);  // release as soon as consumed
+    std::vector<long_entry>().swap(long_);
+    return false;
+  }
+  std::size_t size() const noexcept { return small_.size() + long_.size(); }
+
+private:
+  struct sortable {
+    uint64_t a, b, count;
+    uint32_t local;
+  };
+  struct long_entry {
+    std::string s;
+    uint64_t count;
+    uint32_t local;
+  };
+  bool take_long(std::string_view& s, uint64_t& count, uint32_t& local) {
+    s = long_[j_].s;
+    count = long_[j_].count;
+    local = long_[j_].local;
+    ++j_;
+    return true;
+  }
+  std::vector<sortable> small_;
+  std::vector<long_entry> long_;
+  std::size_t i_ = 0, j_ = 0;
+  char buf_[16];
+};
+
+// Spilled run files: u16 length | bytes | u64 count | u32 local id.
+status write_local_run(const std::string& path, local_source& src) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return make_error(errc::io_error, "cannot create spill file " + path);
+  std::vector<char> buf;
+  buf.reserve((1 << 20) + 128);
+  bool ok = true;
+  std::string_view s;
+  uint64_t count;
+  uint32_t local;
+  while (src.next(s, count, local)) {
+    uint16_t len = static_cast<uint16_t>(s.size());
+    std::size_t at = buf.size();
+    buf.resize(at + 14 + s.size());
+    std::memcpy(buf.data() + at, &len, 2);
+    std::memcpy(buf.data() + at + 2, s.data(), s.size());
+    std::memcpy(buf.data() + at + 2 + s.size(), &count, 8);
+    std::memcpy(buf.data() + at + 10 + s.size(), &local, 4);
+    if (buf.size() >= (1 << 20)) {
+      ok = ok && std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
+      buf.clear();
+    }
+  }
+  ok = ok && std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) return make_error(errc::io_error, "cannot write spill file " + path + " (disk full?)");
+  return {};
+}
+
+class run_source final : public local_source {
+public:
+  explicit run_source(std::string path) : path_(std::move(path)) {
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) err_ = make_error(errc::io_error, "cannot open spill file " + path_);
+    else std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
+  }
+  ~run_source() override {
+    if (f_) std::fclose(f_);
+  }
+  bool next(std::string_view& s, uint64_t& count, uint32_t& local) override {
+    if (!f_ || !err_.ok()) return false;
+    uint16_t len;
+    std::size_t got = std::fread(&len, 1, 2, f_);
+    if (got == 0 && std::feof(f_)) return false;
+    buf_.resize(len);
+    if (got != 2 || std::fread(buf_.data(), 1, len, f_) != len || std::fread(&count, 1, 8, f_) != 8 ||
+        std::fread(&local, 1, 4, f_) != 4) {
+      err_ = make_error(errc::io_error, "spill file " + path_ + " is truncated");
+      return false;
+    }
+    s = std::string_view(buf_.data(), len);
+    return true;
+  }
+  status error() const override { return err_; }
+
+private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  std::vector<char> buf_;
+  status err_;
+};
+
+// What column_stream() hands out for a column and what finish_shard() needs.
+struct column_ids {
+  std::vector<uint32_t> owner;  // local id -> index of its entry in the column's stream
+  uint64_t entries = 0;         // entries the stream yielded
+  bool streamed = false;        // the stream reached its end
+  std::vector<int32_t> ids;     // entry -> id (-1 = OOV), from the merge
+  int32_t oov = -1;
+};
+
+// A column's sources merged (summing equal strings), noting each local id's entry.
+class column_stream_impl final : public count_stream {
+public:
+  column_stream_impl(std::vector<std::unique_ptr<local_source>> src, column_ids& ids)
+      : src_(std::move(src)), ids_(ids), cur_(src_.size()) {
+    if (src_.size() > 1)
+      for (std::size_t i = 0; i < src_.size(); ++i) advance(i);
+  }
+  bool next(std::string_view& s, uint64_t& count) override {
+    uint32_t local;
+    if (src_.size() == 1) {
+      if (!src_[0]->next(s, count, local)) return end();
+      note(local);
+      ++ids_.entries;
+      return true;
+    }
+    if (heap_.empty()) return end();
+    std::pop_heap(heap_.begin(), heap_.end(), greater{&cur_});
+    std::size_t i = heap_.back();
+    heap_.pop_back();
+    out_.swap(cur_[i].s);
+    uint64_t total = cur_[i].count;
+    note(cur_[i].local);
+    advance(i);
+    while (!heap_.empty() && cur_[heap_.front()].s == out_) {
+      std::pop_heap(heap_.begin(), heap_.end(), greater{&cur_});
+      std::size_t j = heap_.back();
+      heap_.pop_back();
+      total += cur_[j].count;
+      note(cur_[j].local);
+      advance(j);
+    }
+    ++ids_.entries;
+    s = out_;
+    count = total;
+    return true;
+  }
+  status error() const override {
+    if (!err_.ok()) return err_;
+    for (auto& in : src_)
+      if (auto e = in->error(); !e.ok()) return e;
+    return {};
+  }
+
+private:
+  struct head {
+    std::string s;
+    uint64_t count = 0;
+    uint32_t local = 0;
+  };
+  struct greater {
+    const std::vector<head>* cur;
+    bool operator()(std::size_t a, std::size_t b) const {
+      int c = (*cur)[a].s.compare((*cur)[b].s);
+      return c != 0 ? c > 0 : a > b;
+    }
+  };
+  bool end() {
+    if (error().ok()) ids_.streamed = true;
+    return false;
+  }
+  void note(uint32_t local) {
+    if (local < ids_.owner.size()) ids_.owner[local] = static_cast<uint32_t>(ids_.entries);
+    else err_ = make_error(errc::internal, "a local id out of range in a count stream");
+  }
+  void advance(std::size_t i) {
+    std::string_view s;
+    if (src_[i]->next(s, cur_[i].count, cur_[i].local)) {
+      cur_[i].s.assign(s);
+      heap_.push_back(i);
+      std::push_heap(heap_.begin(), heap_.end(), greater{&cur_});
+    }
+  }
+  std::vector<std::unique_ptr<local_source>> src_;
+  column_ids& ids_;
+  std::vector<head> cur_;
+  std::vector<std::size_t> heap_;
+  std::string out_;
+  status err_;
+};
+
+}  // namespace
+
 struct shard_counts::impl {
-  std::array<string_key_map<uint64_t>, sparse_columns> tables;
+  std::array<count_table, sparse_columns> tables;
+  std::array<uint32_t, sparse_columns> next_local{};
+  std::array<uint64_t, sparse_columns> rows_in_table{};  // rows counted since the last spill
   std::array<std::vector<std::string>, sparse_columns> runs;  // spilled run files
-  std::array<std::optional<count_entries>, sparse_columns> sorted;  // tables, sorted at the end
+  std::array<std::unique_ptr<table_source>, sparse_columns> sorted;  // tables, sorted at the end
+  std::array<column_ids, sparse_columns> ids;
   std::string spill_dir;
   int spill_seq = 0;
+  // Staged pass 1.
+  std::string staged_path;  // the part file; records in staged_path + ".tmp"
+  int fd = -1;
+  shard_result staged;  // rows, lines, bytes, malformed; seconds = pass 1
+  int dop = 1;
+  bool finished = false;
 
   uint64_t table_bytes() const {
     uint64_t b = 0;
@@ -229,9 +478,10 @@ struct shard_counts::impl {
     char name[64];
     std::snprintf(name, sizeof name, "/c%02d-%06d.run", c, spill_seq++);
     std::string path = spill_dir + name;
-    auto entries = sorted_entries(tables[c]);
+    table_source src(tables[c]);
     tables[c].clear_and_release();
-    if (auto s = write_run_file(path, entries); !s.ok()) return s;
+    rows_in_table[c] = 0;
+    if (auto s = write_local_run(path, src); !s.ok()) return s;
     runs[c].push_back(path);
     return {};
   }
@@ -256,6 +506,10 @@ struct shard_counts::impl {
     std::error_code ec;
     for (auto& rs : runs)
       for (auto& r : rs) fs::remove(r, ec);
+    if (fd >= 0) {
+      ::close(fd);
+      if (!finished) ::unlink((staged_path + ".tmp").c_str());
+    }
   }
 };
 
@@ -265,20 +519,23 @@ shard_counts::shard_counts(shard_counts&&) noexcept = default;
 shard_counts& shard_counts::operator=(shard_counts&&) noexcept = default;
 
 std::unique_ptr<count_stream> shard_counts::column_stream(int c) {
-  std::vector<std::unique_ptr<count_stream>> parts;
-  for (auto& r : impl_->runs[c]) parts.push_back(file_stream(r));
-  count_entries rest;
-  if (impl_->sorted[c]) {
-    rest = std::move(*impl_->sorted[c]);
-    impl_->sorted[c].reset();
-  } else {
-    rest = sorted_entries(impl_->tables[c]);
-  }
+  std::vector<std::unique_ptr<local_source>> parts;
+  for (auto& r : impl_->runs[c]) parts.push_back(std::make_unique<run_source>(r));
+  if (impl_->sorted[c]) parts.push_back(std::move(impl_->sorted[c]));
+  else parts.push_back(std::make_unique<table_source>(impl_->tables[c]));
   impl_->tables[c].clear_and_release();
-  parts.push_back(memory_stream(std::move(rest)));
-  if (parts.size() == 1) return std::move(parts[0]);
-  return merged_stream(std::move(parts));
+  auto& ids = impl_->ids[c];
+  ids.owner.assign(impl_->next_local[c], 0);
+  ids.entries = 0;
+  ids.streamed = false;
+  return std::make_unique<column_stream_impl>(std::move(parts), ids);
 }
+
+void shard_counts::add_column_ids(int c, const int32_t* ids, std::size_t n) {
+  impl_->ids[c].ids.insert(impl_->ids[c].ids.end(), ids, ids + n);
+}
+
+void shard_counts::set_oov_id(int c, int32_t oov_id) { impl_->ids[c].oov = oov_id; }
 
 namespace {
 
@@ -286,17 +543,63 @@ struct count_block_result {
   uint64_t lines = 0;
   uint64_t good = 0;
   std::vector<hit> hits;
-  std::array<std::vector<small_key>, sparse_columns> small;
+  std::vector<criteo_record> records;
+  // Per column, one key per good row (long strings: long_key_hi + index).
+  std::array<std::vector<small_key>, sparse_columns> keys;
   std::array<std::vector<std::string_view>, sparse_columns> longs;
+  status written;  // staging: the pwrite of `records`
 };
+
+status write_at(int fd, const void* data, std::size_t n, uint64_t off, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return make_error(errc::io_error, "cannot write " + path + ": " + std::strerror(errno));
+    }
+    p += w;
+    off += static_cast<uint64_t>(w);
+    n -= static_cast<std::size_t>(w);
+  }
+  return {};
+}
+
+status read_at(int fd, void* data, std::size_t n, uint64_t off, const std::string& path) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return make_error(errc::io_error, "cannot read " + path + (r < 0 ? std::string(": ") + std::strerror(errno) : " (truncated)"));
+    p += r;
+    off += static_cast<uint64_t>(r);
+    n -= static_cast<std::size_t>(r);
+  }
+  return {};
+}
+
+// Label and dense fields of a parsed line.
+inline void fill_dense(const parsed_line& pl, criteo_record& rec, const dense_table& lut) noexcept {
+  rec.label = pl.label;
+  for (int j = 0; j < dense_columns; ++j) rec.dense[j] = dense_value(pl.dense[j], lut);
+}
 
 }  // namespace
 
 expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
-                                   const preprocess_options& opt) {
+                                   const preprocess_options& opt, const std::string& staged_path) {
   auto t0 = clock_type::now();
   shard_counts out;
-  out.impl_->spill_dir = opt.spill_dir;
+  auto& im = *out.impl_;
+  im.spill_dir = opt.spill_dir;
+  const bool staging = !staged_path.empty();
+  std::string tmp;
+  if (staging) {
+    im.staged_path = staged_path;
+    tmp = staged_path + ".tmp";
+    im.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (im.fd < 0) return make_error(errc::io_error, "cannot create " + tmp + ": " + std::strerror(errno));
+  }
   std::vector<piece_info> pieces;
   auto blocks = cut_blocks(in, shard, pieces, opt.block_bytes);
   uint64_t total_bytes = 0;
@@ -304,71 +607,119 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
 
   uint64_t cap = opt.memory_cap;
   if (cap == 0) cap = std::max<uint64_t>(uint64_t{64} << 20, probe_resources().free_memory() / 2);
-  // A block's parsed keys take about 3.5x its bytes; blocks_per_worker at once.
-  dop_governor gov(opt, opt.block_bytes * 5 * blocks_per_worker);
+  // A block's records and keys take about 3x its bytes; blocks_per_worker at once.
+  dop_governor gov(opt, opt.block_bytes * 4 * blocks_per_worker);
   malformed_sink sink(pieces, opt);
+  const dense_table& lut = dense_lut();
   std::vector<count_block_result> res;
-  uint64_t done_bytes = 0;
+  std::vector<uint64_t> offsets;
+  uint64_t done_bytes = 0, file_bytes = 0;
   std::size_t next = 0;
+  int dop = gov.current();
   while (next < blocks.size()) {
     if (opt.stop && opt.stop->load()) return stopped();
-    int dop = gov.update();
+    dop = gov.update();
     std::size_t seg = std::min(blocks.size() - next, static_cast<std::size_t>(dop * blocks_per_worker));
     res.resize(seg);
     tbb::task_arena arena(dop);
     arena.execute([&] {
       tbb::parallel_for(std::size_t{0}, seg, [&](std::size_t i) {
         auto& r = res[i];
+        const block& b = blocks[next + i];
         r.lines = r.good = 0;
         r.hits.clear();
-        for (auto& v : r.small) v.clear();
+        r.records.clear();
+        const std::size_t expect = (b.end - b.begin) / 200 + 16;
+        r.records.reserve(expect);
+        for (auto& v : r.keys) {
+          v.clear();
+          v.reserve(expect);
+        }
         for (auto& v : r.longs) v.clear();
         parsed_line pl;
-        const block& b = blocks[next + i];
         r.lines = for_each_line(b, [&](std::string_view line, uint64_t idx, bool truncated) {
           auto e = check_line(line, truncated, opt.max_field_bytes, pl);
           if (e) {
-            // Details are computed in pass 2; pass 1 only needs them to fail.
             hit h{idx, e.kind, {}};
-            if (opt.policy == malformed_policy::fail) h.detail = describe_parse_error(line, e);
+            if (r.hits.size() < opt.max_examples || opt.policy == malformed_policy::fail)
+              h.detail = describe_parse_error(line, e);
             r.hits.push_back(std::move(h));
             return;
           }
           ++r.good;
+          fill_dense(pl, r.records.emplace_back(), lut);
           for (int c = 0; c < sparse_columns; ++c) {
             std::string_view s = pl.sparse[c];
-            if (s.size() <= small_key_max) r.small[c].push_back(make_small_key(s));
-            else r.longs[c].push_back(s);
+            if (s.size() <= small_key_max) {
+              r.keys[c].push_back(make_small_key(s));
+            } else {
+              r.keys[c].push_back(small_key{r.longs[c].size(), long_key_hi});
+              r.longs[c].push_back(s);
+            }
           }
         });
       });
+      // One task per column: count, and put the local id into the records.
       tbb::parallel_for(0, sparse_columns, [&](int c) {
-        auto& t = out.impl_->tables[c];
+        auto& t = im.tables[c];
+        uint32_t next_local = im.next_local[c];
         for (std::size_t i = 0; i < seg; ++i) {
-          const auto& keys = res[i].small[c];
+          const auto& keys = res[i].keys[c];
+          const auto& longs = res[i].longs[c];
+          criteo_record* recs = res[i].records.data();
           const std::size_t nk = keys.size();
           for (std::size_t k = 0; k < nk; ++k) {
-            if (k + 8 < nk) t.prefetch(keys[k + 8]);
-            ++t[keys[k]];
-          }
-          for (auto s : res[i].longs[c]) {
-            auto& cnt = t[s];
-            if (cnt == 0) t.note_long_bytes(s.size());
-            ++cnt;
+            if (k + 24 < nk) t.prefetch(keys[k + 24]);
+            local_count* v;
+            if (keys[k].hi == long_key_hi) {
+              std::string_view s = longs[keys[k].lo];
+              v = &t[s];
+              if (v->count == 0) t.note_long_bytes(s.size());
+            } else {
+              v = &t[keys[k]];
+            }
+            if (v->count++ == 0) v->local = next_local++;
+            recs[k].sparse[c] = static_cast<int32_t>(v->local);
           }
         }
+        im.next_local[c] = next_local;
       });
-    });
-    for (std::size_t i = 0; i < seg; ++i) {
-      if (opt.policy == malformed_policy::fail) {
-        if (auto s = sink.take(blocks[next + i], res[i].lines, res[i].hits); !s.ok()) return s;
+      if (staging) {
+        offsets.resize(seg);
+        for (std::size_t i = 0; i < seg; ++i) {
+          offsets[i] = file_bytes;
+          file_bytes += res[i].records.size() * sizeof(criteo_record);
+        }
+        tbb::parallel_for(std::size_t{0}, seg, [&](std::size_t i) {
+          auto& recs = res[i].records;
+          res[i].written = write_at(im.fd, recs.data(), recs.size() * sizeof(criteo_record), offsets[i], tmp);
+        });
       }
+    });
+    uint64_t seg_good = 0;
+    for (std::size_t i = 0; i < seg; ++i) {
+      seg_good += res[i].good;
+      if (!res[i].written.ok()) return res[i].written;
+      if (auto s = sink.take(blocks[next + i], res[i].lines, res[i].hits); !s.ok()) return s;
       out.rows += res[i].good;
+      im.staged.lines += res[i].lines;
       done_bytes += blocks[next + i].end - blocks[next + i].begin;
     }
     next += seg;
-    out.peak_table_bytes = std::max<uint64_t>(out.peak_table_bytes, out.impl_->table_bytes());
-    if (auto s = out.impl_->enforce_cap(cap, out.spills); !s.ok()) return s;
+    for (int c = 0; c < sparse_columns; ++c)
+      if (im.next_local[c] > (uint32_t{1} << 31))
+        return make_error(errc::out_of_memory,
+                          "column C" + std::to_string(c + 1) +
+                              " has more than 2^31 distinct strings in one shard; use more nodes or hash mode");
+    out.peak_table_bytes = std::max<uint64_t>(out.peak_table_bytes, im.table_bytes());
+    for (int c = 0; c < sparse_columns; ++c) {
+      im.rows_in_table[c] += seg_good;
+      if (im.rows_in_table[c] >= spill_rows) {
+        if (auto s = im.spill_column(c); !s.ok()) return s;
+        ++out.spills;
+      }
+    }
+    if (auto s = im.enforce_cap(cap, out.spills); !s.ok()) return s;
     if (opt.on_progress) {
       preprocess_progress p;
       p.pass = "count";
@@ -377,7 +728,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       p.rows = out.rows;
       p.parallelism = dop;
       p.memory = current_rss();
-      p.table_bytes = out.impl_->table_bytes();
+      p.table_bytes = im.table_bytes();
       opt.on_progress(p);
     }
   }
@@ -386,12 +737,106 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
     tbb::task_arena arena(gov.update());
     arena.execute([&] {
       tbb::parallel_for(0, sparse_columns, [&](int c) {
-        out.impl_->sorted[c] = sorted_entries(out.impl_->tables[c]);
-        out.impl_->tables[c].clear_and_release();
+        im.sorted[c] = std::make_unique<table_source>(im.tables[c]);
+        im.tables[c].clear_and_release();
       });
     });
   }
+  im.staged.rows = out.rows;
+  im.staged.bytes = done_bytes;
+  im.staged.malformed = std::move(sink.report);
+  im.dop = dop;
   out.seconds = seconds_since(t0);
+  return out;
+}
+
+expected<shard_result> finish_shard(shard_counts& counts, const preprocess_options& opt) {
+  auto t0 = clock_type::now();
+  auto& im = *counts.impl_;
+  if (im.fd < 0 || im.finished)
+    return make_error(errc::invalid_argument, "finish_shard needs a staged count_shard, once");
+  const std::string tmp = im.staged_path + ".tmp";
+  // Local id -> id, per column (in place of the owner arrays).
+  std::array<const int32_t*, sparse_columns> map{};
+  std::array<std::vector<int32_t>, sparse_columns> maps;
+  for (int c = 0; c < sparse_columns; ++c) {
+    auto& ci = im.ids[c];
+    if (!ci.streamed || ci.ids.size() != ci.entries || ci.oov < 0)
+      return make_error(errc::internal, "column C" + std::to_string(c + 1) + ": got " +
+                                            std::to_string(ci.ids.size()) + " ids for " +
+                                            std::to_string(ci.entries) + " vocabulary entries");
+    std::vector<int32_t>& m = maps[c];
+    m.resize(ci.owner.size());
+    for (std::size_t l = 0; l < ci.owner.size(); ++l) {
+      int32_t id = ci.ids[ci.owner[l]];
+      if (id >= ci.oov) return make_error(errc::internal, "an id past the OOV id in column C" + std::to_string(c + 1));
+      m[l] = id < 0 ? ci.oov : id;
+    }
+    std::vector<uint32_t>().swap(ci.owner);
+    std::vector<int32_t>().swap(ci.ids);
+    map[c] = m.data();
+  }
+  // Remap the staged records in place, chunk by chunk, in parallel.
+  const uint64_t nrec = im.staged.rows;
+  constexpr uint64_t chunk_records = (1u << 20) / sizeof(criteo_record);
+  const uint64_t chunks = (nrec + chunk_records - 1) / chunk_records;
+  dop_governor gov(opt, 2 * chunk_records * sizeof(criteo_record));
+  int dop = im.dop;
+  std::vector<std::vector<criteo_record>> bufs;
+  std::vector<status> errs;
+  uint64_t next = 0;
+  while (next < chunks) {
+    if (opt.stop && opt.stop->load()) return stopped();
+    dop = gov.update();
+    uint64_t seg = std::min<uint64_t>(chunks - next, static_cast<uint64_t>(dop) * 8);
+    bufs.resize(seg);
+    errs.assign(seg, status{});
+    tbb::task_arena arena(dop);
+    arena.execute([&] {
+      tbb::parallel_for(uint64_t{0}, seg, [&](uint64_t k) {
+        uint64_t first = (next + k) * chunk_records;
+        uint64_t n = std::min(chunk_records, nrec - first);
+        auto& buf = bufs[k];
+        buf.resize(n);
+        uint64_t off = first * sizeof(criteo_record);
+        if (auto s = read_at(im.fd, buf.data(), n * sizeof(criteo_record), off, tmp); !s.ok()) {
+          errs[k] = s;
+          return;
+        }
+        for (uint64_t r = 0; r < n; ++r) {
+          int32_t* sp = buf[r].sparse;
+          for (int c = 0; c < sparse_columns; ++c) sp[c] = map[c][static_cast<uint32_t>(sp[c])];
+        }
+        errs[k] = write_at(im.fd, buf.data(), n * sizeof(criteo_record), off, tmp);
+      });
+    });
+    for (auto& e : errs)
+      if (!e.ok()) return e;
+    next += seg;
+    if (opt.on_progress) {
+      preprocess_progress p;
+      p.pass = "apply";
+      p.bytes_done = next >= chunks ? im.staged.bytes : im.staged.bytes * next / chunks;
+      p.bytes_total = im.staged.bytes;
+      p.rows = std::min(nrec, next * chunk_records);
+      p.parallelism = dop;
+      p.memory = current_rss();
+      opt.on_progress(p);
+    }
+  }
+  int fd = std::exchange(im.fd, -1);
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return make_error(errc::io_error, "cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), im.staged_path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return make_error(errc::io_error, "cannot rename " + tmp + " to " + im.staged_path + ": " + std::strerror(errno));
+  }
+  im.finished = true;
+  shard_result out = std::move(im.staged);
+  out.seconds = seconds_since(t0);
+  out.parallelism = dop;
   return out;
 }
 
@@ -403,20 +848,13 @@ struct apply_block_result {
   uint64_t lines = 0;
   std::vector<hit> hits;
   std::vector<criteo_record> records;
+  status written;
 };
 
-status write_all(int fd, const void* data, std::size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return make_error(errc::io_error, "cannot write " + path + ": " + std::strerror(errno));
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return {};
+inline uint64_t fnv1a64_8(const char* p) noexcept {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int k = 0; k < 8; ++k) h = (h ^ static_cast<unsigned char>(p[k])) * 0x100000001b3ull;
+  return h;
 }
 
 }  // namespace
@@ -448,6 +886,9 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
   dop_governor gov(opt, opt.block_bytes * 3 * blocks_per_worker);
   malformed_sink sink(pieces, opt);
   std::vector<apply_block_result> res;
+  std::vector<uint64_t> offsets;
+  uint64_t file_bytes = 0;
+  const range_reducer reduce(opt.hash_range ? opt.hash_range : 1);
   std::size_t next = 0;
   int dop = gov.current();
   while (next < blocks.size()) {
@@ -462,7 +903,7 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
         const block& b = blocks[next + i];
         r.hits.clear();
         r.records.clear();
-        r.records.reserve((b.end - b.begin) / 64 + 16);
+        r.records.reserve((b.end - b.begin) / 200 + 16);
         parsed_line pl;
         r.lines = for_each_line(b, [&](std::string_view line, uint64_t idx, bool truncated) {
           auto e = check_line(line, truncated, opt.max_field_bytes, pl);
@@ -489,17 +930,32 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
               rec.sparse[c] = pl.sparse[c].size() <= small_key_max ? vocab->columns[c].lookup(keys[c])
                                                                    : vocab->columns[c].lookup(pl.sparse[c]);
           } else {
-            for (int c = 0; c < sparse_columns; ++c) rec.sparse[c] = hash_id(pl.sparse[c], opt.hash_range);
+            // = hash_id(s, range): FNV-1a with 8-byte strings (Criteo's)
+            // unrolled so the 26 columns' multiply chains overlap, and the
+            // modulo without a division.
+            for (int c = 0; c < sparse_columns; ++c) {
+              std::string_view s = pl.sparse[c];
+              rec.sparse[c] = static_cast<int32_t>(reduce(s.size() == 8 ? fnv1a64_8(s.data()) : fnv1a64(s)));
+            }
           }
         });
+      });
+      // Records at their offsets, in parallel (page-cache copies).
+      offsets.resize(seg);
+      for (std::size_t i = 0; i < seg; ++i) {
+        offsets[i] = file_bytes;
+        file_bytes += res[i].records.size() * sizeof(criteo_record);
+      }
+      tbb::parallel_for(std::size_t{0}, seg, [&](std::size_t i) {
+        auto& recs = res[i].records;
+        res[i].written = write_at(fd, recs.data(), recs.size() * sizeof(criteo_record), offsets[i], tmp);
       });
     });
     for (std::size_t i = 0; i < seg; ++i) {
       const block& b = blocks[next + i];
+      if (!res[i].written.ok()) return fail(res[i].written);
       if (auto s = sink.take(b, res[i].lines, res[i].hits); !s.ok()) return fail(s);
       auto& recs = res[i].records;
-      if (auto s = write_all(fd, recs.data(), recs.size() * sizeof(criteo_record), tmp); !s.ok())
-        return fail(s);
       out.rows += recs.size();
       out.lines += res[i].lines;
       out.bytes += b.end - b.begin;
@@ -582,18 +1038,17 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
   auto plan = plan_shards(in->sizes(), shards);
   local_result out;
   out.parts = static_cast<int>(plan.size());
-  std::unique_ptr<vocabulary> vocab;
   if (opt_in.mode == categorical_mode::vocab) {
     std::vector<shard_counts> counts;
     for (std::size_t i = 0; i < plan.size(); ++i) {
       preprocess_options opt = opt_in;
       if (opt.spill_dir.empty()) opt.spill_dir = output_dir + "/.spill";
       opt.spill_dir += "/shard-" + std::to_string(i);
-      auto c = count_shard(*in, plan[i], opt);
+      auto c = count_shard(*in, plan[i], opt, output_dir + "/" + part_file_name(static_cast<int>(i)));
       if (!c) return c.error();
       counts.push_back(std::move(*c));
     }
-    vocab = std::make_unique<vocabulary>();
+    std::vector<std::vector<int32_t>> ids(plan.size());
     for (int c = 0; c < sparse_columns; ++c) {
       std::vector<std::unique_ptr<count_stream>> streams;
       std::vector<count_stream*> raw;
@@ -603,25 +1058,35 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
       }
       auto w = vocab_file_writer::open(output_dir, c);
       if (!w) return w.error();
-      auto& col = vocab->columns[c];
-      auto st = merge_column(raw, opt_in.min_count, [&](std::string_view s, uint64_t n) {
-        col.add(s);
-        w->add(s, n);
-      });
+      auto st = merge_column_ids(
+          raw, opt_in.min_count, [&](std::string_view s, uint64_t n) { w->add(s, n); },
+          [&](std::size_t i, int32_t id) { ids[i].push_back(id); });
       if (!st) return st.error();
       if (auto s = w->close(); !s.ok()) return s;
+      for (std::size_t i = 0; i < plan.size(); ++i) {
+        counts[i].add_column_ids(c, ids[i].data(), ids[i].size());
+        counts[i].set_oov_id(c, static_cast<int32_t>(st->kept));
+        ids[i].clear();
+      }
       out.columns[c] = *st;
+    }
+    for (auto& sc : counts) {
+      auto r = finish_shard(sc, opt_in);
+      if (!r) return r.error();
+      out.rows += r->rows;
+      out.malformed.merge(r->malformed, opt_in.max_examples);
     }
     counts.clear();  // removes the run files
     std::string spill_root = opt_in.spill_dir.empty() ? output_dir + "/.spill" : opt_in.spill_dir;
     for (std::size_t i = 0; i < plan.size(); ++i) fs::remove(spill_root + "/shard-" + std::to_string(i), ec);
     if (opt_in.spill_dir.empty()) fs::remove(spill_root, ec);
-  }
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    auto r = apply_shard(*in, plan[i], vocab.get(), output_dir + "/" + part_file_name(static_cast<int>(i)), opt_in);
-    if (!r) return r.error();
-    out.rows += r->rows;
-    out.malformed.merge(r->malformed, opt_in.max_examples);
+  } else {
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      auto r = apply_shard(*in, plan[i], nullptr, output_dir + "/" + part_file_name(static_cast<int>(i)), opt_in);
+      if (!r) return r.error();
+      out.rows += r->rows;
+      out.malformed.merge(r->malformed, opt_in.max_examples);
+    }
   }
   out.seconds = seconds_since(t0);
   return out;

@@ -1,15 +1,28 @@
 // preprocess: Criteo text -> packed records, one shard at a time (no CAF).
 //
-//   vocab mode:  pass 1  count_shard()      per shard, parallel inside (oneTBB)
-//                merge   merge_column()     across shards (vocabulary.hpp)
-//                pass 2  apply_shard()      writes the shard's part file
+//   vocab mode:  pass 1  count_shard()      per shard, parallel inside (oneTBB):
+//                                           counts, and writes staged records
+//                merge   merge_column_ids() across shards (vocabulary.hpp)
+//                pass 2  finish_shard()     maps the staged records' ids in place
 //   hash mode:   apply_shard() only (one pass)
 //
 // Inside a shard the work goes in segments of a few blocks per worker:
 //
-//   blocks (1 MiB, line-aligned) --parallel parse--> per-block results
+//   blocks (1 MiB, line-aligned) --parallel parse--> per-block records + keys
 //        --pass 1: per-column insert, one task per column (no locks)
-//        --pass 2: records written in block order (input order)
+//        --records written at their offsets (input order)
+//
+// Staged records (vocab mode). Pass 1 parses every line exactly once: it
+// writes each good row's final record (label, dense) to the part file's .tmp,
+// with, in place of each sparse id, the string's *local id*: a per-shard,
+// per-column number handed out in order of first sight in the count table
+// (a string spilled and seen again gets a second local id; both map to its
+// id). The column's sorted count stream (column_stream) records, for each
+// local id, which of its entries it belongs to; the merge says which id each
+// entry got (set through add_column_ids); pass 2 is then an array lookup per
+// field over the .tmp file - no text, no strings, no hashing - and renames it.
+// Local ids are exact (table slots compare whole strings), so no hash
+// collision can change an id.
 //
 // Between segments the resources are probed again (every 0.5 s at most) and
 // the arena's degree of parallelism follows what is free. The stop flag is
@@ -17,10 +30,12 @@
 //
 // Memory cap (pass 1): the count tables of a shard stay under `memory_cap`;
 // when they grow past it, the largest columns are sorted and spilled to run
-// files (count_stream.hpp format) until half the cap is free. At the end each
-// column is one merged sorted stream (spilled runs + what is left in memory),
-// so cardinality costs disk, not memory. The cap is soft by about the size of
-// the column being spilled (sorting copies its entries).
+// files (u16 length | bytes | u64 count | u32 local id) until half the cap is
+// free. At the end each column is one merged sorted stream (spilled runs +
+// what is left in memory), so cardinality costs disk, not memory. The cap is
+// soft by about the size of the column being spilled (sorting copies its
+// entries). Outside the cap: 4 bytes per local id and per distinct string
+// (the id map of pass 2), and the staged records live in the page cache.
 #pragma once
 
 #include <array>
@@ -82,8 +97,15 @@ public:
   shard_counts& operator=(shard_counts&&) noexcept;
 
   // Column c's counts as one sorted stream. Call at most once per column; it
-  // hands over the column's memory and run files.
+  // hands over the column's memory and run files. The stream refers to this
+  // object (it notes which entry each local id belongs to): keep it alive.
   std::unique_ptr<count_stream> column_stream(int c);
+
+  // Staged pass 1 only: the ids of column c's stream entries, in stream order
+  // (-1 = OOV), in as many calls as convenient, and the column's OOV id.
+  // finish_shard() checks that every entry of every column got one.
+  void add_column_ids(int c, const int32_t* ids, std::size_t n);
+  void set_oov_id(int c, int32_t oov_id);
 
   uint64_t rows = 0;         // good lines counted
   uint64_t spills = 0;       // run files written
@@ -94,8 +116,11 @@ public:
   std::unique_ptr<impl> impl_;
 };
 
+// Pass 1. With `staged_path` it also writes the shard's staged records to
+// staged_path + ".tmp" and gathers the malformed report (finish_shard()
+// returns it); without, it only counts.
 expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
-                                   const preprocess_options& opt);
+                                   const preprocess_options& opt, const std::string& staged_path = {});
 
 struct shard_result {
   uint64_t rows = 0;       // records written
@@ -112,6 +137,11 @@ struct shard_result {
 expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
                                    const vocabulary* vocab, const std::string& out_path,
                                    const preprocess_options& opt);
+
+// Pass 2 of vocab mode after a staged count_shard(): maps the staged records'
+// local ids to ids (every column's stream read to its end and its ids added)
+// and renames staged_path + ".tmp" to staged_path. Call once.
+expected<shard_result> finish_shard(shard_counts& counts, const preprocess_options& opt);
 
 // Writes vocab-CC.tsv for one column while merging; returns the stats. Used by
 // preprocess_local and the vocabulary actor alike.

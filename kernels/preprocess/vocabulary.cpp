@@ -20,6 +20,43 @@ void append_vocab_record(std::vector<char>& chunk, std::string_view s) {
   std::memcpy(chunk.data() + at + 2, s.data(), s.size());
 }
 
+void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept) {
+  uint32_t v = 0;
+  if (id >= 0) {
+    v = static_cast<uint32_t>(id - prev_kept);
+    prev_kept = id;
+  }
+  do {
+    uint8_t b = v & 0x7f;
+    v >>= 7;
+    chunk.push_back(static_cast<char>(b | (v ? 0x80 : 0)));
+  } while (v);
+}
+
+bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<int32_t>& out) {
+  std::size_t pos = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(chunk.data());
+  while (pos < chunk.size()) {
+    uint64_t v = 0;
+    int shift = 0;
+    for (;;) {
+      if (pos >= chunk.size() || shift > 28) return false;
+      unsigned char b = p[pos++];
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      shift += 7;
+      if (!(b & 0x80)) break;
+    }
+    if (v == 0) {
+      out.push_back(-1);
+      continue;
+    }
+    if (prev_kept < -1 || static_cast<int64_t>(prev_kept) + static_cast<int64_t>(v) > INT32_MAX) return false;
+    prev_kept = static_cast<int32_t>(static_cast<int64_t>(prev_kept) + static_cast<int64_t>(v));
+    out.push_back(prev_kept);
+  }
+  return true;
+}
+
 bool add_vocab_chunk(column_vocabulary& col, const std::vector<char>& chunk) {
   std::size_t pos = 0;
   while (pos < chunk.size()) {

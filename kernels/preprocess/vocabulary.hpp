@@ -17,6 +17,7 @@
 // every column; the empty string hashes to the FNV offset basis).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -38,6 +39,25 @@ inline uint64_t fnv1a64(std::string_view s) noexcept {
 inline int32_t hash_id(std::string_view s, uint64_t range) noexcept {
   return static_cast<int32_t>(fnv1a64(s) % range);
 }
+
+// h % range without a division (Lemire, Kaser & Kurz, "Faster remainder by
+// direct computation", 2019): M = ceil(2^128 / d); h % d = ((M * h mod 2^128)
+// * d) >> 128. Exact for every 64-bit h and 1 <= d < 2^32 (hash_range is at
+// most 2^31 - 1); the hash mode's hot loop does 26 of these per row.
+class range_reducer {
+public:
+  explicit range_reducer(uint64_t d) noexcept : d_(d), m_(~__uint128_t{0} / d + 1) {}
+  uint64_t operator()(uint64_t h) const noexcept {
+    __uint128_t low = m_ * h;
+    __uint128_t bottom = (static_cast<__uint128_t>(static_cast<uint64_t>(low)) * d_) >> 64;
+    __uint128_t top = static_cast<__uint128_t>(static_cast<uint64_t>(low >> 64)) * d_;
+    return static_cast<uint64_t>((bottom + top) >> 64);
+  }
+
+private:
+  uint64_t d_;
+  __uint128_t m_;
+};
 
 class column_vocabulary {
 public:
@@ -91,6 +111,92 @@ expected<column_merge_stats> merge_column(std::vector<count_stream*> inputs, uin
   if (auto e = m->error(); !e.ok()) return e;
   return st;
 }
+
+// merge_column that also says which id each input's entries got: assign(i,
+// id) is called for input i's entries in that input's order, id = -1 for a
+// string rarer than min_count (the OOV id is the returned `kept`, known only
+// at the end). Pass 2 of a shard maps its local ids through these.
+template <class Keep, class Assign>
+expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& inputs, uint64_t min_count,
+                                              Keep&& keep, Assign&& assign) {
+  column_merge_stats st;
+  auto take = [&](std::string_view s, uint64_t c, int32_t& id) -> status {
+    ++st.distinct;
+    id = -1;
+    if (c >= min_count) {
+      if (st.kept >= static_cast<uint64_t>(INT32_MAX))
+        return make_error(errc::out_of_memory, "a column has more than 2^31-1 kept strings; use hash mode");
+      id = static_cast<int32_t>(st.kept++);
+      keep(s, c);
+    }
+    return {};
+  };
+  const std::size_t n = inputs.size();
+  if (n == 1) {  // one shard: no heap
+    std::string_view s;
+    uint64_t c;
+    while (inputs[0]->next(s, c)) {
+      int32_t id;
+      if (auto e = take(s, c, id); !e.ok()) return e;
+      assign(std::size_t{0}, id);
+    }
+  } else if (n > 1) {
+    struct head {
+      std::string s;  // a copy: the input's view dies on its next()
+      uint64_t count = 0;
+    };
+    std::vector<head> cur(n);
+    auto greater = [&](std::size_t a, std::size_t b) {
+      int c = cur[a].s.compare(cur[b].s);
+      return c != 0 ? c > 0 : a > b;
+    };
+    std::vector<std::size_t> heap;
+    auto advance = [&](std::size_t i) {
+      std::string_view s;
+      uint64_t c;
+      if (inputs[i]->next(s, c)) {
+        cur[i].s.assign(s);
+        cur[i].count = c;
+        heap.push_back(i);
+        std::push_heap(heap.begin(), heap.end(), greater);
+      }
+    };
+    for (std::size_t i = 0; i < n; ++i) advance(i);
+    std::string out;
+    std::vector<std::size_t> from;
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), greater);
+      std::size_t i = heap.back();
+      heap.pop_back();
+      out.swap(cur[i].s);
+      uint64_t total = cur[i].count;
+      from.assign(1, i);
+      advance(i);
+      while (!heap.empty() && cur[heap.front()].s == out) {
+        std::pop_heap(heap.begin(), heap.end(), greater);
+        std::size_t j = heap.back();
+        heap.pop_back();
+        total += cur[j].count;
+        from.push_back(j);
+        advance(j);
+      }
+      int32_t id;
+      if (auto e = take(out, total, id); !e.ok()) return e;
+      for (std::size_t j : from) assign(j, id);
+    }
+  }
+  for (auto* in : inputs)
+    if (auto e = in->error(); !e.ok()) return e;
+  return st;
+}
+
+// The ids of one shard's column entries (merge_column_ids' assign) on the
+// wire: OOV (-1) as 0, a kept id as id - (the previous kept id, -1 at first),
+// which is >= 1 since a shard's strings arrive sorted and ids are sorted
+// order; LEB128. Mostly one byte per entry.
+void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept);
+// Appends a chunk's ids to `out`; false if it is corrupt.
+bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<int32_t>& out);
 
 std::string vocab_file_name(int column);  // "vocab-00.tsv" .. "vocab-25.tsv"
 

@@ -26,16 +26,19 @@ run() {
 }
 
 for mode in vocab hash; do
-  if [[ $mode == vocab ]]; then extra='min_count = 3'; else extra='hash_range = 100000'; fi
+  # The 1-node run uses the flat form, the 2-node run the table form.
+  if [[ $mode == vocab ]]; then extra='min_count = 3'; table='{ mode = "vocab", min_count = 3 }'
+  else extra='hash_range = 100000'; table='{ mode = "hash", range = 100000 }'; fi
   run "$mode-1" 1 $((7900 + (${#mode} - 4) * 10)) "categorical = \"$mode\"" "$extra" 'chunk_bytes = "64KiB"' ||
     { cat "$S/$mode-1.log"; fail "$mode: 1-node run"; }
-  run "$mode-2" 2 $((7905 + (${#mode} - 4) * 10)) "categorical = \"$mode\"" "$extra" 'chunk_bytes = "64KiB"' ||
+  run "$mode-2" 2 $((7905 + (${#mode} - 4) * 10)) "categorical = $table" 'chunk_bytes = "64KiB"' ||
     { cat "$S/$mode-2.log"; fail "$mode: 2-node run"; }
   [[ -f "$S/$mode-2-out/part-00001.bin" && ! -f "$S/$mode-2-out/part-00002.bin" ]] ||
     fail "$mode: want part-00000.bin and part-00001.bin"
   cmp <(cat "$S/$mode-1-out"/part-*.bin) <(cat "$S/$mode-2-out"/part-*.bin) ||
     fail "$mode: 2-node records differ from the 1-node run"
   [[ $(cat "$S/$mode-2-out"/part-*.bin | wc -c) -eq $((150001 * 160)) ]] || fail "$mode: want 150001 records"
+  ls "$S/$mode-2-out" | grep -q '\.tmp$' && fail "$mode: staged .tmp files left behind"
   if [[ $mode == vocab ]]; then
     for c in $(seq -w 0 25); do
       cmp -s "$S/$mode-1-out/vocab-$c.tsv" "$S/$mode-2-out/vocab-$c.tsv" || fail "vocab-$c.tsv differs"
@@ -50,7 +53,7 @@ for mode in vocab hash; do
 done
 
 # A tiny memory cap: the count tables spill to disk, the output is the same.
-run vocab-spill 2 7920 'categorical = "vocab"' 'min_count = 3' 'memory_cap = "1MiB"' ||
+run vocab-spill 2 7920 'categorical = { mode = "vocab", min_count = 3 }' 'memory_cap = "1MiB"' ||
   { cat "$S/vocab-spill.log"; fail "vocab: 2-node run with memory_cap 1MiB"; }
 cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/vocab-spill-out"/part-*.bin) ||
   fail "vocab with spilling differs from the 1-node run"

@@ -367,6 +367,32 @@ BOOST_AUTO_TEST_CASE(spilling_under_a_tiny_memory_cap_gives_the_same_counts) {
   BOOST_CHECK(fs::is_empty(tiny.spill_dir));
 }
 
+BOOST_AUTO_TEST_CASE(spilling_staged_records_still_match_the_reference) {
+  // Pass 2 maps shard-local ids: strings spilled and seen again get a second
+  // local id, which must map to the same id.
+  const auto& in = generated_inputs();
+  ref_options ro;
+  ro.vocab = true;
+  ro.min_count = 3;
+  auto ref = reference(in.files, ro);
+  for (int shards : {1, 3}) {
+    BOOST_TEST_CONTEXT("shards " << shards) {
+      pp::preprocess_options o;
+      o.min_count = 3;
+      o.parallelism = 2;
+      o.memory_cap = 64 << 10;
+      o.block_bytes = 64 << 10;
+      fs::path out = scratch("out-spill");
+      auto r = pp::preprocess_local(in.files, out.string(), shards, o);
+      BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().to_string()));
+      std::string got = concat_parts(out, shards);
+      BOOST_CHECK_MESSAGE(got == ref.records, "records differ: " + first_difference(got, ref.records));
+      BOOST_CHECK(!fs::exists(out / ".spill"));
+      for (int i = 0; i < shards; ++i) BOOST_CHECK(!fs::exists(out / (pp::part_file_name(i) + ".tmp")));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(count_chunks)
@@ -460,6 +486,58 @@ BOOST_AUTO_TEST_CASE(merge_sums_equal_strings) {
   BOOST_CHECK((kept == std::vector<std::string>{"a:4", "c:3"}));
   BOOST_CHECK_EQUAL(st->distinct, 3u);
   BOOST_CHECK_EQUAL(st->kept, 2u);
+}
+
+BOOST_AUTO_TEST_CASE(merge_tells_each_input_the_ids_of_its_entries) {
+  auto a = pp::memory_stream({{"a", 1}, {"c", 2}, {"d", 5}});
+  auto b = pp::memory_stream({{"a", 3}, {"b", 1}, {"c", 1}});
+  std::vector<std::string> kept;
+  std::vector<std::vector<int32_t>> ids(2);
+  auto st = pp::merge_column_ids(
+      {a.get(), b.get()}, 3, [&](std::string_view s, uint64_t) { kept.emplace_back(s); },
+      [&](std::size_t i, int32_t id) { ids[i].push_back(id); });
+  BOOST_REQUIRE(st.has_value());
+  BOOST_CHECK((kept == std::vector<std::string>{"a", "c", "d"}));
+  BOOST_CHECK((ids[0] == std::vector<int32_t>{0, 1, 2}));
+  BOOST_CHECK((ids[1] == std::vector<int32_t>{0, -1, 1}));
+  BOOST_CHECK_EQUAL(st->kept, 3u);
+  // The same ids through the wire coding, cut into two chunks.
+  std::vector<char> c1, c2;
+  int32_t prev = -1;
+  for (int32_t id : {5, -1, 6, 300, -1}) pp::append_id(c1, id, prev);
+  for (int32_t id : {100000, INT32_MAX - 1}) pp::append_id(c2, id, prev);
+  std::vector<int32_t> back;
+  int32_t p = -1;
+  BOOST_REQUIRE(pp::decode_ids(c1, p, back));
+  BOOST_REQUIRE(pp::decode_ids(c2, p, back));
+  BOOST_CHECK((back == std::vector<int32_t>{5, -1, 6, 300, -1, 100000, INT32_MAX - 1}));
+  // Truncated varints and ids past INT32_MAX are corrupt, not crashes.
+  std::vector<char> bad(c2.begin(), c2.end() - 1);
+  p = -1;
+  BOOST_CHECK(!pp::decode_ids(bad, p, back));
+  p = INT32_MAX - 1;
+  BOOST_CHECK(!pp::decode_ids(std::vector<char>{5}, p, back));
+  BOOST_CHECK(!pp::decode_ids(std::vector<char>{char(0xff), char(0xff), char(0xff), char(0xff), char(0xff), 1}, p, back));
+}
+
+BOOST_AUTO_TEST_CASE(range_reducer_is_the_modulo) {
+  uint64_t x = 12345;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (uint64_t d : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{1000}, uint64_t{1} << 20, uint64_t{10000000},
+                     uint64_t{16777216}, uint64_t{2147483647}, uint64_t{4294967295}}) {
+    pp::range_reducer r(d);
+    for (uint64_t h : {uint64_t{0}, uint64_t{1}, d - 1, d, d + 1, ~uint64_t{0}, ~uint64_t{0} - 1})
+      BOOST_REQUIRE_EQUAL(r(h), h % d);
+    for (int i = 0; i < 200000; ++i) {
+      uint64_t h = next();
+      BOOST_REQUIRE_EQUAL(r(h), h % d);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

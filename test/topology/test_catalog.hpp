@@ -44,7 +44,21 @@ inline catalog make_test_catalog() {
   };
   type_spec train;
   train.name = "train";
-  train.keys = {key("model", key_type::string, true)};
+  // A table key with a shorthand, fields tied to the mode, and flat aliases
+  // (the preprocess job's `categorical`).
+  key_spec categorical = key("categorical", key_type::table);
+  categorical.shorthand = "mode";
+  categorical.fields = {key("mode", key_type::string, false, std::string("vocab"), std::nullopt, std::nullopt,
+                            {"vocab", "hash"}),
+                        key("min_count", key_type::integer, false, std::nullopt, 1),
+                        key("range", key_type::integer, false, std::nullopt, 1, 2147483647.0)};
+  categorical.fields[1].only_with = {"mode", "vocab"};
+  categorical.fields[1].alias_of = "min_count";
+  categorical.fields[2].only_with = {"mode", "hash"};
+  categorical.fields[2].alias_of = "hash_range";
+  train.keys = {key("model", key_type::string, true), categorical,
+                key("min_count", key_type::integer, false, int64_t{1}, 1),
+                key("hash_range", key_type::integer, false, int64_t{1} << 24, 1)};
   c.job_kinds = {skeleton, train};
 
   type_spec producer;

@@ -101,7 +101,7 @@ BOOST_AUTO_TEST_CASE(minimal_file_gets_every_default) {
   BOOST_TEST(c.runtime.connection_timeout_s == 1.0);
   BOOST_TEST(c.runtime.data_plane == "auto");
   BOOST_TEST(c.runtime.ucx_tls == "");
-  BOOST_TEST(c.runtime.ucx_error_mode == "peer");
+  BOOST_TEST(c.runtime.ucx_error_mode == "auto");
   BOOST_TEST(c.runtime.scheduler_threads == 0);
   BOOST_TEST(c.runtime.max_message_bytes == (1ull << 30));
   BOOST_TEST(c.plugins.empty());
@@ -211,6 +211,49 @@ BOOST_AUTO_TEST_CASE(full_file_reads_every_key) {
   BOOST_TEST(c.actors[2].node == "worker.1");
   BOOST_TEST(c.actors[2].args.get_int("expect") == 10);
   BOOST_TEST(c.actors[2].where.line == 57u);
+}
+
+BOOST_AUTO_TEST_CASE(table_keys_table_shorthand_and_absent) {
+  const catalog cat = test::make_test_catalog();
+  const std::string head =
+      "[cluster]\nname = \"t\"\n[[nodes]]\nname = \"n0\"\nhost = \"127.0.0.1\"\nport = 7100\n"
+      "[job]\nkind = \"train\"\nmodel = \"dlrm\"\n";
+  auto parse = [&](const std::string& job) { return parse_topology(head + job, "/tmp/t.toml", cat); };
+
+  parse_result a = parse("categorical = { mode = \"vocab\", min_count = 3 }\n");
+  BOOST_TEST_INFO(dump(a));
+  BOOST_REQUIRE(a.ok());
+  const settings& pa = a.model->job.params;
+  BOOST_TEST(pa.get_string("categorical.mode") == "vocab");
+  BOOST_TEST(pa.get_int("categorical.min_count") == 3);
+  BOOST_TEST(!pa.contains("categorical.range"));
+  BOOST_TEST(pa.get_int("min_count") == 1);  // the flat key keeps its default
+
+  parse_result b = parse("[job.categorical]\nmode = \"hash\"\nrange = 10000000\n");
+  BOOST_TEST_INFO(dump(b));
+  BOOST_REQUIRE(b.ok());
+  BOOST_TEST(b.model->job.params.get_string("categorical.mode") == "hash");
+  BOOST_TEST(b.model->job.params.get_int("categorical.range") == 10000000);
+
+  // The plain value is the shorthand for { mode = ... }; other fields keep their defaults.
+  parse_result c = parse("categorical = \"hash\"\nhash_range = 1000\n");
+  BOOST_TEST_INFO(dump(c));
+  BOOST_REQUIRE(c.ok());
+  BOOST_TEST(c.model->job.params.get_string("categorical.mode") == "hash");
+  BOOST_TEST(c.model->job.params.get_int("hash_range") == 1000);
+
+  // Absent: the fields' defaults.
+  parse_result d = parse("");
+  BOOST_REQUIRE(d.ok());
+  BOOST_TEST(d.model->job.params.get_string("categorical.mode") == "vocab");
+  BOOST_TEST(!d.model->job.params.contains("categorical.min_count"));
+
+  // An empty table is the defaults too; a bad field is located inside the table.
+  BOOST_TEST(parse("categorical = {}\n").ok());
+  expect_single(parse("categorical = { mode = \"vocab\", min_cout = 2 }\n"), "/tmp/t.toml", 10, 33,
+                "unknown key 'min_cout' in 'categorical'; did you mean 'min_count'?");
+  expect_single(parse("categorical = { mode = true }\n"), "/tmp/t.toml", 10, 24,
+                "'categorical.mode' must be a string, found boolean");
 }
 
 BOOST_AUTO_TEST_CASE(parse_text_matches_load_and_uses_the_given_folder) {
