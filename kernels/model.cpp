@@ -1,6 +1,7 @@
 #include "kernels/model.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <new>
 
 #include "kernels/cpu/cpu_context.hpp"
@@ -87,38 +88,27 @@ void model::set_seed(uint64_t seed) {
 
 expected<model> build_model(const model_spec& spec, device where, const build_options& options) {
   HF_ASSIGN_OR_RETURN(std::shared_ptr<device_context> ctx, make_device_context(where, options.threads));
+  // The backend's unit factory. The only cuda device_context is the module's
+  // cuda::context (a static_cast: RTTI does not cross the dlopen boundary
+  // reliably).
+  std::function<expected<built_unit>(const layer_spec&, const shape&, rng&)> make;
+  if (ctx->where().kind == device_kind::cuda) {
+    auto& cuda_ctx = static_cast<cuda::context&>(*ctx);
+    make = [&cuda_ctx](const layer_spec& ls, const shape& in, rng& r) { return cuda_ctx.make_unit(ls, in, r); };
+  } else if (auto* cpu_ctx = dynamic_cast<cpu::cpu_context*>(ctx.get())) {
+    make = [cpu_ctx](const layer_spec& ls, const shape& in, rng& r) { return cpu::make_unit(*cpu_ctx, ls, in, r); };
+  } else {
+    return make_error(errc::unsupported, "build_model: no backend for " + where.to_string());
+  }
   rng init(options.seed);
   std::vector<std::unique_ptr<unit>> units;
   std::vector<shape> shapes{spec.input};
   status st;
-  if (ctx->where().kind == device_kind::cuda) {
-    // The only cuda device_context is the module's cuda::context (a
-    // static_cast: RTTI does not cross the dlopen boundary reliably).
-    auto& cuda_ctx = static_cast<cuda::context&>(*ctx);
-    cuda_ctx.run([&] {
-      for (const layer_spec& ls : spec.layers) {
-        auto b = cuda_ctx.make_unit(ls, shapes.back(), init);
-        if (!b) {
-          st = b.error().with_context("model " + spec.name);
-          return;
-        }
-        units.push_back(std::move(b->u));
-        shapes.push_back(b->sample_output);
-      }
-    });
-    if (!st.ok()) return st;
-    model m(spec, std::move(ctx), std::move(units), std::move(shapes));
-    m.set_seed(options.seed ^ 0xd209f0b7ull);
-    return m;
-  }
-  auto* cpu_ctx = dynamic_cast<cpu::cpu_context*>(ctx.get());
-  if (cpu_ctx == nullptr)
-    return make_error(errc::unsupported, "build_model: no backend for " + where.to_string());
-  // Primitive creation may size work splits by the thread count: build on the
-  // context's threads.
-  cpu_ctx->run([&] {
+  // Primitive creation may size work splits by the thread count (cpu) or
+  // need the device current (cuda): build on the context's thread.
+  ctx->run([&] {
     for (const layer_spec& ls : spec.layers) {
-      auto b = cpu::make_unit(*cpu_ctx, ls, shapes.back(), init);
+      auto b = make(ls, shapes.back(), init);
       if (!b) {
         st = b.error().with_context("model " + spec.name);
         return;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,6 +93,13 @@ protected:
 
 private:
   std::string name_;
+};
+
+// What a backend's unit factory returns (cpu::make_unit,
+// cuda::context::make_unit).
+struct built_unit {
+  std::unique_ptr<unit> u;
+  shape sample_output;  // output shape of one sample (no batch dimension)
 };
 
 }  // namespace hetflow::kernels

@@ -11,11 +11,6 @@
 
 namespace hetflow::kernels::cpu {
 
-struct built_unit {
-  std::unique_ptr<unit> u;
-  shape sample_output;  // output shape of one sample (no batch dimension)
-};
-
 // `sample_input` is one sample's shape (no batch dimension). Parameters are
 // initialised from `init` like PyTorch's defaults (uniform +-1/sqrt(fan_in)
 // for linear and conv weights and biases; batch norm scale 1, shift 0).

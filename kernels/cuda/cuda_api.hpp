@@ -72,11 +72,6 @@ inline abi_stamp current_abi() noexcept {
   return s;
 }
 
-struct built_unit {
-  std::unique_ptr<unit> u;
-  shape sample_output;  // one sample's output shape (no batch dimension)
-};
-
 // One CUDA device's execution state: a stream, cuBLAS and cuDNN handles on
 // it, a workspace shared by the units it made (sized when they prepare), and
 // its device memory.

@@ -318,3 +318,28 @@ BOOST_AUTO_TEST_CASE(heartbeat_notices_a_dead_peer_we_only_receive_from) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// ucx_error_mode::automatic resolves to none for a list that cannot touch a
+// same-host peer's memory and to peer otherwise; connect() compares the
+// modes carried in the addresses, so a mismatch shows which one was chosen.
+BOOST_AUTO_TEST_CASE(automatic_error_mode_follows_the_transport_list) {
+  auto plane = [](const std::string& tls, ucx_error_mode mode, peer_id self) {
+    ucx_options o;
+    o.tls = tls;
+    o.error_mode = mode;
+    o.self_peer = self;
+    auto p = make_ucx_data_plane(o);
+    BOOST_REQUIRE_MESSAGE(p.has_value(), tls << ": " << (p ? "" : p.error().to_string()));
+    return std::move(p).value();
+  };
+  auto tcp_none = plane("tcp,self", ucx_error_mode::none, 1);
+  auto tcp_peer = plane("tcp,self", ucx_error_mode::peer, 2);
+  auto tcp_auto = plane("tcp,self", ucx_error_mode::automatic, 0);
+  BOOST_CHECK(tcp_auto->connect(1, tcp_none->local_address()).ok());
+  status s = tcp_auto->connect(2, tcp_peer->local_address());
+  BOOST_CHECK_MESSAGE(!s.ok() && s.to_string().find("error_mode") != std::string::npos, s.to_string());
+
+  auto mixed_auto = plane("sm,tcp,self", ucx_error_mode::automatic, 3);
+  s = mixed_auto->connect(1, tcp_none->local_address());
+  BOOST_CHECK_MESSAGE(!s.ok() && s.to_string().find("error_mode") != std::string::npos, s.to_string());
+}
