@@ -1,7 +1,6 @@
 #include "kernels/preprocess/count_stream.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <queue>
 
@@ -36,38 +35,6 @@ public:
 private:
   count_entries e_;
   std::size_t i_ = 0;
-};
-
-class file_stream_impl final : public count_stream {
-public:
-  explicit file_stream_impl(std::string path) : path_(std::move(path)) {
-    f_ = std::fopen(path_.c_str(), "rb");
-    if (!f_) err_ = make_error(errc::io_error, "cannot open spill file " + path_);
-    else std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
-  }
-  ~file_stream_impl() override {
-    if (f_) std::fclose(f_);
-  }
-  bool next(std::string_view& s, uint64_t& count) override {
-    if (!f_ || !err_.ok()) return false;
-    uint16_t len;
-    std::size_t got = std::fread(&len, 1, 2, f_);
-    if (got == 0 && std::feof(f_)) return false;
-    buf_.resize(len);
-    if (got != 2 || std::fread(buf_.data(), 1, len, f_) != len || std::fread(&count, 1, 8, f_) != 8) {
-      err_ = make_error(errc::io_error, "spill file " + path_ + " is truncated");
-      return false;
-    }
-    s = std::string_view(buf_.data(), len);
-    return true;
-  }
-  status error() const override { return err_; }
-
-private:
-  std::string path_;
-  std::FILE* f_ = nullptr;
-  std::vector<char> buf_;
-  status err_;
 };
 
 class merged_stream_impl final : public count_stream {
@@ -214,29 +181,6 @@ count_entries sorted_entries(const string_key_map<uint64_t>& m) {
 
 std::unique_ptr<count_stream> memory_stream(count_entries entries) {
   return std::make_unique<memory_stream_impl>(std::move(entries));
-}
-
-status write_run_file(const std::string& path, const count_entries& entries) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return make_error(errc::io_error, "cannot create spill file " + path);
-  std::vector<char> buf;
-  buf.reserve(1 << 20);
-  bool ok = true;
-  for (auto& [s, c] : entries) {
-    append_record(buf, s, c);
-    if (buf.size() >= (1 << 20)) {
-      ok = ok && std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
-      buf.clear();
-    }
-  }
-  ok = ok && std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) return make_error(errc::io_error, "cannot write spill file " + path + " (disk full?)");
-  return {};
-}
-
-std::unique_ptr<count_stream> file_stream(const std::string& path) {
-  return std::make_unique<file_stream_impl>(path);
 }
 
 std::unique_ptr<count_stream> merged_stream(std::vector<count_stream*> inputs) {

@@ -1,8 +1,9 @@
 // count_stream: sorted (string, count) streams, the unit that pass-1 counts
-// travel in: in memory, spilled to disk, merged, and cut into byte chunks for
-// the wire.
+// travel in: in memory, merged, and cut into byte chunks for the wire. (Spill
+// files carry a local id as well; preprocess.cpp reads them as a
+// count_stream.)
 //
-// Record format (runs on disk and chunks on the wire alike), little-endian:
+// Chunk record format, little-endian:
 //   u16 length | length bytes | u64 count
 // A stream yields strings in strictly increasing byte order (memcmp), each
 // once. Merging k streams sums the counts of equal strings.
@@ -36,10 +37,6 @@ using count_entries = std::vector<std::pair<std::string, uint64_t>>;
 count_entries sorted_entries(const string_key_map<uint64_t>& m);
 
 std::unique_ptr<count_stream> memory_stream(count_entries entries);
-
-// Writes a sorted run file; reads one back (buffered, 1 MiB).
-status write_run_file(const std::string& path, const count_entries& entries);
-std::unique_ptr<count_stream> file_stream(const std::string& path);
 
 // k-way merge (a heap), summing equal strings. The inputs must outlive it.
 std::unique_ptr<count_stream> merged_stream(std::vector<count_stream*> inputs);

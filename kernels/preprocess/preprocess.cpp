@@ -112,6 +112,16 @@ inline parse_error check_line(std::string_view line, bool truncated, std::size_t
   return parse_criteo_line(line, max_field, pl);
 }
 
+// A malformed line's hit; described only while the block may still supply
+// examples (or under policy fail, which reports the first one).
+inline hit make_hit(std::string_view line, uint64_t idx, const parse_error& e, std::size_t hits_so_far,
+                    const preprocess_options& opt) {
+  hit h{idx, e.kind, {}};
+  if (hits_so_far < opt.max_examples || opt.policy == malformed_policy::fail)
+    h.detail = describe_parse_error(line, e);
+  return h;
+}
+
 // The serial stage's view of malformed lines: numbering and the report.
 class malformed_sink {
 public:
@@ -640,10 +650,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
         r.lines = for_each_line(b, [&](std::string_view line, uint64_t idx, bool truncated) {
           auto e = check_line(line, truncated, opt.max_field_bytes, pl);
           if (e) {
-            hit h{idx, e.kind, {}};
-            if (r.hits.size() < opt.max_examples || opt.policy == malformed_policy::fail)
-              h.detail = describe_parse_error(line, e);
-            r.hits.push_back(std::move(h));
+            r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
             return;
           }
           ++r.good;
@@ -908,10 +915,7 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
         r.lines = for_each_line(b, [&](std::string_view line, uint64_t idx, bool truncated) {
           auto e = check_line(line, truncated, opt.max_field_bytes, pl);
           if (e) {
-            hit h{idx, e.kind, {}};
-            if (r.hits.size() < opt.max_examples || opt.policy == malformed_policy::fail)
-              h.detail = describe_parse_error(line, e);
-            r.hits.push_back(std::move(h));
+            r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
             return;
           }
           criteo_record& rec = r.records.emplace_back();

@@ -46,6 +46,16 @@ write_topology() {
 }
 
 # wait_exit PID SECONDS -> sets WAIT_RC (exit code) or fails on timeout
+start_nodes() {  # start_nodes TOPO N: n0..n(N-1) as background `hetflow node`s, logs TOPO.nI.log, pids in NODE_PIDS
+  local topo=$1 n=$2 i
+  NODE_PIDS=()
+  for ((i = 0; i < n; i++)); do
+    "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
+    NODE_PIDS[$i]=$!
+    PIDS+=($!)
+  done
+}
+
 wait_exit() {
   local pid=$1 secs=$2 t=0
   while kill -0 "$pid" 2>/dev/null; do

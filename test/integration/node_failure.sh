@@ -9,12 +9,9 @@ run_case() {  # run_case NAME SIGNAL VICTIM BASE_PORT
   # Long enough that the kill lands mid-run.
   write_topology "$topo" "$base" 3 auto 'kind = "skeleton"' 'tensors = 1000000' \
     'tensor_bytes = "64KiB"' 'window = 2'
-  local pids=() i
-  for i in 0 1 2; do
-    "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
-    pids[$i]=$!
-    PIDS+=($!)
-  done
+  local i
+  start_nodes "$topo" 3
+  local pids=("${NODE_PIDS[@]}")
   wait_for_text "$topo.n0.log" "starting job" 30 || { cat "$topo".n*.log; fail "$name: job never started"; }
   sleep 1
   local t0=$(date +%s.%N)

@@ -13,12 +13,9 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
   local topo="$HETFLOW_SCRATCH/$name.toml"
   write_topology "$topo" "$base" 3 auto 'kind = "ring_check"' 'rounds = 1000000' \
     'lengths = [300000]' 'dtypes = ["f32"]' 'ops = ["sum"]' 'chunk_bytes = "64KiB"' "$@"
-  local pids=() i
-  for i in 0 1 2; do
-    "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
-    pids[$i]=$!
-    PIDS+=($!)
-  done
+  local i
+  start_nodes "$topo" 3
+  local pids=("${NODE_PIDS[@]}")
   wait_for_text "$topo.n0.log" "starting job" 30 || { cat "$topo".n*.log; fail "$name: job never started"; }
   local t0
   if [[ $name == kill ]]; then

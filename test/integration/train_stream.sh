@@ -79,12 +79,8 @@ done
 # --- 4. a shard node dies mid-run ------------------------------------------------------------------
 kt="$HETFLOW_SCRATCH/kill.toml"
 write_topology "$kt" 8350 3 auto "${common[@]}" 'epochs = 1000' 'input = "stream"' 'augment = true'
-pids=()
-for i in 0 1 2; do
-  "$HETFLOW" node "$kt" --name "n$i" >"$kt.n$i.log" 2>&1 &
-  pids[$i]=$!
-  PIDS+=($!)
-done
+start_nodes "$kt" 3
+pids=("${NODE_PIDS[@]}")
 wait_for_text "$kt.n0.log" "epoch 1/1000 done" 60 || { cat "$kt".n*.log; fail "kill: training never got going"; }
 sleep 1
 t0=$(date +%s.%N)
