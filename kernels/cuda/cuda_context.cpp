@@ -185,24 +185,10 @@ status context_impl::upload(const void* host, std::size_t bytes, tensor& dst, dt
 
 expected<loss_result> context_impl::softmax_cross_entropy(tensor_view logits, std::span<const int32_t> labels,
                                                           mutable_tensor_view grad) {
-  if (logits.shape().rank() != 2 || logits.type() != dtype::f32)
-    return make_error(errc::invalid_argument, "softmax_cross_entropy: logits must be f32 (N, C), got " +
-                                                  logits.shape().to_string());
+  HF_RETURN_IF_ERROR(check_softmax_cross_entropy(logits, labels, grad));
   HF_RETURN_IF_ERROR(check_here(logits, "softmax_cross_entropy"));
+  if (!grad.empty()) HF_RETURN_IF_ERROR(check_here(grad, "softmax_cross_entropy gradient"));
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
-  if (int64_t(labels.size()) != n)
-    return make_error(errc::invalid_argument, "softmax_cross_entropy: " + std::to_string(labels.size()) +
-                                                  " labels for " + std::to_string(n) + " rows");
-  if (!grad.empty()) {
-    if (grad.numel() != n * c)
-      return make_error(errc::invalid_argument, "softmax_cross_entropy: gradient buffer has the wrong size");
-    HF_RETURN_IF_ERROR(check_here(grad, "softmax_cross_entropy gradient"));
-  }
-  for (int64_t i = 0; i < n; ++i)
-    if (labels[std::size_t(i)] < 0 || labels[std::size_t(i)] >= c)
-      return make_error(errc::invalid_argument, "softmax_cross_entropy: label " +
-                                                    std::to_string(labels[std::size_t(i)]) + " of row " +
-                                                    std::to_string(i) + " is outside [0, " + std::to_string(c) + ")");
   if (n == 0) return loss_result{};
   HF_RETURN_IF_ERROR(activate());
   HF_RETURN_IF_ERROR(upload(labels.data(), labels.size_bytes(), labels_, dtype::i32, n));
