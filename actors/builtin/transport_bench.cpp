@@ -34,7 +34,8 @@ constexpr uint32_t kind_credit = 3;
 struct size_plan {
   int64_t bytes = 0;
   int64_t pings = 0;
-  int64_t messages = 0;
+  int64_t messages = 0;      // timed
+  int64_t warmup = 0;        // streamed before the clock starts
   int64_t window = 1;        // messages in flight while streaming
   int64_t credit_every = 1;  // the receiver acknowledges this many at once
 };
@@ -51,6 +52,7 @@ bench_plan plan_of(const topology::cluster& c) {
   int64_t max_pings = c.job.params.get_int("pings", 2000);
   int64_t window = c.job.params.get_int("window", 8);
   int64_t window_bytes = c.job.params.get_int("window_bytes", int64_t{64} << 20);
+  int64_t warmup_windows = c.job.params.get_int("warmup_windows", 2);
   for (int64_t s : sizes) {
     size_plan sp;
     sp.bytes = std::max<int64_t>(1, s);
@@ -61,6 +63,9 @@ bench_plan plan_of(const topology::cluster& c) {
     // ~10 ms, so the credit's round trip (~50 us) between two costs ~0.5%.
     sp.window = std::clamp<int64_t>(window_bytes / sp.bytes, 1, window);
     sp.credit_every = std::max<int64_t>(1, sp.window / 4);
+    // Like ucx_perftest's -w: the first windows fault in the receive pool's
+    // buffers (and UCX's), which a steady stream has already done.
+    sp.warmup = warmup_windows * sp.window;
     p.sizes.push_back(sp);
   }
   return p;
@@ -98,6 +103,7 @@ struct sender_state : job_actor_state {
   wire_buffer_ref ping_msg, stream_msg;
   int64_t pings_done = 0;
   int64_t sent = 0, acked = 0;
+  int64_t acked_at_t0 = -1;  // -1 while warming up
   clock_type::time_point t0{};
   std::vector<result_row> rows;
   static inline const char* name = "hetflow.bench_sender";
@@ -126,7 +132,7 @@ void finish_all(caf::stateful_actor<sender_state>* self) {
 void pump(caf::stateful_actor<sender_state>* self) {
   auto& st = self->state;
   const auto& sp = st.plan.sizes[st.idx];
-  while (st.sent < sp.messages && st.sent - st.acked < sp.window) {
+  while (st.sent < sp.warmup + sp.messages && st.sent - st.acked < sp.window) {
     if (auto s = st.svc->send_wire(st.to, st.stream_msg); !s.ok())
       return fail_job_actor(self, s.to_string());
     ++st.sent;
@@ -141,6 +147,7 @@ void start_size(caf::stateful_actor<sender_state>* self) {
   st.stream_msg = make_message(kind_stream, st.me, st.to, sp.bytes);
   st.pings_done = 0;
   st.sent = st.acked = 0;
+  st.acked_at_t0 = -1;
   st.rows.push_back({sp.bytes, st.stream_msg->size(), 0, 0, sp.messages, sp.window});
   st.t0 = clock_type::now();
   (void)st.svc->send_wire(st.to, st.ping_msg);
@@ -162,9 +169,14 @@ caf::behavior bench_sender(caf::stateful_actor<sender_state>* self, actor_env en
             const auto& sp = st.plan.sizes[st.idx];
             if (msg->header().kind == kind_credit) {
               st.acked += static_cast<int64_t>(msg->header().seq);
-              if (st.acked >= sp.messages) {
+              if (st.acked_at_t0 < 0 && st.acked >= sp.warmup) {
+                st.acked_at_t0 = st.acked;
+                st.t0 = clock_type::now();
+              }
+              if (st.acked >= sp.warmup + sp.messages) {
                 double s = std::chrono::duration<double>(clock_type::now() - st.t0).count();
-                st.rows.back().gbytes_per_s = static_cast<double>(sp.bytes) * sp.messages / s / 1e9;
+                st.rows.back().gbytes_per_s =
+                    static_cast<double>(sp.bytes) * static_cast<double>(st.acked - st.acked_at_t0) / s / 1e9;
                 ++st.idx;
                 start_size(self);
                 return;
@@ -179,7 +191,10 @@ caf::behavior bench_sender(caf::stateful_actor<sender_state>* self, actor_env en
             double us = std::chrono::duration<double, std::micro>(clock_type::now() - st.t0).count();
             st.rows.back().latency_us = us / static_cast<double>(sp.pings) / 2.0;
             st.ping_msg.reset();
-            st.t0 = clock_type::now();
+            if (sp.warmup == 0) {
+              st.acked_at_t0 = 0;
+              st.t0 = clock_type::now();
+            }
             pump(self);
           });
       start_size(self);
@@ -215,7 +230,7 @@ caf::behavior bench_receiver(caf::stateful_actor<receiver_state>* self, actor_en
         }
         ++st.received;
         ++st.unacked;
-        bool last = st.received == sp.messages;
+        bool last = st.received == sp.warmup + sp.messages;
         if (static_cast<int64_t>(st.unacked) >= sp.credit_every || last) {
           if (auto s = st.svc->send_wire(st.from, make_credit(st.me, st.from, st.unacked)); !s.ok())
             return fail_job_actor(self, s.to_string());
@@ -242,11 +257,14 @@ void add_transport_bench(registry& reg) {
                               std::vector<int64_t>{8, 4 << 20, 64 << 20},
                               "tensor sizes to measure", {}, {}, {}});
   job.keys.push_back(key_spec{"bytes_per_size", key_type::size, false, int64_t{2} << 30,
-                              "bytes streamed per size", 1.0, {}, {}});
+                              "bytes streamed per size (timed, after the warm-up)", 1.0, {}, {}});
   job.keys.push_back(key_spec{"pings", key_type::integer, false, int64_t{2000},
                               "most ping-pong round trips per size", 1.0, {}, {}});
   job.keys.push_back(key_spec{"window", key_type::integer, false, int64_t{8},
                               "most messages in flight while streaming", 1.0, 4096.0, {}});
+  job.keys.push_back(key_spec{"warmup_windows", key_type::integer, false, int64_t{2},
+                              "windows streamed before the clock starts (as ucx_perftest -w)",
+                              0.0, 1000.0, {}});
   job.keys.push_back(key_spec{"window_bytes", key_type::size, false, int64_t{64} << 20,
                               "most bytes in flight while streaming (but at least 1 message)",
                               1.0, {}, {}});

@@ -183,7 +183,7 @@ void on_message(bench_state& st, peer_id, channel_id ch, wire_buffer msg) {
       if (st.bulk_seen.fetch_add(1) + 1 == st.bulk_expected.load()) send_or_die(st, ch_ack, st.small);
       if (st.recycle) {
         std::lock_guard<std::mutex> lock(st.pool_mutex);
-        if (st.pool.size() < 8) st.pool.push_back(std::move(msg));
+        if (st.pool.size() < 32) st.pool.push_back(std::move(msg));
       }
       break;
     }
