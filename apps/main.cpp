@@ -17,6 +17,7 @@
 #include "actors/node_runtime.hpp"
 #include "actors/registry.hpp"
 #include "apps/launcher.hpp"
+#include "apps/plan_command.hpp"
 #include "apps/profile_command.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
 #include "topology/parser.hpp"
@@ -38,6 +39,9 @@ commands:
       systemd start on each machine)
   validate FILE
       check a topology file; print every problem as FILE:LINE:COL: error: ...
+  plan FILE [--json] [--no-measure]
+      print which actors the job runs on which node; for strategy "dp" the
+      replicas, the ring order and the batch split by (measured) replica speed
   profile FILE [--batch B]
       time every unit of a train job's model on this machine's devices
   gen-criteo --rows N --out FILE [--seed S] [--threads T]
@@ -49,7 +53,7 @@ commands:
   help
       print this text
 
-not implemented yet: plan, simulate, shell (see README.md)
+not implemented yet: simulate, shell; plan covers dp only so far (see README.md)
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted
@@ -149,6 +153,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%zu error%s\n", r.errors.size(), r.errors.size() == 1 ? "" : "s");
       return 2;
     }
+    // The job's actors as the nodes will place them (job kinds check their
+    // keys against the topology there: unknown nodes, unsupported devices).
+    auto placed = hetflow::actors::job_actors(*r.model, reg);
+    if (!placed) {
+      const auto& w = r.model->job.where;
+      std::fprintf(stderr, "%s:%u:%u: error: %s\n1 error\n", args[0].c_str(), unsigned(w.line), unsigned(w.column),
+                   placed.error().message().c_str());
+      return 2;
+    }
     std::printf("%s: ok (cluster '%s', %zu node%s, job '%s')\n", args[0].c_str(),
                 r.model->name.c_str(), r.model->nodes.size(), r.model->nodes.size() == 1 ? "" : "s",
                 r.model->job.kind.c_str());
@@ -175,7 +188,8 @@ int main(int argc, char** argv) {
   }
   if (cmd == "profile") return hetflow::apps::profile_command(args, reg);
   if (cmd == "gen-criteo") return hetflow::apps::gen_criteo_command(args);
-  if (cmd == "plan" || cmd == "simulate" || cmd == "shell") {
+  if (cmd == "plan") return hetflow::apps::plan_command(args, reg);
+  if (cmd == "simulate" || cmd == "shell") {
     std::fprintf(stderr, "hetflow: '%s' is not implemented yet (see README.md, 'Not done yet')\n",
                  cmd.c_str());
     return 2;

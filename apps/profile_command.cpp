@@ -12,6 +12,18 @@
 
 namespace hetflow::apps {
 
+expected<kernels::model_spec> train_model_spec(const topology::cluster& c) {
+  const auto& p = c.job.params;
+  kernels::zoo_options zo;
+  zo.width = p.get_number("width", 1.0);
+  if (p.get_string("dataset", "fashion-mnist") == "synthetic") {
+    auto s = p.get_ints("input_shape");
+    if (s.size() == 3) zo.input = kernels::shape{s[0], s[1], s[2]};
+    zo.classes = p.get_int("classes", 10);
+  }
+  return kernels::make_model_spec(p.get_string("model", "lenet5"), zo);
+}
+
 int profile_command(const std::vector<std::string>& args, const actors::registry& reg) {
   std::string file;
   int64_t batch = 0;
@@ -46,15 +58,7 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
     return 2;
   }
   const auto& p = c.job.params;
-  kernels::zoo_options zo;
-  zo.width = p.get_number("width", 1.0);
-  if (p.get_string("dataset", "fashion-mnist") == "synthetic") {
-    auto s = p.get_ints("input_shape");
-    if (s.size() == 3) zo.input = kernels::shape{s[0], s[1], s[2]};
-    zo.classes = p.get_int("classes", 10);
-  }
-  std::string model_name = p.get_string("model", "lenet5");
-  auto spec = kernels::make_model_spec(model_name, zo);
+  auto spec = train_model_spec(c);
   if (!spec) {
     std::fprintf(stderr, "hetflow profile: %s\n", spec.error().to_string().c_str());
     return 2;

@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/layer_spec.hpp"
+#include "schemas/error.hpp"
+#include "topology/cluster.hpp"
+
 namespace hetflow::actors {
 class registry;
 }
@@ -13,5 +17,9 @@ class registry;
 namespace hetflow::apps {
 
 int profile_command(const std::vector<std::string>& args, const actors::registry& reg);
+
+// The model of a train job (model, width, and for the synthetic dataset its
+// input shape and classes), as the trainer builds it.
+expected<kernels::model_spec> train_model_spec(const topology::cluster& c);
 
 }  // namespace hetflow::apps

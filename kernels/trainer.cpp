@@ -1,5 +1,7 @@
 #include "kernels/trainer.hpp"
 
+#include <array>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -100,12 +102,13 @@ private:
   tensor staging_;
 };
 
-// Accuracy of `m` over `data`, in eval mode, batch by batch (views, no
-// copies on cpu).
-expected<double> evaluate(model& m, device_steps& dev, const image_dataset& data, int64_t batch) {
+// Correct predictions of `m` over rows [first, last) of `data`, in eval
+// mode, batch by batch (views, no copies on cpu).
+expected<int64_t> count_correct(model& m, device_steps& dev, const image_dataset& data, int64_t first,
+                                int64_t last, int64_t batch) {
   int64_t correct = 0;
-  for (int64_t b = 0; b < data.size(); b += batch) {
-    int64_t e = std::min(data.size(), b + batch);
+  for (int64_t b = first; b < last; b += batch) {
+    int64_t e = std::min(last, b + batch);
     HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(data.images.view().slice_outer(b, e)));
     HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::eval));
     HF_ASSIGN_OR_RETURN(loss_result r,
@@ -113,7 +116,25 @@ expected<double> evaluate(model& m, device_steps& dev, const image_dataset& data
                                                                                       std::size_t(e - b))));
     correct += r.correct;
   }
-  return data.size() > 0 ? double(correct) / double(data.size()) : 0.0;
+  return correct;
+}
+
+// FNV-1a 64 over the parameters' bytes in order (host copies for a device
+// model): equal checksums on two replicas mean bit-identical weights.
+expected<uint64_t> weights_checksum(model& m) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (parameter* p : m.parameters()) {
+    tensor host;
+    tensor_view v = p->value.view();
+    if (m.where().kind != device_kind::cpu) {
+      host = tensor::empty(p->value.shape());
+      HF_RETURN_IF_ERROR(m.context().copy(v, host.mutable_view()));
+      v = host.view();
+    }
+    const auto* b = static_cast<const unsigned char*>(static_cast<const void*>(v.f32()));
+    for (std::size_t i = 0; i < v.byte_size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  return h;
 }
 
 // save_weights reads host tensors: a device model's parameters and state
@@ -173,11 +194,127 @@ private:
   std::vector<int32_t> batch_y_;
 };
 
+// Data parallelism inside the training loop (train_config::group): the split
+// of each global batch, the gradient sum, and the speeds behind the split.
+class replica_sync {
+public:
+  replica_sync(const train_config& c, model& m) : c_(c), g_(c.group), params_(m.parameters()), state_(m.state()) {
+    if (g_ != nullptr) {
+      speeds_.assign(std::size_t(g_->size()), 1.0);
+      for (parameter* p : params_) grads_.push_back(p->grad.f32_span());
+    }
+  }
+  bool active() const noexcept { return g_ != nullptr; }
+
+  status check(const model& m) const {
+    if (g_ == nullptr) return {};
+    if (m.where().kind != device_kind::cpu)
+      return make_error(errc::unsupported, "train: data parallelism runs on cpu devices only for now (" +
+                                               m.where().to_string() + " needs the NCCL backend, not built yet)");
+    if (!c_.split) return make_error(errc::invalid_argument, "train: a replica group needs a split function");
+    for (parameter* p : params_)
+      if (p->sparse) return make_error(errc::unsupported, "train: data parallelism of sparse parameter " + p->name);
+    return {};
+  }
+
+  // This replica's rows [first, first + count) of a global batch of `rows`.
+  std::pair<int64_t, int64_t> slice(int64_t rows) {
+    if (g_ == nullptr) return {0, rows};
+    auto split = c_.split(rows, speeds_);
+    int64_t first = 0;
+    for (int r = 0; r < g_->rank(); ++r) first += split[std::size_t(r)];
+    return {first, split[std::size_t(g_->rank())]};
+  }
+  std::vector<int64_t> full_split(int64_t rows) const {
+    return g_ == nullptr ? std::vector<int64_t>{rows} : c_.split(rows, speeds_);
+  }
+
+  // Gradients of `count` of `rows` rows: scaled to the global mean, summed
+  // over the replicas together with the step's statistics (in place).
+  status reduce(int64_t count, int64_t rows, std::array<float, 2>& stats) {
+    if (count == 0) {
+      for (auto g : grads_) std::fill(g.begin(), g.end(), 0.0f);
+    } else if (count != rows) {
+      const float k = float(double(count) / double(rows));
+      for (auto g : grads_)
+        for (float& v : g) v *= k;
+    }
+    std::vector<std::span<float>> all = grads_;
+    all.emplace_back(stats.data(), stats.size());
+    return timed_sum(all);
+  }
+
+  // Speeds from a compute time of `seconds` for `rows` rows; every replica's
+  // goes into one vector so all compute the same next split.
+  status update_speeds(int64_t rows, double seconds) {
+    if (g_ == nullptr || !c_.measured_split) return {};
+    std::vector<float> v(std::size_t(g_->size()), 0.0f);
+    v[std::size_t(g_->rank())] = seconds > 0 && rows > 0 ? float(double(rows) / seconds) : 0.0f;
+    std::span<float> s(v);
+    HF_RETURN_IF_ERROR(timed_sum(std::span<const std::span<float>>(&s, 1)));
+    for (std::size_t i = 0; i < v.size(); ++i) speeds_[i] = double(v[i]);
+    return {};
+  }
+
+  // Batch norm running statistics: the replicas' mean.
+  status average_state() {
+    if (g_ == nullptr || state_.empty()) return {};
+    std::vector<std::span<float>> all;
+    for (state_tensor* t : state_) all.push_back(t->value.f32_span());
+    HF_RETURN_IF_ERROR(timed_sum(all));
+    const float inv = 1.0f / float(g_->size());
+    for (auto t : all)
+      for (float& v : t) v *= inv;
+    return {};
+  }
+
+  // Test accuracy over the whole test set, each replica scoring an equal share.
+  expected<double> evaluate(model& m, device_steps& dev, const image_dataset& test, int64_t batch) {
+    if (test.size() == 0) return 0.0;
+    int64_t first = 0, last = test.size();
+    if (g_ != nullptr) {
+      std::vector<double> equal(std::size_t(g_->size()), 1.0);
+      auto split = c_.split(test.size(), equal);
+      for (int r = 0; r < g_->rank(); ++r) first += split[std::size_t(r)];
+      last = first + split[std::size_t(g_->rank())];
+    }
+    HF_ASSIGN_OR_RETURN(int64_t correct, count_correct(m, dev, test, first, last, batch));
+    if (g_ != nullptr) {
+      std::array<float, 1> c{float(correct)};
+      std::span<float> s(c);
+      HF_RETURN_IF_ERROR(timed_sum(std::span<const std::span<float>>(&s, 1)));
+      correct = int64_t(c[0]);
+    }
+    return double(correct) / double(test.size());
+  }
+
+  const std::vector<double>& speeds() const noexcept { return speeds_; }
+  double sum_seconds() const noexcept { return sum_seconds_; }
+
+private:
+  status timed_sum(std::span<const std::span<float>> t) {
+    auto t0 = clock_type::now();
+    status s = g_->sum(t);
+    sum_seconds_ += seconds_since(t0);
+    return s;
+  }
+
+  const train_config& c_;
+  replica_group* g_;
+  std::vector<parameter*> params_;
+  std::vector<state_tensor*> state_;
+  std::vector<std::span<float>> grads_;
+  std::vector<double> speeds_;
+  double sum_seconds_ = 0.0;
+};
+
 expected<train_report> run(const train_config& c, const progress_callback& progress, model& m,
                            batch_source& source, const image_dataset& test, clock_type::time_point t_start) {
   device_steps dev(m);
   HF_ASSIGN_OR_RETURN(auto opt, dev.optimizer_for(c.optimizer));
   std::vector<parameter*> params = m.parameters();
+  replica_sync dp(c, m);
+  HF_RETURN_IF_ERROR(dp.check(m));
 
   train_report rep;
   rep.model = c.model;
@@ -186,14 +323,39 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   rep.parameters = m.parameter_count();
 
   const int64_t steps = source.plan().steps;
-  HF_ASSIGN_OR_RETURN(tensor grad, dev.buffer({source.plan().batch_size, m.spec().classes}));
+  const int64_t batch_size = source.plan().batch_size;
+  HF_ASSIGN_OR_RETURN(tensor grad, dev.buffer({batch_size, m.spec().classes}));
+
+  if (dp.active() && c.measured_split) {
+    // Speed probe: forward and backward of this replica's equal share of a
+    // batch of zeros (one untimed, three timed), then the first split.
+    const int64_t count = std::max<int64_t>(1, batch_size / c.group->size());
+    shape s = source.sample_shape();
+    tensor x = tensor::zeros({count, s[0], s[1], s[2]});
+    std::vector<int32_t> y(std::size_t(count), 0);
+    double secs = 0;
+    for (int i = 0; i < 4; ++i) {
+      auto t0 = clock_type::now();
+      HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x.view(), mode::train));
+      grad.resize(logits.shape());
+      HF_ASSIGN_OR_RETURN(loss_result r, dev.loss(logits, y, grad.mutable_view()));
+      (void)r;
+      HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+      if (i > 0) secs += seconds_since(t0);
+    }
+    HF_RETURN_IF_ERROR(dp.update_speeds(3 * count, secs));
+  }
 
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     HF_RETURN_IF_ERROR(source.begin_epoch(epoch));
     epoch_report er;
     er.epoch = epoch + 1;
-    double loss_sum = 0.0, window_loss = 0.0;
-    int64_t correct = 0, window_steps = 0;
+    if (dp.active()) {
+      rep.splits.push_back(dp.full_split(batch_size));
+      rep.speeds.push_back(dp.speeds());
+    }
+    double loss_sum = 0.0, window_loss = 0.0, compute_seconds = 0.0;
+    int64_t correct = 0, window_steps = 0, local_rows = 0;
     auto t0 = clock_type::now();
     for (int64_t s = 0; s < steps; ++s) {
       if (c.stop && c.stop->load(std::memory_order_relaxed))
@@ -201,11 +363,25 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
                                                std::to_string(s));
       HF_ASSIGN_OR_RETURN(train_batch batch, source.next(epoch, s));
       const int64_t bn = int64_t(batch.labels.size());
-      HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch.images));
-      HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
-      grad.resize(logits.shape());
-      HF_ASSIGN_OR_RETURN(loss_result lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
-      HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+      auto [first, count] = dp.slice(bn);
+      loss_result lr_res{};
+      auto tc = clock_type::now();
+      if (count > 0) {
+        HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch.images.slice_outer(first, first + count)));
+        HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
+        grad.resize(logits.shape());
+        HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels.subspan(std::size_t(first), std::size_t(count)),
+                                             grad.mutable_view()));
+        HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+      }
+      compute_seconds += seconds_since(tc);
+      local_rows += count;
+      if (dp.active()) {
+        std::array<float, 2> stats{float(lr_res.loss * double(count)), float(lr_res.correct)};
+        HF_RETURN_IF_ERROR(dp.reduce(count, bn, stats));
+        lr_res.loss = double(stats[0]) / double(bn);
+        lr_res.correct = int64_t(stats[1]);
+      }
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       HF_RETURN_IF_ERROR(opt->step(params, er.lr));
       if (!std::isfinite(lr_res.loss))
@@ -230,14 +406,20 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0.0;
     er.loss = loss_sum / double(steps);
     er.train_accuracy = double(correct) / double(er.samples);
+    HF_RETURN_IF_ERROR(dp.average_state());
+    HF_RETURN_IF_ERROR(dp.update_speeds(local_rows, compute_seconds));
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
       HF_ASSIGN_OR_RETURN(er.test_accuracy,
-                          evaluate(m, dev, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
+                          dp.evaluate(m, dev, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
     }
     rep.epochs.push_back(er);
     if (c.on_epoch) c.on_epoch(rep.epochs.back());
   }
-  if (!c.save_weights.empty()) HF_RETURN_IF_ERROR(save_trained_weights(m, c.save_weights, c.seed));
+  HF_ASSIGN_OR_RETURN(rep.weights_checksum, weights_checksum(m));
+  rep.allreduce_seconds = dp.sum_seconds();
+  // Replicas hold the same weights: rank 0 writes them.
+  if (!c.save_weights.empty() && (!dp.active() || c.group->rank() == 0))
+    HF_RETURN_IF_ERROR(save_trained_weights(m, c.save_weights, c.seed));
   rep.total_seconds = seconds_since(t_start);
   return rep;
 }

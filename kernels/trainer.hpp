@@ -40,6 +40,22 @@ namespace hetflow::kernels {
 
 enum class dataset_kind : uint8_t { fashion_mnist, synthetic };
 
+// Data parallelism: the training loop's view of the other replicas (the
+// actor runtime implements it with a ring all-reduce). Every replica runs
+// the same loop on the same global batches; replica r trains on its rows of
+// each batch (see train_config::group).
+// Thread affinity: called on the training thread only.
+class replica_group {
+public:
+  virtual ~replica_group() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sums each tensor element-wise over every replica, in place, and blocks
+  // until done; every replica gets bit-identical sums. An error (a replica
+  // died or stalled, the job stops) ends the training run with it.
+  virtual status sum(std::span<const std::span<float>> tensors) = 0;
+};
+
 struct dataset_config {
   dataset_kind kind = dataset_kind::fashion_mnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // fashion_mnist
@@ -93,6 +109,23 @@ struct train_config {
   std::string save_weights;      // non-empty: write the trained weights here
   // Called on the training thread after each epoch (and its evaluation).
   std::function<void(const epoch_report&)> on_epoch;
+  // Data parallelism (cpu models only): non-null makes this run one replica
+  // of group->size(). Each global batch (the single-device batch: same plan,
+  // same order) is split among the replicas, each computes its rows'
+  // gradients scaled by rows / batch rows, the group sums them, and every
+  // replica applies the same optimizer step, so weights stay bit-identical
+  // and match single-device training within float rounding. Loss, accuracy
+  // and the test accuracy are over the whole batch / test set; batch norm
+  // running statistics are averaged after each epoch.
+  replica_group* group = nullptr;
+  // With a group: split batches in proportion to each replica's measured
+  // speed (a short probe before training, then each epoch's compute time);
+  // false: equal shares.
+  bool measured_split = true;
+  // With a group: how `rows` rows are split given per-replica speeds (the
+  // planner's topology::split_rows; kernels do not link topology). Must give
+  // every replica the same answer for the same arguments.
+  std::function<std::vector<int64_t>(int64_t rows, std::span<const double> speeds)> split;
 };
 
 
@@ -103,6 +136,12 @@ struct train_report {
   int64_t parameters = 0;
   std::vector<epoch_report> epochs;
   double total_seconds = 0.0;    // everything, loading included
+  uint64_t weights_checksum = 0; // FNV-1a 64 over the final parameters' bytes
+  // With a replica_group: per epoch, how a full batch was split (rows per
+  // replica) and the speeds (samples/s of compute) the split came from.
+  std::vector<std::vector<int64_t>> splits;
+  std::vector<std::vector<double>> speeds;
+  double allreduce_seconds = 0.0;  // time in group->sum (waits included)
 };
 
 struct train_progress {

@@ -40,9 +40,11 @@ struct stream_options {
 // for a node name that is not in the topology.
 expected<stream_options> stream_options_of(const topology::cluster& c);
 
-// The train job's training configuration as node `node` sees it (defined in
-// train.cpp; shards use it for the dataset, seed, batch size and plan).
-expected<kernels::train_config> train_config_of(const topology::cluster& c, const std::string& node);
+// The train job's training configuration as node `node` sees it, training
+// on the node's device number `device` (defined in train.cpp; shards use it
+// for the dataset, seed, batch size and plan).
+expected<kernels::train_config> train_config_of(const topology::cluster& c, const std::string& node,
+                                                std::size_t device = 0);
 
 // Registers the actor type "stream_shard" (stream_shard.cpp).
 void add_stream_shard(registry& reg);

@@ -1,6 +1,11 @@
 // The train job, strategy "single": one device of the head node trains the
-// whole model. Later strategies (dp, ps, ralp, hetpipe, auto) add their own
-// actors to the same job kind.
+// whole model. Strategy "dp": one replica per device of the job's nodes
+// (dp_nodes), each a dp_replica actor next to a ring_member; every replica
+// trains on its rows of each global batch and the ring sums the gradients
+// (kernels::replica_group), so the replicas stay bit-identical. The batch
+// split follows measured speeds (topology::split_rows, the planner's rule;
+// `hetflow plan` prints it). Later strategies (ps, ralp, hetpipe, auto) add
+// their own actors to the same job kind.
 //
 // Input: "memory" (default) loads the dataset on the trainer's node
 // (kernels::train_single); "stream" adds pre-processing shard actors
@@ -25,7 +30,9 @@
 #include "actors/log.hpp"
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
+#include "actors/ring/ring_member.hpp"
 #include "kernels/trainer.hpp"
+#include "topology/data_parallel.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -45,7 +52,8 @@ std::string format_eta(double seconds) {
 
 }  // namespace
 
-expected<kernels::train_config> train_config_of(const topology::cluster& c, const std::string& node_name) {
+expected<kernels::train_config> train_config_of(const topology::cluster& c, const std::string& node_name,
+                                                std::size_t device) {
   const auto& p = c.job.params;
   kernels::train_config cfg;
   cfg.model = p.get_string("model", "lenet5");
@@ -87,7 +95,9 @@ expected<kernels::train_config> train_config_of(const topology::cluster& c, cons
 
   const auto* node = c.find_node(node_name);
   if (node == nullptr) return make_error(errc::not_found, "train: no node '" + node_name + "' in the topology");
-  const auto& dev = node->devices.empty() ? topology::device_spec{} : node->devices.front();
+  if (!node->devices.empty() && device >= node->devices.size())
+    return make_error(errc::not_found, "train: node '" + node_name + "' has no device " + std::to_string(device));
+  const auto& dev = node->devices.empty() ? topology::device_spec{} : node->devices[device];
   // cuda: the CUDA module; train_single says why when it cannot run there.
   cfg.where = dev.kind == topology::device_kind::cuda ? kernels::device::cuda(dev.index) : kernels::device::cpu();
   cfg.threads = dev.threads;
@@ -118,14 +128,16 @@ using train_fn =
 // Runs `train` with progress and per-epoch lines and reports the result (the
 // report's metrics; `extra` appends members to them). On the trainer's thread.
 void run_and_report(node_services& svc, const std::string& me, kernels::train_config c, const train_fn& train,
-                    const std::function<void(json_writer&)>& extra = {}) {
+                    const std::function<void(json_writer&)>& extra = {}, bool verbose = true) {
   c.stop = &svc.stopping();
-  log_info("training " + c.model + " for " + std::to_string(c.epochs) + " epochs, batch " +
+  if (verbose)
+    log_info("training " + c.model + " for " + std::to_string(c.epochs) + " epochs, batch " +
            std::to_string(c.batch_size) + ", on " + c.where.to_string());
   auto last_print = clock_type::now() - std::chrono::seconds(10);
   auto t0 = clock_type::now();
   int last_epoch = 0;
   auto on_progress = [&](const kernels::train_progress& p) {
+    if (!verbose) return;
     auto now = clock_type::now();
     bool new_epoch = p.epoch != last_epoch;
     last_epoch = p.epoch;
@@ -141,6 +153,7 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
     log_info(line);
   };
   c.on_epoch = [&](const kernels::epoch_report& e) {
+    if (!verbose) return;
     char line[256];
     std::snprintf(line, sizeof line,
                   "epoch %d/%d done: loss %.4f, train accuracy %.4f, test accuracy %s, "
@@ -159,6 +172,9 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
   w.begin_object().field("model", r->model).field("device", r->where);
   w.field("threads", int64_t{r->threads}).field("parameters", r->parameters);
   w.field("total_seconds", r->total_seconds);
+  char checksum[20];
+  std::snprintf(checksum, sizeof checksum, "%016llx", static_cast<unsigned long long>(r->weights_checksum));
+  w.field("weights_checksum", std::string(checksum));
   write_epochs(w, *r);
   if (extra) extra(w);
   w.end_object();
@@ -245,6 +261,131 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
       });
 }
 
+// strategy = "dp": the replica group of one dp_replica, summing through its
+// node's ring member. The member completes every request, also when the job
+// stops, so waiting on the future cannot hang.
+class ring_group final : public kernels::replica_group {
+public:
+  ring_group(caf::actor member, int rank, int size) : member_(std::move(member)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  status sum(std::span<const std::span<float>> tensors) override {
+    std::vector<ring::ring_tensor> v;
+    v.reserve(tensors.size());
+    for (auto t : tensors) v.push_back(ring::ring_tensor{ring::ring_dtype::f32, std::as_writable_bytes(t)});
+    return ring::all_reduce(member_, std::move(v), ring::reduce_op::sum).get();
+  }
+
+private:
+  caf::actor member_;
+  int rank_, size_;
+};
+
+std::string replica_name(std::size_t r) { return "replica" + std::to_string(r); }
+std::string dp_member_name(std::size_t r) { return "ring" + std::to_string(r); }
+
+// One data-parallel replica: trains on its node's device `device` with the
+// ring member `member`; rank 0 logs progress and writes the weights.
+caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
+  auto svc = env.services;
+  const std::string me = env.spec.name;
+  const auto& args = env.spec.args;
+  const int rank = int(args.get_int("rank", 0));
+  const int replicas = int(args.get_int("replicas", 1));
+  const std::string member_name = args.get_string("member");
+  auto cfg = train_config_of(env.cluster, env.spec.node, std::size_t(args.get_int("device", 0)));
+  const bool measured = env.cluster.job.params.get_string("dp_split", "measured") == "measured";
+  self->set_default_handler(caf::skip);
+  return {
+    [self, svc, me, rank, replicas, member_name, cfg, measured](start_atom) {
+      caf::actor member = svc->find_actor(member_name);
+      if (!cfg) {
+        svc->report_done(me, false, cfg.error().message(), {});
+      } else if (!member) {
+        svc->report_done(me, false, "ring member '" + member_name + "' is not running", {});
+      } else {
+        ring_group group(member, rank, replicas);
+        kernels::train_config c = *cfg;
+        c.group = &group;
+        c.measured_split = measured;
+        c.split = [](int64_t rows, std::span<const double> speeds) { return topology::split_rows(rows, speeds); };
+        if (rank != 0) c.save_weights.clear();
+        kernels::train_report last;
+        if (rank == 0)
+          log_info("data parallel: " + std::to_string(replicas) + " replicas, batch " +
+                   std::to_string(c.batch_size) + " split " + (measured ? "by measured speed" : "equally"));
+        run_and_report(
+            *svc, me, c,
+            [&](const kernels::train_config& tc, const kernels::progress_callback& p) {
+              auto r = kernels::train_single(tc, p);
+              if (r) last = *r;
+              return r;
+            },
+            [&](json_writer& w) {
+              w.field("strategy", "dp").field("rank", int64_t{rank}).field("replicas", int64_t{replicas});
+              w.field("allreduce_seconds", last.allreduce_seconds);
+              w.key("splits").begin_array();
+              for (std::size_t e = 0; e < last.splits.size(); ++e) {
+                w.begin_object().field("epoch", int64_t(e + 1)).key("rows").begin_array();
+                for (int64_t v : last.splits[e]) w.value(v);
+                w.end_array().key("speeds").begin_array();
+                for (double v : last.speeds[e]) w.value(v);
+                w.end_array().end_object();
+              }
+              w.end_array();
+            },
+            /*verbose=*/rank == 0);
+        ring::close(member);
+      }
+      self->quit();
+    },
+  };
+}
+
+// The actors of a dp train job: replica r and ring member r on replica r's
+// node, the ring in the planner's order (grouped by host).
+expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c) {
+  const auto& p = c.job.params;
+  if (p.get_string("input", "memory") != "memory")
+    return make_error(errc::unsupported, "[job] strategy = \"dp\" reads input = \"memory\" only for now "
+                                         "(streamed input feeds one trainer)");
+  auto nodes = p.get_strings("dp_nodes");
+  HF_ASSIGN_OR_RETURN(auto replicas, topology::dp_replicas(c, nodes));
+  std::vector<std::string> hosts;
+  for (const auto& r : replicas) {
+    if (r.spec.kind != topology::device_kind::cpu)
+      return make_error(errc::unsupported, "[job] strategy = \"dp\": node '" + r.node + "' lists a " +
+                                               std::string(topology::to_string(r.spec.kind)) +
+                                               " device; dp runs on cpu devices only for now (the NCCL "
+                                               "backend is not built yet)");
+    hosts.push_back(r.host);
+  }
+  std::vector<std::string> order;
+  for (std::size_t i : topology::ring_order(hosts)) order.push_back(dp_member_name(i));
+  std::vector<topology::actor_spec> v;
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    topology::actor_spec m;
+    m.name = dp_member_name(i);
+    m.type = "ring_member";
+    m.node = replicas[i].node;
+    m.args.set("ring", order);
+    for (auto key : {"chunk_bytes", "bucket_bytes"})
+      if (p.contains(key)) m.args.set(key, p.get_int(key));
+    m.args.set("timeout", p.get_number("ring_timeout", 2.0));
+    v.push_back(std::move(m));
+    topology::actor_spec a;
+    a.name = replica_name(i);
+    a.type = "dp_replica";
+    a.node = replicas[i].node;
+    a.args.set("rank", int64_t(i));
+    a.args.set("replicas", int64_t(replicas.size()));
+    a.args.set("member", dp_member_name(i));
+    a.args.set("device", int64_t(replicas[i].device));
+    v.push_back(std::move(a));
+  }
+  return v;
+}
+
 }  // namespace
 
 void add_train(registry& reg) {
@@ -257,8 +398,18 @@ void add_train(registry& reg) {
     job.keys.push_back(key_spec{std::move(name), t, false, std::move(def), std::move(help), lo, hi,
                                 std::move(one_of)});
   };
-  key("strategy", key_type::string, std::string("single"), "how the job is distributed", {}, {},
-      {"single"});
+  key("strategy", key_type::string, std::string("single"),
+      "single: one device trains the whole model; dp: data parallel, one replica per device of dp_nodes", {}, {},
+      {"single", "dp"});
+  key("dp_nodes", key_type::string_list, std::vector<std::string>{},
+      "dp: nodes whose devices hold replicas (empty: every node)");
+  key("dp_split", key_type::string, std::string("measured"),
+      "dp: split each batch by measured replica speed (re-measured every epoch) or equally", {}, {},
+      {"measured", "equal"});
+  key("chunk_bytes", key_type::size, int64_t{1} << 20, "dp: ring chunk size", 1024.0);
+  key("bucket_bytes", key_type::size, int64_t{16} << 20, "dp: gradients fused per ring collective", 1024.0);
+  key("ring_timeout", key_type::duration, 2.0,
+      "dp: a collective with no progress for this long names the stalled replica and stops the job", 0.1, 3600.0);
   key("model", key_type::string, std::string("lenet5"), "model zoo name", {}, {},
       {"mlp", "lenet5", "vgg11", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "dlrm"});
   key("width", key_type::number, 1.0, "width multiplier of image models", 0.01, 16.0);
@@ -306,6 +457,13 @@ void add_train(registry& reg) {
       job,
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
         const bool stream = c.job.params.get_string("input", "memory") == "stream";
+        if (c.job.params.get_string("strategy", "single") == "dp") {
+          if (!c.actors.empty())
+            return make_error(errc::invalid_argument,
+                              "[job] strategy = \"dp\" places its own actors (replica*, ring*); "
+                              "remove the [[actors]] tables");
+          return expand_dp(c);
+        }
         if (!c.actors.empty()) {
           if (stream)
             return make_error(errc::invalid_argument,
@@ -330,12 +488,38 @@ void add_train(registry& reg) {
         return v;
       },
       [](const std::vector<actor_result>& results) -> std::string {
-        // Lift the trainer's metrics ("model", "epochs", ...) to the report's top level.
-        for (auto& r : results)
-          if (r.name == "trainer" && r.metrics_json.size() > 2)
-            return r.metrics_json.substr(1, r.metrics_json.size() - 2);
-        return {};
+        // Lift the trainer's (dp: replica 0's) metrics ("model", "epochs", ...)
+        // to the report's top level; dp adds whether every replica ended with
+        // the same weights.
+        std::string lifted, first_checksum;
+        bool identical = true;
+        int replicas = 0;
+        for (auto& r : results) {
+          if ((r.name == "trainer" || r.name == "replica0") && r.metrics_json.size() > 2)
+            lifted = r.metrics_json.substr(1, r.metrics_json.size() - 2);
+          if (r.name.rfind("replica", 0) != 0) continue;
+          ++replicas;
+          auto pos = r.metrics_json.find("\"weights_checksum\":\"");
+          std::string sum = pos == std::string::npos ? std::string() : r.metrics_json.substr(pos + 20, 16);
+          if (sum.empty()) identical = false;
+          if (replicas == 1)
+            first_checksum = sum;
+          else if (sum != first_checksum)
+            identical = false;
+        }
+        if (replicas > 0 && !lifted.empty())
+          lifted += std::string(",\"replicas_identical\":") + (identical ? "true" : "false");
+        return lifted;
       });
+  topology::type_spec d{"dp_replica", "one data-parallel replica of the train job (strategy dp)", {}};
+  d.keys.push_back(key_spec{"rank", key_type::integer, false, int64_t{0}, "replica index", 0.0, {}, {}});
+  d.keys.push_back(key_spec{"replicas", key_type::integer, false, int64_t{1}, "replicas in the job", 1.0, {}, {}});
+  d.keys.push_back(key_spec{"member", key_type::string, true, std::string(""), "its ring member", {}, {}, {}});
+  d.keys.push_back(key_spec{"device", key_type::integer, false, int64_t{0}, "index into its node's devices", 0.0,
+                            {}, {}});
+  (void)reg.add_actor_type(d, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    return sys.spawn<caf::detached>(dp_replica, env);
+  });
   topology::type_spec t{"trainer", "trains the job's model on its node's first device", {}};
   (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
     if (env.cluster.job.params.get_string("input", "memory") == "stream") return sys.spawn(stream_trainer, env);

@@ -1,0 +1,174 @@
+#include "apps/plan_command.hpp"
+
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include "actors/json.hpp"
+#include "actors/registry.hpp"
+#include "apps/profile_command.hpp"
+#include "kernels/model.hpp"
+#include "kernels/profile.hpp"
+#include "topology/data_parallel.hpp"
+#include "topology/parser.hpp"
+
+namespace hetflow::apps {
+namespace {
+
+constexpr const char* usage = "usage: hetflow plan FILE [--json] [--no-measure]\n";
+
+struct replica_row {
+  topology::dp_replica r;
+  int threads = 0;      // what the cpu device gets (0 in the file: every core)
+  double speed = 0.0;   // samples/s
+  int64_t rows = 0;     // of one global batch
+};
+
+// Samples/s of forward + backward of `spec` on `threads` cpu threads at
+// `batch`, measured here with the planner's unit profile.
+expected<double> measure_speed(const kernels::model_spec& spec, int threads, int64_t batch) {
+  HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), {threads, 1}));
+  kernels::profile_options po;
+  po.batch = batch;
+  HF_ASSIGN_OR_RETURN(kernels::model_profile prof, kernels::profile_model(m, po));
+  double s = 0;
+  for (const auto& u : prof.units) s += u.forward_s + u.backward_s;
+  return s > 0 ? double(batch) / s : 0.0;
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args, const actors::registry& reg) {
+  std::string file;
+  bool json = false, measure = true;
+  for (const auto& a : args) {
+    if (a == "--json")
+      json = true;
+    else if (a == "--no-measure")
+      measure = false;
+    else if (file.empty() && !a.empty() && a[0] != '-')
+      file = a;
+    else {
+      std::fprintf(stderr, "hetflow plan: unexpected argument '%s'\n%s", a.c_str(), usage);
+      return 2;
+    }
+  }
+  if (file.empty()) {
+    std::fprintf(stderr, "%s", usage);
+    return 2;
+  }
+  auto parsed = topology::load_topology(file, reg.catalog());
+  if (!parsed.ok()) {
+    for (auto& d : parsed.errors) std::fprintf(stderr, "%s\n", topology::format(d).c_str());
+    return 2;
+  }
+  const auto& c = *parsed.model;
+  auto actors = actors::job_actors(c, reg);
+  if (!actors) {
+    std::fprintf(stderr, "%s: error: %s\n", file.c_str(), actors.error().message().c_str());
+    return 2;
+  }
+
+  // Data parallelism: replicas, ring, split.
+  const auto& p = c.job.params;
+  const bool dp = c.job.kind == "train" && p.get_string("strategy", "single") == "dp";
+  std::vector<replica_row> rows;
+  std::vector<std::size_t> ring;
+  std::string speed_source;
+  const int64_t batch = p.get_int("batch_size", 64);
+  if (dp) {
+    auto reps = topology::dp_replicas(c, p.get_strings("dp_nodes"));
+    if (!reps) {
+      std::fprintf(stderr, "%s: error: %s\n", file.c_str(), reps.error().message().c_str());
+      return 2;
+    }
+    std::vector<std::string> hosts;
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    for (auto& r : *reps) {
+      hosts.push_back(r.host);
+      rows.push_back(replica_row{r, r.spec.threads > 0 ? r.spec.threads : cores, 0.0, 0});
+    }
+    ring = topology::ring_order(hosts);
+    const bool equal = p.get_string("dp_split", "measured") == "equal";
+    if (equal) {
+      speed_source = "dp_split = \"equal\": equal shares";
+      for (auto& r : rows) r.speed = 1.0;
+    } else if (measure) {
+      auto spec = train_model_spec(c);
+      if (!spec) {
+        std::fprintf(stderr, "hetflow plan: %s\n", spec.error().to_string().c_str());
+        return 2;
+      }
+      const int64_t share = std::max<int64_t>(1, batch / int64_t(rows.size()));
+      std::map<int, double> by_threads;  // one measurement per thread count
+      for (auto& r : rows) {
+        auto it = by_threads.find(r.threads);
+        if (it == by_threads.end()) {
+          auto s = measure_speed(*spec, r.threads, share);
+          if (!s) {
+            std::fprintf(stderr, "hetflow plan: %s\n", s.error().to_string().c_str());
+            return 1;
+          }
+          it = by_threads.emplace(r.threads, *s).first;
+        }
+        r.speed = it->second;
+      }
+      speed_source = "measured on this machine (forward + backward of " + spec->name + " at " +
+                     std::to_string(share) + " samples, per thread count); the job measures again on " +
+                     "its nodes before training and after every epoch, and re-splits";
+    } else {
+      speed_source = "--no-measure: proportional to cpu threads; the job measures on its nodes";
+      for (auto& r : rows) r.speed = double(r.threads);
+    }
+    std::vector<double> speeds;
+    for (auto& r : rows) speeds.push_back(r.speed);
+    auto split = topology::split_rows(batch, speeds);
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i].rows = split[i];
+  }
+
+  if (json) {
+    actors::json_writer w;
+    w.begin_object().field("topology", file).field("cluster", c.name).field("job", c.job.kind);
+    w.key("actors").begin_array();
+    for (const auto& a : *actors) w.begin_object().field("name", a.name).field("type", a.type).field("node", a.node).end_object();
+    w.end_array();
+    if (dp) {
+      w.key("dp").begin_object().field("batch_size", batch).field("speeds_from", speed_source);
+      w.key("ring").begin_array();
+      for (std::size_t i : ring) w.value("ring" + std::to_string(i));
+      w.end_array().key("replicas").begin_array();
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& r = rows[i];
+        w.begin_object().field("rank", int64_t(i)).field("node", r.r.node).field("host", r.r.host);
+        w.field("device", int64_t(r.r.device)).field("threads", int64_t{r.threads});
+        w.field("speed", r.speed).field("rows", r.rows).end_object();
+      }
+      w.end_array().end_object();
+    }
+    w.end_object();
+    std::printf("%s\n", w.str().c_str());
+    return 0;
+  }
+
+  std::printf("plan for %s: cluster '%s', job '%s'%s\n", file.c_str(), c.name.c_str(), c.job.kind.c_str(),
+              dp ? " (strategy dp)" : "");
+  std::printf("actors (%zu):\n", actors->size());
+  for (const auto& a : *actors) std::printf("  %-24s %-16s on node %s\n", a.name.c_str(), a.type.c_str(), a.node.c_str());
+  if (dp) {
+    std::printf("data parallel: %zu replicas; ring", rows.size());
+    for (std::size_t i : ring) std::printf(" ring%zu ->", i);
+    std::printf(" ring%zu (grouped by host)\n", ring.empty() ? 0 : ring.front());
+    std::printf("  %-5s %-12s %-16s %-10s %14s %12s\n", "rank", "node", "host", "device", "speed",
+                ("rows of " + std::to_string(batch)).c_str());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      std::string dev = "cpu x" + std::to_string(r.threads);
+      std::printf("  %-5zu %-12s %-16s %-10s %14.0f %12lld\n", i, r.r.node.c_str(), r.r.host.c_str(), dev.c_str(),
+                  r.speed, static_cast<long long>(r.rows));
+    }
+    std::printf("  speeds: %s\n", speed_source.c_str());
+  }
+  return 0;
+}
+
+}  // namespace hetflow::apps

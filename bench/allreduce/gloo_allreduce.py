@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""The PyTorch gloo peer of hetflow's allreduce_bench, timed like mpi_allreduce.cpp.
+
+torch.distributed all_reduce (backend "gloo", ReduceOp.SUM, in place, float32)
+of each size: one checked all-reduce first (the result is compared with the
+expected sum), `warmup` untimed, then `iterations` timed one by one with no
+barrier between them; the median of the per-iteration times on rank 0 (the
+upper median for an even count, as mpi_allreduce.cpp takes it). Bus bandwidth
+as NCCL-tests define it: 2 (N-1)/N * bytes / time.
+
+  /usr/bin/python3 gloo_allreduce.py NPROCS ITER WARMUP BYTES...
+
+Starts NPROCS worker processes on this host itself (MASTER_ADDR=127.0.0.1,
+MASTER_PORT from the environment or a free port; no torchrun). gloo runs over
+TCP on loopback (GLOO_SOCKET_IFNAME=lo); each worker uses one thread
+(torch.set_num_threads(1), OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1).
+Run it with Debian's /usr/bin/python3 (python3-torch). Prints one line per
+size, from rank 0: "bytes time_us algbw_gbps busbw_gbps".
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def worker(rank, world, iterations, warmup, sizes):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    for nbytes in sizes:
+        n = nbytes // 4
+        # The same values as mpi_allreduce.cpp: ((i * 2654435761 + rank) % 1000) * 1e-20f.
+        h = torch.arange(n, dtype=torch.int64).mul_(2654435761)
+        buf = (h + rank).remainder_(1000).to(torch.float32).mul_(1e-20)
+        # One checked all-reduce first: each element's sum is an exact multiple
+        # of 1e-20 (well inside float32's normal range).
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        k = torch.zeros(n, dtype=torch.int64)
+        for r in range(world):
+            k += (h + r).remainder_(1000)
+        expected = k.to(torch.float64).mul_(1e-20)
+        del h, k
+        if not torch.allclose(buf.to(torch.float64), expected, rtol=1e-5, atol=0.0):
+            bad = int((buf.to(torch.float64) - expected).abs().argmax())
+            sys.exit("rank %d: wrong all-reduce result for %d bytes at element %d: %g, expected %g"
+                     % (rank, nbytes, bad, float(buf[bad]), float(expected[bad])))
+        del expected
+        for _ in range(warmup):
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        times = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        t = times[len(times) // 2]
+        if rank == 0:
+            print("%d %.1f %.3f %.3f" % (nbytes, t * 1e6, nbytes / t / 1e9,
+                                         2.0 * (world - 1) / world * nbytes / t / 1e9), flush=True)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        rank, world, iterations, warmup = (int(x) for x in sys.argv[2:6])
+        worker(rank, world, iterations, warmup, [int(x) for x in sys.argv[6:]])
+        return 0
+    if len(sys.argv) < 5:
+        sys.exit("usage: %s NPROCS ITER WARMUP BYTES..." % sys.argv[0])
+    world = int(sys.argv[1])
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE=str(world),
+               GLOO_SOCKET_IFNAME="lo", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.setdefault("MASTER_PORT", str(free_port()))
+    procs = []
+    for rank in range(world):
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", str(rank), str(world)] + sys.argv[2:],
+            env=dict(env, RANK=str(rank))))
+    rc = 0
+    try:
+        pending = list(procs)
+        while pending:
+            for p in list(pending):
+                if p.poll() is not None:
+                    pending.remove(p)
+                    if p.returncode != 0 and rc == 0:
+                        rc = p.returncode
+                        for q in pending:  # the others would wait for the dead rank
+                            q.terminate()
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return 1 if rc else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

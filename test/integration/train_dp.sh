@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# job.kind = "train", strategy "dp" (issue 5), through `hetflow run`:
+#  - 2 replicas, equal split: every replica ends with bit-identical weights
+#    (replicas_identical) and the per-epoch loss and test accuracy match a
+#    single-device run of the same global batches;
+#  - 3 replicas, measured split: the report shows the split and the speeds,
+#    and the replicas stay identical;
+#  - a replica's node killed mid-training: the others stop within 10 s,
+#    naming it;
+#  - dp on a cuda device, dp with streamed input, an unknown dp_nodes entry:
+#    clear errors.
+source "$(dirname "$0")/lib.sh"
+
+# One cpu thread per node: several replicas share this machine's cores, and
+# oneTBB workers of different processes would otherwise spin against each other.
+one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$1"; }
+
+common=('kind = "train"' 'model = "lenet5"' 'epochs = 2' 'max_steps_per_epoch = 40' 'batch_size = 64'
+  'lr_schedule = "cosine"')
+
+single="$HETFLOW_SCRATCH/single.toml"
+write_topology "$single" 7900 1 auto "${common[@]}"
+one_thread "$single"
+timeout 300 "$HETFLOW" run "$single" --report "$single.json" >"$single.out" 2>&1 ||
+  { cat "$single.out"; fail "single-device run failed"; }
+
+dp2="$HETFLOW_SCRATCH/dp2.toml"
+write_topology "$dp2" 7910 2 auto "${common[@]}" 'strategy = "dp"' 'dp_split = "equal"'
+one_thread "$dp2"
+timeout 300 "$HETFLOW" run "$dp2" --report "$dp2.json" >"$dp2.out" 2>&1 ||
+  { cat "$dp2.out"; fail "2-replica dp run failed"; }
+grep -q "data parallel: 2 replicas" "$dp2.out" || { cat "$dp2.out"; fail "no dp start line"; }
+[[ $(json_get "$dp2.json" 'd["replicas_identical"]') == True ]] || { cat "$dp2.out"; fail "2 replicas differ"; }
+[[ $(json_get "$dp2.json" 'd["splits"][0]["rows"]') == "[32, 32]" ]] || fail "equal split of 64 rows"
+/usr/bin/env python3 - "$single.json" "$dp2.json" <<'PY' || fail "dp does not match single-device training"
+import json, sys
+s, d = (json.load(open(p)) for p in sys.argv[1:3])
+for a, b in zip(s["epochs"], d["epochs"]):
+    rel = abs(a["loss"] - b["loss"]) / a["loss"]
+    print(f"epoch {a['epoch']}: loss single {a['loss']:.6f} dp {b['loss']:.6f} (rel {rel:.1e}), "
+          f"test accuracy {a['test_accuracy']} vs {b['test_accuracy']}")
+    assert rel < 1e-3, rel
+    assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.005
+    assert a["samples"] == b["samples"]
+PY
+pass "2 replicas: identical weights, loss matches single-device training"
+
+dp3="$HETFLOW_SCRATCH/dp3.toml"
+write_topology "$dp3" 7920 3 auto "${common[@]}" 'strategy = "dp"' 'ring_timeout = "4s"'
+one_thread "$dp3"
+timeout 300 "$HETFLOW" run "$dp3" --report "$dp3.json" >"$dp3.out" 2>&1 ||
+  { cat "$dp3.out"; fail "3-replica dp run failed"; }
+[[ $(json_get "$dp3.json" 'd["replicas_identical"]') == True ]] || { cat "$dp3.out"; fail "3 replicas differ"; }
+json_get "$dp3.json" 'len(d["splits"]) == 2 and all(sum(s["rows"]) == 64 and len(s["speeds"]) == 3 and min(s["speeds"]) > 0 for s in d["splits"])' |
+  grep -q True || fail "3 replicas: splits/speeds in the report"
+acc=$(json_get "$dp3.json" 'd["epochs"][-1]["test_accuracy"]')
+/usr/bin/env python3 -c "import sys; sys.exit(0 if $acc > 0.65 else 1)" || fail "3 replicas: test accuracy $acc"
+pass "3 replicas, measured split $(json_get "$dp3.json" 'd["splits"][-1]["rows"]'), test accuracy $acc"
+
+# Kill the node of replica 1 mid-training.
+long="$HETFLOW_SCRATCH/long.toml"
+write_topology "$long" 7930 2 auto 'kind = "train"' 'model = "mlp"' 'epochs = 100' 'strategy = "dp"'
+one_thread "$long"
+start_nodes "$long" 2
+for _ in $(seq 1 300); do grep -q "samples/s" "$long.n0.log" && break; sleep 0.1; done
+grep -q "samples/s" "$long.n0.log" || { cat "$long.n0.log"; fail "dp run did not start"; }
+kill -KILL "${NODE_PIDS[1]}"
+wait_exit "${NODE_PIDS[0]}" 10 || { cat "$long.n0.log"; fail "n0 still running 10 s after n1 died"; }
+[[ $WAIT_RC -ne 0 ]] && grep -q "n1" "$long.n0.log" || { cat "$long.n0.log"; fail "n0: exit $WAIT_RC"; }
+pass "a dead replica node stops the job (n0 exit $WAIT_RC, names n1)"
+
+# Clear errors.
+bad="$HETFLOW_SCRATCH/bad.toml"
+write_topology "$bad" 7940 2 auto 'kind = "train"' 'strategy = "dp"' 'dp_nodes = ["n0", "n7"]'
+"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && { cat "$bad.out"; fail "validate accepted dp_nodes n7"; }
+grep -q "no node 'n7'" "$bad.out" || { cat "$bad.out"; fail "unknown dp node: message"; }
+write_topology "$bad" 7940 2 auto 'kind = "train"' 'strategy = "dp"' 'input = "stream"'
+"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "validate accepted dp with streamed input"
+grep -q 'input = "memory" only' "$bad.out" || { cat "$bad.out"; fail "dp + stream: message"; }
+write_topology "$bad" 7940 2 auto 'kind = "train"' 'strategy = "dp"'
+sed -i 's/^port = 7941$/port = 7941\ndevices = [ { kind = "cuda", index = 0 } ]/' "$bad"
+"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "validate accepted dp on cuda"
+grep -q "cpu devices only" "$bad.out" || { cat "$bad.out"; fail "dp on cuda: message"; }
+pass "dp errors: unknown node, streamed input, cuda device"
+
+# hetflow plan: replicas, ring and split; heterogeneous thread counts.
+het="$HETFLOW_SCRATCH/het.toml"
+write_topology "$het" 7950 2 auto 'kind = "train"' 'strategy = "dp"' 'batch_size = 96'
+sed -i -E 's/^port = 7950$/port = 7950\ndevices = [ { kind = "cpu", threads = 2 } ]/; s/^port = 7951$/port = 7951\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$het"
+"$HETFLOW" plan "$het" >"$het.plan" 2>&1 || { cat "$het.plan"; fail "plan"; }
+grep -q "data parallel: 2 replicas; ring ring0 -> ring1 -> ring0" "$het.plan" && grep -q "replica1 .*dp_replica .*n1" "$het.plan" &&
+  grep -q "speeds: measured on this machine" "$het.plan" || { cat "$het.plan"; fail "plan text"; }
+"$HETFLOW" plan "$het" --json --no-measure >"$het.json" 2>&1 || { cat "$het.json"; fail "plan --json"; }
+[[ $(json_get "$het.json" '[r["rows"] for r in d["dp"]["replicas"]]') == "[64, 32]" ]] ||
+  { cat "$het.json"; fail "plan --no-measure: split by threads"; }
+"$HETFLOW" plan "$het" --json >"$het.json" 2>&1 || { cat "$het.json"; fail "plan --json (measured)"; }
+json_get "$het.json" 'sum(r["rows"] for r in d["dp"]["replicas"]) == 96 and all(r["speed"] > 0 for r in d["dp"]["replicas"])' |
+  grep -q True || { cat "$het.json"; fail "plan --json: measured split"; }
+pass "plan: $(json_get "$het.json" '[(r["threads"], round(r["speed"]), r["rows"]) for r in d["dp"]["replicas"]]') (threads, samples/s, rows)"

@@ -1,0 +1,247 @@
+// train_from_source with a replica_group (train_config::group): N replicas
+// on N threads, summing through an in-process group, must keep bit-identical
+// weights, match single-device training within float rounding, and split
+// batches as told.
+#define BOOST_TEST_MODULE kernels_data_parallel
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "kernels/model.hpp"
+#include "kernels/trainer.hpp"
+#include "kernels/weights_io.hpp"
+#include "kernels/zoo.hpp"
+
+using namespace hetflow;
+using namespace hetflow::kernels;
+
+namespace {
+
+// Sums in rank order under a lock; a generation count makes it a barrier.
+// `fail_at` > 0: the fail_rank's call number fail_at returns an error (and
+// the others then see it), as a dead replica would make the ring fail.
+class thread_hub {
+public:
+  explicit thread_hub(int n) : n_(n) {}
+
+  status sum(int rank, std::span<const std::span<float>> t) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (failed_) return make_error(errc::peer_down, "a replica failed");
+    if (rank == fail_rank_ && ++calls_of_failing_ == fail_at_) {
+      failed_ = true;
+      cv_.notify_all();
+      return make_error(errc::peer_down, "replica " + std::to_string(rank) + " fails (test)");
+    }
+    const uint64_t gen = gen_;
+    inputs_[std::size_t(rank)] = t;
+    if (++arrived_ == n_) {
+      // Element-wise sum in rank order, written back to every replica.
+      for (std::size_t k = 0; k < t.size(); ++k)
+        for (std::size_t i = 0; i < t[k].size(); ++i) {
+          float acc = 0.0f;
+          for (int r = 0; r < n_; ++r) acc += inputs_[std::size_t(r)][k][i];
+          for (int r = 0; r < n_; ++r) inputs_[std::size_t(r)][k][i] = acc;
+        }
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return {};
+    }
+    cv_.wait(lock, [&] { return gen_ != gen || failed_; });
+    if (gen_ == gen) return make_error(errc::peer_down, "a replica failed");
+    return {};
+  }
+  void fail(int rank, int at_call) {
+    fail_rank_ = rank;
+    fail_at_ = at_call;
+  }
+
+private:
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::span<const std::span<float>>> inputs_ = std::vector<std::span<const std::span<float>>>(16);
+  int arrived_ = 0;
+  uint64_t gen_ = 0;
+  bool failed_ = false;
+  int fail_rank_ = -1, fail_at_ = 0, calls_of_failing_ = 0;
+};
+
+class hub_group final : public replica_group {
+public:
+  hub_group(thread_hub& hub, int rank, int size) : hub_(hub), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  status sum(std::span<const std::span<float>> t) override { return hub_.sum(rank_, t); }
+
+private:
+  thread_hub& hub_;
+  int rank_, size_;
+};
+
+// Same split rule as topology::split_rows for the speeds used here.
+std::vector<int64_t> proportional(int64_t rows, std::span<const double> speeds) {
+  double total = std::accumulate(speeds.begin(), speeds.end(), 0.0);
+  std::vector<int64_t> out;
+  int64_t given = 0;
+  for (double s : speeds) {
+    out.push_back(int64_t(std::floor(double(rows) * s / total)));
+    given += out.back();
+  }
+  for (std::size_t k = 0; given < rows; k = (k + 1) % out.size(), ++given) ++out[k];
+  return out;
+}
+
+train_config config(const std::string& model) {
+  train_config c;
+  c.model = model;
+  c.width = 0.5;
+  c.data.kind = dataset_kind::synthetic;
+  c.data.sample = shape{1, 28, 28};
+  c.data.train_size = 300;  // 300 / 32: a last partial batch of 12
+  c.data.test_size = 101;
+  c.data.classes = 10;
+  c.data.noise = 4.0f;  // hard enough that the models are still learning
+  c.epochs = 3;
+  c.batch_size = 32;
+  c.optimizer = {optimizer_kind::sgd, 0.1, 0.9};
+  c.threads = 1;
+  return c;
+}
+
+std::vector<expected<train_report>> run_replicas(const train_config& base, int n, bool measured,
+                                                 thread_hub* hub_in = nullptr) {
+  thread_hub own(n);
+  thread_hub& hub = hub_in != nullptr ? *hub_in : own;
+  std::vector<expected<train_report>> out(std::size_t(n), make_error(errc::internal, "not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      hub_group g(hub, r, n);
+      train_config c = base;
+      c.group = &g;
+      c.measured_split = measured;
+      c.split = proportional;
+      out[std::size_t(r)] = train_single(c);
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// Largest |a - b| over the parameters of two weights files of `c.model`.
+double max_weight_diff(const train_config& c, const std::string& a, const std::string& b) {
+  zoo_options zo;
+  zo.input = c.data.sample;
+  zo.classes = c.data.classes;
+  zo.width = c.width;
+  auto spec = make_model_spec(c.model, zo);
+  BOOST_REQUIRE(spec.has_value());
+  auto ma = build_model(*spec, device::cpu(), build_options{1, 99});
+  auto mb = build_model(*spec, device::cpu(), build_options{1, 98});
+  BOOST_REQUIRE(ma.has_value() && mb.has_value());
+  BOOST_REQUIRE(load_weights(*ma, a).ok());
+  BOOST_REQUIRE(load_weights(*mb, b).ok());
+  auto pa = ma->parameters(), pb = mb->parameters();
+  double worst = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    auto va = pa[i]->value.f32_span(), vb = pb[i]->value.f32_span();
+    for (std::size_t k = 0; k < va.size(); ++k) worst = std::max(worst, double(std::abs(va[k] - vb[k])));
+  }
+  return worst;
+}
+
+std::string temp_path(const std::string& tag) {
+  return (std::filesystem::temp_directory_path() /
+          ("hetflow-dp-" + tag + "-" + std::to_string(::getpid()) + ".weights"))
+      .string();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(replicas_stay_identical_and_match_single_device) {
+  for (std::string model : {"lenet5", "mlp"}) {
+    train_config c = config(model);
+    const std::string single_path = temp_path("single"), dp_path = temp_path("dp");
+    c.save_weights = single_path;
+    auto single = train_single(c);
+    BOOST_REQUIRE_MESSAGE(single.has_value(), single.error().to_string());
+    for (int n : {2, 3}) {
+      c.save_weights = dp_path;  // rank 0 writes it
+      auto reps = run_replicas(c, n, /*measured=*/false);
+      for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+      for (int r = 1; r < n; ++r)
+        BOOST_CHECK_EQUAL(reps[std::size_t(r)]->weights_checksum, reps[0]->weights_checksum);
+      BOOST_REQUIRE_EQUAL(reps[0]->epochs.size(), single->epochs.size());
+      for (std::size_t e = 0; e < single->epochs.size(); ++e) {
+        const auto& a = reps[0]->epochs[e];
+        const auto& b = single->epochs[e];
+        BOOST_TEST_MESSAGE(model << " n=" << n << " epoch " << e + 1 << ": loss " << a.loss << " vs " << b.loss
+                                 << ", test " << a.test_accuracy << " vs " << b.test_accuracy);
+        BOOST_CHECK_CLOSE(a.loss, b.loss, 1e-3);  // percent
+        BOOST_CHECK_EQUAL(a.samples, b.samples);
+        BOOST_CHECK_LE(std::abs(a.test_accuracy - b.test_accuracy), 0.02);
+      }
+      double diff = max_weight_diff(c, single_path, dp_path);
+      BOOST_TEST_MESSAGE(model << " n=" << n << ": largest weight difference to single-device " << diff);
+      BOOST_CHECK_LT(diff, 1e-4);
+      BOOST_CHECK_GT(diff, 0.0);  // summed in another order: not bit-equal (else the test proves little)
+      std::filesystem::remove(dp_path);
+      // Equal split of a full batch.
+      BOOST_REQUIRE(!reps[0]->splits.empty());
+      auto total = std::accumulate(reps[0]->splits[0].begin(), reps[0]->splits[0].end(), int64_t{0});
+      BOOST_CHECK_EQUAL(total, 32);
+      BOOST_CHECK_LE(reps[0]->splits[0].front() - reps[0]->splits[0].back(), 1);
+    }
+    std::filesystem::remove(single_path);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(measured_split_is_the_same_on_every_replica) {
+  train_config c = config("mlp");
+  auto reps = run_replicas(c, 3, /*measured=*/true);
+  for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+  for (int r = 1; r < 3; ++r) {
+    BOOST_CHECK(reps[std::size_t(r)]->splits == reps[0]->splits);
+    BOOST_CHECK_EQUAL(reps[std::size_t(r)]->weights_checksum, reps[0]->weights_checksum);
+  }
+  BOOST_REQUIRE_EQUAL(reps[0]->speeds.size(), std::size_t(c.epochs));  // one per epoch
+  for (double s : reps[0]->speeds[0]) BOOST_CHECK_GT(s, 0.0);
+  BOOST_CHECK_GT(reps[0]->epochs.back().test_accuracy, 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_replica_ends_every_replica_with_an_error) {
+  train_config c = config("mlp");
+  thread_hub hub(2);
+  hub.fail(1, 5);
+  auto reps = run_replicas(c, 2, /*measured=*/false, &hub);
+  for (auto& r : reps) {
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST_MESSAGE(r.error().to_string());
+  }
+  BOOST_CHECK(reps[1].error().to_string().find("fails (test)") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_group_needs_a_split_function_and_a_cpu_model) {
+  train_config c = config("mlp");
+  thread_hub hub(1);
+  hub_group g(hub, 0, 1);
+  c.group = &g;
+  auto r = train_single(c);
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_CHECK(r.error().to_string().find("split function") != std::string::npos);
+  c.split = proportional;
+  auto ok = train_single(c);  // a group of one is plain training
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), ok.error().to_string());
+  c.group = nullptr;
+  auto plain = train_single(c);
+  BOOST_REQUIRE(plain.has_value());
+  BOOST_CHECK_EQUAL(ok->weights_checksum, plain->weights_checksum);
+}
