@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -117,8 +118,19 @@ train_config config(const std::string& model) {
   return c;
 }
 
+// A fixed uneven split (ignores speeds): the first replica takes 3/4.
+std::vector<int64_t> uneven(int64_t rows, std::span<const double> speeds) {
+  std::vector<int64_t> out(speeds.size(), 0);
+  out[0] = rows * 3 / 4;
+  int64_t left = rows - out[0];
+  for (std::size_t k = 1; left > 0; k = 1 + k % (out.size() - 1), --left) ++out[k];
+  return out;
+}
+
+using split_fn = std::function<std::vector<int64_t>(int64_t, std::span<const double>)>;
+
 std::vector<expected<train_report>> run_replicas(const train_config& base, int n, bool measured,
-                                                 thread_hub* hub_in = nullptr) {
+                                                 thread_hub* hub_in = nullptr, split_fn split = proportional) {
   thread_hub own(n);
   thread_hub& hub = hub_in != nullptr ? *hub_in : own;
   std::vector<expected<train_report>> out(std::size_t(n), make_error(errc::internal, "not run"));
@@ -129,7 +141,7 @@ std::vector<expected<train_report>> run_replicas(const train_config& base, int n
       train_config c = base;
       c.group = &g;
       c.measured_split = measured;
-      c.split = proportional;
+      c.split = split;
       out[std::size_t(r)] = train_single(c);
     });
   for (auto& t : threads) t.join();
@@ -202,6 +214,27 @@ BOOST_AUTO_TEST_CASE(replicas_stay_identical_and_match_single_device) {
     }
     std::filesystem::remove(single_path);
   }
+}
+
+BOOST_AUTO_TEST_CASE(an_uneven_split_still_matches_single_device) {
+  train_config c = config("mlp");
+  const std::string single_path = temp_path("single-u"), dp_path = temp_path("dp-u");
+  c.save_weights = single_path;
+  auto single = train_single(c);
+  BOOST_REQUIRE(single.has_value());
+  c.save_weights = dp_path;
+  auto reps = run_replicas(c, 3, /*measured=*/false, nullptr, uneven);
+  for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+  BOOST_CHECK((reps[0]->splits[0] == std::vector<int64_t>{24, 4, 4}));
+  BOOST_CHECK_EQUAL(reps[1]->weights_checksum, reps[0]->weights_checksum);
+  BOOST_CHECK_EQUAL(reps[2]->weights_checksum, reps[0]->weights_checksum);
+  for (std::size_t e = 0; e < single->epochs.size(); ++e)
+    BOOST_CHECK_CLOSE(reps[0]->epochs[e].loss, single->epochs[e].loss, 1e-3);
+  double diff = max_weight_diff(c, single_path, dp_path);
+  BOOST_TEST_MESSAGE("uneven split: largest weight difference to single-device " << diff);
+  BOOST_CHECK_LT(diff, 1e-4);
+  std::filesystem::remove(single_path);
+  std::filesystem::remove(dp_path);
 }
 
 BOOST_AUTO_TEST_CASE(measured_split_is_the_same_on_every_replica) {
