@@ -201,7 +201,8 @@ public:
   replica_sync(const train_config& c, model& m) : c_(c), g_(c.group), params_(m.parameters()), state_(m.state()) {
     if (g_ != nullptr) {
       speeds_.assign(std::size_t(g_->size()), 1.0);
-      for (parameter* p : params_) grads_.push_back(p->grad.f32_span());
+      unit_params_.resize(m.size());
+      for (std::size_t i = 0; i < m.size(); ++i) m.at(i).parameters(unit_params_[i]);
     }
   }
   bool active() const noexcept { return g_ != nullptr; }
@@ -229,20 +230,42 @@ public:
     return g_ == nullptr ? std::vector<int64_t>{rows} : c_.split(rows, speeds_);
   }
 
-  // Gradients of `count` of `rows` rows: scaled to the global mean, summed
-  // over the replicas together with the step's statistics (in place).
-  status reduce(int64_t count, int64_t rows, std::array<float, 2>& stats) {
-    if (count == 0) {
-      for (auto g : grads_) std::fill(g.begin(), g.end(), 0.0f);
-    } else if (count != rows) {
-      const float k = float(double(count) / double(rows));
-      for (auto g : grads_)
+  // Gradient buckets of one step, last unit first (backward's order). Unit
+  // i's gradients are final once its backward ran: unit_done(i) scales them
+  // to the global mean (count of rows rows; zero for a replica without
+  // rows) and starts a sum whenever the bucket holds bucket_bytes.
+  // finish_step adds the step's statistics to the last bucket and waits for
+  // every sum (all of them, also after an error: the ring may still be
+  // writing into the others).
+  status unit_done(std::size_t i, int64_t count, int64_t rows) {
+    for (parameter* p : unit_params_[i]) {
+      auto g = p->grad.f32_span();
+      if (count == 0)
+        std::fill(g.begin(), g.end(), 0.0f);
+      else if (count != rows) {
+        const float k = float(double(count) / double(rows));
         for (float& v : g) v *= k;
+      }
+      bucket_.push_back(g);
+      bucket_bytes_ += int64_t(g.size_bytes());
     }
-    std::vector<std::span<float>> all = grads_;
-    all.emplace_back(stats.data(), stats.size());
-    return timed_sum(all);
+    if (bucket_bytes_ >= c_.bucket_bytes) flush();
+    return {};
   }
+  status finish_step(std::array<float, 2>& stats) {
+    auto t0 = clock_type::now();
+    bucket_.emplace_back(stats.data(), stats.size());
+    flush();
+    status first;
+    for (auto& f : pending_) {
+      status s = f.get();
+      if (first.ok() && !s.ok()) first = s;
+    }
+    pending_.clear();
+    sum_seconds_ += seconds_since(t0);
+    return first;
+  }
+  std::size_t units() const noexcept { return unit_params_.size(); }
 
   // Speeds from a compute time of `seconds` for `rows` rows; every replica's
   // goes into one vector so all compute the same next split.
@@ -292,6 +315,13 @@ public:
   double sum_seconds() const noexcept { return sum_seconds_; }
 
 private:
+  void flush() {
+    if (bucket_.empty()) return;
+    pending_.push_back(g_->start_sum(bucket_));
+    bucket_.clear();
+    bucket_bytes_ = 0;
+  }
+
   status timed_sum(std::span<const std::span<float>> t) {
     auto t0 = clock_type::now();
     status s = g_->sum(t);
@@ -303,7 +333,10 @@ private:
   replica_group* g_;
   std::vector<parameter*> params_;
   std::vector<state_tensor*> state_;
-  std::vector<std::span<float>> grads_;
+  std::vector<std::vector<parameter*>> unit_params_;
+  std::vector<std::span<float>> bucket_;
+  int64_t bucket_bytes_ = 0;
+  std::vector<std::future<status>> pending_;
   std::vector<double> speeds_;
   double sum_seconds_ = 0.0;
 };
@@ -372,13 +405,25 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         grad.resize(logits.shape());
         HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels.subspan(std::size_t(first), std::size_t(count)),
                                              grad.mutable_view()));
-        HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+        if (!dp.active()) {
+          HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+        } else {
+          // Unit by unit, each unit's gradient bucket going to the ring as
+          // soon as it is complete.
+          tensor_view g = grad.view();
+          for (std::size_t i = m.size(); i-- > 0;) {
+            HF_ASSIGN_OR_RETURN(g, m.backward(g, i > 0, i, i + 1));
+            HF_RETURN_IF_ERROR(dp.unit_done(i, count, bn));
+          }
+        }
+      } else {
+        for (std::size_t i = dp.units(); i-- > 0;) HF_RETURN_IF_ERROR(dp.unit_done(i, 0, bn));
       }
       compute_seconds += seconds_since(tc);
       local_rows += count;
       if (dp.active()) {
         std::array<float, 2> stats{float(lr_res.loss * double(count)), float(lr_res.correct)};
-        HF_RETURN_IF_ERROR(dp.reduce(count, bn, stats));
+        HF_RETURN_IF_ERROR(dp.finish_step(stats));
         lr_res.loss = double(stats[0]) / double(bn);
         lr_res.correct = int64_t(stats[1]);
       }

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -50,10 +51,13 @@ public:
   virtual ~replica_group() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Sums each tensor element-wise over every replica, in place, and blocks
-  // until done; every replica gets bit-identical sums. An error (a replica
-  // died or stalled, the job stops) ends the training run with it.
-  virtual status sum(std::span<const std::span<float>> tensors) = 0;
+  // Starts summing each tensor element-wise over every replica, in place,
+  // and returns at once; every replica gets bit-identical sums. The tensors
+  // must stay untouched until the future is ready. Every replica starts the
+  // same sums (sizes, order). An error (a replica died or stalled, the job
+  // stops) ends the training run with it.
+  virtual std::future<status> start_sum(std::span<const std::span<float>> tensors) = 0;
+  status sum(std::span<const std::span<float>> tensors) { return start_sum(tensors).get(); }
 };
 
 struct dataset_config {
@@ -126,6 +130,10 @@ struct train_config {
   // planner's topology::split_rows; kernels do not link topology). Must give
   // every replica the same answer for the same arguments.
   std::function<std::vector<int64_t>(int64_t rows, std::span<const double> speeds)> split;
+  // With a group: gradients are summed in buckets of about this many bytes,
+  // each started as soon as backward has produced it (last unit first), so
+  // the sums overlap the rest of backward.
+  int64_t bucket_bytes = int64_t{16} << 20;
 };
 
 

@@ -269,11 +269,11 @@ public:
   ring_group(caf::actor member, int rank, int size) : member_(std::move(member)), rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  status sum(std::span<const std::span<float>> tensors) override {
+  std::future<status> start_sum(std::span<const std::span<float>> tensors) override {
     std::vector<ring::ring_tensor> v;
     v.reserve(tensors.size());
     for (auto t : tensors) v.push_back(ring::ring_tensor{ring::ring_dtype::f32, std::as_writable_bytes(t)});
-    return ring::all_reduce(member_, std::move(v), ring::reduce_op::sum).get();
+    return ring::all_reduce(member_, std::move(v), ring::reduce_op::sum);
   }
 
 private:
@@ -295,9 +295,10 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   const std::string member_name = args.get_string("member");
   auto cfg = train_config_of(env.cluster, env.spec.node, std::size_t(args.get_int("device", 0)));
   const bool measured = env.cluster.job.params.get_string("dp_split", "measured") == "measured";
+  const int64_t bucket_bytes = env.cluster.job.params.get_int("bucket_bytes", int64_t{16} << 20);
   self->set_default_handler(caf::skip);
   return {
-    [self, svc, me, rank, replicas, member_name, cfg, measured](start_atom) {
+    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes](start_atom) {
       caf::actor member = svc->find_actor(member_name);
       if (!cfg) {
         svc->report_done(me, false, cfg.error().message(), {});
@@ -309,6 +310,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
         c.group = &group;
         c.measured_split = measured;
         c.split = [](int64_t rows, std::span<const double> speeds) { return topology::split_rows(rows, speeds); };
+        c.bucket_bytes = bucket_bytes;
         if (rank != 0) c.save_weights.clear();
         kernels::train_report last;
         if (rank == 0)
@@ -407,7 +409,8 @@ void add_train(registry& reg) {
       "dp: split each batch by measured replica speed (re-measured every epoch) or equally", {}, {},
       {"measured", "equal"});
   key("chunk_bytes", key_type::size, int64_t{1} << 20, "dp: ring chunk size", 1024.0);
-  key("bucket_bytes", key_type::size, int64_t{16} << 20, "dp: gradients fused per ring collective", 1024.0);
+  key("bucket_bytes", key_type::size, int64_t{16} << 20,
+      "dp: gradient bucket size; each bucket's sum starts as soon as backward has produced it", 1024.0);
   key("ring_timeout", key_type::duration, 2.0,
       "dp: a collective with no progress for this long names the stalled replica and stops the job", 0.1, 3600.0);
   key("model", key_type::string, std::string("lenet5"), "model zoo name", {}, {},

@@ -9,11 +9,16 @@ upper median for an even count, as mpi_allreduce.cpp takes it). Bus bandwidth
 as NCCL-tests define it: 2 (N-1)/N * bytes / time.
 
   /usr/bin/python3 gloo_allreduce.py NPROCS ITER WARMUP BYTES...
+  /usr/bin/python3 gloo_allreduce.py --rank R NPROCS ITER WARMUP BYTES...
 
 Starts NPROCS worker processes on this host itself (MASTER_ADDR=127.0.0.1,
 MASTER_PORT from the environment or a free port; no torchrun). gloo runs over
 TCP on loopback (GLOO_SOCKET_IFNAME=lo); each worker uses one thread
 (torch.set_num_threads(1), OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1).
+With --rank R it runs only rank R of NPROCS, in this process, for ranks
+started elsewhere (another network namespace or host): MASTER_ADDR and
+MASTER_PORT must be set (rank 0 serves the rendezvous store there), and
+GLOO_SOCKET_IFNAME, when set, picks gloo's interface.
 Run it with Debian's /usr/bin/python3 (python3-torch). Prints one line per
 size, from rank 0: "bytes time_us algbw_gbps busbw_gbps".
 """
@@ -74,8 +79,19 @@ def main():
         rank, world, iterations, warmup = (int(x) for x in sys.argv[2:6])
         worker(rank, world, iterations, warmup, [int(x) for x in sys.argv[6:]])
         return 0
+    if len(sys.argv) > 2 and sys.argv[1] == "--rank":
+        if len(sys.argv) < 7:
+            sys.exit("usage: %s --rank R NPROCS ITER WARMUP BYTES..." % sys.argv[0])
+        for v in ("MASTER_ADDR", "MASTER_PORT"):
+            if not os.environ.get(v):
+                sys.exit("%s: --rank needs %s in the environment" % (sys.argv[0], v))
+        rank, world, iterations, warmup = (int(x) for x in sys.argv[2:6])
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world),
+                          OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # before importing torch
+        worker(rank, world, iterations, warmup, [int(x) for x in sys.argv[6:]])
+        return 0
     if len(sys.argv) < 5:
-        sys.exit("usage: %s NPROCS ITER WARMUP BYTES..." % sys.argv[0])
+        sys.exit("usage: %s [--rank R] NPROCS ITER WARMUP BYTES..." % sys.argv[0])
     world = int(sys.argv[1])
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE=str(world),
                GLOO_SOCKET_IFNAME="lo", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")

@@ -11,12 +11,26 @@
 #   SIZES="1048576 16777216 67108864"   bytes (1, 16 and 64 MiB)
 #   ITERATIONS=20 WARMUP=3   per size, in each run (hetflow, MPI and gloo alike)
 #   QUIET_MAX=300  seconds to wait for a quiet machine before each measurement
+#   NETNS=1        also measure TCP across 2 network namespaces joined by a
+#                  veth pair (bench/allreduce/netns.sh; needs root and iproute2's
+#                  ip); the process count is then 2 (PROCS is ignored)
 #
 # Configurations: hetflow over UCX shared memory (ucx_tls sm,self, error mode
 # none) and UCX TCP (tcp,self); OpenMPI with its shared-memory BTL (vader)
 # and with TCP only (--mca btl tcp,self); gloo over TCP on loopback
 # (GLOO_SOCKET_IFNAME=lo, one thread per process; gloo has no shared-memory
 # transport on CPU, so the shm and tcp rows show the same gloo measurement).
+# NETNS=1 adds rows "tcp veth (2 netns)": namespaces A and B (10.77.0.1/24 and
+# 10.77.0.2/24 on the two ends of a veth pair, nothing else connected), one
+# process in each. hetflow: `hetflow node` n0 in A and n1 in B (ucx_tls
+# tcp,self, error mode peer, as the tcp row). MPI: mpirun runs in A and starts
+# rank 0 there and rank 1 through `ip netns exec B`; ob1 with --mca btl
+# tcp,self restricted to the veth subnet, and its PMIx server, which listens
+# on loopback by default, is told to listen on A's veth address so that rank
+# 1 can reach it. gloo: rank 0 in A (MASTER_ADDR = A's address), rank 1 in B,
+# GLOO_SOCKET_IFNAME the veth ends. Each of these runs checks the bytes A's
+# veth end sent against what the all-reduces must send, and fails if the
+# traffic did not cross the veth; the per-run amounts are printed below the table.
 # Every run does one untimed first all-reduce (gloo_allreduce.py checks its
 # result against the expected sum), WARMUP untimed, then ITERATIONS timed one
 # by one, and reports the median per-iteration time (rank 0's for MPI and
@@ -30,8 +44,16 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build}
 hetflow=$build/bin/hetflow
 work=$(mktemp -d /tmp/hetflow-allreduce-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+netns=${NETNS:-0}
+cleanup() {
+  [[ $netns == 1 ]] && netns_teardown
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 procs=(${PROCS:-2 4})
+[[ $netns == 1 ]] && procs=(2)
 sizes=(${SIZES:-1048576 16777216 67108864})
 iters=${ITERATIONS:-20}
 warmup=${WARMUP:-3}
@@ -41,6 +63,10 @@ command -v mpicxx >/dev/null || { echo "mpicxx missing: run deploy/setup.sh --be
 mpicxx -O2 -o "$work/mpi_allreduce" "$src/bench/allreduce/mpi_allreduce.cpp"
 
 source "$src/bench/lib.sh"  # wait_quiet
+if [[ $netns == 1 ]]; then
+  source "$src/bench/allreduce/netns.sh"  # netns_setup, $ns_a, $veth_a, $ip_a, ...
+  netns_setup || exit 2
+fi
 
 topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE
   {
@@ -76,6 +102,110 @@ assert d['members_identical'], 'members differ'
 for r in d['result']['results']: print(r['bytes'], '%.1f' % r['time_us'])")
 }
 
+# --- NETNS=1: two processes, one in each namespace -----------------------------
+
+declare -A veth_tx
+veth_tx_a() { ip netns exec "$ns_a" cat "/sys/class/net/$veth_a/statistics/tx_bytes"; }
+
+# veth_check LABEL BEFORE: the bytes A's veth end sent since BEFORE must be at
+# least 90% of what the all-reduces of 2 processes send from one rank (every
+# size once checked, WARMUP and ITERATIONS times, the whole buffer each time).
+veth_check() {
+  local sent=$(($(veth_tx_a) - $2)) need=0 s
+  for s in "${sizes[@]}"; do need=$((need + s * (1 + warmup + iters))); done
+  veth_tx[$1]+="$sent "
+  if ((sent * 10 < need * 9)); then
+    echo "$1: only $sent bytes went over the veth ($need expected): the traffic did not cross the namespaces" >&2
+    exit 1
+  fi
+}
+
+# wait_pair NAME PID0 PID1: waits for both; when one fails, stops the other.
+wait_pair() {
+  local name=$1 p0=$2 p1=$3 rc0="" rc1=""
+  while [[ -z $rc0 || -z $rc1 ]]; do
+    if [[ -z $rc0 ]] && ! kill -0 "$p0" 2>/dev/null; then wait "$p0" && rc0=0 || rc0=$?; fi
+    if [[ -z $rc1 ]] && ! kill -0 "$p1" 2>/dev/null; then wait "$p1" && rc1=0 || rc1=$?; fi
+    if [[ ${rc0:-0} != 0 && -z $rc1 ]]; then kill "$p1" 2>/dev/null || true; fi
+    if [[ ${rc1:-0} != 0 && -z $rc0 ]]; then kill "$p0" 2>/dev/null || true; fi
+    sleep 0.1
+  done
+  if [[ $rc0 != 0 || $rc1 != 0 ]]; then
+    echo "$name failed: the process in $ns_a exited with $rc0, the one in $ns_b with $rc1" >&2
+    return 1
+  fi
+}
+
+run_ours_netns() {  # run_ours_netns LABEL PORT TLS ERROR_MODE
+  local f="$work/$1-2.toml" before
+  {
+    echo '[cluster]'
+    echo "name = \"allreduce-$1\""
+    echo 'data_plane = "ucx"'
+    echo "ucx_tls = \"$3\""
+    echo "ucx_error_mode = \"$4\""
+    printf '[[nodes]]\nname = "n0"\nhost = "%s"\nport = %d\n' "$ip_a" "$2"
+    printf '[[nodes]]\nname = "n1"\nhost = "%s"\nport = %d\n' "$ip_b" $(($2 + 1))
+    echo '[job]'
+    echo 'kind = "allreduce_bench"'
+    local s list=""
+    for s in "${sizes[@]}"; do list+="${list:+, }$s"; done
+    echo "sizes = [$list]"
+    echo "iterations = $iters"
+    echo "warmup = $warmup"
+  } >"$f"
+  rm -f "$f".n?.json*
+  wait_quiet
+  before=$(veth_tx_a)
+  ip netns exec "$ns_a" "$hetflow" node "$f" --name n0 --report "$f.n0.json" >"$f.n0.log" 2>&1 &
+  local p0=$!
+  ip netns exec "$ns_b" "$hetflow" node "$f" --name n1 --report "$f.n1.json" >"$f.n1.log" 2>&1 &
+  local p1=$!
+  wait_pair "hetflow ($1)" "$p0" "$p1" ||
+    { tail -n 20 "$f.n0.log" "$f.n1.log"; exit 1; }
+  veth_check "$1" "$before"
+  # The head node (n0) writes the job's members (result, members_identical)
+  # to REPORT.job; `hetflow run --report` lifts them into its report.
+  while read -r bytes us; do t_us[$1,2,$bytes]+="$us "; done < <(/usr/bin/python3 -c "
+import json; d=json.load(open('$f.n0.json.job'))
+assert d['members_identical'], 'members differ'
+for r in d['result']['results']: print(r['bytes'], '%.1f' % r['time_us'])")
+}
+
+run_mpi_netns() {  # run_mpi_netns LABEL
+  local label=$1 out="$work/$1-2.out" before
+  wait_quiet
+  before=$(veth_tx_a)
+  # mpirun runs in A: rank 0 there, rank 1 in B. PMIx's server (in mpirun)
+  # listens on loopback only unless remote connections are allowed; it then
+  # listens on A's veth address, which rank 1 reaches over the veth.
+  ip netns exec "$ns_a" env PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include="$ns_subnet.0/24" \
+    mpirun --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl tcp,self \
+    --mca btl_tcp_if_include "$ns_subnet.0/24" --mca oob_tcp_if_include "$ns_subnet.0/24" \
+    -np 1 "$work/mpi_allreduce" "$iters" "$warmup" "${sizes[@]}" : \
+    -np 1 ip netns exec "$ns_b" "$work/mpi_allreduce" "$iters" "$warmup" "${sizes[@]}" \
+    >"$out" 2>&1 || { cat "$out"; echo "mpirun across the namespaces failed" >&2; exit 1; }
+  veth_check "$label" "$before"
+  while read -r bytes us _; do t_us[$label,2,$bytes]+="$us "; done < <(grep -E '^[0-9]+ ' "$out")
+}
+
+run_gloo_netns() {  # run_gloo_netns LABEL PORT
+  local label=$1 out="$work/$1-2" before
+  wait_quiet
+  before=$(veth_tx_a)
+  ip netns exec "$ns_a" env MASTER_ADDR="$ip_a" MASTER_PORT="$2" GLOO_SOCKET_IFNAME="$veth_a" \
+    /usr/bin/python3 "$src/bench/allreduce/gloo_allreduce.py" --rank 0 2 "$iters" "$warmup" "${sizes[@]}" \
+    >"$out.0.out" 2>&1 &
+  local p0=$!
+  ip netns exec "$ns_b" env MASTER_ADDR="$ip_a" MASTER_PORT="$2" GLOO_SOCKET_IFNAME="$veth_b" \
+    /usr/bin/python3 "$src/bench/allreduce/gloo_allreduce.py" --rank 1 2 "$iters" "$warmup" "${sizes[@]}" \
+    >"$out.1.out" 2>&1 &
+  local p1=$!
+  wait_pair "gloo" "$p0" "$p1" || { tail -n 20 "$out.0.out" "$out.1.out"; exit 1; }
+  veth_check "$label" "$before"
+  while read -r bytes us _; do t_us[$label,2,$bytes]+="$us "; done < <(grep -E '^[0-9]+ ' "$out.0.out")
+}
+
 run_mpi() {  # run_mpi LABEL NPROCS [MCA args...]
   local label=$1 np=$2
   shift 2
@@ -102,6 +232,12 @@ for round in $(seq 1 "${REPEATS:-3}"); do
     run_mpi mpi-tcp "$np" --mca btl tcp,self
     run_gloo gloo-tcp "$np"
   done
+  if [[ $netns == 1 ]]; then
+    echo "round $round, 2 processes across namespaces $ns_a / $ns_b..." >&2
+    run_ours_netns hetflow-veth 7890 "tcp,self" peer
+    run_mpi_netns mpi-veth
+    run_gloo_netns gloo-veth 29511
+  fi
 done
 
 stats() {  # median [min-max] of a list of numbers
@@ -113,26 +249,35 @@ med() { /usr/bin/python3 -c "import sys, statistics; print(statistics.median(flo
 
 echo
 echo "All-reduce, f32 sum, $(nproc) cores, $(date -u +%Y-%m-%d), REPEATS=${REPEATS:-3}, $iters iterations + $warmup warmup per run"
-echo "gloo: torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), TCP over loopback (the same measurement in the shm and tcp rows)"
+echo "gloo: torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), TCP over loopback (the same measurement in the shm and tcp rows)$([[ $netns == 1 ]] && echo ", over the veth in the veth rows")"
 [[ $noisy == 1 ]] && echo "(the machine was not quiet for some measurements)"
 echo
-echo "| procs | size | path | hetflow ring: time us | MPI_Allreduce: time us | gloo (tcp loopback): time us | hetflow busbw GB/s | MPI busbw GB/s | gloo busbw GB/s | hetflow / MPI | hetflow / gloo |"
+echo "| procs | size | path | hetflow ring: time us | MPI_Allreduce: time us | gloo (tcp): time us | hetflow busbw GB/s | MPI busbw GB/s | gloo busbw GB/s | hetflow / MPI | hetflow / gloo |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for np in "${procs[@]}"; do
   for s in "${sizes[@]}"; do
-    for path in shm tcp; do
+    for path in shm tcp veth; do
       ours=${t_us[hetflow-$path,$np,$s]:-} theirs=${t_us[mpi-$path,$np,$s]:-}
       [[ -z $ours || -z $theirs ]] && continue
       mo=$(med "$ours") mt=$(med "$theirs")
       bo=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mo*1e3)}")
       bt=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mt*1e3)}")
-      gloo=${t_us[gloo-tcp,$np,$s]:-} gt="-" bg="-" rg="-"
+      gloo=${t_us[gloo-${path/shm/tcp},$np,$s]:-} gt="-" bg="-" rg="-"
       if [[ -n $gloo ]]; then
         mg=$(med "$gloo") gt=$(stats "$gloo")
         bg=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mg*1e3)}")
         rg=$(awk "BEGIN{printf \"%.2fx\", $mg/$mo}")
       fi
-      echo "| $np | $((s >> 20)) MiB | $path | $(stats "$ours") | $(stats "$theirs") | $gt | $bo | $bt | $bg | $(awk "BEGIN{printf \"%.2fx\", $mt/$mo}") | $rg |"
+      label=$path
+      [[ $path == veth ]] && label="tcp veth (2 netns)"
+      echo "| $np | $((s >> 20)) MiB | $label | $(stats "$ours") | $(stats "$theirs") | $gt | $bo | $bt | $bg | $(awk "BEGIN{printf \"%.2fx\", $mt/$mo}") | $rg |"
     done
   done
 done
+if [[ $netns == 1 ]]; then
+  need=0
+  for s in "${sizes[@]}"; do need=$((need + s * (1 + warmup + iters))); done
+  echo
+  echo "veth rows: bytes sent by namespace A's veth end per run (the all-reduces alone send $need from each rank):"
+  for label in hetflow-veth mpi-veth gloo-veth; do echo "  ${label%-veth}: ${veth_tx[$label]:-}"; done
+fi
