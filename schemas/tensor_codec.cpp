@@ -180,12 +180,21 @@ message_builder::message_builder(const envelope_header& header,
 
 message_builder::message_builder(const envelope_header& header,
                                  std::span<const tensor_meta> tensors, std::size_t payload_bytes)
+    : message_builder(header, tensors, payload_bytes, allocator{}) {}
+
+message_builder::message_builder(const envelope_header& header,
+                                 std::span<const tensor_meta> tensors, std::size_t payload_bytes,
+                                 const allocator& allocate)
     : impl_(std::make_unique<impl>()) {
   expected<layout> planned = plan_layout(header, tensors, payload_bytes);
   if (!planned) throw std::invalid_argument(planned.error().to_string());
   const layout& l = *planned;
 
-  impl_->buffer = wire_buffer((1 + l.segment_words) * word_bytes);
+  const std::size_t total = (1 + l.segment_words) * word_bytes;
+  impl_->buffer = allocate ? allocate(total) : wire_buffer(total);
+  if (impl_->buffer.size() != total)
+    throw std::logic_error("message_builder: the allocator returned " + std::to_string(impl_->buffer.size()) +
+                           " bytes for a message of " + std::to_string(total));
   std::byte* base = impl_->buffer.data();
   // Cap'n Proto builders require zeroed memory for everything they write
   // (texts rely on it for their NUL); blobs are filled by the caller.

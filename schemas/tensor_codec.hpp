@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -103,6 +104,11 @@ public:
   // initializer_list constructor in C++20).
   message_builder(const envelope_header& header, std::initializer_list<tensor_meta> tensors,
                   std::size_t payload_bytes = 0);
+  // The same, with the message's storage from `allocate(bytes)` (e.g. a pool
+  // of recycled buffers); it must return a buffer of exactly `bytes` bytes.
+  using allocator = std::function<wire_buffer(std::size_t bytes)>;
+  message_builder(const envelope_header& header, std::span<const tensor_meta> tensors,
+                  std::size_t payload_bytes, const allocator& allocate);
   ~message_builder();
   message_builder(message_builder&&) noexcept;
   message_builder& operator=(message_builder&&) noexcept;

@@ -49,7 +49,10 @@ public:
   static constexpr std::size_t alignment = 64;
   // Buffers of at least huge_threshold bytes are rounded up to whole 2 MiB
   // pages and advised onto transparent huge pages (see advise_huge_pages).
-  static constexpr std::size_t huge_threshold = std::size_t{4} << 20;
+  // 1 MiB: the ring's default chunk; with its chunks on huge pages (and
+  // pooled) a 16 MiB all-reduce of 2 nodes went from ~5 to ~3.3 ms. The
+  // price is up to 2x memory for messages of 1-2 MiB.
+  static constexpr std::size_t huge_threshold = std::size_t{1} << 20;
   static constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
   using recycler = wire_buffer_recycler;
 

@@ -51,6 +51,7 @@
 #include <optional>
 #include <thread>
 
+#include "actors/buffer_pool.hpp"
 #include "actors/builtin/job_actor.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
@@ -169,6 +170,11 @@ struct member_state : job_actor_state {
   uint64_t next_id = 0;
   std::optional<active_collective> active;
   std::map<uint64_t, std::vector<std::pair<std::string, wire_buffer_ref>>> early;
+  // Outgoing chunk messages: recycled once the data plane has sent them, so
+  // chunks land in memory that is already faulted in (and, from 1 MiB, on
+  // huge pages) instead of fresh pages per chunk.
+  std::shared_ptr<buffer_pool> pool;
+  schemas::message_builder::allocator allocate;
   bool probing = false;
   bool closed = false;
   bool finished = false;
@@ -230,8 +236,8 @@ wire_buffer_ref build_chunk(const member_state& st, const active_collective& a, 
                             {static_cast<int64_t>(a.type == ring_dtype::f64 ? r.size() * es
                                                                              : r.size())}};
   schemas::envelope_header h{kind_ring_chunk, a.id, st.me, st.right};
-  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(&meta, 1),
-                             sizeof(chunk_header));
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(&meta, 1), sizeof(chunk_header),
+                             st.allocate);
   chunk_header ch;
   ch.phase = phase;
   ch.type = static_cast<uint8_t>(a.type);
@@ -512,6 +518,10 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   st.cfg.window = static_cast<uint64_t>(std::max<int64_t>(0, args.get_int("window", 0)));
   st.cfg.drill = args.get_string("drill", "none");
   st.cfg.drill_after = args.get_int("drill_after", 0);
+  // A few windows of chunks wait for reuse; the rest is freed.
+  st.pool = buffer_pool::create(std::size_t{64} << 10,
+                                std::max<std::size_t>(std::size_t{64} << 20, 16 * st.cfg.chunk_bytes));
+  st.allocate = [pool = st.pool](std::size_t bytes) { return pool->allocate(bytes); };
   return {
     [self](start_atom) {
       auto& st = self->state;

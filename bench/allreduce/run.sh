@@ -46,7 +46,7 @@ hetflow=$build/bin/hetflow
 work=$(mktemp -d /tmp/hetflow-allreduce-XXXXXX)
 netns=${NETNS:-0}
 cleanup() {
-  [[ $netns == 1 ]] && netns_teardown
+  if [[ $netns == 1 ]] && declare -F netns_teardown >/dev/null; then netns_teardown; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
