@@ -374,6 +374,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
     for (auto key : {"chunk_bytes", "bucket_bytes"})
       if (p.contains(key)) m.args.set(key, p.get_int(key));
     m.args.set("timeout", p.get_number("ring_timeout", 2.0));
+    m.args.set("hierarchical", p.get_string("hierarchical", "auto"));
     v.push_back(std::move(m));
     topology::actor_spec a;
     a.name = replica_name(i);
@@ -411,6 +412,9 @@ void add_train(registry& reg) {
   key("chunk_bytes", key_type::size, int64_t{1} << 20, "dp: ring chunk size", 1024.0);
   key("bucket_bytes", key_type::size, int64_t{16} << 20,
       "dp: gradient bucket size; each bucket's sum starts as soon as backward has produced it", 1024.0);
+  key("hierarchical", key_type::string, std::string("auto"),
+      "dp: replicas sharing a host sum into one leader, the leaders run the ring (auto: when replicas span "
+      "hosts and some share one; off: one flat ring)", {}, {}, {"auto", "off"});
   key("ring_timeout", key_type::duration, 2.0,
       "dp: a collective with no progress for this long names the stalled replica and stops the job", 0.1, 3600.0);
   key("model", key_type::string, std::string("lenet5"), "model zoo name", {}, {},

@@ -101,6 +101,10 @@ constexpr uint32_t chunk_magic = 0x6b6e6863;      // "chnk"
 constexpr uint8_t chunk_version = 1;
 constexpr uint8_t phase_rs = 0;
 constexpr uint8_t phase_ag = 1;
+// Hierarchical mode: a member's whole vector to its host's leader (segment =
+// the sender's index among the leader's locals), and the result back.
+constexpr uint8_t phase_lr = 2;
+constexpr uint8_t phase_lb = 3;
 
 // The payload of a chunk message; little-endian, memcpy'd.
 struct chunk_header {
@@ -134,6 +138,7 @@ struct ring_config {
   uint64_t bucket_bytes = 16 << 20;
   double timeout_s = 2.0;
   uint64_t window = 0;
+  std::string hierarchical = "auto";  // auto | off
   std::string drill = "none";
   int64_t drill_after = 0;
 };
@@ -153,6 +158,12 @@ struct active_collective {
   uint64_t own_sent = 0;
   uint64_t left_step0 = 0;           // step 0 chunks expected from the left
   uint64_t left_step0_seen = 0;
+  // Hierarchical mode.
+  uint64_t whole_chunks = 0;         // chunks of the whole vector
+  uint64_t lr_expected = 0, lr_received = 0;  // leader: from its locals
+  std::vector<uint8_t> seen_whole;   // leader: [local][chunk]; local: [chunk]
+  bool ring_started = false;         // leader: the inter-host ring began
+  std::vector<std::pair<std::string, wire_buffer_ref>> held;  // ring chunks before that
   clock_type::time_point started{};
   clock_type::time_point last_progress{};
   int upstream_waits = 0;            // probes answered "waiting as well"
@@ -160,9 +171,18 @@ struct active_collective {
 
 struct member_state : job_actor_state {
   ring_config cfg;
+  // The ring this member runs: every member (flat), or the hosts' leaders
+  // (hierarchical; a non-leader runs none and talks to its leader only).
   uint32_t rank = 0;
   uint32_t n = 1;
   std::string left, right;
+  uint32_t total = 1;                // members of the job's ring (all hosts)
+  bool hier = false;
+  bool leader = true;
+  std::string leader_name;           // hierarchical, non-leader: its leader
+  uint32_t local_index = 0;          // hierarchical, non-leader: among the leader's locals
+  std::vector<std::string> locals;   // hierarchical, leader: the others on its host
+  std::map<std::string, std::string> node_host;  // node -> host (topology)
   std::deque<request_ref> queue;
   request_ref current;
   std::vector<bucket> buckets;
@@ -217,12 +237,16 @@ void finish_ok(member_actor* self) {
   if (st.finished) return;
   st.finished = true;
   json_writer w;
-  w.begin_object().field("members", static_cast<int64_t>(st.n)).field("rank", static_cast<int64_t>(st.rank));
+  w.begin_object().field("members", static_cast<int64_t>(st.total)).field("rank", static_cast<int64_t>(st.rank));
+  w.field("hierarchical", st.hier).field("leader", st.leader);
   w.field("collectives", st.collectives).field("elements", st.elems_reduced);
   w.field("busy_s", st.busy_s).end_object();
   st.svc->report_done(st.me, true,
-                      std::to_string(st.collectives) + " collectives as rank " +
-                          std::to_string(st.rank) + " of " + std::to_string(st.n),
+                      std::to_string(st.collectives) + " collectives as " +
+                          (st.hier ? (st.leader ? "leader " + std::to_string(st.rank) + " of " + std::to_string(st.n) +
+                                                      " hosts, " + std::to_string(st.locals.size()) + " local members"
+                                                : "local member of " + st.leader_name)
+                                   : "rank " + std::to_string(st.rank) + " of " + std::to_string(st.n)),
                       w.str());
   self->quit();
 }
@@ -230,19 +254,20 @@ void finish_ok(member_actor* self) {
 // Builds one chunk message; `fill` writes the elements into the tensor.
 template <class Fill>
 wire_buffer_ref build_chunk(const member_state& st, const active_collective& a, uint8_t phase,
-                            uint32_t segment, uint64_t chunk, elem_range r, Fill&& fill) {
+                            uint32_t segment, uint64_t chunk, elem_range r, Fill&& fill,
+                            const std::string* target = nullptr) {
   std::size_t es = element_size(a.type);
   schemas::tensor_meta meta{wire_dtype(a.type),
                             {static_cast<int64_t>(a.type == ring_dtype::f64 ? r.size() * es
                                                                              : r.size())}};
-  schemas::envelope_header h{kind_ring_chunk, a.id, st.me, st.right};
+  schemas::envelope_header h{kind_ring_chunk, a.id, st.me, target != nullptr ? *target : st.right};
   schemas::message_builder b(h, std::span<const schemas::tensor_meta>(&meta, 1), sizeof(chunk_header),
                              st.allocate);
   chunk_header ch;
   ch.phase = phase;
   ch.type = static_cast<uint8_t>(a.type);
   ch.op = static_cast<uint8_t>(a.op);
-  ch.members = st.n;
+  ch.members = st.total;
   ch.segment = segment;
   ch.chunk = chunk;
   ch.collective = a.id;
@@ -253,14 +278,16 @@ wire_buffer_ref build_chunk(const member_state& st, const active_collective& a, 
   return std::make_shared<const wire_buffer>(std::move(b).finish());
 }
 
-bool send_right(member_actor* self, wire_buffer_ref msg) {
+bool send_to(member_actor* self, const std::string& target, wire_buffer_ref msg) {
   auto& st = self->state;
-  if (auto s = st.svc->send_wire(st.right, std::move(msg)); !s.ok()) {
-    fail(self, "cannot send to " + who(st, st.right) + ": " + s.to_string());
+  if (auto s = st.svc->send_wire(target, std::move(msg)); !s.ok()) {
+    fail(self, "cannot send to " + who(st, target) + ": " + s.to_string());
     return false;
   }
   return true;
 }
+
+bool send_right(member_actor* self, wire_buffer_ref msg) { return send_to(self, self->state.right, std::move(msg)); }
 
 // Step 0 of reduce-scatter: this member's own segment, up to the window.
 void send_own_chunks(member_actor* self) {
@@ -291,6 +318,62 @@ void finish_collective(member_actor* self) {
 
 void handle_chunk(member_actor* self, const std::string& from_node, const wire_buffer_ref& buf);
 
+// Everything this member expects has arrived: a hierarchical leader sends
+// the result to its locals first.
+void maybe_finish(member_actor* self) {
+  auto& st = self->state;
+  if (!st.active || st.finished) return;
+  auto& a = *st.active;
+  if (a.received != a.expected) return;
+  if (st.hier && st.leader && !st.locals.empty()) {
+    const elem_range whole{0, a.len};
+    for (uint64_t c = 0; c < a.whole_chunks; ++c) {
+      elem_range r = chunk_range(whole, a.chunk_elems, c);
+      auto msg = build_chunk(st, a, phase_lb, 0, c, r, [&](std::byte* dst) { a.buf.copy_out(r, dst); },
+                             &st.locals.front());
+      for (const auto& l : st.locals)
+        if (!send_to(self, l, msg)) return;  // one message, shared by every local
+    }
+  }
+  finish_collective(self);
+}
+
+// The ring part of a collective (all of it in flat mode; among the leaders
+// in hierarchical mode, once the locals' vectors are summed in). Returns
+// the chunks this member will receive in it.
+uint64_t setup_ring(member_state& st, active_collective& a) {
+  if (st.n < 2) return 0;
+  uint64_t total = 0;
+  a.chunk_base.resize(st.n);
+  for (uint32_t g = 0; g < st.n; ++g) {
+    a.chunk_base[g] = total;
+    total += chunk_count(segment_range(a.len, st.n, g), a.chunk_elems);
+  }
+  a.seen.assign(2 * total, 0);
+  a.own_chunks = chunk_count(segment_range(a.len, st.n, st.rank), a.chunk_elems);
+  a.left_step0 = chunk_count(segment_range(a.len, st.n, rs_recv_segment(st.rank, st.n, 0)),
+                             a.chunk_elems);
+  return expected_receives(a.len, st.n, st.rank, a.chunk_elems);
+}
+
+// Hierarchical leader: the locals' vectors are in; run the ring (or finish
+// at once when this is the only host) and replay ring chunks held so far.
+void start_ring_part(member_actor* self) {
+  auto& st = self->state;
+  auto& a = *st.active;
+  a.ring_started = true;
+  uint64_t id = a.id;
+  if (st.n >= 2) send_own_chunks(self);
+  if (!st.active || st.active->id != id) return;
+  auto held = std::move(a.held);
+  a.held.clear();
+  for (auto& [node, m] : held) {
+    if (!st.active || st.active->id != id) return;
+    handle_chunk(self, node, m);
+  }
+  if (st.active && st.active->id == id) maybe_finish(self);
+}
+
 void schedule_tick(member_actor* self, uint64_t id) {
   auto period = std::chrono::duration<double>(std::max(0.05, self->state.cfg.timeout_s / 4));
   self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(period),
@@ -311,20 +394,32 @@ void start_collective(member_actor* self, const bucket& b) {
   a.chunk_elems = chunk_elems_for(st.cfg.chunk_bytes, b.type);
   a.buf = fused_buffer(b.type, std::move(pieces));
   a.started = a.last_progress = clock_type::now();
-  if (st.n < 2 || a.len == 0) return finish_collective(self);  // sum / average of one: as is
-  uint64_t total = 0;
-  a.chunk_base.resize(st.n);
-  for (uint32_t g = 0; g < st.n; ++g) {
-    a.chunk_base[g] = total;
-    total += chunk_count(segment_range(a.len, st.n, g), a.chunk_elems);
-  }
-  a.seen.assign(2 * total, 0);
-  a.expected = expected_receives(a.len, st.n, st.rank, a.chunk_elems);
-  a.own_chunks = chunk_count(segment_range(a.len, st.n, st.rank), a.chunk_elems);
-  a.left_step0 = chunk_count(segment_range(a.len, st.n, rs_recv_segment(st.rank, st.n, 0)),
-                             a.chunk_elems);
+  if (st.total < 2 || a.len == 0) return finish_collective(self);  // sum / average of one: as is
   uint64_t id = a.id;
-  send_own_chunks(self);
+  if (!st.hier) {
+    a.expected = setup_ring(st, a);
+    a.ring_started = true;
+    send_own_chunks(self);
+  } else {
+    const elem_range whole{0, a.len};
+    a.whole_chunks = chunk_count(whole, a.chunk_elems);
+    if (!st.leader) {
+      // The whole vector to the leader; the result comes back from it.
+      a.expected = a.whole_chunks;
+      a.seen_whole.assign(a.whole_chunks, 0);
+      for (uint64_t c = 0; c < a.whole_chunks; ++c) {
+        elem_range r = chunk_range(whole, a.chunk_elems, c);
+        auto msg = build_chunk(st, a, phase_lr, st.local_index, c, r,
+                               [&](std::byte* dst) { a.buf.copy_out(r, dst); }, &st.leader_name);
+        if (!send_to(self, st.leader_name, std::move(msg))) return;
+      }
+    } else {
+      a.lr_expected = st.locals.size() * a.whole_chunks;
+      a.seen_whole.assign(a.lr_expected, 0);
+      a.expected = a.lr_expected + setup_ring(st, a);
+      if (a.lr_expected == 0) start_ring_part(self);
+    }
+  }
   if (!st.active || st.active->id != id) return;
   schedule_tick(self, id);
   // Chunks that arrived before we got here.
@@ -418,7 +513,7 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
                           " arrived after that collective ended (duplicate or misrouted)");
   }
   auto& a = *st.active;
-  if (ch.members != st.n || ch.type != static_cast<uint8_t>(a.type) ||
+  if (ch.members != st.total || ch.type != static_cast<uint8_t>(a.type) ||
       ch.op != static_cast<uint8_t>(a.op) || ch.total_elems != a.len ||
       ch.chunk_elems != a.chunk_elems)
     return fail(self, from + " runs it as " + std::to_string(ch.total_elems) + " elements of " +
@@ -427,10 +522,44 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
                           ", " + std::to_string(ch.members) + " members, chunks of " +
                           std::to_string(ch.chunk_elems) + "; here it is " + std::to_string(a.len) +
                           " elements of " + to_string(a.type) + " with " + to_string(a.op) + ", " +
-                          std::to_string(st.n) + " members, chunks of " +
+                          std::to_string(st.total) + " members, chunks of " +
                           std::to_string(a.chunk_elems) +
                           ": every member must make the same all_reduce calls with the same "
                           "ring settings");
+  if (ch.phase == phase_lr || ch.phase == phase_lb) {
+    // Hierarchical: a local's vector at its leader, or the result at a local.
+    const bool lr = ch.phase == phase_lr;
+    if (!st.hier || lr != st.leader || (lr && ch.segment >= st.locals.size()))
+      return fail(self, "hierarchical chunk from " + from + " does not belong here (ring settings differ?)");
+    if (ch.chunk >= a.whole_chunks)
+      return fail(self, "chunk index " + std::to_string(ch.chunk) + " out of range from " + from);
+    uint64_t slot = lr ? ch.segment * a.whole_chunks + ch.chunk : ch.chunk;
+    if (a.seen_whole[slot]) return fail(self, "duplicate chunk from " + from);
+    a.seen_whole[slot] = 1;
+    elem_range r = chunk_range(elem_range{0, a.len}, a.chunk_elems, ch.chunk);
+    const auto& t = msg->tensor(0);
+    if (t.data.size() != r.size() * element_size(a.type))
+      return fail(self, "chunk from " + from + " has " + std::to_string(t.data.size()) +
+                            " bytes, expected " + std::to_string(r.size() * element_size(a.type)));
+    if (lr)
+      a.buf.add_final(r, t.data.data(), nullptr, reduce_op::sum, 1);  // local += recv
+    else
+      a.buf.copy_in(r, t.data.data());
+    a.last_progress = clock_type::now();
+    a.upstream_waits = 0;
+    uint64_t id = a.id;
+    ++a.received;
+    drill(self);
+    if (!st.active || st.active->id != id || st.finished) return;
+    if (lr && ++a.lr_received == a.lr_expected) return start_ring_part(self);
+    return maybe_finish(self);
+  }
+  if (st.hier && !st.leader)
+    return fail(self, "ring chunk from " + from + " at a member that is not its host's leader");
+  if (!a.ring_started) {  // a leader still summing its locals: later
+    a.held.emplace_back(from_node, buf);
+    return;
+  }
   auto step = ch.phase == phase_rs ? rs_step_of(st.rank, st.n, ch.segment)
                                    : ag_step_of(st.rank, st.n, ch.segment);
   if (ch.phase > phase_ag || !step)
@@ -456,7 +585,7 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
                         [&](std::byte* dst) { a.buf.add_out(r, recv, dst); });
     } else {
       out = build_chunk(st, a, phase_ag, ch.segment, ch.chunk, r,
-                        [&](std::byte* dst) { a.buf.add_final(r, recv, dst, a.op, st.n); });
+                        [&](std::byte* dst) { a.buf.add_final(r, recv, dst, a.op, st.total); });
     }
     if (!send_right(self, std::move(out))) return;
     if (*step == 0) {
@@ -473,7 +602,8 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
   a.upstream_waits = 0;
   drill(self);
   if (!st.active || st.active->id != id || st.finished) return;
-  if (++a.received == a.expected) finish_collective(self);
+  ++a.received;
+  maybe_finish(self);
 }
 
 void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t next,
@@ -507,6 +637,62 @@ void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t ne
   }
 }
 
+// Flat: every member in one ring. Hierarchical (cfg.hierarchical "auto",
+// when the members span several hosts and some host has more than one):
+// per host the first member in ring order is the leader; the others
+// send it their vectors, the leaders run the ring, and each leader sends the
+// result back to its host's members.
+void configure_ring(member_state& st, std::size_t me) {
+  const auto& m = st.cfg.members;
+  st.total = static_cast<uint32_t>(m.size());
+  std::vector<std::string> hosts;
+  for (const auto& name : m) {
+    auto it = st.node_host.find(st.svc->node_of(name));
+    hosts.push_back(it == st.node_host.end() ? std::string() : it->second);
+  }
+  std::vector<std::string> distinct;
+  for (const auto& h : hosts)
+    if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
+  const bool shared = distinct.size() < m.size();
+  st.hier = st.cfg.hierarchical == "auto" && shared && distinct.size() > 1;
+  if (!st.hier) {
+    st.n = st.total;
+    st.rank = static_cast<uint32_t>(me);
+    st.left = m[mod_n(int64_t(st.rank) - 1, st.n)];
+    st.right = m[mod_n(int64_t(st.rank) + 1, st.n)];
+    return;
+  }
+  std::vector<std::string> leaders;
+  for (const auto& h : distinct)
+    for (std::size_t i = 0; i < m.size(); ++i)
+      if (hosts[i] == h) {
+        leaders.push_back(m[i]);
+        break;
+      }
+  const std::string& my_host = hosts[me];
+  st.leader_name = leaders[std::size_t(std::find(distinct.begin(), distinct.end(), my_host) - distinct.begin())];
+  st.leader = st.leader_name == m[me];
+  st.locals.clear();
+  uint32_t idx = 0;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (hosts[i] != my_host || m[i] == st.leader_name) continue;
+    if (i == me) st.local_index = idx;
+    st.locals.push_back(m[i]);
+    ++idx;
+  }
+  if (st.leader) {
+    st.n = static_cast<uint32_t>(leaders.size());
+    st.rank = static_cast<uint32_t>(std::find(leaders.begin(), leaders.end(), m[me]) - leaders.begin());
+    st.left = leaders[mod_n(int64_t(st.rank) - 1, st.n)];
+    st.right = leaders[mod_n(int64_t(st.rank) + 1, st.n)];
+  } else {
+    st.n = 1;
+    st.rank = 0;
+    st.left = st.right = st.leader_name;  // stall probes ask the leader
+    st.locals.clear();
+  }
+}
+
 caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   init_job_actor(self, env);
   auto& st = self->state;
@@ -516,6 +702,8 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   st.cfg.bucket_bytes = static_cast<uint64_t>(args.get_int("bucket_bytes", 16 << 20));
   st.cfg.timeout_s = args.get_number("timeout", 2.0);
   st.cfg.window = static_cast<uint64_t>(std::max<int64_t>(0, args.get_int("window", 0)));
+  st.cfg.hierarchical = args.get_string("hierarchical", "auto");
+  for (const auto& n : env.cluster.nodes) st.node_host[n.name] = n.host;
   st.cfg.drill = args.get_string("drill", "none");
   st.cfg.drill_after = args.get_int("drill_after", 0);
   // A few windows of chunks wait for reuse; the rest is freed.
@@ -532,10 +720,7 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
       for (auto& name : m)
         if (!st.svc->find_actor(name))
           return fail(self, "ring list names '" + name + "', which is not an actor of this job");
-      st.n = static_cast<uint32_t>(m.size());
-      st.rank = static_cast<uint32_t>(it - m.begin());
-      st.left = m[mod_n(int64_t(st.rank) - 1, st.n)];
-      st.right = m[mod_n(int64_t(st.rank) + 1, st.n)];
+      configure_ring(st, static_cast<std::size_t>(it - m.begin()));
       become_running(
           self,
           [self](ringreq_atom, request_ref& req) {
@@ -635,6 +820,10 @@ std::vector<topology::key_spec> ring_member_keys() {
   k.push_back(key_spec{"window", key_type::integer, false, int64_t{0},
                        "own step-0 chunks sent ahead of the left neighbour's (0 = all)", 0.0,
                        1e6, {}});
+  k.push_back(key_spec{"hierarchical", key_type::string, false, std::string("auto"),
+                       "members on one host sum into one leader, the leaders run the ring, the result "
+                       "goes back (auto: when members span hosts and some share one; off: one flat ring)",
+                       {}, {}, {"auto", "off"}});
   k.push_back(key_spec{"drill", key_type::string, false, std::string("none"),
                        "fault drill: stall (block the mailbox) or die after drill_after chunks",
                        {}, {}, {"none", "stall", "die"}});

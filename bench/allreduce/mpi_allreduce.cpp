@@ -26,9 +26,18 @@ int main(int argc, char** argv) {
     std::size_t n = static_cast<std::size_t>(bytes / 4);
     std::vector<float> buf(n);
     for (std::size_t i = 0; i < n; ++i) buf[i] = float((i * 2654435761u + rank) % 1000) * 1e-20f;
-    // One checked all-reduce first (the values are exact multiples).
-    std::vector<float> before = buf;
+    // One checked all-reduce first: every element against the sum of what
+    // each rank put there (within float rounding).
     MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (std::size_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int r = 0; r < size; ++r) want += double(float((i * 2654435761u + r) % 1000) * 1e-20f);
+      if (std::abs(double(buf[i]) - want) > 1e-5 * std::abs(want) + 1e-30) {
+        std::fprintf(stderr, "mpi_allreduce: rank %d: element %zu of %lld bytes is %g, want %g\n", rank, i,
+                     bytes, double(buf[i]), want);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
     for (int i = 0; i < warmup; ++i)
       MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     std::vector<double> times;

@@ -31,8 +31,8 @@
 # GLOO_SOCKET_IFNAME the veth ends. Each of these runs checks the bytes A's
 # veth end sent against what the all-reduces must send, and fails if the
 # traffic did not cross the veth; the per-run amounts are printed below the table.
-# Every run does one untimed first all-reduce (gloo_allreduce.py checks its
-# result against the expected sum), WARMUP untimed, then ITERATIONS timed one
+# Every run does one untimed first all-reduce (hetflow, mpi_allreduce.cpp and
+# gloo_allreduce.py check its result against the expected sum), WARMUP untimed, then ITERATIONS timed one
 # by one, and reports the median per-iteration time (rank 0's for MPI and
 # gloo); a cell is the median of the REPEATS runs [min-max].
 # Bus bandwidth = 2 (N-1)/N * bytes / time (NCCL-tests). The ratio columns are

@@ -28,7 +28,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build}
 hetflow=$build/bin/hetflow
 work=$(mktemp -d /tmp/hetflow-bench-XXXXXX)
-trap 'rm -rf "$work"; pkill -f "ucx_perftest" 2>/dev/null; pkill -f "iperf3 -s -p 7799" 2>/dev/null; true' EXIT
+trap 'rm -rf "$work"; pkill -f "ucx_perftest" 2>/dev/null || true; pkill -f "iperf3 -s -p 7799" 2>/dev/null || true' EXIT
 sizes=(8 4194304 67108864)
 
 source "$src/bench/lib.sh"  # wait_quiet

@@ -4,7 +4,7 @@
 # (f32, f64, i32, i64), sum and average, uneven lengths (0, 1, fewer than
 # the members, not divisible by them, several chunks), gradient buckets of
 # mixed dtypes; over UCX (default), UCX TCP and the CAF fallback; an
-# explicit ring order. Every member checks its result bit for bit against a
+# explicit ring order; hierarchical mode (members on two "hosts"). Every member checks its result bit for bit against a
 # local expectation; the report says whether all members agree.
 source "$(dirname "$0")/lib.sh"
 
@@ -32,6 +32,35 @@ run_check eight 8150 4 auto "$small" 'members_per_node = 2' 'chunk_bytes = "16Ki
 run_check tcp 8160 3 ucx:tcp,self "$small" 'chunk_bytes = "32KiB"'
 run_check caf 8170 2 caf "$small" 'chunk_bytes = "32KiB"'
 run_check order 8180 3 auto "$small" 'order = ["ring2", "ring0", "ring1"]' 'bucket_bytes = "1KiB"'
+
+# Hierarchical mode: nodes n2, n3 on "host" 127.0.0.2, n0, n1 on 127.0.0.1,
+# 2 members each: per host one leader sums its 3 locals, the 2 leaders run
+# the ring, the result goes back. Also with the hosts interleaved in the ring
+# order, and with hierarchical = "off" (one flat ring of 8).
+run_hier() {  # run_hier NAME BASE_PORT WANT(true|false) [job lines...]
+  local name=$1 base=$2 want=$3
+  shift 3
+  local topo="$HETFLOW_SCRATCH/$name.toml"
+  write_topology "$topo" "$base" 4 auto 'kind = "ring_check"' 'members_per_node = 2' "$@"
+  sed -i -E '/^name = "n[23]"$/,/^port/ s/^host = "127.0.0.1"$/host = "127.0.0.2"/' "$topo"
+  timeout 120 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
+    { cat "$topo.out"; fail "$name: hetflow run failed"; }
+  [[ $(json_get "$topo.json" "d['status'] == 'ok' and d['members_identical'] and d['result']['cases'] > 0") == True ]] ||
+    { cat "$topo.json"; fail "$name: report not ok or members differ"; }
+  local leaders
+  leaders=$(grep -c "collectives as leader" "$topo.out" || true)
+  if [[ $want == true ]]; then
+    [[ $leaders -eq 2 ]] && [[ $(grep -c "collectives as local member of" "$topo.out") -eq 6 ]] ||
+      { cat "$topo.out"; fail "$name: want 2 leaders and 6 local members"; }
+  else
+    [[ $leaders -eq 0 ]] || { cat "$topo.out"; fail "$name: hierarchical although off"; }
+  fi
+  pass "$name: $(json_get "$topo.json" "d['result']['cases']") collectives exact on every member, hierarchical $want"
+}
+run_hier hier 8200 true "$small" 'chunk_bytes = "16KiB"'
+run_hier hier-interleaved 8210 true "$small" 'chunk_bytes = "16KiB"' \
+  'order = ["ring0", "ring4", "ring1", "ring5", "ring2", "ring6", "ring3", "ring7"]'
+run_hier hier-off 8220 false "$small" 'hierarchical = "off"'
 
 # A bad order is refused before anything starts.
 topo="$HETFLOW_SCRATCH/bad-order.toml"

@@ -57,6 +57,19 @@ acc=$(json_get "$dp3.json" 'd["epochs"][-1]["test_accuracy"]')
 /usr/bin/env python3 -c "import sys; sys.exit(0 if $acc > 0.65 else 1)" || fail "3 replicas: test accuracy $acc"
 pass "3 replicas, measured split $(json_get "$dp3.json" 'd["splits"][-1]["rows"]'), test accuracy $acc"
 
+# 4 replicas on two "hosts" (127.0.0.1: n0, n1; 127.0.0.2: n2, n3): the ring
+# is hierarchical (a leader per host) and the replicas still end identical.
+dp4="$HETFLOW_SCRATCH/dp4.toml"
+write_topology "$dp4" 7960 4 auto 'kind = "train"' 'model = "lenet5"' 'epochs = 1' 'max_steps_per_epoch = 20' \
+  'batch_size = 64' 'strategy = "dp"' 'ring_timeout = "4s"' 'eval_each_epoch = false'
+one_thread "$dp4"
+sed -i -E '/^name = "n[23]"$/,/^port/ s/^host = "127.0.0.1"$/host = "127.0.0.2"/' "$dp4"
+timeout 300 "$HETFLOW" run "$dp4" --report "$dp4.json" >"$dp4.out" 2>&1 ||
+  { cat "$dp4.out"; fail "4-replica hierarchical dp run failed"; }
+[[ $(json_get "$dp4.json" 'd["replicas_identical"]') == True ]] || { cat "$dp4.out"; fail "4 replicas differ"; }
+[[ $(grep -c "collectives as leader" "$dp4.out") -eq 2 ]] || { cat "$dp4.out"; fail "dp: want 2 ring leaders"; }
+pass "4 replicas on 2 hosts: hierarchical ring, identical weights"
+
 # Kill the node of replica 1 mid-training.
 long="$HETFLOW_SCRATCH/long.toml"
 write_topology "$long" 7930 2 auto 'kind = "train"' 'model = "mlp"' 'epochs = 100' 'strategy = "dp"'
