@@ -291,13 +291,14 @@ public:
     return {};
   }
 
-  // Test accuracy over the whole test set, each replica scoring an equal share.
+  // Test accuracy over the whole test set, each replica scoring a share in
+  // proportion to its speed (so all finish together; equal without
+  // measurements).
   expected<double> evaluate(model& m, device_steps& dev, const image_dataset& test, int64_t batch) {
     if (test.size() == 0) return 0.0;
     int64_t first = 0, last = test.size();
     if (g_ != nullptr) {
-      std::vector<double> equal(std::size_t(g_->size()), 1.0);
-      auto split = c_.split(test.size(), equal);
+      auto split = c_.split(test.size(), speeds_);
       for (int r = 0; r < g_->rank(); ++r) first += split[std::size_t(r)];
       last = first + split[std::size_t(g_->rank())];
     }

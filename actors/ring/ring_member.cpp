@@ -137,6 +137,7 @@ struct ring_config {
   uint64_t chunk_bytes = 1 << 20;
   uint64_t bucket_bytes = 16 << 20;
   double timeout_s = 2.0;
+  double first_timeout_s = 60.0;
   uint64_t window = 0;
   std::string hierarchical = "auto";  // auto | off
   std::string drill = "none";
@@ -701,6 +702,7 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   st.cfg.chunk_bytes = static_cast<uint64_t>(args.get_int("chunk_bytes", 1 << 20));
   st.cfg.bucket_bytes = static_cast<uint64_t>(args.get_int("bucket_bytes", 16 << 20));
   st.cfg.timeout_s = args.get_number("timeout", 2.0);
+  st.cfg.first_timeout_s = args.get_number("first_timeout", 60.0);
   st.cfg.window = static_cast<uint64_t>(std::max<int64_t>(0, args.get_int("window", 0)));
   st.cfg.hierarchical = args.get_string("hierarchical", "auto");
   for (const auto& n : env.cluster.nodes) st.node_host[n.name] = n.host;
@@ -751,7 +753,11 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             schedule_tick(self, id);
             double idle = std::chrono::duration<double>(clock_type::now() -
                                                         st.active->last_progress).count();
-            if (idle < st.cfg.timeout_s || st.probing) return;
+            // The first collective also absorbs start-up skew (nodes joining,
+            // callers loading data): it gets first_timeout.
+            const double limit = st.active->id == 0 ? std::max(st.cfg.timeout_s, st.cfg.first_timeout_s)
+                                                    : st.cfg.timeout_s;
+            if (idle < limit || st.probing) return;
             caf::actor left = st.svc->find_actor(st.left);
             if (!left) return fail(self, who(st, st.left) + " is not running");
             st.probing = true;
@@ -817,6 +823,10 @@ std::vector<topology::key_spec> ring_member_keys() {
                        "a collective with no chunk for this long probes its left neighbour and "
                        "fails naming the stalled member",
                        0.1, 3600.0, {}});
+  k.push_back(key_spec{"first_timeout", key_type::duration, false, 60.0,
+                       "the same for the first collective, which also waits out start-up skew "
+                       "(nodes joining, callers loading data)",
+                       0.1, 86400.0, {}});
   k.push_back(key_spec{"window", key_type::integer, false, int64_t{0},
                        "own step-0 chunks sent ahead of the left neighbour's (0 = all)", 0.0,
                        1e6, {}});

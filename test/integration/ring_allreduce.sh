@@ -57,10 +57,10 @@ run_hier() {  # run_hier NAME BASE_PORT WANT(true|false) [job lines...]
   fi
   pass "$name: $(json_get "$topo.json" "d['result']['cases']") collectives exact on every member, hierarchical $want"
 }
-run_hier hier 8200 true "$small" 'chunk_bytes = "16KiB"'
-run_hier hier-interleaved 8210 true "$small" 'chunk_bytes = "16KiB"' \
+run_hier hier 8250 true "$small" 'chunk_bytes = "16KiB"'
+run_hier hier-interleaved 8260 true "$small" 'chunk_bytes = "16KiB"' \
   'order = ["ring0", "ring4", "ring1", "ring5", "ring2", "ring6", "ring3", "ring7"]'
-run_hier hier-off 8220 false "$small" 'hierarchical = "off"'
+run_hier hier-off 8270 false "$small" 'hierarchical = "off"'
 
 # A bad order is refused before anything starts.
 topo="$HETFLOW_SCRATCH/bad-order.toml"

@@ -60,7 +60,7 @@ pass "3 replicas, measured split $(json_get "$dp3.json" 'd["splits"][-1]["rows"]
 # 4 replicas on two "hosts" (127.0.0.1: n0, n1; 127.0.0.2: n2, n3): the ring
 # is hierarchical (a leader per host) and the replicas still end identical.
 dp4="$HETFLOW_SCRATCH/dp4.toml"
-write_topology "$dp4" 7960 4 auto 'kind = "train"' 'model = "lenet5"' 'epochs = 1' 'max_steps_per_epoch = 20' \
+write_topology "$dp4" 8400 4 auto 'kind = "train"' 'model = "lenet5"' 'epochs = 1' 'max_steps_per_epoch = 20' \
   'batch_size = 64' 'strategy = "dp"' 'ring_timeout = "4s"' 'eval_each_epoch = false'
 one_thread "$dp4"
 sed -i -E '/^name = "n[23]"$/,/^port/ s/^host = "127.0.0.1"$/host = "127.0.0.2"/' "$dp4"

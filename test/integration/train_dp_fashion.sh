@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 
 for n in 2 3; do
   topo="$HETFLOW_SCRATCH/dp$n.toml"
-  write_topology "$topo" $((7960 + 10 * n)) "$n" auto 'kind = "train"' 'model = "lenet5"' 'epochs = 3' \
+  write_topology "$topo" $((8400 + 10 * n)) "$n" auto 'kind = "train"' 'model = "lenet5"' 'epochs = 3' \
     'batch_size = 64' 'lr = 0.05' 'lr_schedule = "cosine"' 'strategy = "dp"' 'ring_timeout = "5s"'
   sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$topo"
   timeout 900 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
