@@ -1,5 +1,7 @@
 #include "actors/node_runtime.hpp"
 
+#include <sched.h>
+
 #include <caf/io/all.hpp>
 
 #include <atomic>
@@ -583,6 +585,56 @@ int run_node(const node_options& opts, const registry& reg) {
   }
   sh->actors = std::move(*actors);
   for (std::size_t i = 0; i < sh->actors.size(); ++i) sh->actor_index[sh->actors[i].name] = i;
+
+  // CPU affinity: the node's `cpus`, else what `hetflow run` chose for it
+  // (HETFLOW_CPUS), set before any thread starts so every thread inherits it.
+  {
+    const auto& me = sh->cluster.nodes[sh->self];
+    std::vector<int> cpus = me.cpus;
+    std::string from = "its 'cpus'";
+    if (cpus.empty()) {
+      if (const char* e = std::getenv("HETFLOW_CPUS"); e != nullptr && *e != '\0') {
+        auto l = topology::parse_cpu_list(e);
+        if (!l) {
+          std::fprintf(stderr, "hetflow node: HETFLOW_CPUS: %s\n", l.error().message().c_str());
+          return exit_usage;
+        }
+        cpus = std::move(*l);
+        from = "hetflow run";
+      }
+    }
+    if (!cpus.empty()) {
+      cpu_set_t allowed;
+      CPU_ZERO(&allowed);
+      (void)sched_getaffinity(0, sizeof allowed, &allowed);
+      cpu_set_t want;
+      CPU_ZERO(&want);
+      std::vector<int> missing;
+      for (int c : cpus) {
+        if (c < CPU_SETSIZE && CPU_ISSET(c, &allowed))
+          CPU_SET(c, &want);
+        else
+          missing.push_back(c);
+      }
+      if (!missing.empty()) {
+        std::vector<int> have;
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &allowed)) have.push_back(c);
+        std::fprintf(stderr, "%s:%u:%u: error: node '%s' is to run on CPUs %s, but CPU(s) %s are not available "
+                             "to this process (it may use %s)\n",
+                     opts.topology.c_str(), me.where.line, me.where.column, opts.name.c_str(),
+                     topology::format_cpu_list(cpus).c_str(), topology::format_cpu_list(missing).c_str(),
+                     topology::format_cpu_list(have).c_str());
+        return exit_usage;
+      }
+      if (sched_setaffinity(0, sizeof want, &want) != 0) {
+        std::fprintf(stderr, "hetflow node: cannot pin to CPUs %s: %s\n", topology::format_cpu_list(cpus).c_str(),
+                     std::strerror(errno));
+        return exit_usage;
+      }
+      log_info("running on CPUs " + topology::format_cpu_list(cpus) + " (" + from + ")");
+    }
+  }
 
   // Devices the topology gives this node must exist here.
   for (const auto& d : sh->cluster.nodes[sh->self].devices) {

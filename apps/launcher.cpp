@@ -1,5 +1,7 @@
 #include "apps/launcher.hpp"
 
+#include <sched.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -60,7 +62,41 @@ struct child {
   int exit_code = -1;
   std::filesystem::path report;
   clock_type::time_point exited_at{};
+  std::string cpus;  // HETFLOW_CPUS for the child (auto pinning), or empty
 };
+
+// [cluster] pin_local_nodes = "auto": with several local nodes, none with its
+// own `cpus`, and at least one CPU each, give each node a contiguous share of
+// the CPUs this process may use. Several nodes' threads (progress loops,
+// compute pools, actors) otherwise migrate across the same cores; on a
+// 2-core machine an unpinned 2-node 16 MiB all-reduce took 3-4 ms in some
+// runs and 7-8 ms in others, pinned 2.9-4.5 ms in every run.
+void plan_pinning(const topology::cluster& cl, std::vector<child>& children) {
+  if (cl.runtime.pin_local_nodes != "auto" || children.size() < 2) return;
+  for (const auto& c : children)
+    if (!cl.nodes[std::size_t(c.index)].cpus.empty()) return;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  const std::size_t k = children.size();
+  if (cpus.size() < k) return;
+  std::string summary;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    std::size_t share = cpus.size() / k + (i < cpus.size() % k ? 1 : 0);
+    std::vector<int> mine(cpus.begin() + std::ptrdiff_t(next), cpus.begin() + std::ptrdiff_t(next + share));
+    next += share;
+    children[i].cpus = topology::format_cpu_list(mine);
+    summary += (summary.empty() ? "" : ", ") + children[i].name + " " + children[i].cpus;
+  }
+  std::fprintf(stderr,
+               "hetflow run: pinning the local nodes to CPUs: %s ([cluster] pin_local_nodes = \"off\" "
+               "leaves them unpinned)\n",
+               summary.c_str());
+}
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p);
@@ -123,6 +159,7 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
     children.push_back(std::move(c));
     width = std::max(width, n.name.size());
   }
+  plan_pinning(cl, children);
   if (children.empty()) {
     std::fprintf(stderr,
                  "hetflow run: no node of %s is on this machine; start each node on its host "
@@ -189,6 +226,10 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
       dup2(out_pipe[1], STDOUT_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
       setenv("HETFLOW_LAUNCHED", "1", 1);
+      if (!c.cpus.empty())
+        setenv("HETFLOW_CPUS", c.cpus.c_str(), 1);
+      else
+        unsetenv("HETFLOW_CPUS");
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

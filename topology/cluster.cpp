@@ -1,5 +1,7 @@
 #include "topology/cluster.hpp"
 
+#include <algorithm>
+
 namespace hetflow::topology {
 
 const char* to_string(device_kind k) noexcept {
@@ -19,6 +21,58 @@ int cluster::node_index(std::string_view name) const {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].name == name) return static_cast<int>(i);
   return -1;
+}
+
+expected<std::vector<int>> parse_cpu_list(std::string_view text) {
+  std::vector<int> out;
+  auto bad = [&](const std::string& why) {
+    return make_error(errc::invalid_argument, why + "; write CPU numbers and ranges like \"0-3,8\"");
+  };
+  if (text.empty()) return bad("empty CPU list");
+  std::size_t pos = 0;
+  auto number = [&](int& v) -> bool {
+    std::size_t start = pos;
+    long long x = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+      x = x * 10 + (text[pos] - '0');
+      if (x > 4095) return false;
+      ++pos;
+    }
+    v = int(x);
+    return pos > start;
+  };
+  while (pos < text.size()) {
+    int a = 0, b = 0;
+    if (!number(a)) return bad("\"" + std::string(text) + "\" is not a CPU list (or names a CPU above 4095)");
+    b = a;
+    if (pos < text.size() && text[pos] == '-') {
+      ++pos;
+      if (!number(b)) return bad("\"" + std::string(text) + "\" has an unfinished range");
+      if (b < a) return bad("range " + std::to_string(a) + "-" + std::to_string(b) + " runs backwards");
+    }
+    for (int c = a; c <= b; ++c) out.push_back(c);
+    if (pos < text.size()) {
+      if (text[pos] != ',') return bad("unexpected '" + std::string(1, text[pos]) + "' in \"" + std::string(text) + "\"");
+      ++pos;
+      if (pos == text.size()) return bad("\"" + std::string(text) + "\" ends with a comma");
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 }  // namespace hetflow::topology

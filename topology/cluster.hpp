@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "schemas/error.hpp"
 #include "topology/settings.hpp"
 
 namespace hetflow::topology {
@@ -38,6 +39,7 @@ struct node_spec {
   std::string host;
   uint16_t port = 0;
   std::vector<device_spec> devices;
+  std::vector<int> cpus;     // cpus: the node process runs on these CPUs (empty: unpinned)
   source_loc where;
 };
 
@@ -65,7 +67,15 @@ struct runtime_settings {
   std::string ucx_error_mode = "auto";   // ucx_error_mode: "auto" | "peer" | "none" (dataplane::ucx_error_mode)
   int scheduler_threads = 0;             // scheduler_threads: CAF workers; 0 = cores
   uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
+  std::string pin_local_nodes = "auto";  // pin_local_nodes: "auto" | "off" (hetflow run)
 };
+
+// A Linux CPU list ("0-3,8,10-11"): the CPU numbers, sorted, each once.
+// errc::invalid_argument saying what is wrong (empty, not a number, a
+// reversed range, above 4095).
+expected<std::vector<int>> parse_cpu_list(std::string_view text);
+// The list in the same syntax, ranges folded: {0,1,2,3,8} -> "0-3,8".
+std::string format_cpu_list(const std::vector<int>& cpus);
 
 struct cluster {
   std::string name;

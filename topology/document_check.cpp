@@ -128,6 +128,7 @@ const std::vector<key_spec>& cluster_specs() {
            {"auto", "peer", "none"}),
       spec("scheduler_threads", key_type::integer, false, int64_t{0}, 0, 4096),
       spec("max_message", key_type::size, false, int64_t{1} << 30, double(1 << 20)),
+      spec("pin_local_nodes", key_type::string, false, std::string("auto"), {}, {}, {"auto", "off"}),
   };
   return s;
 }
@@ -138,6 +139,7 @@ const std::vector<key_spec>& node_specs() {
       spec("name", key_type::string, true),
       spec("host", key_type::string, true),
       spec("port", key_type::integer, true, std::nullopt, 1, 65535),
+      spec("cpus", key_type::string, false, std::string()),
   };
   return s;
 }
@@ -599,6 +601,7 @@ void validator::read_cluster(const toml::node* n, const toml::key* k, cluster& c
   c.runtime.ucx_error_mode = s.get_string("ucx_error_mode", "auto");
   c.runtime.scheduler_threads = static_cast<int>(s.get_int("scheduler_threads", 0));
   c.runtime.max_message_bytes = static_cast<uint64_t>(s.get_int("max_message", 1ll << 30));
+  c.runtime.pin_local_nodes = s.get_string("pin_local_nodes", "auto");
 
   if (const toml::node* p = t->get("plugins")) {
     const toml::array* arr = p->as_array();
@@ -786,6 +789,15 @@ void validator::read_nodes(const toml::node* n, const toml::key* k, cluster& c) 
     node.name = s.get_string("name");
     node.host = s.get_string("host");
     node.port = static_cast<uint16_t>(s.get_int("port", 0));
+    if (const toml::node* cpus = t->get("cpus"); cpus && cpus->is_string()) {
+      auto list = parse_cpu_list(cpus->as_string()->get());
+      if (!list) {
+        error(loc(*cpus), "'cpus': " + list.error().message());
+        ok = false;
+      } else {
+        node.cpus = std::move(*list);
+      }
+    }
 
     // host:port must be unique; only compare addresses that are themselves valid.
     if (s.contains("host") && !node.host.empty() && s.contains("port")) {

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_context.hpp"
 
+#include <sched.h>
+
 #include <dnnl_debug.h>
 #include <omp.h>
 
@@ -27,8 +29,13 @@ status dnnl_error(std::string_view call, dnnl_status_t code, std::string_view de
 }
 
 namespace {
+// threads <= 0: every CPU this process may run on (its affinity mask, which
+// a node's `cpus` narrows), not every CPU of the machine.
 int resolve_threads(int t) {
   if (t > 0) return t;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : int(hw);
 }

@@ -30,6 +30,9 @@ one_thread "$dp2"
 timeout 300 "$HETFLOW" run "$dp2" --report "$dp2.json" >"$dp2.out" 2>&1 ||
   { cat "$dp2.out"; fail "2-replica dp run failed"; }
 grep -q "data parallel: 2 replicas" "$dp2.out" || { cat "$dp2.out"; fail "no dp start line"; }
+# hetflow run gives each of the 2 local nodes its own share of the CPUs.
+grep -q "pinning the local nodes to CPUs" "$dp2.out" && grep -q "\[n1\] .*running on CPUs" "$dp2.out" ||
+  { cat "$dp2.out"; fail "2 local nodes: no CPU pinning"; }
 [[ $(json_get "$dp2.json" 'd["replicas_identical"]') == True ]] || { cat "$dp2.out"; fail "2 replicas differ"; }
 [[ $(json_get "$dp2.json" 'd["splits"][0]["rows"]') == "[32, 32]" ]] || fail "equal split of 64 rows"
 /usr/bin/env python3 - "$single.json" "$dp2.json" <<'PY' || fail "dp does not match single-device training"
@@ -84,6 +87,11 @@ pass "a dead replica node stops the job (n0 exit $WAIT_RC, names n1)"
 
 # Clear errors.
 bad="$HETFLOW_SCRATCH/bad.toml"
+write_topology "$bad" 7940 1 auto 'kind = "train"'
+sed -i 's/^port = 7940$/port = 7940\ncpus = "4000"/' "$bad"
+timeout 30 "$HETFLOW" node "$bad" --name n0 >"$bad.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q "CPU(s) 4000 are not available" "$bad.out" || { cat "$bad.out"; fail "cpus 4000: exit $rc"; }
 write_topology "$bad" 7940 2 auto 'kind = "train"' 'strategy = "dp"' 'dp_nodes = ["n0", "n7"]'
 "$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && { cat "$bad.out"; fail "validate accepted dp_nodes n7"; }
 grep -q "no node 'n7'" "$bad.out" || { cat "$bad.out"; fail "unknown dp node: message"; }

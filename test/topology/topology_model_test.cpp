@@ -76,3 +76,20 @@ BOOST_AUTO_TEST_CASE(names) {
   BOOST_TEST(std::string(to_string(key_type::path_list)) == "path_list");
   BOOST_TEST(std::string(to_string(key_type::size_list)) == "size_list");
 }
+
+BOOST_AUTO_TEST_CASE(cpu_lists_parse_and_format) {
+  auto ok = parse_cpu_list("0-3,8,10-11,2");
+  BOOST_REQUIRE(ok.has_value());
+  BOOST_TEST((*ok == std::vector<int>{0, 1, 2, 3, 8, 10, 11}));  // sorted, each once
+  BOOST_TEST(format_cpu_list(*ok) == "0-3,8,10-11");
+  BOOST_TEST(format_cpu_list({5}) == "5");
+  BOOST_TEST(format_cpu_list({}) == "");
+  auto one = parse_cpu_list("7");
+  BOOST_REQUIRE(one.has_value());
+  BOOST_TEST((*one == std::vector<int>{7}));
+  for (const char* bad : {"", "a", "1-", "3-1", "1,", ",1", "1;2", "0-5000", " 1"}) {
+    auto r = parse_cpu_list(bad);
+    BOOST_TEST(!r.has_value(), "accepted '" << bad << "'");
+    if (!r) BOOST_TEST(r.error().message().find("0-3,8") != std::string::npos);
+  }
+}
