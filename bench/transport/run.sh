@@ -40,6 +40,10 @@ name = "bench-$1"
 data_plane = "$3"
 ucx_tls = "$4"
 ucx_error_mode = "${5:-peer}"
+# Unpinned, like the ucx_perftest processes it is compared with (hetflow
+# run's default pins each local node to its own CPUs; on 2 cores that costs
+# loopback TCP 20-30%: bench/RESULTS.md, 2026-11-22 01:55).
+pin_local_nodes = "off"
 [[nodes]]
 name = "a"
 host = "127.0.0.1"
