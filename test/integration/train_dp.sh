@@ -106,7 +106,8 @@ pass "dp errors: unknown node, streamed input, cuda device"
 
 # hetflow plan: replicas, ring and split; heterogeneous thread counts.
 het="$HETFLOW_SCRATCH/het.toml"
-write_topology "$het" 7950 2 auto 'kind = "train"' 'strategy = "dp"' 'batch_size = 96'
+write_topology "$het" 7950 2 auto 'kind = "train"' 'strategy = "dp"' 'batch_size = 96' 'epochs = 1' \
+  'max_steps_per_epoch = 5'
 sed -i -E 's/^port = 7950$/port = 7950\ndevices = [ { kind = "cpu", threads = 2 } ]/; s/^port = 7951$/port = 7951\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$het"
 "$HETFLOW" plan "$het" >"$het.plan" 2>&1 || { cat "$het.plan"; fail "plan"; }
 grep -q "data parallel: 2 replicas; ring ring0 -> ring1 -> ring0" "$het.plan" && grep -q "replica1 .*dp_replica .*n1" "$het.plan" &&
@@ -118,3 +119,13 @@ grep -q "data parallel: 2 replicas; ring ring0 -> ring1 -> ring0" "$het.plan" &&
 json_get "$het.json" 'sum(r["rows"] for r in d["dp"]["replicas"]) == 96 and all(r["speed"] > 0 for r in d["dp"]["replicas"])' |
   grep -q True || { cat "$het.json"; fail "plan --json: measured split"; }
 pass "plan: $(json_get "$het.json" '[(r["threads"], round(r["speed"]), r["rows"]) for r in d["dp"]["replicas"]]') (threads, samples/s, rows)"
+# 2 + 1 threads asked for: more than a 2-core machine has, so nothing is pinned
+# (on a larger machine: n0 two CPUs, n1 one).
+timeout 300 "$HETFLOW" run "$het" >"$het.out" 2>&1 || { cat "$het.out"; fail "het run"; }
+cpus=$(nproc)
+if ((cpus >= 3)); then
+  grep -q "pinning the local nodes to CPUs: n0 [0-9]*-[0-9]*, n1 [0-9]*" "$het.out" || { cat "$het.out"; fail "het: pinning"; }
+else
+  grep -q "not pinning the local nodes to CPUs: they ask for 3 on the $cpus" "$het.out" || { cat "$het.out"; fail "het: no pinning note"; }
+fi
+pass "pinning follows the nodes' threads ($cpus CPUs)"
