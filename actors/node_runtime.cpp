@@ -620,11 +620,13 @@ int run_node(const node_options& opts, const registry& reg) {
         std::vector<int> have;
         for (int c = 0; c < CPU_SETSIZE; ++c)
           if (CPU_ISSET(c, &allowed)) have.push_back(c);
-        std::fprintf(stderr, "%s:%u:%u: error: node '%s' is to run on CPUs %s, but CPU(s) %s are not available "
+        const std::string where = me.cpus.empty() ? "hetflow node" // HETFLOW_CPUS, from hetflow run
+                                                  : opts.topology.string() + ":" + std::to_string(me.where.line) + ":" +
+                                                        std::to_string(me.where.column);
+        std::fprintf(stderr, "%s: error: node '%s' is to run on CPUs %s (%s), but CPU(s) %s are not available "
                              "to this process (it may use %s)\n",
-                     opts.topology.c_str(), me.where.line, me.where.column, opts.name.c_str(),
-                     topology::format_cpu_list(cpus).c_str(), topology::format_cpu_list(missing).c_str(),
-                     topology::format_cpu_list(have).c_str());
+                     where.c_str(), opts.name.c_str(), topology::format_cpu_list(cpus).c_str(), from.c_str(),
+                     topology::format_cpu_list(missing).c_str(), topology::format_cpu_list(have).c_str());
         return exit_usage;
       }
       if (sched_setaffinity(0, sizeof want, &want) != 0) {
@@ -689,9 +691,17 @@ int run_node(const node_options& opts, const registry& reg) {
   const auto& rt = sh->cluster.runtime;
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
-  std::size_t threads = rt.scheduler_threads > 0
-                            ? static_cast<std::size_t>(rt.scheduler_threads)
-                            : std::max(2u, std::thread::hardware_concurrency());
+  // Default: the CPUs this node may use (its `cpus` or hetflow run's
+  // pinning), at least 2.
+  std::size_t usable = std::max(1u, std::thread::hardware_concurrency());
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+      usable = static_cast<std::size_t>(CPU_COUNT(&set));
+  }
+  std::size_t threads = rt.scheduler_threads > 0 ? static_cast<std::size_t>(rt.scheduler_threads)
+                                                 : std::max<std::size_t>(2, usable);
   cfg.set("scheduler.max-threads", threads);
   cfg.set("middleman.heartbeat-interval",
           caf::timespan{std::chrono::duration_cast<caf::timespan>(

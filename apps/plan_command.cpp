@@ -86,7 +86,11 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     for (auto& r : *reps) {
       hosts.push_back(r.host);
-      rows.push_back(replica_row{r, r.spec.threads > 0 ? r.spec.threads : cores, 0.0, 0});
+      // threads = 0: the node's CPUs (its `cpus`), else the machine's
+      // (`hetflow run` may pin local nodes to fewer: it prints what it does).
+      const auto* node = c.find_node(r.node);
+      const int all = node != nullptr && !node->cpus.empty() ? int(node->cpus.size()) : cores;
+      rows.push_back(replica_row{r, r.spec.threads > 0 ? r.spec.threads : all, 0.0, 0});
     }
     ring = topology::ring_order(hosts);
     const bool equal = p.get_string("dp_split", "measured") == "equal";

@@ -205,6 +205,15 @@ public:
       for (std::size_t i = 0; i < m.size(); ++i) m.at(i).parameters(unit_params_[i]);
     }
   }
+  // Sums still running write into the model's gradients: an error return
+  // from the training loop must not free them under the ring.
+  ~replica_sync() {
+    for (auto& f : pending_)
+      if (f.valid()) f.wait();
+  }
+  replica_sync(const replica_sync&) = delete;
+  replica_sync& operator=(const replica_sync&) = delete;
+
   bool active() const noexcept { return g_ != nullptr; }
 
   status check(const model& m) const {
@@ -362,21 +371,36 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
 
   if (dp.active() && c.measured_split) {
     // Speed probe: forward and backward of this replica's equal share of a
-    // batch of zeros (one untimed, three timed), then the first split.
+    // batch of zeros (one untimed, three timed), then the first split. On a
+    // twin of the model, so that batch norm statistics and dropout state of
+    // the trained one stay as single-device training has them.
+    HF_ASSIGN_OR_RETURN(model twin, build_model(m.spec(), m.where(), build_options{m.context().threads(), c.seed}));
     const int64_t count = std::max<int64_t>(1, batch_size / c.group->size());
     shape s = source.sample_shape();
     tensor x = tensor::zeros({count, s[0], s[1], s[2]});
     std::vector<int32_t> y(std::size_t(count), 0);
+    tensor g;
     double secs = 0;
-    for (int i = 0; i < 4; ++i) {
-      auto t0 = clock_type::now();
-      HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x.view(), mode::train));
-      grad.resize(logits.shape());
-      HF_ASSIGN_OR_RETURN(loss_result r, dev.loss(logits, y, grad.mutable_view()));
-      (void)r;
-      HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
-      if (i > 0) secs += seconds_since(t0);
-    }
+    status probed;
+    twin.context().run([&] {
+      for (int i = 0; i < 4 && probed.ok(); ++i) {
+        auto t0 = clock_type::now();
+        auto logits = twin.forward(x.view(), mode::train);
+        if (!logits) {
+          probed = logits.error();
+          break;
+        }
+        if (g.empty()) g = tensor::empty(logits->shape());
+        auto r = dev.loss(*logits, y, g.mutable_view());
+        if (!r) {
+          probed = r.error();
+          break;
+        }
+        if (auto b = twin.backward(g.view()); !b) probed = b.error();
+        if (i > 0) secs += seconds_since(t0);
+      }
+    });
+    HF_RETURN_IF_ERROR(probed);
     HF_RETURN_IF_ERROR(dp.update_speeds(3 * count, secs));
   }
 

@@ -371,6 +371,7 @@ expected<std::vector<topology::actor_spec>> expand_ring_job(const topology::clus
     for (auto key : {"chunk_bytes", "bucket_bytes", "window"})
       if (p.contains(key)) m.args.set(key, p.get_int(key));
     if (p.contains("timeout")) m.args.set("timeout", p.get_number("timeout"));
+    if (p.contains("first_timeout")) m.args.set("first_timeout", p.get_number("first_timeout"));
     if (p.contains("hierarchical")) m.args.set("hierarchical", p.get_string("hierarchical"));
     if (m.name == drill_member) {
       m.args.set("drill", p.get_string("drill", "none"));

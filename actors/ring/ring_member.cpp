@@ -184,6 +184,7 @@ struct member_state : job_actor_state {
   uint32_t local_index = 0;          // hierarchical, non-leader: among the leader's locals
   std::vector<std::string> locals;   // hierarchical, leader: the others on its host
   std::map<std::string, std::string> node_host;  // node -> host (topology)
+  std::string probe_target;          // whom the stall probe in flight asks
   std::deque<request_ref> queue;
   request_ref current;
   std::vector<bucket> buckets;
@@ -607,6 +608,25 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
   maybe_finish(self);
 }
 
+// How long a collective may go without progress before its member probes:
+// the first one also absorbs start-up skew (nodes joining, callers loading
+// data).
+double stall_limit(const member_state& st, uint64_t id) {
+  return id == 0 ? std::max(st.cfg.timeout_s, st.cfg.first_timeout_s) : st.cfg.timeout_s;
+}
+
+// Whom a stalled collective probes: the left neighbour; a hierarchical
+// leader still missing vectors from its locals asks the first such local; a
+// local asks its leader.
+std::string probe_target(const member_state& st) {
+  const auto& a = *st.active;
+  if (st.hier && st.leader && a.lr_received < a.lr_expected)
+    for (std::size_t l = 0; l < st.locals.size(); ++l)
+      for (uint64_t c = 0; c < a.whole_chunks; ++c)
+        if (!a.seen_whole[l * a.whole_chunks + c]) return st.locals[l];
+  return st.left;
+}
+
 void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t next,
                      uint64_t received, uint64_t expected) {
   auto& st = self->state;
@@ -616,8 +636,20 @@ void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t ne
   double waited = std::chrono::duration<double>(clock_type::now() - a.last_progress).count();
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f s", waited);
-  std::string left = who(st, st.left);
+  std::string left = who(st, st.probe_target);
   bool left_active_on_id = state == 1 && next == id + 1;
+  if (st.hier && !st.leader && left_active_on_id) {
+    // A local hears back only at the end: its leader busy on this collective
+    // is progress as far as the local can tell; the leaders' own probes name
+    // whoever holds the collective up.
+    a.last_progress = clock_type::now();
+    a.upstream_waits = 0;
+    return;
+  }
+  if (st.hier && st.leader && st.probe_target != st.left && left_active_on_id)
+    return fail(self, "no chunk for " + std::string(secs) + ": " + left +
+                          " started this collective but its vector has not arrived here (lost or "
+                          "stuck in transit); waiting on " + left);
   if (state == 0 && next <= id)
     return fail(self, "no chunk for " + std::string(secs) + ": " + left +
                           " has not started this collective (its caller has not submitted it, or "
@@ -634,7 +666,7 @@ void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t ne
                             ", which is itself waiting (" + std::to_string(received) + "/" +
                             std::to_string(expected) + " chunks) on its left neighbour");
     a.last_progress = clock_type::now() - std::chrono::duration_cast<clock_type::duration>(
-                                              std::chrono::duration<double>(st.cfg.timeout_s / 2));
+                                              std::chrono::duration<double>(stall_limit(st, id) / 2));
   }
 }
 
@@ -753,13 +785,10 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             schedule_tick(self, id);
             double idle = std::chrono::duration<double>(clock_type::now() -
                                                         st.active->last_progress).count();
-            // The first collective also absorbs start-up skew (nodes joining,
-            // callers loading data): it gets first_timeout.
-            const double limit = st.active->id == 0 ? std::max(st.cfg.timeout_s, st.cfg.first_timeout_s)
-                                                    : st.cfg.timeout_s;
-            if (idle < limit || st.probing) return;
-            caf::actor left = st.svc->find_actor(st.left);
-            if (!left) return fail(self, who(st, st.left) + " is not running");
+            if (idle < stall_limit(st, id) || st.probing) return;
+            st.probe_target = probe_target(st);
+            caf::actor left = st.svc->find_actor(st.probe_target);
+            if (!left) return fail(self, who(st, st.probe_target) + " is not running");
             st.probing = true;
             self->request(left, std::chrono::seconds(1), ringprobe_atom::value, id)
                 .then(
@@ -773,9 +802,9 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
                                                                   st.active->last_progress).count();
                       char secs[32];
                       std::snprintf(secs, sizeof secs, "%.1f s", idle);
-                      fail(self, "no chunk for " + std::string(secs) + " and " + who(st, st.left) +
+                      fail(self, "no chunk for " + std::string(secs) + " and " + who(st, st.probe_target) +
                                      " does not answer within 1 s: it is stalled; waiting on " +
-                                     who(st, st.left));
+                                     who(st, st.probe_target));
                     });
           });
       try_start(self);

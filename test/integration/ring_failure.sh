@@ -8,13 +8,15 @@
 source "$(dirname "$0")/lib.sh"
 
 run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
-  local name=$1 base=$2 victim=$3 culprit=$4
+  # RC_NODES (3): nodes; RC_TWO_HOSTS=1: n2, n3 on "host" 127.0.0.2 (hierarchical ring)
+  local name=$1 base=$2 victim=$3 culprit=$4 nodes=${RC_NODES:-3}
   shift 4
   local topo="$HETFLOW_SCRATCH/$name.toml"
-  write_topology "$topo" "$base" 3 auto 'kind = "ring_check"' 'rounds = 1000000' \
+  write_topology "$topo" "$base" "$nodes" auto 'kind = "ring_check"' 'rounds = 1000000' \
     'lengths = [300000]' 'dtypes = ["f32"]' 'ops = ["sum"]' 'chunk_bytes = "64KiB"' "$@"
+  [[ ${RC_TWO_HOSTS:-0} == 1 ]] && sed -i -E '/^name = "n[23]"$/,/^port/ s/^host = "127.0.0.1"$/host = "127.0.0.2"/' "$topo"
   local i
-  start_nodes "$topo" 3
+  start_nodes "$topo" "$nodes"
   local pids=("${NODE_PIDS[@]}")
   wait_for_text "$topo.n0.log" "starting job" 30 || { cat "$topo".n*.log; fail "$name: job never started"; }
   local t0
@@ -26,7 +28,7 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
     wait_for_text "$topo.n$victim.log" "fault drill" 30 || { cat "$topo".n*.log; fail "$name: drill never fired"; }
     t0=$(date +%s.%N)
   fi
-  for i in 0 1 2; do
+  for ((i = 0; i < nodes; i++)); do
     ((i == victim)) && continue
     wait_exit "${pids[$i]}" 5 || { cat "$topo".n*.log; fail "$name: n$i still running 5 s after the fault"; }
     local rc=$WAIT_RC
@@ -46,3 +48,7 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
 run_case kill 8210 1 "n1"
 run_case die 8220 2 "ring2" 'drill_member = "ring2"' 'drill = "die"' 'drill_after = 200'
 run_case stall 8230 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' 'drill_after = 200'
+# Hierarchical ring (2 hosts x 2 members): a stalled local member (ring3, not
+# its host's leader) is probed by its leader and named.
+RC_NODES=4 RC_TWO_HOSTS=1 run_case stall-hier 8240 3 "ring3" 'drill_member = "ring3"' 'drill = "stall"' \
+  'drill_after = 50'
