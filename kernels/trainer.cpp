@@ -169,19 +169,22 @@ public:
     while (order_.epoch() < epoch) order_.next_epoch();
     return {};
   }
-  expected<train_batch> next(int, int64_t step) override {
-    const int64_t b0 = plan_.batch_begin(step), bn = plan_.batch_rows(step);
+  expected<train_batch> next(int epoch, int64_t step) override {
+    return next_rows(epoch, step, 0, plan_.batch_rows(step));
+  }
+  expected<train_batch> next_rows(int, int64_t step, int64_t first, int64_t count) override {
+    const int64_t b0 = plan_.batch_begin(step) + first;
     const int64_t per = sample_.numel();
-    batch_x_.resize(shape{bn, sample_[0], sample_[1], sample_[2]});
+    batch_x_.resize(shape{count, sample_[0], sample_[1], sample_[2]});
     const float* src = train_.images.f32();
     float* dst = batch_x_.f32();
     auto order = order_.order();
-    for (int64_t j = 0; j < bn; ++j) {
+    for (int64_t j = 0; j < count; ++j) {
       int64_t idx = order[std::size_t(b0 + j)];
       std::memcpy(dst + j * per, src + idx * per, sizeof(float) * std::size_t(per));
       batch_y_[std::size_t(j)] = train_.labels[std::size_t(idx)];
     }
-    return train_batch{batch_x_.view(), std::span<const int32_t>(batch_y_.data(), std::size_t(bn))};
+    return train_batch{batch_x_.view(), std::span<const int32_t>(batch_y_.data(), std::size_t(count))};
   }
   status end_epoch(int) override { return {}; }
 
@@ -419,17 +422,22 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       if (c.stop && c.stop->load(std::memory_order_relaxed))
         return make_error(errc::cancelled, "train: stopped at epoch " + std::to_string(epoch + 1) + " step " +
                                                std::to_string(s));
-      HF_ASSIGN_OR_RETURN(train_batch batch, source.next(epoch, s));
-      const int64_t bn = int64_t(batch.labels.size());
+      // A replica fetches only its rows of the global batch.
+      const int64_t bn = source.plan().batch_rows(s);
       auto [first, count] = dp.slice(bn);
+      HF_ASSIGN_OR_RETURN(train_batch batch,
+                          dp.active() ? source.next_rows(epoch, s, first, count) : source.next(epoch, s));
+      if (int64_t(batch.labels.size()) != count)
+        return make_error(errc::internal, "train: the batch source gave " + std::to_string(batch.labels.size()) +
+                                              " rows for step " + std::to_string(s + 1) + ", the plan says " +
+                                              std::to_string(count));
       loss_result lr_res{};
       auto tc = clock_type::now();
       if (count > 0) {
-        HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch.images.slice_outer(first, first + count)));
+        HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch.images));
         HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
         grad.resize(logits.shape());
-        HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels.subspan(std::size_t(first), std::size_t(count)),
-                                             grad.mutable_view()));
+        HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
         if (!dp.active()) {
           HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
         } else {

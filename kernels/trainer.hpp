@@ -240,6 +240,14 @@ public:
   virtual int64_t classes() const = 0;
   virtual status begin_epoch(int epoch) = 0;
   virtual expected<train_batch> next(int epoch, int64_t step) = 0;
+  // Rows [first, first + count) of batch `step` only (a data-parallel
+  // replica's share). The default fetches the whole batch and views the
+  // rows; sources that can, fetch only those. count may be 0.
+  virtual expected<train_batch> next_rows(int epoch, int64_t step, int64_t first, int64_t count) {
+    HF_ASSIGN_OR_RETURN(train_batch b, next(epoch, step));
+    return train_batch{b.images.slice_outer(first, first + count),
+                       b.labels.subspan(std::size_t(first), std::size_t(count))};
+  }
   // After the epoch's last batch: the source checks its books.
   virtual status end_epoch(int epoch) = 0;
 };

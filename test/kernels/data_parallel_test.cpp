@@ -244,6 +244,28 @@ BOOST_AUTO_TEST_CASE(an_uneven_split_and_small_buckets_still_match_single_device
   std::filesystem::remove(dp_path);
 }
 
+BOOST_AUTO_TEST_CASE(replicas_without_rows_in_a_batch_still_take_part) {
+  train_config c = config("mlp");
+  c.data.train_size = 289;  // 9 batches of 32, then one of 1 row: 2 of 3 replicas get none
+  c.epochs = 2;
+  const std::string single_path = temp_path("single-z"), dp_path = temp_path("dp-z");
+  c.save_weights = single_path;
+  auto single = train_single(c);
+  BOOST_REQUIRE(single.has_value());
+  c.save_weights = dp_path;
+  auto reps = run_replicas(c, 3, /*measured=*/false);
+  for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+  BOOST_CHECK_EQUAL(reps[1]->weights_checksum, reps[0]->weights_checksum);
+  BOOST_CHECK_EQUAL(reps[2]->weights_checksum, reps[0]->weights_checksum);
+  for (std::size_t e = 0; e < single->epochs.size(); ++e) {
+    BOOST_CHECK_CLOSE(reps[0]->epochs[e].loss, single->epochs[e].loss, 1e-3);
+    BOOST_CHECK_EQUAL(reps[0]->epochs[e].samples, 289);
+  }
+  BOOST_CHECK_LT(max_weight_diff(c, single_path, dp_path), 1e-4);
+  std::filesystem::remove(single_path);
+  std::filesystem::remove(dp_path);
+}
+
 BOOST_AUTO_TEST_CASE(measured_split_is_the_same_on_every_replica) {
   train_config c = config("mlp");
   auto reps = run_replicas(c, 3, /*measured=*/true);
