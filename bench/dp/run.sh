@@ -17,8 +17,8 @@
 # 0.05 momentum 0.9, epochs 1, max_steps_per_epoch STEPS, eval_each_epoch
 # false. images/s = the report's epochs[0].samples_per_s: rank 0's STEPS * 2B
 # / the epoch's training wall time (kernels/trainer.cpp: from the first step,
-# no warm-up, to the last optimizer step; each step copies the global batch's
-# rows, runs forward + loss + backward on the replica's B rows, sums gradients
+# no warm-up, to the last optimizer step; each step copies the replica's B
+# rows of the global batch, runs forward + loss + backward on them, sums gradients
 # in buckets started as backward produces them (LeNet-5: one bucket, with the
 # step's loss/accuracy), optimizer step). The allreduce share =
 # allreduce_seconds (how long rank 0 waited for the sums after its backward,
