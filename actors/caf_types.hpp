@@ -25,6 +25,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
 using dp_atom = caf::atom_constant<caf::atom("dp")>;      // CAF data-plane bytes
 using dperr_atom = caf::atom_constant<caf::atom("dperr")>;  // data-plane failure
+using dperrlate_atom = caf::atom_constant<caf::atom("dperrlate")>;  // ... still unexplained after the grace
 using grace_atom = caf::atom_constant<caf::atom("grace")>;
 using left_atom = caf::atom_constant<caf::atom("left")>;  // a peer exited cleanly
 

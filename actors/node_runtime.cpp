@@ -373,8 +373,17 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       do_stop(self, exit_interrupted,
               "node '" + self->state.sh->self_name + "' was interrupted (SIGINT/SIGTERM)", true);
     },
+    // A failed data-plane send: a crashed or hung peer is reported by CAF's
+    // monitor at once (down handler) with the real cause; a peer that shut
+    // down in order (it got the head's stop) fails our sends before that
+    // stop reaches us. So wait out the same 2 s grace as for a clean exit,
+    // and stop with the send's error only if nothing explained it by then.
     [self](dperr_atom, const std::string& what) {
-      do_stop(self, exit_peer, what, true);
+      if (self->state.stopping) return;
+      self->delayed_send(self, std::chrono::seconds(2), dperrlate_atom::value, what);
+    },
+    [self](dperrlate_atom, const std::string& what) {
+      if (!self->state.stopping) do_stop(self, exit_peer, what, true);
     },
     [self](grace_atom) { finish(self); },
     [self](left_atom, int32_t idx) {
