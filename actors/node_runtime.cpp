@@ -4,6 +4,7 @@
 
 #include <caf/io/all.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -564,6 +565,19 @@ void write_reports(const node_options& opts, node_shared& sh, int code, const st
 
 }  // namespace
 
+std::vector<int> usable_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  if (out.empty())
+    for (int c = 0; c < int(std::max(1u, std::thread::hardware_concurrency())); ++c) out.push_back(c);
+  return out;
+}
+
 int run_node(const node_options& opts, const registry& reg) {
   auto parsed = topology::load_topology(opts.topology, reg.catalog());
   if (!parsed.ok()) {
@@ -613,22 +627,17 @@ int run_node(const node_options& opts, const registry& reg) {
       }
     }
     if (!cpus.empty()) {
-      cpu_set_t allowed;
-      CPU_ZERO(&allowed);
-      (void)sched_getaffinity(0, sizeof allowed, &allowed);
+      const std::vector<int> have = usable_cpus();
+      std::vector<int> missing;
       cpu_set_t want;
       CPU_ZERO(&want);
-      std::vector<int> missing;
       for (int c : cpus) {
-        if (c < CPU_SETSIZE && CPU_ISSET(c, &allowed))
+        if (std::binary_search(have.begin(), have.end(), c))
           CPU_SET(c, &want);
         else
           missing.push_back(c);
       }
       if (!missing.empty()) {
-        std::vector<int> have;
-        for (int c = 0; c < CPU_SETSIZE; ++c)
-          if (CPU_ISSET(c, &allowed)) have.push_back(c);
         const std::string where = me.cpus.empty() ? "hetflow node" // HETFLOW_CPUS, from hetflow run
                                                   : opts.topology.string() + ":" + std::to_string(me.where.line) + ":" +
                                                         std::to_string(me.where.column);
@@ -702,15 +711,8 @@ int run_node(const node_options& opts, const registry& reg) {
   cfg.load<caf::io::middleman>();
   // Default: the CPUs this node may use (its `cpus` or hetflow run's
   // pinning), at least 2.
-  std::size_t usable = std::max(1u, std::thread::hardware_concurrency());
-  {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-      usable = static_cast<std::size_t>(CPU_COUNT(&set));
-  }
   std::size_t threads = rt.scheduler_threads > 0 ? static_cast<std::size_t>(rt.scheduler_threads)
-                                                 : std::max<std::size_t>(2, usable);
+                                                 : std::max<std::size_t>(2, usable_cpus().size());
   cfg.set("scheduler.max-threads", threads);
   cfg.set("middleman.heartbeat-interval",
           caf::timespan{std::chrono::duration_cast<caf::timespan>(

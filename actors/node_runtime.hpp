@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hetflow::actors {
 
@@ -49,5 +50,9 @@ struct node_options {
 
 // Runs one node until the job ends; returns the process exit code.
 int run_node(const node_options& opts, const registry& reg);
+
+// The CPUs this process may run on (its affinity mask), ascending; every
+// CPU of the machine when the mask cannot be read.
+std::vector<int> usable_cpus();
 
 }  // namespace hetflow::actors

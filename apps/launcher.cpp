@@ -1,7 +1,5 @@
 #include "apps/launcher.hpp"
 
-#include <sched.h>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -21,6 +19,7 @@
 #include <sstream>
 
 #include "actors/json.hpp"
+#include "actors/node_runtime.hpp"
 #include "actors/registry.hpp"
 #include "topology/parser.hpp"
 
@@ -77,12 +76,7 @@ void plan_pinning(const topology::cluster& cl, std::vector<child>& children) {
   if (cl.runtime.pin_local_nodes != "auto" || children.size() < 2) return;
   for (const auto& c : children)
     if (!cl.nodes[std::size_t(c.index)].cpus.empty()) return;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  const std::vector<int> cpus = actors::usable_cpus();
   // CPUs each node asks for: its largest cpu device `threads` (0: a share).
   std::vector<std::size_t> want(children.size(), 0);
   std::size_t asked = 0, sharing = 0;

@@ -57,15 +57,13 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     std::fprintf(stderr, "%s", usage);
     return 2;
   }
-  auto parsed = topology::load_topology(file, reg.catalog());
-  if (!parsed.ok()) {
-    for (auto& d : parsed.errors) std::fprintf(stderr, "%s\n", topology::format(d).c_str());
-    return 2;
-  }
-  const auto& c = *parsed.model;
+  auto loaded = load_or_report(file, reg);
+  if (!loaded) return 2;
+  const auto& c = *loaded;
   auto actors = actors::job_actors(c, reg);
-  if (!actors) {
-    std::fprintf(stderr, "%s: error: %s\n", file.c_str(), actors.error().message().c_str());
+  if (!actors) {  // as `validate` reports it: at the [job] table
+    std::fprintf(stderr, "%s:%u:%u: error: %s\n", file.c_str(), unsigned(c.job.where.line),
+                 unsigned(c.job.where.column), actors.error().message().c_str());
     return 2;
   }
 

@@ -12,6 +12,15 @@
 
 namespace hetflow::apps {
 
+std::optional<topology::cluster> load_or_report(const std::string& file, const actors::registry& reg) {
+  auto parsed = topology::load_topology(file, reg.catalog());
+  if (!parsed.ok()) {
+    for (auto& d : parsed.errors) std::fprintf(stderr, "%s\n", topology::format(d).c_str());
+    return std::nullopt;
+  }
+  return std::move(*parsed.model);
+}
+
 expected<kernels::model_spec> train_model_spec(const topology::cluster& c) {
   const auto& p = c.job.params;
   kernels::zoo_options zo;
@@ -46,12 +55,9 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
     std::fprintf(stderr, "usage: hetflow profile FILE [--batch B]\n");
     return 2;
   }
-  auto parsed = topology::load_topology(file, reg.catalog());
-  if (!parsed.ok()) {
-    for (auto& d : parsed.errors) std::fprintf(stderr, "%s\n", topology::format(d).c_str());
-    return 2;
-  }
-  const auto& c = *parsed.model;
+  auto loaded = load_or_report(file, reg);
+  if (!loaded) return 2;
+  const auto& c = *loaded;
   if (c.job.kind != "train") {
     std::fprintf(stderr, "hetflow profile: %s runs a '%s' job; profiles are for 'train' jobs\n",
                  file.c_str(), c.job.kind.c_str());

@@ -3,6 +3,7 @@
 // (forward/backward time, parameter, activation and output bytes).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ class registry;
 namespace hetflow::apps {
 
 int profile_command(const std::vector<std::string>& args, const actors::registry& reg);
+
+// The topology in `file`, or nothing after printing every problem as
+// FILE:LINE:COL: error: ... (what `plan` and `profile` do before their work).
+std::optional<topology::cluster> load_or_report(const std::string& file, const actors::registry& reg);
 
 // The model of a train job (model, width, and for the synthetic dataset its
 // input shape and classes), as the trainer builds it.

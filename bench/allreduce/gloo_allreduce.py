@@ -23,10 +23,11 @@ Run it with Debian's /usr/bin/python3 (python3-torch). Prints one line per
 size, from rank 0: "bytes time_us algbw_gbps busbw_gbps".
 """
 import os
-import socket
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_ranks import run_ranks  # noqa: E402
 
 
 def worker(rank, world, iterations, warmup, sizes):
@@ -68,12 +69,6 @@ def worker(rank, world, iterations, warmup, sizes):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         rank, world, iterations, warmup = (int(x) for x in sys.argv[2:6])
@@ -93,32 +88,8 @@ def main():
     if len(sys.argv) < 5:
         sys.exit("usage: %s [--rank R] NPROCS ITER WARMUP BYTES..." % sys.argv[0])
     world = int(sys.argv[1])
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE=str(world),
-               GLOO_SOCKET_IFNAME="lo", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env.setdefault("MASTER_PORT", str(free_port()))
-    procs = []
-    for rank in range(world):
-        procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker", str(rank), str(world)] + sys.argv[2:],
-            env=dict(env, RANK=str(rank))))
-    rc = 0
-    try:
-        pending = list(procs)
-        while pending:
-            for p in list(pending):
-                if p.poll() is not None:
-                    pending.remove(p)
-                    if p.returncode != 0 and rc == 0:
-                        rc = p.returncode
-                        for q in pending:  # the others would wait for the dead rank
-                            q.terminate()
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return 1 if rc else 0
+    return run_ranks(world, lambda rank: [sys.executable, os.path.abspath(__file__), "--worker", str(rank), str(world)]
+                     + sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -68,6 +68,16 @@ if [[ $netns == 1 ]]; then
   netns_setup || exit 2
 fi
 
+job_section() {  # the allreduce_bench [job] table of every hetflow topology here
+  echo '[job]'
+  echo 'kind = "allreduce_bench"'
+  local s list=""
+  for s in "${sizes[@]}"; do list+="${list:+, }$s"; done
+  echo "sizes = [$list]"
+  echo "iterations = $iters"
+  echo "warmup = $warmup"
+}
+
 topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE
   {
     echo '[cluster]'
@@ -79,13 +89,7 @@ topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE
     for ((i = 0; i < $3; i++)); do
       printf '[[nodes]]\nname = "p%d"\nhost = "127.0.0.1"\nport = %d\n' "$i" $(($2 + i))
     done
-    echo '[job]'
-    echo 'kind = "allreduce_bench"'
-    local s list=""
-    for s in "${sizes[@]}"; do list+="${list:+, }$s"; done
-    echo "sizes = [$list]"
-    echo "iterations = $iters"
-    echo "warmup = $warmup"
+    job_section
   } >"$1"
 }
 
@@ -146,13 +150,7 @@ run_ours_netns() {  # run_ours_netns LABEL PORT TLS ERROR_MODE
     echo "ucx_error_mode = \"$4\""
     printf '[[nodes]]\nname = "n0"\nhost = "%s"\nport = %d\n' "$ip_a" "$2"
     printf '[[nodes]]\nname = "n1"\nhost = "%s"\nport = %d\n' "$ip_b" $(($2 + 1))
-    echo '[job]'
-    echo 'kind = "allreduce_bench"'
-    local s list=""
-    for s in "${sizes[@]}"; do list+="${list:+, }$s"; done
-    echo "sizes = [$list]"
-    echo "iterations = $iters"
-    echo "warmup = $warmup"
+    job_section
   } >"$f"
   rm -f "$f".n?.json*
   wait_quiet

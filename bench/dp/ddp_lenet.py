@@ -36,11 +36,12 @@ from rank 0, one line:
 import argparse
 import gzip
 import os
-import socket
-import subprocess
 import struct
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_ranks import run_ranks  # noqa: E402
 
 
 def load_idx(path):
@@ -115,12 +116,6 @@ def worker(a, rank, world):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser(description="PyTorch DDP (gloo) LeNet-5 images/s, the peer of bench/dp/run.sh")
     ap.add_argument("--batch", type=int, default=32, help="batch per replica (global batch = procs * batch)")
@@ -136,30 +131,8 @@ def main():
         worker(a, a.worker, int(os.environ["WORLD_SIZE"]))
         return 0
 
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE=str(a.procs),
-               GLOO_SOCKET_IFNAME="lo", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env.setdefault("MASTER_PORT", str(free_port()))
-    args = [a for a in sys.argv[1:]]
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__)] + args + ["--worker", str(r)],
-                              env=dict(env, RANK=str(r))) for r in range(a.procs)]
-    rc = 0
-    try:
-        pending = list(procs)
-        while pending:
-            for p in list(pending):
-                if p.poll() is not None:
-                    pending.remove(p)
-                    if p.returncode != 0 and rc == 0:
-                        rc = p.returncode
-                        for q in pending:  # the others would wait for the dead rank
-                            q.terminate()
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return 1 if rc else 0
+    args = sys.argv[1:]
+    return run_ranks(a.procs, lambda r: [sys.executable, os.path.abspath(__file__)] + args + ["--worker", str(r)])
 
 
 if __name__ == "__main__":

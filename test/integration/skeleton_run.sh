@@ -52,4 +52,9 @@ timeout 60 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
   fail "transport_bench: want rows for 8 and 65536 bytes"
 json_get "$topo.json" 'all(r["latency_us"] > 0 and r["gbytes_per_s"] > 0 for r in d["result"]["results"])' |
   grep -q True || fail "transport_bench: a latency or bandwidth is missing"
+# Node 0 sends, per size, its pings, 2 windows of warm-up (8 messages each,
+# untimed), then the timed messages: 8 B: 20 + 16 + 200000 (the cap);
+# 64 KiB: 20 + 16 + 64.
+sent=$(json_get "$topo.json" '[n for n in d["nodes"] if n["node"] == "n0"][0]["data_plane_stats"]["messages_sent"]')
+[[ $sent == 200136 ]] || fail "transport_bench: node 0 sent $sent messages, want 200136 (pings, warm-up, timed)"
 pass "transport_bench measures every size"

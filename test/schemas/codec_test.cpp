@@ -92,6 +92,37 @@ BOOST_AUTO_TEST_CASE(encode_tensor_copies_once_and_round_trips) {
   }
 }
 
+// message_builder with an allocator (the ring's pool of chunk buffers): a
+// recycled buffer full of old bytes still makes a valid message, and an
+// allocator that returns the wrong size is refused.
+BOOST_AUTO_TEST_CASE(builder_storage_from_an_allocator) {
+  tensor_meta meta{dtype::f32, {3, 5}};
+  int calls = 0;
+  message_builder::allocator dirty = [&](std::size_t bytes) {
+    ++calls;
+    wire_buffer b(bytes);
+    std::memset(b.data(), 0xab, bytes);  // what a reused buffer may hold
+    return b;
+  };
+  for (int round = 0; round < 2; ++round) {
+    message_builder b({7, 9, "me", "you"}, std::span<const tensor_meta>(&meta, 1), 16, dirty);
+    auto src = pattern(meta.byte_size(), 5);
+    std::memcpy(b.tensor_data(0).data(), src.data(), src.size());
+    std::memset(b.payload().data(), 1, 16);
+    auto ref = share(std::move(b).finish());
+    auto d = decode_message(ref, {}, "peer");
+    BOOST_TEST_REQUIRE(d.has_value(), d.error().to_string());
+    BOOST_TEST(d->header().sender == "me");
+    BOOST_TEST(d->header().target == "you");
+    BOOST_TEST(same_bytes(d->tensor(0).data, src));
+    BOOST_TEST(d->payload().size() == 16u);
+  }
+  BOOST_TEST(calls == 2);
+  message_builder::allocator short_one = [](std::size_t bytes) { return wire_buffer(bytes - 8); };
+  BOOST_CHECK_THROW(message_builder({1, 1, "a", "b"}, std::span<const tensor_meta>(&meta, 1), 0, short_one),
+                    std::logic_error);
+}
+
 BOOST_AUTO_TEST_CASE(scalar_has_one_element) {
   tensor_meta meta{dtype::f32, {}};
   BOOST_TEST(meta.numel() == 1);
