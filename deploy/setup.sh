@@ -14,10 +14,14 @@ build_pkgs=(
   libtbb-dev                      # oneTBB 2021
   libboost-test-dev               # Boost.Test 1.74
   libtomlplusplus-dev             # topology files
+  nlohmann-json3-dev              # planner profile files (JSON)
+  libedit-dev                     # the actor shell's line editing
+  libssl-dev                      # HMAC of the cluster secret (OpenSSL)
   libdnnl-dev                     # oneDNN 2.6 (CPU kernels)
   libucx-dev ucx-utils            # data plane (+ ucx_perftest)
   dataset-fashion-mnist           # IDX files under /usr/share/datasets/fashion-mnist
   procps psmisc iproute2 python3  # pgrep/ip and JSON checks in integration tests
+  python3-yaml tmux               # deploy manifest checks; the shell's terminal test
 )
 bench_pkgs=(
   iperf3
