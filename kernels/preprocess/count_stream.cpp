@@ -110,6 +110,7 @@ public:
         ended_ = true;
         return false;
       }
+      if (have_last_) last_ = kept_.assign(last_);
       chunk_ = std::move(*c);
       pos_ = 0;
     }
@@ -120,10 +121,12 @@ public:
     std::string_view v(chunk_.data() + pos_ + 2, len);
     std::memcpy(&count, chunk_.data() + pos_ + 2 + len, 8);
     pos_ += record_overhead + len;
-    if (have_last_ && !(std::string_view(last_) < v)) return corrupt();
-    last_.assign(v);
+    if (have_last_ && !(last_ < v)) return corrupt();
+    // The previous string stays a view into the chunk; it is copied only
+    // when the chunk is about to be replaced (above).
+    last_ = v;
     have_last_ = true;
-    s = last_;
+    s = v;
     return true;
   }
   status error() const override { return err_; }
@@ -140,7 +143,8 @@ private:
   std::size_t pos_ = 0;
   bool ended_ = false;
   bool have_last_ = false;
-  std::string last_;
+  std::string_view last_;  // into chunk_, or into kept_
+  std::string kept_;
   status err_;
 };
 

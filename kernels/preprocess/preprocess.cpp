@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "kernels/preprocess/hex_key.hpp"
 #include "kernels/preprocess/line_parser.hpp"
 #include "kernels/preprocess/resources.hpp"
 
@@ -80,21 +81,38 @@ std::vector<block> cut_blocks(const input_set& in, const shard_plan& shard,
   return blocks;
 }
 
-// Calls f(line, index_in_block, truncated) for each line of the block.
-template <class F>
-uint64_t for_each_line(const block& b, F&& f) {
-  const char* p = b.file->data() + b.begin;
-  const char* end = b.file->data() + b.end;
+// Parses every line of the block: good(pl) for a good line, bad(line,
+// index_in_block, error) for a malformed one; returns the number of lines.
+// Lines go through parse_criteo_line_fast first when the bytes it may read
+// are mapped (all but the file's last ~2 KiB); what it refuses (malformed,
+// or merely unusual: a byte >= 0x80) goes through parse_criteo_line.
+template <class Good, class Bad>
+uint64_t parse_block(const block& b, std::size_t max_field, parsed_line& pl, Good&& good, Bad&& bad) {
+  const char* const base = b.file->data();
+  const char* p = base + b.begin;
+  const char* const end = base + b.end;
+  const uint64_t bound = fast_parse_read_bound(max_field);
+  // Lines starting at offsets <= fast_last may take the fast path.
+  const bool fast = max_field >= fast_parse_min_field && b.file->size() >= bound;
+  const uint64_t fast_last = fast ? b.file->size() - bound : 0;
   uint64_t n = 0;
   while (p < end) {
-    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
-    if (nl) {
-      f(std::string_view(p, static_cast<std::size_t>(nl - p)), n++, false);
-      p = nl + 1;
-    } else {
-      f(std::string_view(p, static_cast<std::size_t>(end - p)), n++, true);
-      break;
+    if (fast && static_cast<uint64_t>(p - base) <= fast_last) {
+      if (const char* next = parse_criteo_line_fast(p, max_field, pl)) {
+        good(pl);
+        ++n;
+        p = next;
+        continue;
+      }
     }
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+    std::string_view line(p, static_cast<std::size_t>((nl ? nl : end) - p));
+    parse_error e = nl ? parse_criteo_line(line, max_field, pl) : parse_error{malformed_kind::truncated, -1};
+    if (e) bad(line, n, e);
+    else good(pl);
+    ++n;
+    if (!nl) break;
+    p = nl + 1;
   }
   return n;
 }
@@ -104,13 +122,6 @@ struct hit {
   malformed_kind kind = malformed_kind::none;
   std::string detail;  // only for the first max_examples of a block
 };
-
-// Classifies a line; kind none when it parsed.
-inline parse_error check_line(std::string_view line, bool truncated, std::size_t max_field,
-                              parsed_line& pl) {
-  if (truncated) return {malformed_kind::truncated, -1};
-  return parse_criteo_line(line, max_field, pl);
-}
 
 // A malformed line's hit; described only while the block may still supply
 // examples (or under policy fail, which reports the first one).
@@ -219,22 +230,91 @@ std::string part_file_name(int index) {
 
 namespace {
 
-// A count table's value: the count and the local id (order of first sight).
-// 8 bytes, so a slot is 24: the tables are the pass's main cache misses and
-// its main fresh memory. A count cannot pass 2^32 - 1: a column is spilled
-// once it has counted 2^31 rows (spill_rows), and one segment holds far
-// fewer (a good line is at least 40 bytes).
-struct local_count {
-  uint32_t count = 0;
-  uint32_t local = 0;
-};
+// One column's pass-1 table: the local id of every distinct string (handed
+// out in order of first sight) and its count. Criteo's 8-hex-digit values go
+// to a table keyed by their 32-bit value (hex_key.hpp) whose slot holds the
+// count too (one cache line per row and column), the empty string (the
+// missing value) to two fields, anything else to a string_key_map. A count
+// cannot pass 2^32 - 1: a column is spilled once it has counted 2^31 rows
+// (spill_rows), and one segment holds far fewer (a good line is at least 40
+// bytes).
 constexpr uint64_t spill_rows = uint64_t{1} << 31;
-using count_table = string_key_map<local_count>;
+constexpr uint32_t no_local = ~uint32_t{0};
 
-// Marks a key slot of a row whose string is longer than small_key_max: lo is
-// its index in the block's long strings of that column (no real key has
-// length byte 0xfe).
-constexpr uint64_t long_key_hi = uint64_t{0xfe} << 56;
+struct string_count {
+  uint32_t local_plus1 = 0;  // 0: just inserted
+  uint32_t count = 0;
+};
+
+struct column_table {
+  hex_table hex;
+  string_key_map<string_count> strings;
+  uint32_t empty_local = no_local;
+  uint32_t empty_count = 0;
+
+  std::size_t size() const noexcept { return hex.size() + strings.size() + (empty_local != no_local); }
+  std::size_t memory_bytes() const noexcept { return hex.memory_bytes() + strings.memory_bytes(); }
+  void clear_and_release() {
+    hex.clear_and_release();
+    strings.clear_and_release();
+    empty_local = no_local;
+    empty_count = 0;
+  }
+};
+
+// A column's row key in a block: the hex value (< 2^32), the empty string,
+// or other_key + the index of the string in the block's others of that column.
+static_assert(sparse_columns % 2 == 0, "row_keys converts hex ids in pairs");
+constexpr uint64_t empty_key = uint64_t{1} << 32;
+constexpr uint64_t other_key = uint64_t{2} << 32;
+
+inline uint64_t other_row_key(std::string_view s, std::vector<std::string_view>& others) {
+  if (s.empty()) return empty_key;
+  others.push_back(s);
+  return other_key | (others.size() - 1);
+}
+
+// The row keys of a line's 26 strings, to keys[c * stride]; hex ids two at a
+// time (hex8_value2).
+inline void row_keys(const parsed_line& pl, uint64_t* keys, std::size_t stride,
+                     std::array<std::vector<std::string_view>, sparse_columns>& others) {
+  uint64_t w[sparse_columns];
+  for (int c = 0; c < sparse_columns; ++c) {
+    w[c] = 0;  // not 8 bytes: not hex (a 0 byte is no hex digit)
+    if (pl.sparse[c].size() == 8) std::memcpy(&w[c], pl.sparse[c].data(), 8);
+  }
+  for (int c = 0; c < sparse_columns; c += 2) {
+    uint32_t v0, v1;
+    bool ok0, ok1;
+    hex8_value2(w[c], w[c + 1], v0, ok0, v1, ok1);
+    keys[c * stride] = ok0 ? v0 : other_row_key(pl.sparse[c], others[c]);
+    keys[(c + 1) * stride] = ok1 ? v1 : other_row_key(pl.sparse[c + 1], others[c + 1]);
+  }
+}
+
+struct hex_entry {
+  uint32_t key, local, count;
+};
+
+// Sorts by key (LSD radix, 8 bits a pass; keys are distinct).
+void sort_by_key(std::vector<hex_entry>& v) {
+  if (v.size() < 1024) {
+    std::sort(v.begin(), v.end(), [](const hex_entry& x, const hex_entry& y) { return x.key < y.key; });
+    return;
+  }
+  std::vector<hex_entry> tmp(v.size());
+  std::size_t hist[4][256] = {};
+  for (const hex_entry& e : v)
+    for (int k = 0; k < 4; ++k) ++hist[k][(e.key >> (8 * k)) & 0xff];
+  for (int k = 0; k < 4; ++k) {
+    std::size_t sum = 0;
+    for (std::size_t& h : hist[k]) sum += std::exchange(h, sum);
+    std::size_t* h = hist[k];
+    const int shift = 8 * k;
+    for (const hex_entry& e : v) tmp[h[(e.key >> shift) & 0xff]++] = e;
+    v.swap(tmp);
+  }
+}
 
 // A sorted source of (string, count, local id).
 class local_source {
@@ -244,63 +324,105 @@ public:
   virtual status error() const { return {}; }
 };
 
-// A count table sorted without building strings: small keys sort as
-// (bswap(lo), bswap(hi)) - bytes 0..14 big-endian, then the length - the same
-// order as the strings (shorter ones are zero-padded); long strings apart,
-// merged on the fly.
+// A column table sorted without building strings, three sorted runs merged
+// on the fly: the hex values (numeric order = the strings' order), the other
+// small keys as (bswap(lo), bswap(hi)) - bytes 0..14 big-endian, then the
+// length: the same order as the strings (shorter ones are zero-padded) - and
+// the long strings. The empty string sorts first. The three runs hold
+// disjoint strings. A copy: the table can be cleared after.
 class table_source final : public local_source {
 public:
-  explicit table_source(const count_table& m) {
-    small_.reserve(m.size());
-    for (const auto& sl : m.small_slots())
+  explicit table_source(const column_table& t) {
+    hex_.reserve(t.hex.size());
+    t.hex.for_each([&](uint32_t key, uint32_t local, uint32_t count) { hex_.push_back({key, local, count}); });
+    sort_by_key(hex_);
+    for (const auto& sl : t.strings.small_slots())
       if (sl.key.hi != small_key_empty_hi)
-        small_.push_back({__builtin_bswap64(sl.key.lo), __builtin_bswap64(sl.key.hi), sl.value.count,
-                          sl.value.local});
+        small_.push_back({__builtin_bswap64(sl.key.lo), __builtin_bswap64(sl.key.hi), sl.value.local_plus1 - 1,
+                          sl.value.count});
     std::sort(small_.begin(), small_.end(),
               [](const sortable& x, const sortable& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; });
-    for (auto& [k, v] : m.long_entries()) long_.push_back({k, v.count, v.local});
+    for (auto& [k, v] : t.strings.long_entries()) long_.push_back({k, v.local_plus1 - 1, v.count});
     std::sort(long_.begin(), long_.end(), [](const auto& x, const auto& y) { return x.s < y.s; });
+    empty_local_ = t.empty_local;
+    empty_count_ = t.empty_count;
   }
   bool next(std::string_view& s, uint64_t& count, uint32_t& local) override {
+    if (empty_local_ != no_local) {
+      local = std::exchange(empty_local_, no_local);
+      s = std::string_view(hex_buf_, 0);
+      count = empty_count_;
+      return true;
+    }
+    if (small_.size() == i_ && long_.size() == j_) {  // hex values only (Criteo's case)
+      if (h_ == hex_.size()) return end();
+      const hex_entry& e = hex_[h_++];
+      hex8_chars(e.key, hex_buf_);
+      s = std::string_view(hex_buf_, 8);
+      count = e.count;
+      local = e.local;
+      return true;
+    }
+    int which = -1;  // 0 hex, 1 small, 2 long
+    if (h_ < hex_.size()) {
+      hex8_chars(hex_[h_].key, hex_buf_);
+      s = std::string_view(hex_buf_, 8);
+      which = 0;
+    }
     if (i_ < small_.size()) {
       const sortable& e = small_[i_];
       small_key k{__builtin_bswap64(e.a), __builtin_bswap64(e.b)};
-      std::string_view v(buf_, small_key_bytes(k, buf_));
-      if (j_ < long_.size() && std::string_view(long_[j_].s) < v) return take_long(s, count, local);
-      s = v;
-      count = e.count;
-      local = e.local;
-      ++i_;
-      return true;
+      std::string_view v(small_buf_, small_key_bytes(k, small_buf_));
+      if (which < 0 || v < s) {
+        s = v;
+        which = 1;
+      }
     }
-    if (j_ < long_.size()) return take_long(s, count, local);
-    std::vector<sortable>().swap(small_);  // release as soon as consumed
-    std::vector<long_entry>().swap(long_);
-    return false;
+    if (j_ < long_.size() && (which < 0 || std::string_view(long_[j_].s) < s)) {
+      s = long_[j_].s;
+      which = 2;
+    }
+    switch (which) {
+      case 0:
+        count = hex_[h_].count;
+        local = hex_[h_++].local;
+        return true;
+      case 1:
+        count = small_[i_].count;
+        local = small_[i_++].local;
+        return true;
+      case 2:
+        count = long_[j_].count;
+        local = long_[j_++].local;
+        return true;
+      default: return end();
+    }
   }
-  std::size_t size() const noexcept { return small_.size() + long_.size(); }
 
 private:
   struct sortable {
-    uint64_t a, b, count;
-    uint32_t local;
+    uint64_t a, b;
+    uint32_t local, count;
   };
   struct long_entry {
     std::string s;
-    uint64_t count;
-    uint32_t local;
+    uint32_t local, count;
   };
-  bool take_long(std::string_view& s, uint64_t& count, uint32_t& local) {
-    s = long_[j_].s;
-    count = long_[j_].count;
-    local = long_[j_].local;
-    ++j_;
-    return true;
+  bool end() {  // release as soon as consumed
+    std::vector<hex_entry>().swap(hex_);
+    std::vector<sortable>().swap(small_);
+    std::vector<long_entry>().swap(long_);
+    h_ = i_ = j_ = 0;
+    return false;
   }
+  std::vector<hex_entry> hex_;
   std::vector<sortable> small_;
   std::vector<long_entry> long_;
-  std::size_t i_ = 0, j_ = 0;
-  char buf_[16];
+  uint32_t empty_local_ = no_local;
+  uint32_t empty_count_ = 0;
+  std::size_t h_ = 0, i_ = 0, j_ = 0;
+  char hex_buf_[8];
+  char small_buf_[16];
 };
 
 // Spilled run files: u16 length | bytes | u64 count | u32 local id.
@@ -458,7 +580,7 @@ private:
 }  // namespace
 
 struct shard_counts::impl {
-  std::array<count_table, sparse_columns> tables;
+  std::array<column_table, sparse_columns> tables;
   std::array<uint32_t, sparse_columns> next_local{};
   std::array<uint64_t, sparse_columns> rows_in_table{};  // rows counted since the last spill
   std::array<std::vector<std::string>, sparse_columns> runs;  // spilled run files
@@ -549,14 +671,35 @@ void shard_counts::set_oov_id(int c, int32_t oov_id) { impl_->ids[c].oov = oov_i
 
 namespace {
 
+// A growable array of trivially copyable T that leaves what it allocates
+// uninitialised (a block's rows are written once, then read).
+template <class T>
+class raw_array {
+public:
+  T* data() const noexcept { return p_.get(); }
+  void reserve(std::size_t n) {
+    if (n <= cap_) return;
+    p_.reset(new T[n]);
+    cap_ = n;
+  }
+
+private:
+  std::unique_ptr<T[]> p_;
+  std::size_t cap_ = 0;
+};
+
+// Table lookups of a column run this many rows ahead of their prefetches.
+constexpr std::size_t prefetch_ahead = 40;
+
 struct count_block_result {
   uint64_t lines = 0;
   uint64_t good = 0;
   std::vector<hit> hits;
-  std::vector<criteo_record> records;
-  // Per column, one key per good row (long strings: long_key_hi + index).
-  std::array<std::vector<small_key>, sparse_columns> keys;
-  std::array<std::vector<std::string_view>, sparse_columns> longs;
+  raw_array<criteo_record> records;  // good rows
+  // Column c's row keys (row_keys), then its local ids, at [c * stride, c * stride + good).
+  raw_array<uint64_t> keys;
+  std::size_t stride = 0;
+  std::array<std::vector<std::string_view>, sparse_columns> others;
   status written;  // staging: the pwrite of `records`
 };
 
@@ -638,55 +781,62 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
         const block& b = blocks[next + i];
         r.lines = r.good = 0;
         r.hits.clear();
-        r.records.clear();
-        const std::size_t expect = (b.end - b.begin) / 200 + 16;
-        r.records.reserve(expect);
-        for (auto& v : r.keys) {
-          v.clear();
-          v.reserve(expect);
-        }
-        for (auto& v : r.longs) v.clear();
+        // Room for every row the block can hold (a good line has at least
+        // 40 bytes), so the rows need no capacity checks.
+        const std::size_t room = (b.end - b.begin) / 40 + 1;
+        r.records.reserve(room);
+        r.keys.reserve(room * sparse_columns);
+        r.stride = room;
+        for (auto& v : r.others) v.clear();
+        criteo_record* recs = r.records.data();
+        uint64_t* keys = r.keys.data();
         parsed_line pl;
-        r.lines = for_each_line(b, [&](std::string_view line, uint64_t idx, bool truncated) {
-          auto e = check_line(line, truncated, opt.max_field_bytes, pl);
-          if (e) {
-            r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
-            return;
-          }
-          ++r.good;
-          fill_dense(pl, r.records.emplace_back(), lut);
-          for (int c = 0; c < sparse_columns; ++c) {
-            std::string_view s = pl.sparse[c];
-            if (s.size() <= small_key_max) {
-              r.keys[c].push_back(make_small_key(s));
-            } else {
-              r.keys[c].push_back(small_key{r.longs[c].size(), long_key_hi});
-              r.longs[c].push_back(s);
-            }
-          }
-        });
+        auto bad = [&](std::string_view line, uint64_t idx, const parse_error& e) {
+          r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
+        };
+        r.lines = parse_block(b, opt.max_field_bytes, pl, [&](const parsed_line& pl) {
+          const std::size_t row = r.good++;
+          fill_dense(pl, recs[row], lut);
+          row_keys(pl, keys + row, room, r.others);
+        }, bad);
       });
-      // One task per column: count, and put the local id into the records.
+      // One task per column: count, and put the local id in place of the
+      // key (the records get them below, row by row: stores at a 160-byte
+      // stride would miss the cache 26 times per row).
       tbb::parallel_for(0, sparse_columns, [&](int c) {
-        auto& t = im.tables[c];
+        column_table& t = im.tables[c];
         uint32_t next_local = im.next_local[c];
         for (std::size_t i = 0; i < seg; ++i) {
-          const auto& keys = res[i].keys[c];
-          const auto& longs = res[i].longs[c];
-          criteo_record* recs = res[i].records.data();
-          const std::size_t nk = keys.size();
+          const count_block_result& r = res[i];
+          uint64_t* __restrict keys = r.keys.data() + c * r.stride;  // aliases no table member
+          const auto& others = r.others[c];
+          const std::size_t nk = r.good;
           for (std::size_t k = 0; k < nk; ++k) {
-            if (k + 24 < nk) t.prefetch(keys[k + 24]);
-            local_count* v;
-            if (keys[k].hi == long_key_hi) {
-              std::string_view s = longs[keys[k].lo];
-              v = &t[s];
-              if (v->count == 0) t.note_long_bytes(s.size());
+            if (k + prefetch_ahead < nk && keys[k + prefetch_ahead] < empty_key)
+              t.hex.prefetch(static_cast<uint32_t>(keys[k + prefetch_ahead]));
+            const uint64_t key = keys[k];
+            uint32_t local;
+            bool fresh;
+            if (key < empty_key) {
+              local = t.hex.count(static_cast<uint32_t>(key), next_local, fresh);
+            } else if (key == empty_key) {
+              fresh = t.empty_local == no_local;
+              if (fresh) t.empty_local = next_local;
+              ++t.empty_count;
+              local = t.empty_local;
             } else {
-              v = &t[keys[k]];
+              std::string_view s = others[key & 0xffffffffu];
+              string_count& v = t.strings[s];
+              fresh = v.local_plus1 == 0;
+              if (fresh) {
+                v.local_plus1 = next_local + 1;
+                if (s.size() > small_key_max) t.strings.note_long_bytes(s.size());
+              }
+              ++v.count;
+              local = v.local_plus1 - 1;
             }
-            if (v->count++ == 0) v->local = next_local++;
-            recs[k].sparse[c] = static_cast<int32_t>(v->local);
+            next_local += fresh;
+            keys[k] = local;
           }
         }
         im.next_local[c] = next_local;
@@ -695,11 +845,16 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
         offsets.resize(seg);
         for (std::size_t i = 0; i < seg; ++i) {
           offsets[i] = file_bytes;
-          file_bytes += res[i].records.size() * sizeof(criteo_record);
+          file_bytes += res[i].good * sizeof(criteo_record);
         }
         tbb::parallel_for(std::size_t{0}, seg, [&](std::size_t i) {
-          auto& recs = res[i].records;
-          res[i].written = write_at(im.fd, recs.data(), recs.size() * sizeof(criteo_record), offsets[i], tmp);
+          auto& r = res[i];
+          criteo_record* recs = r.records.data();
+          const uint64_t* locals = r.keys.data();
+          for (std::size_t row = 0; row < r.good; ++row)
+            for (int c = 0; c < sparse_columns; ++c)
+              recs[row].sparse[c] = static_cast<int32_t>(locals[c * r.stride + row]);
+          r.written = write_at(im.fd, recs, r.good * sizeof(criteo_record), offsets[i], tmp);
         });
       }
     });
@@ -810,7 +965,14 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
           errs[k] = s;
           return;
         }
+        // The maps of the big columns do not fit in the cache and the local
+        // ids of rare strings are random: prefetch a few rows ahead.
+        constexpr uint64_t ahead = 4;
         for (uint64_t r = 0; r < n; ++r) {
+          if (r + ahead < n) {
+            const int32_t* q = buf[r + ahead].sparse;
+            for (int c = 0; c < sparse_columns; ++c) __builtin_prefetch(&map[c][static_cast<uint32_t>(q[c])]);
+          }
           int32_t* sp = buf[r].sparse;
           for (int c = 0; c < sparse_columns; ++c) sp[c] = map[c][static_cast<uint32_t>(sp[c])];
         }
@@ -912,12 +1074,10 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
         r.records.clear();
         r.records.reserve((b.end - b.begin) / 200 + 16);
         parsed_line pl;
-        r.lines = for_each_line(b, [&](std::string_view line, uint64_t idx, bool truncated) {
-          auto e = check_line(line, truncated, opt.max_field_bytes, pl);
-          if (e) {
-            r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
-            return;
-          }
+        auto bad = [&](std::string_view line, uint64_t idx, const parse_error& e) {
+          r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
+        };
+        r.lines = parse_block(b, opt.max_field_bytes, pl, [&](const parsed_line& pl) {
           criteo_record& rec = r.records.emplace_back();
           rec.label = pl.label;
           for (int j = 0; j < dense_columns; ++j) rec.dense[j] = dense_value(pl.dense[j], lut);
@@ -942,7 +1102,7 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
               rec.sparse[c] = static_cast<int32_t>(reduce(s.size() == 8 ? fnv1a64_8(s.data()) : fnv1a64(s)));
             }
           }
-        });
+        }, bad);
       });
       // Records at their offsets, in parallel (page-cache copies).
       offsets.resize(seg);
@@ -1012,11 +1172,32 @@ vocab_file_writer::~vocab_file_writer() {
 }
 
 void vocab_file_writer::add(std::string_view s, uint64_t count) {
-  char num[32];
-  int n = std::snprintf(num, sizeof num, "\t%llu\n", static_cast<unsigned long long>(count));
-  if (std::fwrite(s.data(), 1, s.size(), f_) != s.size() ||
-      std::fwrite(num, 1, static_cast<std::size_t>(n), f_) != static_cast<std::size_t>(n))
+  // "%s\t%llu\n", formatted by hand (one fwrite, no printf per entry).
+  char line[16 + 64 + 24];
+  char* p = line;
+  std::string long_line;
+  if (s.size() > 64) {
+    long_line.assign(s);
+    long_line += '\t';
+  } else {
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+    *p++ = '\t';
+  }
+  char digits[20];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + count % 10);
+    count /= 10;
+  } while (count);
+  while (n) *p++ = digits[--n];
+  *p++ = '\n';
+  if (!long_line.empty()) {
+    long_line.append(line, p);
+    if (std::fwrite(long_line.data(), 1, long_line.size(), f_) != long_line.size()) failed_ = true;
+  } else if (std::fwrite(line, 1, static_cast<std::size_t>(p - line), f_) != static_cast<std::size_t>(p - line)) {
     failed_ = true;
+  }
 }
 
 status vocab_file_writer::close() {

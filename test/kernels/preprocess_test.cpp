@@ -1,11 +1,15 @@
 // kernels/preprocess: output equals a straightforward reference implementation
 // (std::map, std::stoll, std::log; written here, sharing no code with the
 // library) on generated files, for 1, 2 and 4 shards, vocab and hash modes,
-// with min_count; spilling under a tiny memory cap; count chunks on the wire;
-// shard plans; the resource probe on fake /proc and cgroup trees; generator
-// determinism.
+// with min_count; spilling under a tiny memory cap; the fast paths (8-hex-digit
+// keys, the fast line parser) against the generic code and the reference on
+// mixed and mutated input; count chunks on the wire; shard plans; the
+// resource probe on fake /proc and cgroup trees; generator determinism.
 #define BOOST_TEST_MODULE preprocess
 #include <boost/test/unit_test.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "kernels/preprocess/count_stream.hpp"
+#include "kernels/preprocess/hex_key.hpp"
 #include "kernels/preprocess/input_split.hpp"
 #include "kernels/preprocess/line_parser.hpp"
 #include "kernels/preprocess/preprocess.hpp"
@@ -389,6 +394,333 @@ BOOST_AUTO_TEST_CASE(spilling_staged_records_still_match_the_reference) {
       BOOST_CHECK_MESSAGE(got == ref.records, "records differ: " + first_difference(got, ref.records));
       BOOST_CHECK(!fs::exists(out / ".spill"));
       for (int i = 0; i < shards; ++i) BOOST_CHECK(!fs::exists(out / (pp::part_file_name(i) + ".tmp")));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- fast paths: hex keys and the fast line parser against the generic code ------
+
+BOOST_AUTO_TEST_SUITE(fast_paths)
+
+namespace {
+
+bool ref_hex8(const std::string& s, uint32_t& v) {
+  if (s.size() != 8) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  v = static_cast<uint32_t>(std::stoul(s, nullptr, 16));
+  return true;
+}
+
+uint64_t next_random(uint64_t& s) {
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return s >> 17;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(hex8_is_exactly_eight_lowercase_hex_digits) {
+  // Every byte value at every position of a valid id.
+  const std::string base = "09af5c3e";
+  uint32_t v = 0;
+  BOOST_REQUIRE(pp::hex8_value(base, v));
+  BOOST_CHECK_EQUAL(v, 0x09af5c3eu);
+  for (int pos = 0; pos < 8; ++pos)
+    for (int b = 0; b < 256; ++b) {
+      std::string s = base;
+      s[pos] = static_cast<char>(b);
+      uint32_t want = 0, got = 0;
+      bool ok = ref_hex8(s, want);
+      BOOST_REQUIRE_EQUAL(pp::hex8_value(s, got), ok);
+      if (ok) BOOST_REQUIRE_EQUAL(got, want);
+    }
+  // Other lengths, upper case, edges.
+  for (std::string s : {"", "0", "0123456", "012345678", "0123456789abcdef", "ABCDEF12", "abcdeF12", "0000000g",
+                        "0000000/", "0000000:", "0000000`", " 1234567", "1234567\r", "-1234567"}) {
+    BOOST_TEST_CONTEXT(s) { BOOST_CHECK(!pp::hex8_value(s, v)); }
+  }
+  BOOST_CHECK(pp::hex8_value(std::string("00000000"), v) && v == 0);
+  BOOST_CHECK(pp::hex8_value(std::string("ffffffff"), v) && v == 0xffffffffu);
+}
+
+BOOST_AUTO_TEST_CASE(hex8_pairs_agree_with_one_at_a_time) {
+  // hex8_value2 (SSE) against hex8_value: every byte value at every position
+  // of either word, next to valid and invalid partners, and random words.
+  auto word = [](const std::string& s) {
+    uint64_t w;
+    std::memcpy(&w, s.data(), 8);
+    return w;
+  };
+  auto check = [](uint64_t a, uint64_t b) {
+    uint32_t v0 = 0, v1 = 0, s0 = 0, s1 = 0;
+    bool ok0, ok1;
+    pp::hex8_value2(a, b, v0, ok0, v1, ok1);
+    bool q0 = pp::hex8_value(a, s0), q1 = pp::hex8_value(b, s1);
+    BOOST_REQUIRE_EQUAL(ok0, q0);
+    BOOST_REQUIRE_EQUAL(ok1, q1);
+    if (q0) BOOST_REQUIRE_EQUAL(v0, s0);
+    if (q1) BOOST_REQUIRE_EQUAL(v1, s1);
+  };
+  const std::vector<std::string> partners = {"09af5c3e", "ffffffff", "00000000", "0123456G", std::string(8, '\0')};
+  for (int pos = 0; pos < 8; ++pos)
+    for (int byte = 0; byte < 256; ++byte) {
+      std::string s = "7b3e9d01";
+      s[pos] = static_cast<char>(byte);
+      for (auto& other : partners) {
+        check(word(s), word(other));
+        check(word(other), word(s));
+      }
+    }
+  uint64_t seed = 5;
+  const char* digits = "0123456789abcdef";
+  for (int i = 0; i < 200000; ++i) {
+    std::string a(8, '0'), b(8, '0');
+    for (int k = 0; k < 8; ++k) {
+      a[k] = digits[next_random(seed) % 16];
+      b[k] = digits[next_random(seed) % 16];
+    }
+    if (i % 3 == 1) a[next_random(seed) % 8] = static_cast<char>(next_random(seed));
+    if (i % 5 == 2) b[next_random(seed) % 8] = static_cast<char>(next_random(seed));
+    check(word(a), word(b));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(hex8_round_trips_and_keeps_byte_order) {
+  uint64_t seed = 7;
+  std::vector<uint32_t> vals = {0, 1, 9, 10, 15, 16, 0x99999999u, 0xaaaaaaaau, 0x0a0a0a0au, 0xfffffffeu, 0xffffffffu};
+  for (int i = 0; i < 20000; ++i) vals.push_back(static_cast<uint32_t>(next_random(seed)));
+  std::vector<std::string> strs;
+  for (uint32_t x : vals) {
+    char buf[8], want[9];
+    pp::hex8_chars(x, buf);
+    std::snprintf(want, sizeof want, "%08x", x);
+    std::string s(buf, 8);
+    BOOST_REQUIRE_EQUAL(s, std::string(want));
+    uint32_t back = 0;
+    BOOST_REQUIRE(pp::hex8_value(s, back));
+    BOOST_REQUIRE_EQUAL(back, x);
+    strs.push_back(s);
+  }
+  for (std::size_t i = 1; i < vals.size(); ++i)
+    BOOST_REQUIRE_EQUAL(vals[i - 1] < vals[i], strs[i - 1] < strs[i]);
+}
+
+BOOST_AUTO_TEST_CASE(fast_line_parser_agrees_with_the_generic_one) {
+  // Synthetic lines and mutations of them (bytes that matter to either
+  // parser at random places, digit runs, long fields, int32 edges): whatever
+  // the fast path accepts, the generic parser accepts with the same values;
+  // unmutated lines always take the fast path.
+  const std::vector<std::string> pieces = {
+      "\t", "\n", "\r", "-", "+", " ", "0", "7", "9", "a", "f", "A", "F", "g", "x", "\x80", "\xc3\xa9", "\xff",
+      std::string(1, '\0'), "~", "123456789012345678", "1234567890123456789", "12345678", "1234567", "-0",
+      "2147483647", "2147483648", "-2147483648", "-2147483649", "abcdef0123456789abcdef", "\t\t", ""};
+  uint64_t seed = 11;
+  std::size_t fast_taken = 0, tried = 0;
+  for (std::size_t max_field : {std::size_t{19}, std::size_t{20}, std::size_t{24}, std::size_t{64}}) {
+    const std::size_t bound = pp::fast_parse_read_bound(max_field);
+    for (uint64_t row = 0; row < 3000; ++row) {
+      std::string line;
+      pp::synthetic_criteo_line(5, row, line);
+      line.pop_back();  // the '\n'
+      const bool mutated = row % 4 != 0;
+      if (mutated) {
+        int edits = 1 + static_cast<int>(next_random(seed) % 3);
+        for (int e = 0; e < edits; ++e) {
+          std::size_t at = next_random(seed) % (line.size() + 1);
+          const std::string& piece = pieces[next_random(seed) % pieces.size()];
+          switch (next_random(seed) % 4) {
+            case 0: line.insert(at, piece); break;
+            case 1: line.replace(at, std::min<std::size_t>(piece.size(), line.size() - at), piece); break;
+            case 2: line.erase(at, 1 + next_random(seed) % 9); break;
+            default: {  // a whole field: empty, or a long one
+              std::size_t tab = line.find('\t', at);
+              if (tab == std::string::npos) break;
+              std::size_t end = line.find('\t', tab + 1);
+              std::string f = next_random(seed) % 2 ? "" : std::string(max_field + next_random(seed) % 3 - 1, 'b');
+              line.replace(tab + 1, (end == std::string::npos ? line.size() : end) - tab - 1, f);
+            }
+          }
+        }
+      }
+      // The line in the middle of other bytes, as in a file.
+      std::string buf = line + "\n" + std::string(bound, 'z') + "\t\n";
+      const char* p = buf.data();
+      pp::parsed_line fast{}, slow{};
+      const char* next = pp::parse_criteo_line_fast(p, max_field, fast);
+      ++tried;
+      std::size_t nl = buf.find('\n');
+      std::string_view first(buf.data(), nl);
+      auto e = pp::parse_criteo_line(first, max_field, slow);
+      if (!mutated) {
+        BOOST_REQUIRE_MESSAGE(next != nullptr, "the fast path refused a synthetic line: " << line);
+        BOOST_REQUIRE(!e);
+      }
+      if (!next) continue;
+      ++fast_taken;
+      BOOST_TEST_CONTEXT("max_field " << max_field << " line " << first) {
+        BOOST_REQUIRE_EQUAL(next - p, static_cast<std::ptrdiff_t>(nl + 1));
+        BOOST_REQUIRE(!e);
+        BOOST_REQUIRE_EQUAL(fast.label, slow.label);
+        for (int j = 0; j < 13; ++j) {
+          BOOST_REQUIRE_EQUAL(fast.dense[j], slow.dense[j]);
+          BOOST_REQUIRE_EQUAL(fast.dense_missing[j], slow.dense_missing[j]);
+        }
+        for (int c = 0; c < 26; ++c) {
+          BOOST_REQUIRE_EQUAL(fast.sparse[c], slow.sparse[c]);
+          BOOST_REQUIRE(fast.sparse[c].data() == slow.sparse[c].data());
+        }
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE("fast path took " << fast_taken << " of " << tried << " lines");
+  BOOST_CHECK_GT(fast_taken, tried / 4);
+  BOOST_CHECK_LT(fast_taken, tried * 2 / 3);  // the mutations reach the generic path too
+}
+
+BOOST_AUTO_TEST_CASE(fast_line_parser_reads_within_its_bound) {
+  // The line starts exactly fast_parse_read_bound bytes before a page that
+  // may not be read; adversarial lines (no tabs, endless digits, no '\n')
+  // must not touch it.
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  for (std::size_t max_field : {std::size_t{19}, std::size_t{64}, std::size_t{300}}) {
+    const std::size_t bound = pp::fast_parse_read_bound(max_field);
+    const std::size_t room = (bound + page - 1) / page * page;
+    char* m = static_cast<char*>(::mmap(nullptr, room + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    BOOST_REQUIRE(m != MAP_FAILED);
+    BOOST_REQUIRE_EQUAL(::mprotect(m + room, page, PROT_NONE), 0);
+    char* p = m + room - bound;
+    std::string good;
+    pp::synthetic_criteo_line(3, 0, good);
+    std::vector<std::string> lines = {std::string(bound, '1'), std::string(bound, 'a'), std::string(bound, '-'),
+                                      std::string(bound, '\t'), std::string(bound, ' ')};
+    for (auto fill : {'7', 'c', ' ', '\r'}) {  // the first 14 fields fine, then one endless field
+      std::string l = "1";
+      for (int i = 0; i < 13; ++i) l += "\t12";
+      l += '\t';
+      while (l.size() < bound) l += fill;
+      lines.push_back(l);
+      std::string d = "1\t";  // an endless decimal field
+      while (d.size() < bound) d += fill;
+      lines.push_back(d);
+    }
+    {
+      std::string l = good.substr(0, good.size() - 1);  // tabs all the way, no '\n'
+      while (l.size() < bound) l += "\tabcdef01";
+      lines.push_back(l.substr(0, bound));
+    }
+    for (auto& l : lines) {
+      std::memcpy(p, l.data(), bound);
+      pp::parsed_line pl;
+      BOOST_CHECK(pp::parse_criteo_line_fast(p, max_field, pl) == nullptr);
+    }
+    // A good line at the very end of the readable bytes parses.
+    std::memset(p, 'z', bound);
+    std::memcpy(p, good.data(), good.size());
+    pp::parsed_line pl;
+    BOOST_CHECK(pp::parse_criteo_line_fast(p, max_field, pl) == p + good.size());
+    ::munmap(m, room + page);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(vocab_file_lines_are_string_tab_count) {
+  // The writer formats "%s\t%llu\n" by hand: short, 64-byte and longer
+  // strings, counts 0 .. 2^64-1.
+  fs::path d = scratch("vocab-writer");
+  auto w = pp::vocab_file_writer::open(d.string(), 3);
+  BOOST_REQUIRE(w.has_value());
+  std::string want;
+  const std::vector<std::string> strs = {"", "0123abcd", std::string(64, 'x'), std::string(65, 'y'), std::string(300, 'z')};
+  const std::vector<uint64_t> counts = {0, 1, 9, 10, 12345678901234ull, ~uint64_t{0}};
+  for (auto& s : strs)
+    for (uint64_t n : counts) {
+      w->add(s, n);
+      char num[32];
+      std::snprintf(num, sizeof num, "\t%llu\n", static_cast<unsigned long long>(n));
+      want += s + num;
+    }
+  BOOST_REQUIRE(w->close().ok());
+  BOOST_CHECK(read_all(d / pp::vocab_file_name(3)) == want);
+}
+
+BOOST_AUTO_TEST_CASE(mixed_strings_get_ids_in_byte_order) {
+  // Hex ids next to strings that are not (upper case, 7 and 9 digits, long
+  // strings, control and high bytes, strings sorting between hex ids), the
+  // empty string, and mutated lines: records and vocabularies equal the
+  // reference for 1, 2 and 4 shards, min_count 1 and 2, with and without
+  // spilling, and in hash mode.
+  fs::path d = scratch("mixed");
+  const std::vector<std::string> odd = {
+      "",          "ABCDEF12",  "abcdeF12",  "0123abc",   "0123abcd0", "0123abcd!", "0123abcg",   "0123abcd\r",
+      "~~~~~~~~",  "00000000",  "ffffffff",  "fffffffff", "G",         "zzzzzzzzzzzzzzzzzzzz", "0123abcd0123abcd",
+      "0123ab cd", "\xc3\xa9t\xc3\xa9", "0",  "12345678",  "1234567A",  "0000000",   "/0000000",  ":0000000",
+      "`0000000",  "g0000000", "0123abce"};
+  uint64_t seed = 3;
+  std::string text;
+  for (uint64_t row = 0; row < 6000; ++row) {
+    std::string line;
+    pp::synthetic_criteo_line(9, row, line);
+    // Replace some sparse fields with the odd strings or with hex ids from a
+    // small pool (so that some repeat).
+    std::vector<std::string> f;
+    std::size_t at = 0;
+    line.pop_back();
+    for (;;) {
+      std::size_t tab = line.find('\t', at);
+      f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
+      if (tab == std::string::npos) break;
+      at = tab + 1;
+    }
+    for (int c = 14; c < 40; ++c) {
+      uint64_t r = next_random(seed) % 8;
+      if (r == 0) f[c] = odd[next_random(seed) % odd.size()];
+      else if (r == 1) {
+        char buf[9];
+        std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(0x0123abc0 + next_random(seed) % 32));
+        f[c] = buf;
+      }
+    }
+    if (row % 97 == 5) f[3] = "12x";                // malformed
+    if (row % 89 == 7) f[20] = std::string(70, 'q');  // too long
+    line.clear();
+    for (std::size_t i = 0; i < f.size(); ++i) line += (i ? "\t" : "") + f[i];
+    text += line + "\n";
+  }
+  write_all(d / "mixed.tsv", text);
+  std::vector<std::string> files = {(d / "mixed.tsv").string()};
+  for (uint64_t min_count : {uint64_t{1}, uint64_t{2}, uint64_t{0}}) {  // 0: hash mode
+    ref_options ro;
+    ro.vocab = min_count > 0;
+    ro.min_count = min_count;
+    ro.range = 1u << 20;
+    auto ref = reference(files, ro);
+    for (int shards : {1, 2, 4}) {
+      for (uint64_t cap : {uint64_t{0}, uint64_t{16} << 10}) {
+        BOOST_TEST_CONTEXT("min_count " << min_count << " shards " << shards << " cap " << cap) {
+          pp::preprocess_options o;
+          o.mode = ro.vocab ? pp::categorical_mode::vocab : pp::categorical_mode::hash;
+          o.min_count = min_count;
+          o.hash_range = ro.range;
+          o.parallelism = 2;
+          o.memory_cap = cap;
+          o.block_bytes = 16 << 10;
+          fs::path out = scratch("mixed-out");
+          auto r = pp::preprocess_local(files, out.string(), shards, o);
+          BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().to_string()));
+          BOOST_CHECK_EQUAL(r->malformed.total, ref.bad.size());
+          std::string got = concat_parts(out, shards);
+          BOOST_CHECK_MESSAGE(got == ref.records, "records differ: " + first_difference(got, ref.records));
+          if (ro.vocab)
+            for (int c = 0; c < 26; ++c) {
+              std::ifstream vf(out / pp::vocab_file_name(c), std::ios::binary);
+              std::string l;
+              std::vector<std::string> strings;
+              while (std::getline(vf, l)) strings.push_back(l.substr(0, l.rfind('\t')));
+              BOOST_CHECK_MESSAGE(strings == ref.vocab[c], "vocabulary of column " << c << " differs");
+            }
+        }
+      }
     }
   }
 }
