@@ -17,6 +17,7 @@ namespace hetflow::actors {
 
 // Node protocol.
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using challenge_atom = caf::atom_constant<caf::atom("challenge")>;  // ask a node for its nonce
 using joined_atom = caf::atom_constant<caf::atom("joined")>;
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;

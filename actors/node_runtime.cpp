@@ -1,6 +1,10 @@
 #include "actors/node_runtime.hpp"
 
+#include <netdb.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <caf/io/all.hpp>
 
@@ -20,6 +24,7 @@
 #include "actors/buffer_pool.hpp"
 #include "actors/caf_data_plane.hpp"
 #include "actors/caf_types.hpp"
+#include "actors/cluster_auth.hpp"
 #include "actors/dataplane/ucx_data_plane.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
@@ -41,6 +46,36 @@ std::string node_label(const topology::node_spec& n) {
   return "'" + n.name + "' (" + n.host + ":" + std::to_string(n.port) + ")";
 }
 
+// True when host:port accepts a TCP connection within `timeout`. The join
+// loop asks this before CAF's remote_actor, which blocks (in the middleman,
+// for every other connect too) until the kernel gives up on a peer whose
+// packets are dropped: ~2 min, far past join_timeout.
+bool tcp_reachable(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = res; a != nullptr && !ok; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, static_cast<int>(timeout.count())) == 1) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ok = ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+      }
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  return ok;
+}
+
 // Everything the main thread, the node actor, the data plane's progress
 // thread and the local actors share. Immutable after construction except
 // where guarded by `mu`.
@@ -54,10 +89,14 @@ struct node_shared {
   caf_data_plane* caf_dp = nullptr;  // non-null when dp is the CAF fallback
   schemas::read_limits limits;
   std::map<std::string, std::size_t, std::less<>> actor_index;  // name -> index in actors
+  std::string secret;  // the cluster secret (cluster_auth.hpp); empty: no authentication
 
   mutable std::mutex mu;
   std::map<std::string, caf::actor, std::less<>> directory;  // after start
   std::map<std::string, caf::actor, std::less<>> local_actors;
+  // Hellos this node refused, by the name the sender claimed: the join
+  // timeout message says why those nodes never joined.
+  std::map<std::string, std::string> refused_hellos;
   std::map<dataplane::channel_id, caf::actor> local_by_channel;
   caf::actor node_actor;
 
@@ -155,6 +194,10 @@ struct node_actor_state {
   std::map<caf::actor_addr, int> peer_index;        // monitored peers
   std::set<int> alive_peers;
   std::map<caf::actor_addr, std::string> local_addr_to_name;
+  // Nonces handed out by `challenge`, by the asking CAF node; each is used
+  // by one hello. Bounded: the oldest go first.
+  std::map<caf::node_id, std::vector<char>> challenges;
+  std::vector<caf::node_id> challenge_order;
   std::set<std::string> local_done;
   bool stopping = false;
   int exit_code = 0;
@@ -263,14 +306,59 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
   });
   return {
     // A peer's main thread introduces itself. Reply: ok, text, index, data plane, address.
+    // A joining node asks for a fresh nonce to answer (cluster_auth.hpp).
+    [self](challenge_atom) -> caf::message {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender) return caf::make_message(challenge_atom::value, std::vector<char>{});
+      auto nonce = random_nonce();
+      const caf::node_id nid = sender->node();
+      if (!st.challenges.count(nid)) st.challenge_order.push_back(nid);
+      st.challenges[nid] = nonce;
+      while (st.challenge_order.size() > 256) {
+        st.challenges.erase(st.challenge_order.front());
+        st.challenge_order.erase(st.challenge_order.begin());
+      }
+      return caf::make_message(challenge_atom::value, std::move(nonce));
+    },
+    // A peer's main thread introduces itself. Reply: ok, text, index, data
+    // plane, data-plane address, our MAC over its nonce, this node actor.
     [self](hello_atom, const std::string& cluster_name, uint64_t hash, const std::string& from,
-           uint32_t from_index, const std::string& dp_kind) -> caf::message {
+           uint32_t from_index, const std::string& dp_kind, const std::vector<char>& their_nonce,
+           const std::vector<char>& their_mac) -> caf::message {
       auto& sh = *self->state.sh;
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      const std::string peer_id = sender ? caf::to_string(sender->node()) : std::string("an anonymous sender");
       auto refuse = [&](const std::string& why) {
-        log_warn("refused hello from '" + from + "': " + why);
-        return caf::make_message(hello_atom::value, false, why, uint32_t(sh.self),
-                                 sh.dp->name(), std::vector<char>{});
+        log_warn("refused hello from '" + from + "' (CAF node " + peer_id + "): " + why);
+        {
+          std::lock_guard<std::mutex> g(sh.mu);
+          if (sh.refused_hellos.size() < 1024) sh.refused_hellos[from.substr(0, 64)] = why;
+        }
+        return caf::make_message(hello_atom::value, false, why, uint32_t(sh.self), sh.dp->name(),
+                                 std::vector<char>{}, std::vector<char>{}, caf::actor{});
       };
+      std::vector<char> our_nonce;
+      if (sender) {
+        if (auto it = st.challenges.find(sender->node()); it != st.challenges.end()) {
+          our_nonce = std::move(it->second);
+          st.challenges.erase(it);
+          st.challenge_order.erase(std::remove(st.challenge_order.begin(), st.challenge_order.end(), sender->node()),
+                                   st.challenge_order.end());
+        }
+      }
+      auto str = [](const std::vector<char>& v) { return std::string_view(v.data(), v.size()); };
+      const std::string hash_text = std::to_string(hash), idx_text = std::to_string(from_index);
+      if (!sh.secret.empty()) {
+        if (our_nonce.empty())
+          return refuse("authentication required: ask for a challenge first (an older or foreign client?)");
+        auto want = auth_mac(sh.secret, "hetflow-hello",
+                             {cluster_name, hash_text, from, idx_text, str(our_nonce), str(their_nonce)});
+        if (!mac_equal(want, their_mac))
+          return refuse("authentication failed: '" + from +
+                        "' does not know the cluster secret (a different secret_file / secret_env value?)");
+      }
       if (cluster_name != sh.cluster.name || hash != sh.cluster.content_hash) {
         std::ostringstream os;
         os << "node '" << sh.self_name << "' runs cluster '" << sh.cluster.name
@@ -288,8 +376,12 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
         return refuse("data planes differ: this node uses " + sh.dp->name() + ", '" + from +
                       "' uses " + dp_kind + " (set [cluster] data_plane explicitly)");
       auto addr = sh.dp->local_address();
-      return caf::make_message(hello_atom::value, true, sh.self_name, uint32_t(sh.self),
-                               sh.dp->name(), std::move(addr));
+      std::vector<char> our_mac;
+      if (!sh.secret.empty())
+        our_mac = auth_mac(sh.secret, "hetflow-welcome",
+                           {sh.self_name, std::to_string(sh.self), str(their_nonce), str(our_nonce)});
+      return caf::make_message(hello_atom::value, true, sh.self_name, uint32_t(sh.self), sh.dp->name(),
+                               std::move(addr), std::move(our_mac), caf::actor{self});
     },
     // Our main thread finished joining.
     [self](joined_atom, std::vector<caf::actor> peers) {
@@ -397,6 +489,33 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
     [self](dp_atom, uint32_t from, uint64_t channel, const std::vector<char>& bytes) {
       if (auto* c = self->state.sh->caf_dp) c->deliver(from, channel, bytes);
     },
+  };
+}
+
+// --- the gate ----------------------------------------------------------------
+
+// What a node publishes on its port: it answers `challenge` and `hello` (by
+// delegating them to the node actor, which checks them) and drops everything
+// else with a log line. The node actor itself is handed out only in an
+// accepted hello's reply, so a stranger that connects reaches nothing but
+// this. Ends with the node actor.
+caf::behavior gate_actor(caf::event_based_actor* self, caf::actor node) {
+  self->monitor(node);
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  self->set_default_handler([](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
+    auto sender = s->current_sender();
+    log_warn("dropped a message from an unauthenticated peer (" +
+             (sender ? "CAF node " + caf::to_string(sender->node()) : std::string("anonymous")) +
+             "): " + caf::to_string(x.content()).substr(0, 120));
+    return caf::sec::unexpected_message;
+  });
+  return {
+      [self, node](challenge_atom a) { return self->delegate(node, a); },
+      [self, node](hello_atom a, const std::string& cluster_name, uint64_t hash, const std::string& from,
+                   uint32_t from_index, const std::string& dp_kind, const std::vector<char>& nonce,
+                   const std::vector<char>& mac) {
+        return self->delegate(node, a, cluster_name, hash, from, from_index, dp_kind, nonce, mac);
+      },
   };
 }
 
@@ -598,7 +717,19 @@ int run_node(const node_options& opts, const registry& reg) {
   sh->self_name = opts.name;
   set_log_node_name(opts.name);
   if (opts.join_timeout_s) sh->cluster.runtime.join_timeout_s = *opts.join_timeout_s;
+  if (opts.resume) sh->cluster.job.params.set("resume", true);
   sh->limits.max_message_bytes = sh->cluster.runtime.max_message_bytes;
+  {
+    std::string warning;
+    auto secret = load_cluster_secret(sh->cluster.runtime, &warning);
+    if (!secret) {
+      std::fprintf(stderr, "%s: error: node '%s': %s\n", opts.topology.c_str(), opts.name.c_str(),
+                   secret.error().message().c_str());
+      return exit_usage;
+    }
+    if (!warning.empty()) log_warn(warning);
+    sh->secret = std::move(*secret);
+  }
 
   auto actors = job_actors(sh->cluster, reg);
   if (!actors) {
@@ -739,12 +870,14 @@ int run_node(const node_options& opts, const registry& reg) {
     sh->node_actor = na;
     signals.set_target(na);
 
-    auto published = sys.middleman().publish(na, me.port, me.host.c_str(), true);
+    auto gate = sys.spawn(gate_actor, na);
+    auto published = sys.middleman().publish(gate, me.port, me.host.c_str(), true);
     auto teardown = [&](int c, std::string why) {
       code = c;
       reason = std::move(why);
       signals.clear_target();
       caf::anon_send_exit(na, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
       {
         std::lock_guard<std::mutex> g(sh->mu);
         for (auto& [n, a] : sh->local_actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
@@ -778,8 +911,14 @@ int run_node(const node_options& opts, const registry& reg) {
         }
         for (auto it = pending.begin(); it != pending.end() && fatal.empty();) {
           const auto& peer = sh->cluster.nodes[*it];
-          // TODO(robustness): remote_actor blocks for the OS connect timeout
-          // on a blackholed non-local host; loopback fails fast.
+          // remote_actor blocks for the kernel's connect timeout on a peer
+          // whose packets are dropped; probe with a bounded connect first.
+          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+          auto probe = std::clamp(left, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+          if (!tcp_reachable(peer.host, peer.port, probe)) {
+            ++it;
+            continue;
+          }
           auto r = sys.middleman().remote_actor(peer.host, peer.port);
           if (!r) {
             ++it;
@@ -792,17 +931,33 @@ int run_node(const node_options& opts, const registry& reg) {
           std::string their_dp;
           std::vector<char> their_addr;
           caf::scoped_actor s{sys};
+          std::vector<char> their_nonce;
+          s->request(*r, std::chrono::seconds(5), challenge_atom::value)
+              .receive([&](challenge_atom, std::vector<char>& n) { their_nonce = std::move(n); },
+                       [&](caf::error&) {});
+          const auto our_nonce = random_nonce();
+          auto str = [](const std::vector<char>& v) { return std::string_view(v.data(), v.size()); };
+          std::vector<char> our_mac;
+          if (!sh->secret.empty() && !their_nonce.empty())
+            our_mac = auth_mac(sh->secret, "hetflow-hello",
+                               {sh->cluster.name, std::to_string(sh->cluster.content_hash), sh->self_name,
+                                std::to_string(sh->self), str(their_nonce), str(our_nonce)});
+          std::vector<char> their_mac;
+          caf::actor their_node;
           s->request(*r, std::chrono::seconds(5), hello_atom::value, sh->cluster.name,
-                     sh->cluster.content_hash, sh->self_name, uint32_t(sh->self), sh->dp->name())
+                     sh->cluster.content_hash, sh->self_name, uint32_t(sh->self), sh->dp->name(), our_nonce,
+                     our_mac)
               .receive(
                   [&](hello_atom, bool accepted, std::string& t, uint32_t idx, std::string& dpn,
-                      std::vector<char>& addr) {
+                      std::vector<char>& addr, std::vector<char>& mac, caf::actor& node) {
                     answered = true;
                     ok = accepted;
                     text = std::move(t);
                     their_index = idx;
                     their_dp = std::move(dpn);
                     their_addr = std::move(addr);
+                    their_mac = std::move(mac);
+                    their_node = std::move(node);
                   },
                   [&](caf::error&) {});
           if (!answered) {  // transient: retry with the others
@@ -811,6 +966,18 @@ int run_node(const node_options& opts, const registry& reg) {
           }
           if (!ok) {
             fatal = "node " + node_label(peer) + " refused this node: " + text;
+            break;
+          }
+          if (!sh->secret.empty() &&
+              !mac_equal(their_mac, auth_mac(sh->secret, "hetflow-welcome",
+                                             {peer.name, std::to_string(*it), str(our_nonce), str(their_nonce)}))) {
+            fatal = "node " + node_label(peer) +
+                    " accepted this node but did not prove the cluster secret (a different secret, or not "
+                    "node '" + peer.name + "'?)";
+            break;
+          }
+          if (!their_node) {
+            fatal = "node " + node_label(peer) + " accepted this node but sent no node actor";
             break;
           }
           if (text != peer.name || their_index != static_cast<uint32_t>(*it)) {
@@ -822,15 +989,20 @@ int run_node(const node_options& opts, const registry& reg) {
             fatal = "data plane cannot reach node " + node_label(peer) + ": " + st.to_string();
             break;
           }
-          if (sh->caf_dp) sh->caf_dp->set_peer_actor(static_cast<dataplane::peer_id>(*it), *r);
-          peers[*it] = *r;
+          if (sh->caf_dp) sh->caf_dp->set_peer_actor(static_cast<dataplane::peer_id>(*it), their_node);
+          peers[*it] = their_node;
           log_info("joined node " + node_label(peer));
           it = pending.erase(it);
         }
         if (pending.empty() || !fatal.empty()) break;
         if (clock_type::now() >= deadline) {
           std::string missing;
-          for (int i : pending) missing += (missing.empty() ? "" : ", ") + node_label(sh->cluster.nodes[i]);
+          for (int i : pending) {
+            missing += (missing.empty() ? "" : ", ") + node_label(sh->cluster.nodes[i]);
+            std::lock_guard<std::mutex> g(sh->mu);
+            if (auto r = sh->refused_hellos.find(sh->cluster.nodes[i].name); r != sh->refused_hellos.end())
+              missing += " (it tried to join this node and was refused: " + r->second + ")";
+          }
           std::ostringstream os;
           os << "join timeout (" << rt.join_timeout_s << " s): never reached node"
              << (pending.size() > 1 ? "s " : " ") << missing

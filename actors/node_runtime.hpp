@@ -46,6 +46,9 @@ struct node_options {
   std::string name;
   std::filesystem::path report;  // JSON report of this node; empty = none
   std::optional<double> join_timeout_s;  // overrides [cluster] join_timeout
+  // --resume: jobs that checkpoint (train, strategy "ps") continue from their
+  // newest complete checkpoint; the job sees it as the job parameter "resume".
+  bool resume = false;
 };
 
 // Runs one node until the job ends; returns the process exit code.

@@ -222,6 +222,7 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
       args.push_back("--join-timeout");
       args.push_back(std::to_string(*opts.join_timeout_s));
     }
+    if (opts.resume) args.push_back("--resume");
     pid_t pid = fork();
     if (pid < 0) {
       std::perror("hetflow run: fork");

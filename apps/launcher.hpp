@@ -17,6 +17,7 @@ struct launch_options {
   std::filesystem::path topology;
   std::filesystem::path report;  // combined JSON report; empty = none
   std::optional<double> join_timeout_s;
+  bool resume = false;  // --resume, passed to every node
 };
 
 int run_local_cluster(const launch_options& opts, const actors::registry& reg);

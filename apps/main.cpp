@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "actors/node_runtime.hpp"
+#include "actors/plugin_loader.hpp"
 #include "actors/registry.hpp"
 #include "apps/launcher.hpp"
 #include "apps/plan_command.hpp"
 #include "apps/profile_command.hpp"
+#include "apps/simulate_command.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
 #include "topology/parser.hpp"
 
@@ -31,17 +33,23 @@ namespace {
 constexpr const char* usage_text = R"(usage: hetflow COMMAND [ARGS]
 
 commands:
-  run FILE [--report PATH] [--join-timeout SECONDS]
+  run FILE [--report PATH] [--join-timeout SECONDS] [--resume]
       start every node of FILE whose host is this machine, stream their output
-      prefixed with the node name, and exit with the job's status
-  node FILE --name NODE [--report PATH] [--join-timeout SECONDS]
+      prefixed with the node name, and exit with the job's status; --resume:
+      continue from the job's newest complete checkpoint (train, strategy ps)
+  node FILE --name NODE [--report PATH] [--join-timeout SECONDS] [--resume]
       run one node of the cluster described by FILE (what Slurm, Kubernetes or
       systemd start on each machine)
   validate FILE
       check a topology file; print every problem as FILE:LINE:COL: error: ...
   plan FILE [--json] [--no-measure]
       print which actors the job runs on which node; for strategy "dp" the
-      replicas, the ring order and the batch split by (measured) replica speed
+      replicas, the ring order and the batch split by (measured) replica speed;
+      for strategy "hetpipe" the virtual workers, stages, unit ranges, memory
+      and predicted throughput; "auto" compares the strategies and says why
+  simulate FILE [--json] [--waves N]
+      predict a train job's throughput from profiles (hetpipe: discrete-event
+      simulation of the plan; dp, single: cost model)
   profile FILE [--batch B]
       time every unit of a train job's model on this machine's devices
   gen-criteo --rows N --out FILE [--seed S] [--threads T]
@@ -53,7 +61,7 @@ commands:
   help
       print this text
 
-not implemented yet: simulate, shell; plan covers dp only so far (see README.md)
+not implemented yet: shell; running strategy "hetpipe" (plan and simulate only; see README.md)
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted
@@ -69,6 +77,7 @@ struct common_args {
   std::string name;
   std::string report;
   std::optional<double> join_timeout;
+  bool resume = false;
   std::string error;
 };
 
@@ -85,6 +94,8 @@ common_args parse_args(const std::vector<std::string>& args, bool want_name) {
     };
     if (s == "--name" && want_name) {
       if (auto v = value("--name")) a.name = *v;
+    } else if (s == "--resume") {
+      a.resume = true;
     } else if (s == "--report") {
       if (auto v = value("--report")) a.report = *v;
     } else if (s == "--join-timeout") {
@@ -110,6 +121,52 @@ common_args parse_args(const std::vector<std::string>& args, bool want_name) {
   return a;
 }
 
+// The topology FILE among a command's arguments: the first that is neither an
+// option nor the value of an option that takes one; "" if none. Sets `node`
+// to --name's value.
+std::string topology_argument(const std::vector<std::string>& args, std::string& node) {
+  static const char* const with_value[] = {"--name", "--report", "--join-timeout", "--batch", "--waves", "--trace", "--plot"};
+  std::string file;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    bool takes_value = false;
+    for (const char* f : with_value) takes_value = takes_value || args[i] == f;
+    if (takes_value) {
+      if (i + 1 < args.size() && args[i] == "--name") node = args[i + 1];
+      ++i;
+    } else if (file.empty() && !args[i].empty() && args[i][0] != '-') {
+      file = args[i];
+    }
+  }
+  return file;
+}
+
+// Loads the plugins FILE names into `reg` (before FILE is checked against
+// reg's catalog: it may use their names). Prints every problem; false = exit 2.
+bool load_plugins_of(const std::string& cmd, const std::vector<std::string>& args,
+                     hetflow::actors::registry& reg) {
+  std::string node;
+  const std::string file = topology_argument(args, node);
+  if (file.empty()) return true;  // the command reports the missing FILE
+  auto r = hetflow::actors::load_plugins(file, reg, cmd == "node" ? node : std::string());
+  for (auto& d : r.errors) std::fprintf(stderr, "%s\n", hetflow::topology::format(d).c_str());
+  if (!r.ok()) {
+    std::fprintf(stderr, "%zu error%s\n", r.errors.size(), r.errors.size() == 1 ? "" : "s");
+    return false;
+  }
+  if (cmd == "validate") {
+    for (auto& p : r.loaded) {
+      std::string what;
+      for (auto& t : p.actor_types) what += (what.empty() ? "actor types " : ", ") + t;
+      std::string kinds;
+      for (auto& k : p.job_kinds) kinds += (kinds.empty() ? "job kinds " : ", ") + k;
+      if (!kinds.empty()) what += (what.empty() ? "" : "; ") + kinds;
+      std::printf("plugin '%s' (%s): %s\n", p.name.c_str(), p.path.c_str(),
+                  what.empty() ? "registered nothing" : what.c_str());
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,6 +181,12 @@ int main(int argc, char** argv) {
 
   hetflow::actors::registry reg;
   hetflow::actors::add_builtin_types(reg);
+  // Plugins first, in every process that reads a topology (`run`'s children
+  // are `hetflow node`s): README "Write your own actor type".
+  if (cmd == "validate" || cmd == "node" || cmd == "run" || cmd == "plan" || cmd == "profile" ||
+      cmd == "simulate") {
+    if (!load_plugins_of(cmd, args, reg)) return 2;
+  }
 
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     std::fputs(usage_text, stdout);
@@ -175,6 +238,8 @@ int main(int argc, char** argv) {
     o.name = a.name;
     o.report = a.report;
     o.join_timeout_s = a.join_timeout;
+    o.resume = a.resume;
+    if (int rc = hetflow::apps::refuse_plan_only_strategy(a.file, reg, "node"); rc != 0) return rc;
     return hetflow::actors::run_node(o, reg);
   }
   if (cmd == "run") {
@@ -184,12 +249,15 @@ int main(int argc, char** argv) {
     o.topology = a.file;
     o.report = a.report;
     o.join_timeout_s = a.join_timeout;
+    o.resume = a.resume;
+    if (int rc = hetflow::apps::refuse_plan_only_strategy(a.file, reg, "run"); rc != 0) return rc;
     return hetflow::apps::run_local_cluster(o, reg);
   }
   if (cmd == "profile") return hetflow::apps::profile_command(args, reg);
   if (cmd == "gen-criteo") return hetflow::apps::gen_criteo_command(args);
   if (cmd == "plan") return hetflow::apps::plan_command(args, reg);
-  if (cmd == "simulate" || cmd == "shell") {
+  if (cmd == "simulate") return hetflow::apps::simulate_command(args, reg);
+  if (cmd == "shell") {
     std::fprintf(stderr, "hetflow: '%s' is not implemented yet (see README.md, 'Not done yet')\n",
                  cmd.c_str());
     return 2;

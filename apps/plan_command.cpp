@@ -7,6 +7,7 @@
 #include "actors/json.hpp"
 #include "actors/registry.hpp"
 #include "apps/profile_command.hpp"
+#include "apps/simulate_command.hpp"
 #include "kernels/model.hpp"
 #include "kernels/profile.hpp"
 #include "topology/data_parallel.hpp"
@@ -65,6 +66,12 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     std::fprintf(stderr, "%s:%u:%u: error: %s\n", file.c_str(), unsigned(c.job.where.line),
                  unsigned(c.job.where.column), actors.error().message().c_str());
     return 2;
+  }
+
+  // HetPipe (and "auto", which compares it with the others): the planner.
+  if (c.job.kind == "train") {
+    const auto strategy = c.job.params.get_string("strategy", "single");
+    if (strategy == "hetpipe" || strategy == "auto") return plan_hetpipe_command(c, file, json);
   }
 
   // Data parallelism: replicas, ring, split.

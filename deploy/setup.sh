@@ -22,6 +22,7 @@ build_pkgs=(
   dataset-fashion-mnist           # IDX files under /usr/share/datasets/fashion-mnist
   procps psmisc iproute2 python3  # pgrep/ip and JSON checks in integration tests
   python3-yaml tmux               # deploy manifest checks; the shell's terminal test
+  systemd                         # systemd-analyze verify of deploy/systemd's unit
 )
 bench_pkgs=(
   iperf3

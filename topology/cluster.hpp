@@ -68,6 +68,11 @@ struct runtime_settings {
   int scheduler_threads = 0;             // scheduler_threads: CAF workers; 0 = cores
   uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
   std::string pin_local_nodes = "auto";  // pin_local_nodes: "auto" | "off" (hetflow run)
+  // The cluster secret nodes prove to each other on connect (HMAC-SHA256
+  // challenge): read from secret_file (absolute after loading) or from the
+  // environment variable secret_env. Both empty: no authentication.
+  std::filesystem::path secret_file;     // secret_file
+  std::string secret_env;                // secret_env
 };
 
 // A Linux CPU list ("0-3,8,10-11"): the CPU numbers, sorted, each once.

@@ -8,6 +8,7 @@
 //   missing top-level table           -> {0,0}, printed as 1:1
 #include "topology/document_check.hpp"
 
+#include <cctype>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -129,6 +130,8 @@ const std::vector<key_spec>& cluster_specs() {
       spec("scheduler_threads", key_type::integer, false, int64_t{0}, 0, 4096),
       spec("max_message", key_type::size, false, int64_t{1} << 30, double(1 << 20)),
       spec("pin_local_nodes", key_type::string, false, std::string("auto"), {}, {}, {"auto", "off"}),
+      spec("secret_file", key_type::string, false, std::string()),
+      spec("secret_env", key_type::string, false, std::string()),
   };
   return s;
 }
@@ -226,6 +229,7 @@ private:
                   const std::string& hint = {});
 
   void read_cluster(const toml::node* n, const toml::key* k, cluster& c);
+  void check_secret(const toml::table* t, const settings& s, cluster& c);
   void read_nodes(const toml::node* n, const toml::key* k, cluster& c);
   void read_devices(const toml::node& n, const std::string& node_what, node_spec& node);
   void read_job(const toml::node* n, const toml::key* k, cluster& c);
@@ -602,6 +606,7 @@ void validator::read_cluster(const toml::node* n, const toml::key* k, cluster& c
   c.runtime.scheduler_threads = static_cast<int>(s.get_int("scheduler_threads", 0));
   c.runtime.max_message_bytes = static_cast<uint64_t>(s.get_int("max_message", 1ll << 30));
   c.runtime.pin_local_nodes = s.get_string("pin_local_nodes", "auto");
+  check_secret(t, s, c);
 
   if (const toml::node* p = t->get("plugins")) {
     const toml::array* arr = p->as_array();
@@ -635,6 +640,55 @@ void validator::read_cluster(const toml::node* n, const toml::key* k, cluster& c
         c.plugins.push_back(abs);
       }
     }
+  }
+}
+
+// secret_file / secret_env: one or the other. The file must exist and be a
+// non-empty regular file here; its content is read by each node at start-up
+// (validate may run elsewhere). The variable's value is checked there too.
+void validator::check_secret(const toml::table* t, const settings& s, cluster& c) {
+  const toml::node* file = t->get("secret_file");
+  const toml::node* env = t->get("secret_env");
+  const std::string file_text = s.get_string("secret_file");
+  const std::string env_text = s.get_string("secret_env");
+  if (file && env && !file_text.empty() && !env_text.empty()) {
+    error(loc(*env), "'secret_env' and 'secret_file' both set; give the cluster secret one way");
+    return;
+  }
+  if (file && file->is_string()) {
+    if (file_text.empty()) {
+      error(loc(*file), "'secret_file' is empty; name a file holding the cluster secret (or leave the key out)");
+      return;
+    }
+    fs::path rel(file_text);
+    fs::path abs = (rel.is_absolute() ? rel : base_dir_ / rel).lexically_normal();
+    std::error_code ec;
+    auto st = fs::status(abs, ec);
+    if (ec || !fs::exists(st)) {
+      error(loc(*file), "secret file " + quote(file_text) + " not found (looked for " + abs.string() +
+                            "); create it, e.g. head -c 32 /dev/urandom | base64 > " + abs.string());
+      return;
+    }
+    if (!fs::is_regular_file(st)) {
+      error(loc(*file), "secret file " + quote(file_text) + " is not a regular file (" + abs.string() + ")");
+      return;
+    }
+    if (fs::file_size(abs, ec) == 0 && !ec) {
+      error(loc(*file), "secret file " + quote(file_text) + " is empty (" + abs.string() + ")");
+      return;
+    }
+    c.runtime.secret_file = abs;
+  }
+  if (env && env->is_string()) {
+    bool valid = !env_text.empty() && !(env_text[0] >= '0' && env_text[0] <= '9');
+    for (char ch : env_text)
+      if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_')) valid = false;
+    if (!valid) {
+      error(loc(*env), "'secret_env' must name an environment variable ([A-Za-z_][A-Za-z0-9_]*), got " +
+                           quote(env_text));
+      return;
+    }
+    c.runtime.secret_env = env_text;
   }
 }
 

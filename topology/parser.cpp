@@ -281,4 +281,52 @@ parse_result load_topology(const fs::path& file, const catalog& cat) {
   return parse_topology(text, file, cat);
 }
 
+std::vector<plugin_entry> scan_plugins(const fs::path& file) {
+  std::vector<plugin_entry> out;
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return out;
+  const auto size = fs::file_size(file, ec);
+  if (ec || size == 0 || size > max_topology_bytes) return out;
+  std::string text(static_cast<size_t>(size), '\0');
+  {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return out;
+    size_t used = 0;
+    while (used < text.size()) {
+      const ssize_t got = ::read(fd, text.data() + used, text.size() - used);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      used += static_cast<size_t>(got);
+    }
+    ::close(fd);
+    text.resize(used);
+  }
+  // The same byte checks as parse_topology: toml++ must never see a file
+  // that could overflow its stack.
+  if (text.find('\0') != std::string::npos || first_invalid_utf8(text) != std::string_view::npos ||
+      find_overlong_key(text) != std::string_view::npos)
+    return out;
+  toml::table root;
+  try {
+    root = toml::parse(text, file.string());
+  } catch (const std::exception&) {
+    return out;
+  }
+  const toml::table* cl = root["cluster"].as_table();
+  const toml::array* arr = cl ? (*cl)["plugins"].as_array() : nullptr;
+  if (!arr) return out;
+  fs::path base = fs::absolute(file, ec);
+  if (ec) base = file;
+  base = base.lexically_normal().parent_path();
+  for (const toml::node& e : *arr) {
+    const auto* str = e.as_string();
+    if (!str || str->get().empty()) continue;
+    fs::path rel(str->get());
+    fs::path abs = (rel.is_absolute() ? rel : base / rel).lexically_normal();
+    if (!fs::is_regular_file(abs, ec)) continue;
+    out.push_back(plugin_entry{str->get(), abs, loc(e.source())});
+  }
+  return out;
+}
+
 }  // namespace hetflow::topology

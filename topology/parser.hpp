@@ -53,6 +53,20 @@ parse_result load_topology(const std::filesystem::path& file, const catalog& cat
 parse_result parse_topology(std::string_view text, const std::filesystem::path& file_for_messages,
                             const catalog& cat);
 
+// One element of [cluster] plugins, read ahead of the check (scan_plugins).
+struct plugin_entry {
+  std::string text;            // as written
+  std::filesystem::path path;  // absolute, lexically normal
+  source_loc where;            // of the element
+};
+
+// The [cluster] plugins of `file`, read before load_topology: plugins extend
+// the catalog the file is then checked against (actors/plugin_loader.hpp).
+// Lenient and quiet: a file that load_topology refuses (unreadable, too large,
+// not UTF-8, bad TOML), a `plugins` that is not an array, and elements that are
+// not strings or name no regular file give no entry; load_topology reports them.
+std::vector<plugin_entry> scan_plugins(const std::filesystem::path& file);
+
 // FNV-1a 64-bit over raw bytes (cluster::content_hash: nodes compare it at hello).
 uint64_t fnv1a64(std::span<const std::byte> bytes) noexcept;
 

@@ -33,6 +33,7 @@
 #include "actors/ring/ring_member.hpp"
 #include "kernels/trainer.hpp"
 #include "topology/data_parallel.hpp"
+#include "actors/ps/ps_job.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -402,8 +403,24 @@ void add_train(registry& reg) {
                                 std::move(one_of)});
   };
   key("strategy", key_type::string, std::string("single"),
-      "single: one device trains the whole model; dp: data parallel, one replica per device of dp_nodes", {}, {},
-      {"single", "dp"});
+      "single: one device trains the whole model; dp: data parallel, one replica per device of dp_nodes; ps: parameter servers (ps_*, consistency keys)", {}, {},
+      {"single", "dp", "ps", "hetpipe", "auto"});
+  // HetPipe (plan and simulate only so far; `run` refuses it): apps/simulate_command.hpp.
+  // D of Wave Synchronous Parallel is the ps `staleness` key.
+  job.keys.push_back(key_spec{"profile_file", key_type::path, false, std::nullopt,
+                              "hetpipe, auto: JSON unit profiles per device kind (README); devices name their kind "
+                              "with `profile`"});
+  key("allocation", key_type::string, std::string("ed"),
+      "hetpipe: group devices into virtual workers: np (one node each), ed (equal share of every kind), hd (fast "
+      "kinds with slow kinds)", {}, {}, {"np", "ed", "hd"});
+  key("virtual_workers", key_type::integer, int64_t{0}, "hetpipe: number of virtual workers (0: from allocation)",
+      0.0, 4096.0);
+  key("nm", key_type::integer, int64_t{0},
+      "hetpipe: minibatches in flight per virtual worker (a wave); 0: auto, the best predicted that fits", 0.0, 1024.0);
+  key("max_nm", key_type::integer, int64_t{16}, "hetpipe: the largest Nm that nm = 0 tries", 1.0, 1024.0);
+  key("ps_placement", key_type::string, std::string("spread"),
+      "hetpipe: PS shards spread over every node by bytes, or local (stage k's weights on stage k's node)", {}, {},
+      {"spread", "local"});
   key("dp_nodes", key_type::string_list, std::vector<std::string>{},
       "dp: nodes whose devices hold replicas (empty: every node)");
   key("dp_split", key_type::string, std::string("measured"),
@@ -460,10 +477,12 @@ void add_train(registry& reg) {
   key("stream_timeout", key_type::duration, 60.0, "stream: the longest wait for one batch", 0.1, 86400.0);
   key("stream_fault", key_type::string, std::string(""),
       "tests only: make shard 0 break exactly-once (duplicate or drop a row)", {}, {}, {"", "duplicate", "drop"});
+  ps_job::add_train_keys(job);  // strategy "ps" (actors/ps/)
   (void)reg.add_job_kind(
       job,
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
         const bool stream = c.job.params.get_string("input", "memory") == "stream";
+        if (c.job.params.get_string("strategy", "single") == "ps") return ps_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "dp") {
           if (!c.actors.empty())
             return make_error(errc::invalid_argument,
@@ -502,7 +521,7 @@ void add_train(registry& reg) {
         bool identical = true;
         int replicas = 0;
         for (auto& r : results) {
-          if ((r.name == "trainer" || r.name == "replica0") && r.metrics_json.size() > 2)
+          if ((r.name == "trainer" || r.name == "replica0" || r.name == "psworker0") && r.metrics_json.size() > 2)
             lifted = r.metrics_json.substr(1, r.metrics_json.size() - 2);
           if (r.name.rfind("replica", 0) != 0) continue;
           ++replicas;
@@ -516,6 +535,7 @@ void add_train(registry& reg) {
         }
         if (replicas > 0 && !lifted.empty())
           lifted += std::string(",\"replicas_identical\":") + (identical ? "true" : "false");
+        if (!lifted.empty()) lifted += ps_job::summarize(results);
         return lifted;
       });
   topology::type_spec d{"dp_replica", "one data-parallel replica of the train job (strategy dp)", {}};

@@ -1,0 +1,272 @@
+#include "actors/ps/ps_checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "schemas/tensor_codec.hpp"
+
+namespace hetflow::ps {
+namespace {
+
+constexpr std::string_view magic = "hetflow-ps-checkpoint 1\n";
+
+status write_all(int fd, const std::byte* p, std::size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return make_error(errc::io_error, path + ": write failed: " + std::strerror(errno));
+    }
+    p += w;
+    n -= std::size_t(w);
+  }
+  return {};
+}
+
+std::string prefix_of(const std::string& shard_name) { return shard_name + ".ckpt-"; }
+
+}  // namespace
+
+std::string checkpoint_name(const std::string& shard_name, int64_t label) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%012lld", static_cast<long long>(label));
+  return prefix_of(shard_name) + buf;
+}
+
+std::string checkpoint_path(const std::string& dir, const std::string& shard_name, int64_t label) {
+  return (std::filesystem::path(dir) / checkpoint_name(shard_name, label)).string();
+}
+
+namespace {
+
+expected<wire_buffer_ref> read_file(const std::string& path) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (ec) return make_error(errc::not_found, path + ": " + ec.message());
+  if (size > schemas::max_wire_message_bytes) return make_error(errc::parse_error, path + ": too large");
+  auto buf = std::make_shared<wire_buffer>(std::size_t(size));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) return make_error(errc::io_error, path + ": cannot open: " + std::strerror(errno));
+  if (std::fread(buf->data(), 1, buf->size(), f.get()) != buf->size())
+    return make_error(errc::io_error, path + ": short read");
+  return wire_buffer_ref(std::move(buf));
+}
+
+class directory_store final : public checkpoint_store {
+public:
+  explicit directory_store(std::string dir) : dir_(std::move(dir)) {}
+
+  status put(const std::string& name, std::span<const std::byte> bytes) override {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) return make_error(errc::io_error, "checkpoint_dir " + dir_ + ": " + ec.message());
+    const std::string path = describe(name), tmp = path + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return make_error(errc::io_error, tmp + ": cannot create: " + std::strerror(errno));
+    status st = write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (st.ok() && ::fsync(fd) != 0) st = make_error(errc::io_error, tmp + ": fsync: " + std::strerror(errno));
+    ::close(fd);
+    if (!st.ok()) {
+      std::filesystem::remove(tmp, ec);
+      return st;
+    }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return make_error(errc::io_error, "renaming " + tmp + " to " + path + ": " + ec.message());
+    int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+    return {};
+  }
+  expected<wire_buffer_ref> get(const std::string& name) const override { return read_file(describe(name)); }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      auto n = e.path().filename().string();
+      if (!n.ends_with(".tmp")) out.push_back(std::move(n));
+    }
+    return out;
+  }
+  void remove(const std::string& name) override {
+    std::error_code ec;
+    std::filesystem::remove(describe(name), ec);
+  }
+  void remove_stale(const std::string& prefix) override {
+    std::error_code ec;
+    for (auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      auto n = e.path().filename().string();
+      if (n.starts_with(prefix) && n.ends_with(".tmp")) std::filesystem::remove(e.path(), ec);
+    }
+  }
+  std::string describe(const std::string& name) const override {
+    return (std::filesystem::path(dir_) / name).string();
+  }
+
+private:
+  std::string dir_;
+};
+
+expected<loaded_checkpoint> decode_checkpoint(const wire_buffer_ref& buf, const std::string& path);
+
+}  // namespace
+
+std::shared_ptr<checkpoint_store> make_directory_store(std::string dir) {
+  return std::make_shared<directory_store>(std::move(dir));
+}
+
+status memory_checkpoint_store::put(const std::string& name, std::span<const std::byte> bytes) {
+  ++puts;
+  if (fail_puts > 0) {
+    --fail_puts;
+    return make_error(errc::io_error, describe(name) + ": injected failure");
+  }
+  files_[name].assign(bytes.begin(), bytes.end());
+  return {};
+}
+
+expected<wire_buffer_ref> memory_checkpoint_store::get(const std::string& name) const {
+  auto it = files_.find(name);
+  if (it == files_.end()) return make_error(errc::not_found, describe(name) + ": no such checkpoint");
+  auto buf = std::make_shared<wire_buffer>(it->second.size());
+  if (!it->second.empty()) std::memcpy(buf->data(), it->second.data(), it->second.size());
+  return wire_buffer_ref(std::move(buf));
+}
+
+std::vector<std::string> memory_checkpoint_store::names() const {
+  std::vector<std::string> out;
+  for (auto& [n, _] : files_) out.push_back(n);
+  return out;
+}
+
+status write_checkpoint(checkpoint_store& store, const checkpoint_meta& meta, const std::vector<named_tensor>& tensors,
+                        int keep) {
+  std::ostringstream text;
+  text << magic << "shard " << meta.shard << ' ' << meta.shards << "\nclocks";
+  for (auto c : meta.clocks) text << ' ' << c;
+  text << "\noptimizer_steps " << meta.optimizer_steps << "\nstate " << meta.state_tensors << '\n';
+  for (auto& t : tensors) text << t.name << '\n';
+  const std::string payload = text.str();
+  std::vector<schemas::tensor_meta> metas;
+  for (auto& t : tensors) {
+    schemas::tensor_meta m;
+    m.type = dtype::f32;
+    for (int i = 0; i < t.value->shape().rank(); ++i) m.shape.push_back(t.value->shape()[i]);
+    metas.push_back(std::move(m));
+  }
+  schemas::envelope_header h;
+  h.kind = checkpoint_kind;
+  h.seq = uint64_t(meta.label);
+  h.sender = meta.shard_name;
+  HF_RETURN_IF_ERROR(schemas::check_encodable(h, metas, payload.size()));
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(metas), payload.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto dst = b.tensor_data(i);
+    std::memcpy(dst.data(), tensors[i].value->f32(), dst.size());
+  }
+  std::memcpy(b.payload().data(), payload.data(), payload.size());
+  wire_buffer buf = std::move(b).finish();
+  HF_RETURN_IF_ERROR(store.put(checkpoint_name(meta.shard_name, meta.label), buf.bytes()));
+  // Older checkpoints beyond `keep`, and stale temporaries of this shard.
+  auto labels = list_checkpoints(store, meta.shard_name);
+  for (std::size_t i = 0; i + std::size_t(std::max(keep, 1)) < labels.size(); ++i)
+    store.remove(checkpoint_name(meta.shard_name, labels[i]));
+  store.remove_stale(prefix_of(meta.shard_name));
+  return {};
+}
+
+std::vector<int64_t> list_checkpoints(const checkpoint_store& store, const std::string& shard_name) {
+  std::vector<int64_t> out;
+  const std::string prefix = prefix_of(shard_name);
+  for (auto& name : store.names()) {
+    if (!name.starts_with(prefix) || name.size() != prefix.size() + 12) continue;
+    auto digits = name.substr(prefix.size());
+    if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) continue;
+    out.push_back(std::stoll(digits));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+expected<loaded_checkpoint> read_checkpoint(const checkpoint_store& store, const std::string& shard_name,
+                                            int64_t label) {
+  const std::string name = checkpoint_name(shard_name, label);
+  HF_ASSIGN_OR_RETURN(wire_buffer_ref buf, store.get(name));
+  return decode_checkpoint(buf, store.describe(name));
+}
+
+expected<loaded_checkpoint> read_checkpoint_file(const std::string& path) {
+  HF_ASSIGN_OR_RETURN(wire_buffer_ref buf, read_file(path));
+  return decode_checkpoint(buf, path);
+}
+
+int64_t newest_common_label(const std::vector<std::vector<int64_t>>& per_shard) {
+  if (per_shard.empty()) return -1;
+  int64_t best = -1;
+  for (int64_t cand : per_shard[0]) {
+    bool everywhere = true;
+    for (auto& l : per_shard) everywhere = everywhere && std::find(l.begin(), l.end(), cand) != l.end();
+    if (everywhere) best = std::max(best, cand);
+  }
+  return best;
+}
+
+namespace {
+expected<loaded_checkpoint> decode_checkpoint(const wire_buffer_ref& buf, const std::string& path) {
+  schemas::read_limits limits;
+  limits.max_message_bytes = buf->size();
+  limits.max_tensors = 1u << 20;
+  limits.max_text_bytes = 1u << 26;
+  HF_ASSIGN_OR_RETURN(schemas::decoded_message msg, schemas::decode_message(buf, limits, path));
+  if (msg.header().kind != checkpoint_kind)
+    return make_error(errc::parse_error, path + ": not a hetflow PS checkpoint");
+  loaded_checkpoint out;
+  out.meta.shard_name = msg.header().sender;
+  out.meta.label = int64_t(msg.header().seq);
+  auto payload = msg.payload();
+  std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
+  if (!text.starts_with(magic)) return make_error(errc::parse_error, path + ": missing the checkpoint header");
+  std::istringstream in(text.substr(magic.size()));
+  std::string word, line;
+  if (!(in >> word) || word != "shard" || !(in >> out.meta.shard >> out.meta.shards))
+    return make_error(errc::parse_error, path + ": bad 'shard' line");
+  std::getline(in, line);
+  if (!std::getline(in, line) || !line.starts_with("clocks"))
+    return make_error(errc::parse_error, path + ": bad 'clocks' line");
+  {
+    std::istringstream cl(line.substr(6));
+    int64_t c;
+    while (cl >> c) out.meta.clocks.push_back(c);
+  }
+  if (!(in >> word) || word != "optimizer_steps" || !(in >> out.meta.optimizer_steps))
+    return make_error(errc::parse_error, path + ": bad 'optimizer_steps' line");
+  if (!(in >> word) || word != "state" || !(in >> out.meta.state_tensors))
+    return make_error(errc::parse_error, path + ": bad 'state' line");
+  std::getline(in, line);
+  for (std::size_t i = 0; i < msg.tensor_count(); ++i) {
+    if (!std::getline(in, line)) return make_error(errc::parse_error, path + ": name table is short");
+    out.names.push_back(line);
+    const auto& tv = msg.tensor(i);
+    if (tv.type != dtype::f32 || tv.shape.size() > std::size_t(kernels::shape::max_rank))
+      return make_error(errc::parse_error, path + ": tensor '" + line + "' is not f32");
+    kernels::shape s(tv.shape);
+    kernels::tensor t = kernels::tensor::empty(s);
+    std::memcpy(t.f32(), tv.data.data(), tv.data.size());
+    out.tensors.push_back(std::move(t));
+  }
+  if (out.meta.state_tensors < 0 || out.meta.state_tensors > int64_t(out.tensors.size()))
+    return make_error(errc::parse_error, path + ": bad state tensor count");
+  return out;
+}
+}  // namespace
+
+}  // namespace hetflow::ps

@@ -1,0 +1,301 @@
+// ps_shard (ps_shard.hpp).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "actors/ps/ps_options.hpp"
+#include "actors/ps/ps_protocol.hpp"
+#include "actors/ps/ps_shard.hpp"
+#include "actors/ps/ps_shard_core.hpp"
+
+namespace hetflow::actors::ps_job {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+std::string who_worker(const std::shared_ptr<node_services>& svc, int w) {
+  std::string n = svc->node_of(worker_name(w));
+  return "worker '" + worker_name(w) + "'" + (n.empty() ? "" : " on node '" + n + "'");
+}
+
+// ---------------------------------------------------------------- ps_shard
+
+struct shard_state : builtin::job_actor_state {
+  int index = 0;
+  ps_options opts;
+  std::unique_ptr<ps::shard_core> core;
+  struct waiting {
+    int worker = 0;
+    int64_t clock = 0;
+    clock_type::time_point since;
+  };
+  std::map<uint64_t, waiting> waits;       // pulls held by the clock table, by ticket id
+  std::vector<std::pair<int, int64_t>> finals;  // final pulls: answered when every worker finished
+  clock_type::time_point finals_since;
+  uint64_t next_id = 1;
+  bool restored = false;
+  int64_t restored_label = -1;
+  std::vector<int64_t> restored_clocks;
+  int64_t pulls = 0, pushes = 0, held = 0, max_lag = 0;
+  double wait_seconds = 0, push_seconds = 0;
+  bool over = false;
+};
+using shard_actor = caf::stateful_actor<shard_state>;
+
+void shard_fail(shard_actor* self, const std::string& why) {
+  auto& st = self->state;
+  if (st.over) return;
+  st.over = true;
+  builtin::fail_job_actor(self, why);
+}
+
+void shard_send(shard_actor* self, const std::string& target, wire_buffer_ref msg) {
+  auto s = self->state.svc->send_wire(target, std::move(msg));
+  if (!s.ok()) shard_fail(self, self->state.me + ": cannot answer " + target + ": " + s.message());
+}
+
+void answer(shard_actor* self, int w, int64_t clock) {
+  auto& st = self->state;
+  const auto& table = st.core->clocks();
+  ps::ps_info info;
+  info.worker = w;
+  info.shard = st.index;
+  info.clock = clock;
+  info.global = table.global();
+  info.aux = st.core->updates_applied();
+  if (info.global != ps::infinite_clock) st.max_lag = std::max(st.max_lag, clock - info.global);
+  std::vector<const kernels::tensor*> ts;
+  for (auto& p : st.core->params()) ts.push_back(&p.value);
+  shard_send(self, worker_name(w), ps::make_tensors(ps::kind_weights, st.me, worker_name(w), info, ts));
+}
+
+void answer_ready(shard_actor* self, const std::vector<ps::pull_ticket>& ready) {
+  auto& st = self->state;
+  for (auto& t : ready) {
+    auto it = st.waits.find(t.id);
+    if (it != st.waits.end()) {
+      st.wait_seconds += since(it->second.since);
+      st.waits.erase(it);
+    }
+    answer(self, t.worker, t.clock);
+  }
+  if (!st.finals.empty() && st.core->clocks().all_finished()) {
+    for (auto [w, c] : st.finals) answer(self, w, c);
+    st.finals.clear();
+  }
+}
+
+void send_error(shard_actor* self, int w, const std::string& why) {
+  auto& st = self->state;
+  ps::ps_info info;
+  info.worker = w;
+  info.shard = st.index;
+  (void)st.svc->send_wire(worker_name(w), ps::make_control(ps::kind_error, st.me, worker_name(w), info, {}, why));
+}
+
+// The slowest worker, for timeout messages.
+std::string slowest_text(shard_actor* self) {
+  auto& st = self->state;
+  const auto& t = st.core->clocks();
+  int s = t.slowest();
+  if (s < 0) return "every worker has finished";
+  return who_worker(st.svc, s) + " is the slowest, at clock " + std::to_string(t.clock(s)) + " (global clock " +
+         std::to_string(t.global()) + ", " + t.model().to_string() + ")";
+}
+
+void on_tick(shard_actor* self) {
+  auto& st = self->state;
+  if (st.over) return;
+  auto now = clock_type::now();
+  const auto limit = std::chrono::duration<double>(st.opts.timeout_s);
+  for (auto& [id, w] : st.waits) {
+    if (now - w.since < limit) continue;
+    std::string why = st.me + ": the pull of " + who_worker(st.svc, w.worker) + " at clock " +
+                      std::to_string(w.clock) + " waited " + std::to_string(int(st.opts.timeout_s)) +
+                      " s (ps_timeout): " + slowest_text(self);
+    send_error(self, w.worker, why);
+    return shard_fail(self, why);
+  }
+  if (!st.finals.empty() && now - st.finals_since >= limit) {
+    std::string why = st.me + ": the final pull of " + who_worker(st.svc, st.finals.front().first) + " waited " +
+                      std::to_string(int(st.opts.timeout_s)) + " s for every worker to finish: " + slowest_text(self);
+    send_error(self, st.finals.front().first, why);
+    return shard_fail(self, why);
+  }
+  self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
+}
+
+void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer_ref& buf) {
+  auto& st = self->state;
+  if (st.over) return;
+  auto m = ps::read_ps_message(buf, st.svc->read_limits(), "node '" + node + "'");
+  if (!m) return shard_fail(self, st.me + ": " + m.error().to_string());
+  const int w = m->info.worker;
+  if (w < 0 || w >= st.opts.workers || m->sender != worker_name(w))
+    return shard_fail(self, st.me + ": a message from '" + m->sender + "' on node '" + node + "' says worker " +
+                                std::to_string(w) + " (the job has " + std::to_string(st.opts.workers) + ")");
+  std::vector<ps::pull_ticket> ready;
+  switch (m->kind) {
+    case ps::kind_pull: {
+      ++st.pulls;
+      if (m->info.flags & 1) {
+        if (st.finals.empty()) st.finals_since = clock_type::now();
+        st.finals.emplace_back(w, m->info.clock);
+        break;
+      }
+      ps::pull_ticket t{w, m->info.clock, st.next_id++};
+      if (st.core->pull(t)) {
+        answer(self, w, t.clock);
+      } else {
+        ++st.held;
+        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now()};
+      }
+      break;
+    }
+    case ps::kind_push: {
+      auto t0 = clock_type::now();
+      std::vector<kernels::tensor> grads;
+      for (std::size_t i = 0; i < m->msg.tensor_count(); ++i) {
+        auto g = ps::tensor_of(*m, i);
+        if (!g) return shard_fail(self, st.me + ": " + g.error().to_string());
+        grads.push_back(std::move(*g));
+      }
+      ++st.pushes;
+      if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) {
+        send_error(self, w, s.message());
+        return shard_fail(self, s.message());
+      }
+      st.push_seconds += since(t0);
+      break;
+    }
+    case ps::kind_done:
+      if (auto s = st.core->done(w, m->info.clock, ready); !s.ok()) {
+        send_error(self, w, s.message());
+        return shard_fail(self, s.message());
+      }
+      break;
+    case ps::kind_hello: {
+      auto labels = st.core->checkpoints_on_disk();
+      ps::ps_info info;
+      info.worker = w;
+      info.shard = st.index;
+      shard_send(self, worker_name(w), ps::make_control(ps::kind_checkpoints, st.me, worker_name(w), info, labels));
+      return;
+    }
+    case ps::kind_restore: {
+      const int64_t label = m->info.clock;
+      if (!st.restored) {
+        if (auto s = st.core->restore(label); !s.ok()) {
+          send_error(self, w, s.message());
+          return shard_fail(self, st.me + ": resume: " + s.message());
+        }
+        st.restored = true;
+        st.restored_label = label;
+        st.restored_clocks = st.core->applied_clocks();
+        log_info(st.me + ": restored checkpoint " + std::to_string(label) + " (" +
+                 ps::checkpoint_path(st.opts.checkpoint_dir, st.me, label) + ")");
+      } else if (label != st.restored_label) {
+        std::string why = st.me + ": " + worker_name(w) + " asks to restore checkpoint " + std::to_string(label) +
+                          ", another worker asked for " + std::to_string(st.restored_label);
+        send_error(self, w, why);
+        return shard_fail(self, why);
+      }
+      ps::ps_info info;
+      info.worker = w;
+      info.shard = st.index;
+      info.clock = label;
+      shard_send(self, worker_name(w),
+                 ps::make_control(ps::kind_restored, st.me, worker_name(w), info, st.restored_clocks));
+      return;
+    }
+    case ps::kind_bye: {
+      st.over = true;
+      json_writer j;
+      j.begin_object().field("shard", int64_t{st.index}).field("node", st.svc->node_name());
+      j.field("tensors", int64_t(st.core->params().size()));
+      int64_t bytes = 0;
+      for (auto& p : st.core->params()) bytes += int64_t(p.value.byte_size());
+      j.field("bytes", bytes).field("updates", st.core->updates_applied());
+      j.field("pulls", st.pulls).field("pulls_waited", st.held).field("pull_wait_seconds", st.wait_seconds);
+      j.field("push_seconds", st.push_seconds).field("max_lag", st.max_lag);
+      j.field("checkpoints_written", st.core->checkpoints_written());
+      j.field("last_checkpoint", st.core->last_checkpoint());
+      j.field("restored_from", st.restored_label);
+      j.end_object();
+      st.svc->report_done(st.me, true,
+                          std::to_string(st.core->updates_applied()) + " updates, " +
+                              std::to_string(st.core->checkpoints_written()) + " checkpoints",
+                          j.str());
+      self->quit();
+      return;
+    }
+    default:
+      return shard_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
+  }
+  answer_ready(self, ready);
+}
+
+caf::behavior ps_shard(shard_actor* self, actor_env env) {
+  builtin::init_job_actor(self, env);
+  self->state.index = int(env.spec.args.get_int("shard", 0));
+  auto cfg = builtin::train_config_of(env.cluster, env.spec.node, 0);
+  auto opts = options_of(env.cluster);
+  return {
+    [self, cfg, opts](start_atom) {
+      auto& st = self->state;
+      if (!cfg) return shard_fail(self, cfg.error().message());
+      if (!opts) return shard_fail(self, opts.error().message());
+      st.opts = *opts;
+      // The initial weights: the model built from the job's seed, as every
+      // worker builds it.
+      auto m = build_model_for(*cfg, kernels::device::cpu(), 1);
+      if (!m) return shard_fail(self, st.me + ": " + m.error().message());
+      auto pl = placement_of(*m, st.opts.shards);
+      auto all = m->parameters();
+      std::vector<kernels::parameter> mine;
+      for (int i : pl.tensors_of[std::size_t(st.index)]) {
+        kernels::parameter p;
+        p.name = all[std::size_t(i)]->name;
+        p.value = std::move(all[std::size_t(i)]->value);
+        mine.push_back(std::move(p));
+      }
+      ps::shard_config sc;
+      sc.name = st.me;
+      sc.shard = st.index;
+      sc.shards = st.opts.shards;
+      sc.workers = st.opts.workers;
+      sc.model = st.opts.model;
+      sc.optimizer = cfg->optimizer;
+      sc.checkpoint_every = st.opts.checkpoint_every;
+      sc.checkpoint_dir = st.opts.checkpoint_dir;
+      auto core = ps::shard_core::make(sc, std::move(mine));
+      if (!core) return shard_fail(self, st.me + ": " + core.error().message());
+      st.core = std::move(*core);
+      self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
+      builtin::become_running(
+          self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_shard_wire(self, node, buf); },
+          [self](tick_atom) { on_tick(self); });
+    },
+  };
+}
+
+}  // namespace
+
+void add_ps_shard(registry& reg) {
+  using topology::key_spec;
+  using topology::key_type;
+  topology::type_spec s{"ps_shard", "one parameter-server shard of the train job (strategy ps)", {}};
+  s.keys.push_back(key_spec{"shard", key_type::integer, false, int64_t{0}, "shard index", 0.0, {}, {}});
+  (void)reg.add_actor_type(s, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    return sys.spawn<caf::detached>(ps_shard, env);
+  });
+}
+
+}  // namespace hetflow::actors::ps_job

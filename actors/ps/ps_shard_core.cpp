@@ -1,0 +1,186 @@
+#include "actors/ps/ps_shard_core.hpp"
+
+#include <algorithm>
+
+namespace hetflow::ps {
+
+expected<std::unique_ptr<shard_core>> shard_core::make(shard_config cfg, std::vector<kernels::parameter> params) {
+  if (cfg.workers < 1) return make_error(errc::invalid_argument, "ps shard " + cfg.name + ": no workers");
+  HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(cfg.optimizer));
+  if (!cfg.store && !cfg.checkpoint_dir.empty()) cfg.store = make_directory_store(cfg.checkpoint_dir);
+  return std::unique_ptr<shard_core>(new shard_core(std::move(cfg), std::move(params), std::move(opt)));
+}
+
+shard_core::shard_core(shard_config cfg, std::vector<kernels::parameter> params,
+                       std::unique_ptr<kernels::optimizer> opt)
+    : cfg_(std::move(cfg)), params_(std::move(params)), opt_(std::move(opt)), table_(cfg_.workers, cfg_.model),
+      applied_(std::size_t(cfg_.workers), 0) {
+  for (auto& p : params_) ptrs_.push_back(&p);
+  next_checkpoint_ = cfg_.checkpoint_every;
+}
+
+status shard_core::push(int w, int64_t tag, double lr, std::vector<kernels::tensor> grads,
+                        std::vector<pull_ticket>& ready) {
+  if (grads.size() != params_.size())
+    return make_error(errc::invalid_argument, cfg_.name + ": a push from worker " + std::to_string(w) + " has " +
+                                                  std::to_string(grads.size()) + " tensors, the shard holds " +
+                                                  std::to_string(params_.size()));
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    if (!(grads[i].shape() == params_[i].value.shape()))
+      return make_error(errc::invalid_argument, cfg_.name + ": worker " + std::to_string(w) + " pushed " +
+                                                    grads[i].shape().to_string() + " for " + params_[i].name +
+                                                    ", which is " + params_[i].value.shape().to_string());
+  HF_ASSIGN_OR_RETURN(auto in_order, table_.on_push(w, tag));
+  (void)in_order;
+  pending_.emplace(std::make_pair(tag, w), pending{lr, std::move(grads)});
+  HF_RETURN_IF_ERROR(drain());
+  auto r = table_.released();
+  ready.insert(ready.end(), r.begin(), r.end());
+  return {};
+}
+
+status shard_core::done(int w, int64_t final_clock, std::vector<pull_ticket>& ready) {
+  HF_RETURN_IF_ERROR(table_.finish(w, final_clock));
+  HF_RETURN_IF_ERROR(drain());
+  auto r = table_.released();
+  ready.insert(ready.end(), r.begin(), r.end());
+  return {};
+}
+
+status shard_core::apply(int w, double lr, std::vector<kernels::tensor>& grads) {
+  for (std::size_t i = 0; i < params_.size(); ++i) std::swap(params_[i].grad, grads[i]);
+  HF_RETURN_IF_ERROR(opt_->step(ptrs_, lr));
+  ++applied_[std::size_t(w)];
+  ++updates_;
+  return {};
+}
+
+status shard_core::drain() {
+  for (;;) {
+    const bool all_done = table_.all_finished();
+    const int64_t g = table_.global();
+    const bool deferring = cfg_.checkpoint_every > 0 && cfg_.store && !all_done;
+    // Apply every eligible push, in (tag, worker) order.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const int64_t tag = it->first.first;
+      const int w = it->first.second;
+      const bool in_order = tag == applied_[std::size_t(w)] && tag < table_.clock(w);
+      const bool bsp_ok = table_.model().kind != consistency::bsp || tag < g;
+      const bool ckpt_ok = !deferring || tag < next_checkpoint_;
+      if (!(in_order && bsp_ok && ckpt_ok)) {
+        // bsp and checkpoints hold back whole tags: later tags wait too.
+        if (!bsp_ok || !ckpt_ok) break;
+        ++it;
+        continue;
+      }
+      HF_RETURN_IF_ERROR(apply(w, it->second.lr, it->second.grads));
+      pending_.erase(it);
+      it = pending_.begin();  // an applied push may make a held one of the same worker eligible
+    }
+    if (deferring && g >= next_checkpoint_) {
+      std::vector<int64_t> cut(applied_.size());
+      for (std::size_t w = 0; w < cut.size(); ++w) cut[w] = std::min(applied_[w], next_checkpoint_);
+      for (std::size_t w = 0; w < cut.size(); ++w)
+        if (applied_[w] != cut[w])
+          return make_error(errc::internal, cfg_.name + ": checkpoint " + std::to_string(next_checkpoint_) +
+                                                " would hold update " + std::to_string(applied_[w]) + " of worker " +
+                                                std::to_string(w));
+      HF_RETURN_IF_ERROR(checkpoint(next_checkpoint_, cut));
+      next_checkpoint_ += cfg_.checkpoint_every;
+      continue;  // pushes held for this checkpoint may go now
+    }
+    if (all_done && !final_written_) {
+      if (!pending_.empty())
+        return make_error(errc::internal, cfg_.name + ": " + std::to_string(pending_.size()) +
+                                              " pushes left after every worker finished");
+      final_written_ = true;
+      if (cfg_.store) {
+        int64_t label = 0;
+        for (auto c : applied_) label = std::max(label, c);
+        HF_RETURN_IF_ERROR(checkpoint(label, applied_));
+      }
+    }
+    return {};
+  }
+}
+
+status shard_core::checkpoint(int64_t label, const std::vector<int64_t>& clocks) {
+  checkpoint_meta meta;
+  meta.shard_name = cfg_.name;
+  meta.shard = cfg_.shard;
+  meta.shards = cfg_.shards;
+  meta.label = label;
+  meta.clocks = clocks;
+  meta.optimizer_steps = opt_->steps();
+  std::vector<named_tensor> tensors;
+  for (auto& p : params_) tensors.push_back({p.name, &p.value});
+  auto state = opt_->steps() > 0 ? opt_->state() : std::vector<kernels::state_tensor*>{};
+  meta.state_tensors = int64_t(state.size());
+  for (auto* s : state) tensors.push_back({s->name, &s->value});
+  HF_RETURN_IF_ERROR(write_checkpoint(*cfg_.store, meta, tensors));
+  ++written_;
+  last_label_ = label;
+  return {};
+}
+
+std::vector<int64_t> shard_core::checkpoints_on_disk() const {
+  if (!cfg_.store) return {};
+  return list_checkpoints(*cfg_.store, cfg_.name);
+}
+
+status shard_core::restore(int64_t label) {
+  if (updates_ > 0 || !pending_.empty())
+    return make_error(errc::internal, cfg_.name + ": restore after training started");
+  if (!cfg_.store) return make_error(errc::invalid_argument, cfg_.name + ": no checkpoint_dir to restore from");
+  const std::string path = cfg_.store->describe(checkpoint_name(cfg_.name, label));
+  HF_ASSIGN_OR_RETURN(loaded_checkpoint ck, read_checkpoint(*cfg_.store, cfg_.name, label));
+  const auto& m = ck.meta;
+  if (m.shard_name != cfg_.name || m.shard != cfg_.shard || m.shards != cfg_.shards ||
+      int(m.clocks.size()) != cfg_.workers)
+    return make_error(errc::invalid_argument,
+                      path + ": written by shard " + std::to_string(m.shard) + " of " + std::to_string(m.shards) +
+                          " with " + std::to_string(m.clocks.size()) + " workers; this job has shard " +
+                          std::to_string(cfg_.shard) + " of " + std::to_string(cfg_.shards) + " with " +
+                          std::to_string(cfg_.workers) + " workers (the topology changed since the checkpoint)");
+  const std::size_t np = params_.size();
+  if (ck.tensors.size() != np + std::size_t(m.state_tensors))
+    return make_error(errc::invalid_argument, path + ": holds " + std::to_string(ck.tensors.size() - std::size_t(m.state_tensors)) +
+                                                  " parameters, the shard " + std::to_string(np));
+  for (std::size_t i = 0; i < np; ++i)
+    if (ck.names[i] != params_[i].name || !(ck.tensors[i].shape() == params_[i].value.shape()))
+      return make_error(errc::invalid_argument, path + ": tensor " + std::to_string(i) + " is " + ck.names[i] +
+                                                    " " + ck.tensors[i].shape().to_string() + ", the model has " +
+                                                    params_[i].name + " " + params_[i].value.shape().to_string());
+  // The optimizer creates its state on its first step: prime it with steps of
+  // zero gradient at lr 0 (weights unchanged), as many as the checkpoint's
+  // step count for Adam's bias correction, then overwrite the state.
+  // TODO(robustness): a set_state() on kernels::optimizer would avoid this.
+  if (m.optimizer_steps > 0) {
+    for (auto& p : params_) p.grad = kernels::tensor::zeros(p.value.shape());
+    const int64_t primes = cfg_.optimizer.kind == kernels::optimizer_kind::adam ? m.optimizer_steps : 1;
+    for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt_->step(ptrs_, 0.0));
+    auto state = opt_->state();
+    if (int64_t(state.size()) != m.state_tensors)
+      return make_error(errc::invalid_argument, path + ": " + std::to_string(m.state_tensors) +
+                                                    " optimizer state tensors, the optimizer has " +
+                                                    std::to_string(state.size()) + " (optimizer changed?)");
+    for (std::size_t i = 0; i < state.size(); ++i) {
+      const auto& t = ck.tensors[np + i];
+      if (!(t.shape() == state[i]->value.shape()))
+        return make_error(errc::invalid_argument, path + ": optimizer state " + ck.names[np + i] + " has shape " +
+                                                      t.shape().to_string());
+      std::copy(t.f32(), t.f32() + t.numel(), state[i]->value.f32());
+    }
+  }
+  for (std::size_t i = 0; i < np; ++i) {
+    std::copy(ck.tensors[i].f32(), ck.tensors[i].f32() + ck.tensors[i].numel(), params_[i].value.f32());
+    ++params_[i].version;
+  }
+  table_.restore(m.clocks);
+  applied_ = m.clocks;
+  if (cfg_.checkpoint_every > 0) next_checkpoint_ = (label / cfg_.checkpoint_every + 1) * cfg_.checkpoint_every;
+  last_label_ = label;
+  return {};
+}
+
+}  // namespace hetflow::ps

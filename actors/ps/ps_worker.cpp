@@ -1,0 +1,395 @@
+// ps_worker (ps_worker.hpp).
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "actors/ps/ps_options.hpp"
+#include "actors/ps/ps_protocol.hpp"
+#include "actors/ps/ps_checkpoint.hpp"
+#include "actors/ps/ps_worker.hpp"
+#include "kernels/loss.hpp"
+#include "kernels/weights_io.hpp"
+
+namespace hetflow::actors::ps_job {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+
+// ---------------------------------------------------------------- ps_worker
+
+// The worker's view of the shards: one outstanding request at a time.
+class shard_link {
+public:
+  shard_link(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me, int worker, int shards,
+             double timeout_s)
+      : self_(self), svc_(std::move(svc)), me_(std::move(me)), worker_(worker), shards_(shards),
+        timeout_s_(timeout_s) {}
+
+  status send_all(uint32_t kind, ps::ps_info info) {
+    info.worker = worker_;
+    for (int k = 0; k < shards_; ++k) {
+      info.shard = k;
+      HF_RETURN_IF_ERROR(svc_->send_wire(shard_name(k), ps::make_control(kind, me_, shard_name(k), info)));
+    }
+    return {};
+  }
+  status send(int k, wire_buffer_ref msg) { return svc_->send_wire(shard_name(k), std::move(msg)); }
+
+  // One answer of kind `kind` for `clock` from every shard, indexed by shard.
+  expected<std::vector<ps::ps_message>> await(uint32_t kind, int64_t clock, const char* what) {
+    std::vector<ps::ps_message> out(static_cast<std::size_t>(shards_));
+    std::vector<bool> got(std::size_t(shards_), false);
+    int count = 0;
+    status failure;
+    const auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                  std::chrono::duration<double>(timeout_s_ + 10.0));
+    while (count < shards_) {
+      if (svc_->stopping().load()) return make_error(errc::cancelled, me_ + ": stopped");
+      if (clock_type::now() >= deadline) {
+        std::string missing;
+        for (int k = 0; k < shards_; ++k)
+          if (!got[std::size_t(k)]) {
+            std::string n = svc_->node_of(shard_name(k));
+            missing += (missing.empty() ? "" : ", ") + ("'" + shard_name(k) + "'") + (n.empty() ? "" : " on node '" + n + "'");
+          }
+        return make_error(errc::timeout, me_ + ": no answer to its " + what + " at clock " + std::to_string(clock) +
+                                             " from PS shard " + missing + " within " +
+                                             std::to_string(int(timeout_s_ + 10)) + " s");
+      }
+      self_->receive(
+          [&](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+            auto m = ps::read_ps_message(buf, svc_->read_limits(), "node '" + node + "'");
+            if (!m) {
+              failure = m.error();
+              return;
+            }
+            if (m->kind == ps::kind_error) {
+              failure = make_error(errc::internal, m->text);
+              return;
+            }
+            const int k = m->info.shard;
+            if (m->kind != kind || m->info.clock != clock || k < 0 || k >= shards_ || got[std::size_t(k)] ||
+                m->sender != shard_name(k)) {
+              failure = make_error(errc::internal, me_ + ": unexpected message kind " + std::to_string(m->kind) +
+                                                       " at clock " + std::to_string(m->info.clock) + " from '" +
+                                                       m->sender + "' while waiting for its " + what + " at clock " +
+                                                       std::to_string(clock));
+              return;
+            }
+            got[std::size_t(k)] = true;
+            ++count;
+            out[std::size_t(k)] = std::move(*m);
+          },
+          caf::after(std::chrono::milliseconds(100)) >> [] {});
+      if (!failure.ok()) return failure;
+    }
+    return out;
+  }
+
+private:
+  caf::blocking_actor* self_;
+  std::shared_ptr<node_services> svc_;
+  std::string me_;
+  int worker_, shards_;
+  double timeout_s_;
+};
+
+struct worker_stats {
+  int64_t steps = 0, start_clock = 0, clock = 0, max_staleness = 0, staleness_sum = 0, pulls = 0;
+  double pull_seconds = 0, compute_seconds = 0;
+  int64_t resumed_from = -1;
+  std::vector<kernels::epoch_report> epochs;
+  uint64_t checksum = 0;
+  double test_accuracy = -1;
+};
+
+uint64_t checksum_of(kernels::model& m) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (auto* p : m.parameters()) {
+    const auto* b = reinterpret_cast<const unsigned char*>(p->value.f32());
+    for (std::size_t i = 0; i < p->value.byte_size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+expected<double> evaluate(kernels::model& m, const kernels::image_dataset& test, int64_t batch) {
+  if (test.size() == 0) return -1.0;
+  int64_t correct = 0;
+  for (int64_t b = 0; b < test.size(); b += batch) {
+    int64_t e = std::min(test.size(), b + batch);
+    HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, m.forward(test.images.view().slice_outer(b, e), kernels::mode::eval));
+    HF_ASSIGN_OR_RETURN(kernels::loss_result r,
+                        kernels::softmax_cross_entropy(
+                            logits, std::span<const int32_t>(test.labels).subspan(std::size_t(b), std::size_t(e - b))));
+    correct += r.correct;
+  }
+  return double(correct) / double(test.size());
+}
+
+// Copies the shards' weights into the model.
+status install(kernels::model& m, const ps::placement& pl, const std::vector<ps::ps_message>& replies) {
+  auto params = m.parameters();
+  for (std::size_t k = 0; k < replies.size(); ++k) {
+    const auto& idx = pl.tensors_of[k];
+    const auto& msg = replies[k].msg;
+    if (msg.tensor_count() != idx.size())
+      return make_error(errc::internal, "PS shard '" + shard_name(int(k)) + "' sent " +
+                                            std::to_string(msg.tensor_count()) + " tensors, its placement has " +
+                                            std::to_string(idx.size()));
+    for (std::size_t j = 0; j < idx.size(); ++j) {
+      auto* p = params[std::size_t(idx[j])];
+      const auto& tv = msg.tensor(j);
+      if (tv.type != dtype::f32 || tv.data.size() != p->value.byte_size())
+        return make_error(errc::internal, "PS shard '" + shard_name(int(k)) + "' sent " + std::to_string(tv.data.size()) +
+                                              " bytes for " + p->name);
+      std::memcpy(p->value.f32(), tv.data.data(), tv.data.size());
+      ++p->version;
+    }
+  }
+  return {};
+}
+
+expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_ptr<node_services>& svc,
+                                  const std::string& me, int w, kernels::train_config c, const ps_options& o) {
+  worker_stats st;
+  HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, true, /*with_test=*/w == 0));
+  HF_ASSIGN_OR_RETURN(kernels::epoch_plan plan, kernels::make_epoch_plan(data.train.size(), c.batch_size, c.drop_last,
+                                                                         c.max_steps_per_epoch));
+  HF_ASSIGN_OR_RETURN(auto source, kernels::make_memory_source(data.train, c));
+  if (c.where.kind != kernels::device_kind::cpu)
+    return make_error(errc::unsupported, me + ": strategy \"ps\" runs on cpu devices only for now");
+  HF_ASSIGN_OR_RETURN(kernels::model m, build_model_for(c, c.where, c.threads));
+  if (!(source->sample_shape() == m.sample_shape(0)))
+    return make_error(errc::internal, me + ": the data's samples are " + source->sample_shape().to_string());
+  const ps::placement pl = placement_of(m, o.shards);
+  shard_link link(self, svc, me, w, o.shards, o.timeout_s);
+  const int W = o.workers;
+
+  if (o.resume) {
+    HF_RETURN_IF_ERROR(link.send_all(ps::kind_hello, {}));
+    HF_ASSIGN_OR_RETURN(auto lists, link.await(ps::kind_checkpoints, 0, "checkpoint query"));
+    std::vector<std::vector<int64_t>> labels;
+    for (auto& l : lists) labels.push_back(l.list);
+    const int64_t label = ps::newest_common_label(labels);
+    if (label < 0) {
+      if (w == 0) log_warn("--resume: no checkpoint is complete on every PS shard in " + o.checkpoint_dir + "; starting from scratch");
+    } else {
+      ps::ps_info info;
+      info.clock = label;
+      HF_RETURN_IF_ERROR(link.send_all(ps::kind_restore, info));
+      HF_ASSIGN_OR_RETURN(auto restored, link.await(ps::kind_restored, label, "restore"));
+      for (auto& r : restored)
+        if (int(r.list.size()) != W || r.list[std::size_t(w)] != restored[0].list[std::size_t(w)])
+          return make_error(errc::internal, me + ": the shards restored different clocks for it");
+      st.start_clock = restored[0].list[std::size_t(w)];
+      st.resumed_from = label;
+      log_info(me + ": resuming from checkpoint " + std::to_string(label) + " at clock " +
+               std::to_string(st.start_clock));
+    }
+  }
+
+  const int64_t steps = plan.steps;
+  expected<worker_stats> result = make_error(errc::internal, "did not run");
+  // The training loop runs inside the model's device context (its threads).
+  m.context().run([&] { result = [&]() -> expected<worker_stats> {
+  kernels::tensor grad;
+  int64_t clock = 0, k = 0;
+  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+    HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
+    kernels::epoch_report er;
+    er.epoch = epoch + 1;
+    double loss_sum = 0;
+    int64_t correct = 0, my_steps = 0;
+    auto t0 = clock_type::now();
+    for (int64_t s = w; s < steps; s += W, ++k) {
+      if (k < st.start_clock) {
+        clock = k + 1;
+        continue;
+      }
+      if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+      if (w == o.drill_worker && clock == o.drill_clock && o.drill_delay_s > 0) {
+        log_warn(me + ": fault drill: sleeping " + std::to_string(o.drill_delay_s) + " s before clock " +
+                 std::to_string(clock));
+        auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                             std::chrono::duration<double>(o.drill_delay_s));
+        while (clock_type::now() < until && !svc->stopping().load())
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      auto tp = clock_type::now();
+      ps::ps_info pull;
+      pull.clock = clock;
+      HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, pull));
+      HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "pull"));
+      HF_RETURN_IF_ERROR(install(m, pl, replies));
+      int64_t g = ps::infinite_clock;
+      for (auto& r : replies) g = std::min(g, r.info.global);
+      const int64_t lag = g == ps::infinite_clock ? 0 : std::max<int64_t>(0, clock - g);
+      st.max_staleness = std::max(st.max_staleness, lag);
+      st.staleness_sum += lag;
+      ++st.pulls;
+      st.pull_seconds += since(tp);
+      auto tc = clock_type::now();
+      HF_ASSIGN_OR_RETURN(kernels::train_batch batch, source->next(epoch, s));
+      HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, m.forward(batch.images, kernels::mode::train));
+      if (grad.empty()) grad = kernels::tensor::empty(logits.shape());
+      grad.resize(logits.shape());
+      HF_ASSIGN_OR_RETURN(kernels::loss_result lr_res,
+                          kernels::softmax_cross_entropy(logits, batch.labels, grad.mutable_view()));
+      HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+      if (!std::isfinite(lr_res.loss))
+        return make_error(errc::internal, me + ": loss became " + std::to_string(lr_res.loss) + " at epoch " +
+                                              std::to_string(epoch + 1) + " step " + std::to_string(s + 1) +
+                                              "; lower the learning rate");
+      er.lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
+      auto params = m.parameters();
+      for (int sh = 0; sh < o.shards; ++sh) {
+        std::vector<const kernels::tensor*> gs;
+        for (int i : pl.tensors_of[std::size_t(sh)]) gs.push_back(&params[std::size_t(i)]->grad);
+        ps::ps_info push;
+        push.worker = w;
+        push.shard = sh;
+        push.clock = clock;
+        push.lr = er.lr;
+        HF_RETURN_IF_ERROR(link.send(sh, ps::make_tensors(ps::kind_push, me, shard_name(sh), push, gs)));
+      }
+      st.compute_seconds += since(tc);
+      ++clock;
+      ++st.steps;
+      ++my_steps;
+      loss_sum += lr_res.loss;
+      correct += lr_res.correct;
+      er.samples += int64_t(batch.labels.size());
+      if (w == 0 && c.progress_every > 0 && my_steps % c.progress_every == 0 && my_steps % (c.progress_every * 5) == 0) {
+        char line[200];
+        std::snprintf(line, sizeof line, "epoch %d/%d step %lld/%lld | loss %.4f | staleness max %lld", epoch + 1,
+                      c.epochs, static_cast<long long>(s + 1), static_cast<long long>(steps),
+                      loss_sum / double(my_steps), static_cast<long long>(st.max_staleness));
+        log_info(line);
+      }
+    }
+    HF_RETURN_IF_ERROR(source->end_epoch(epoch));
+    if (my_steps == 0) continue;  // resumed past this epoch
+    er.train_seconds = since(t0);
+    er.loss = loss_sum / double(my_steps);
+    er.train_accuracy = er.samples > 0 ? double(correct) / double(er.samples) : 0;
+    er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0;
+    // Worker 0's weights at its last pull of the epoch (the last epoch: the final weights, below).
+    if (w == 0 && c.eval_each_epoch && epoch + 1 < c.epochs) {
+      HF_ASSIGN_OR_RETURN(er.test_accuracy, evaluate(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
+    }
+    st.epochs.push_back(er);
+    if (w == 0) {
+      char line[256];
+      std::snprintf(line, sizeof line, "epoch %d/%d done (worker 0): loss %.4f, train accuracy %.4f, test accuracy %s",
+                    er.epoch, c.epochs, er.loss, er.train_accuracy,
+                    er.test_accuracy < 0 ? "-" : std::to_string(er.test_accuracy).substr(0, 6).c_str());
+      log_info(line);
+    }
+  }
+  st.clock = clock;
+  ps::ps_info done;
+  done.clock = clock;
+  HF_RETURN_IF_ERROR(link.send_all(ps::kind_done, done));
+  if (w == 0) {
+    // The final weights, once every worker has finished.
+    ps::ps_info fin;
+    fin.clock = clock;
+    fin.flags = 1;
+    HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, fin));
+    HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "final pull"));
+    HF_RETURN_IF_ERROR(install(m, pl, replies));
+    st.checksum = checksum_of(m);
+    HF_ASSIGN_OR_RETURN(st.test_accuracy, evaluate(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
+    if (!st.epochs.empty() && st.epochs.back().epoch == c.epochs) st.epochs.back().test_accuracy = st.test_accuracy;
+    log_info("final weights (every worker finished): test accuracy " + std::to_string(st.test_accuracy).substr(0, 6));
+    if (!c.save_weights.empty()) HF_RETURN_IF_ERROR(kernels::save_weights(m, c.save_weights));
+    HF_RETURN_IF_ERROR(link.send_all(ps::kind_bye, fin));
+  }
+  return st;
+  }(); });
+  return result;
+}
+
+void ps_worker(caf::blocking_actor* self, actor_env env) {
+  auto svc = env.services;
+  const std::string me = env.spec.name;
+  bool started = false;
+  while (!started) {
+    self->receive([&](start_atom) { started = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
+    if (!started && svc->stopping().load()) return;
+  }
+  const int w = int(env.spec.args.get_int("rank", 0));
+  auto cfg = builtin::train_config_of(env.cluster, env.spec.node, std::size_t(env.spec.args.get_int("device", 0)));
+  if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
+  auto opts = options_of(env.cluster);
+  if (!opts) return svc->report_done(me, false, opts.error().message(), {});
+  if (w == 0)
+    log_info("parameter servers: " + std::to_string(opts->workers) + " worker(s), " + std::to_string(opts->shards) +
+             " shard(s), " + opts->model.to_string() + ", batch " + std::to_string(cfg->batch_size) +
+             " per worker, " + cfg->model + " for " + std::to_string(cfg->epochs) + " epochs");
+  auto t0 = clock_type::now();
+  expected<worker_stats> r = run_worker(self, svc, me, w, *cfg, *opts);
+  if (!r) return svc->report_done(me, false, r.error().to_string(), {});
+  json_writer j;
+  j.begin_object().field("model", cfg->model).field("device", cfg->where.to_string());
+  j.field("strategy", "ps").field("rank", int64_t{w}).field("workers", int64_t{opts->workers});
+  j.field("shards", int64_t{opts->shards}).field("consistency", opts->model.to_string());
+  j.field("staleness", opts->model.staleness).field("steps", r->steps).field("start_clock", r->start_clock);
+  j.field("clock", r->clock).field("max_staleness", r->max_staleness);
+  j.field("mean_staleness", r->pulls > 0 ? double(r->staleness_sum) / double(r->pulls) : 0.0);
+  j.field("pull_seconds", r->pull_seconds).field("compute_seconds", r->compute_seconds);
+  j.key("resumed_from");
+  if (r->resumed_from < 0)
+    j.null();
+  else
+    j.value(r->resumed_from);
+  j.field("total_seconds", since(t0));
+  if (w == 0) {
+    char sum[20];
+    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r->checksum));
+    j.field("weights_checksum", std::string(sum));
+  }
+  j.key("epochs").begin_array();
+  for (auto& e : r->epochs) {
+    j.begin_object().field("epoch", int64_t{e.epoch}).field("loss", e.loss).field("train_accuracy", e.train_accuracy);
+    j.key("test_accuracy");
+    if (e.test_accuracy < 0)
+      j.null();
+    else
+      j.value(e.test_accuracy);
+    j.field("samples_per_s", e.samples_per_s).field("train_seconds", e.train_seconds).field("lr", e.lr);
+    j.field("samples", e.samples).end_object();
+  }
+  j.end_array().end_object();
+  std::string summary = std::to_string(r->steps) + " steps, max staleness " + std::to_string(r->max_staleness);
+  if (w == 0 && r->test_accuracy >= 0) summary += ", test accuracy " + std::to_string(r->test_accuracy).substr(0, 6);
+  svc->report_done(me, true, summary, j.str());
+}
+
+
+}  // namespace
+
+void add_ps_worker(registry& reg) {
+  using topology::key_spec;
+  using topology::key_type;
+  topology::type_spec w{"ps_worker", "one parameter-server worker of the train job (strategy ps)", {}};
+  w.keys.push_back(key_spec{"rank", key_type::integer, false, int64_t{0}, "worker index", 0.0, {}, {}});
+  w.keys.push_back(key_spec{"device", key_type::integer, false, int64_t{0}, "index into its node's devices", 0.0, {}, {}});
+  (void)reg.add_actor_type(w, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    return sys.spawn(ps_worker, env);
+  });
+}
+
+}  // namespace hetflow::actors::ps_job

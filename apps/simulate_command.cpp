@@ -1,0 +1,545 @@
+#include "apps/simulate_command.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include "actors/registry.hpp"
+#include "apps/profile_command.hpp"
+#include "kernels/model.hpp"
+#include "kernels/optimizer.hpp"
+#include "kernels/profile.hpp"
+#include "topology/cost_model.hpp"
+#include "topology/data_parallel.hpp"
+#include "topology/hetpipe_plan.hpp"
+#include "topology/parser.hpp"
+#include "topology/simulator.hpp"
+
+namespace hetflow::apps {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* usage = "usage: hetflow simulate FILE [--json] [--waves N]\n";
+
+std::string gib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1ull << 30));
+  return buf;
+}
+
+std::string device_name(const topology::cluster& c, const topology::plan_device& d) {
+  const auto& spec = c.nodes[std::size_t(d.node_index)].devices[d.device];
+  return std::string(topology::to_string(spec.kind)) + ":" + std::to_string(spec.index);
+}
+
+int cpu_threads(const topology::node_spec& n, const topology::device_spec& d) {
+  if (d.threads > 0) return d.threads;
+  if (!n.cpus.empty()) return int(n.cpus.size());
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Samples in one epoch of the job's dataset (time per epoch for "auto").
+int64_t epoch_samples(const topology::cluster& c) {
+  const auto& p = c.job.params;
+  if (p.get_string("dataset", "fashion-mnist") == "synthetic") return p.get_int("train_size", 10000);
+  return 60000;
+}
+
+// Median ms of one optimizer step (the job's optimizer) over every parameter
+// of `m`, whose gradients profile_model left in place. Changes m's weights.
+expected<double> time_update(const topology::cluster& c, kernels::model& m) {
+  const auto& p = c.job.params;
+  kernels::optimizer_config oc;
+  oc.kind = p.get_string("optimizer", "sgd") == "adam" ? kernels::optimizer_kind::adam : kernels::optimizer_kind::sgd;
+  oc.lr = p.get_number("lr", 0.05);
+  oc.momentum = p.get_number("momentum", 0.9);
+  oc.weight_decay = p.get_number("weight_decay", 0.0);
+  HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
+  auto params = m.parameters();
+  std::vector<double> times;
+  status st;
+  m.context().run([&] {
+    for (int i = 0; i < 7 && st.ok(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      st = opt->step(params, oc.lr * 1e-6);
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  });
+  HF_RETURN_IF_ERROR(st);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch) {
+  HF_ASSIGN_OR_RETURN(kernels::model_spec spec, train_model_spec(c));
+  topology::profile_db db;
+  db.batch = batch;
+  db.source = "profiles measured here (" + spec.name + ", batch " + std::to_string(batch) + ")";
+  // Nodes of one machine talk through shared memory; defaults otherwise.
+  db.links.intra_node_gbps = 100;
+  db.links.inter_node_gbps = 100;
+  db.links.latency_us = 20;  // one-way tensor message through two actors (README, transport bench)
+  std::map<int, std::string> kinds;  // threads -> kind
+  for (auto& n : c.nodes)
+    for (auto& d : n.devices) {
+      if (d.kind != topology::device_kind::cpu) {
+        if (d.profile.empty())
+          return make_error(errc::unsupported, "node '" + n.name +
+                                                   "' lists a cuda device with no `profile`; without a profile_file "
+                                                   "only cpu devices are measured");
+        continue;
+      }
+      const int t = cpu_threads(n, d);
+      if (d.profile.empty()) d.profile = "cpu-t" + std::to_string(t);
+      if (kinds.count(t)) continue;
+      kinds[t] = d.profile;
+      HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), {t, 1}));
+      kernels::profile_options po;
+      po.batch = batch;
+      HF_ASSIGN_OR_RETURN(kernels::model_profile prof, kernels::profile_model(m, po));
+      if (db.units.empty())
+        for (const auto& u : prof.units) {
+          topology::profile_unit pu;
+          pu.name = u.name;
+          pu.params_bytes = u.parameter_bytes;
+          pu.activation_bytes = u.activation_bytes;
+          pu.output_bytes = u.output_bytes;
+          db.units.push_back(std::move(pu));
+        }
+      for (std::size_t i = 0; i < prof.units.size() && i < db.units.size(); ++i)
+        db.units[i].devices[d.profile] = {prof.units[i].forward_s * 1e3, prof.units[i].backward_s * 1e3};
+      db.devices[d.profile].memory_bytes = d.memory_bytes;
+      HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
+    }
+  if (db.units.empty())
+    return make_error(errc::invalid_argument,
+                      "[job] has no profile_file and the topology has no cpu device whose profile could be measured "
+                      "here: set profile_file to a JSON profile of the devices' kinds (README, \"HetPipe planner and "
+                      "simulator\")");
+  return db;
+}
+
+expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch) {
+  const auto& p = c.job.params;
+  if (p.contains("profile_file")) return topology::load_profile_db(p.get_string("profile_file"));
+  return measured_profiles(c, measure_batch);
+}
+
+// Devices of dp_nodes (every node when empty).
+std::vector<topology::plan_device> dp_devices(const topology::cluster& c, const std::vector<topology::plan_device>& all) {
+  auto nodes = c.job.params.get_strings("dp_nodes");
+  if (nodes.empty()) return all;
+  std::vector<topology::plan_device> out;
+  for (const auto& d : all)
+    if (std::find(nodes.begin(), nodes.end(), d.node) != nodes.end()) out.push_back(d);
+  return out;
+}
+
+json stage_json(const topology::cluster& c, const topology::stage_plan& s) {
+  return json{{"node", s.device.node},
+              {"device", s.device.device},
+              {"device_name", device_name(c, s.device)},
+              {"kind", s.device.kind},
+              {"first_unit", s.first_unit},
+              {"last_unit", s.last_unit},
+              {"memory_bytes", s.memory_bytes},
+              {"device_memory_bytes", s.device.memory_bytes},
+              {"kept_minibatches", s.kept_minibatches},
+              {"compute_ms", s.compute_ms},
+              {"send_ms", s.send_ms},
+              {"stage_ms", s.stage_ms}};
+}
+
+json plan_json(const topology::cluster& c, const topology::hetpipe_plan& p, const topology::profile_db& db) {
+  json vws = json::array();
+  for (const auto& vw : p.virtual_workers) {
+    json st = json::array();
+    for (const auto& s : vw.stages) st.push_back(stage_json(c, s));
+    vws.push_back(json{{"stages", st},
+                       {"latency_ms", vw.latency_ms},
+                       {"period_ms", vw.period_ms},
+                       {"wave_ms", vw.wave_ms},
+                       {"samples_per_s", vw.samples_per_s},
+                       {"bottleneck", vw.bottleneck}});
+  }
+  json ps = json::object();
+  for (std::size_t n = 0; n < p.nodes.size(); ++n) ps[p.nodes[n]] = p.ps_bytes[n];
+  json units = json::array();
+  for (std::size_t u = 0; u < db.units.size(); ++u)
+    units.push_back(json{{"name", db.units[u].name}, {"ps_node", p.nodes[std::size_t(p.unit_ps_node[u])]}});
+  return json{{"strategy", "hetpipe"},
+              {"allocation", topology::to_string(p.policy)},
+              {"ps_placement", p.ps_local ? "local" : "spread"},
+              {"nm", p.nm},
+              {"staleness", p.staleness},
+              {"batch", p.batch},
+              {"virtual_workers", vws},
+              {"ps_bytes", ps},
+              {"units", units},
+              {"sync_ms", p.sync_ms},
+              {"predicted_samples_per_s", p.predicted_samples_per_s},
+              {"bottleneck", p.bottleneck},
+              {"notes", p.notes}};
+}
+
+void print_plan(const topology::cluster& c, const topology::hetpipe_plan& p, const topology::profile_db& db) {
+  std::printf("hetpipe: %zu virtual workers (allocation %s), Nm = %d, D = %d, batch %lld, PS %s\n",
+              p.virtual_workers.size(), topology::to_string(p.policy), p.nm, p.staleness,
+              static_cast<long long>(p.batch), p.ps_local ? "local" : "spread");
+  for (const auto& n : p.notes) std::printf("  note: %s\n", n.c_str());
+  for (std::size_t v = 0; v < p.virtual_workers.size(); ++v) {
+    const auto& vw = p.virtual_workers[v];
+    std::printf("virtual worker %zu: %zu stages; minibatch latency %.2f ms, period %.2f ms, wave %.2f ms, "
+                "%.1f samples/s\n",
+                v, vw.stages.size(), vw.latency_ms, vw.period_ms, vw.wave_ms, vw.samples_per_s);
+    std::printf("  %-5s %-10s %-8s %-14s %-28s %-24s %9s %8s %9s\n", "stage", "node", "device", "kind", "units",
+                "memory (kept minibatches)", "compute", "send", "stage ms");
+    for (std::size_t j = 0; j < vw.stages.size(); ++j) {
+      const auto& s = vw.stages[j];
+      std::string units = std::to_string(s.first_unit) + "-" + std::to_string(s.last_unit) + " (" +
+                          db.units[s.first_unit].name + ".." + db.units[s.last_unit].name + ")";
+      std::string mem = gib(s.memory_bytes) + " / " + (s.device.memory_bytes ? gib(s.device.memory_bytes) : "-") +
+                        " (" + std::to_string(s.kept_minibatches) + ")";
+      std::printf("  %-5zu %-10s %-8s %-14s %-28s %-24s %9.2f %8.2f %9.2f\n", j, s.device.node.c_str(),
+                  device_name(c, s.device).c_str(), s.device.kind.c_str(), units.c_str(), mem.c_str(), s.compute_ms,
+                  s.send_ms, s.stage_ms);
+    }
+    std::printf("  bottleneck: %s\n", vw.bottleneck.c_str());
+  }
+  std::printf("parameter servers (%s):", p.ps_local ? "local" : "spread");
+  for (std::size_t n = 0; n < p.nodes.size(); ++n) std::printf(" %s %s;", p.nodes[n].c_str(), gib(p.ps_bytes[n]).c_str());
+  std::printf(" push + pull per wave %.2f ms\n", p.sync_ms);
+  std::printf("predicted: %.1f samples/s; bottleneck: %s\n", p.predicted_samples_per_s, p.bottleneck.c_str());
+}
+
+struct estimates {
+  std::optional<topology::hetpipe_plan> hetpipe;
+  std::string hetpipe_error;
+  std::optional<topology::dp_estimate> dp;
+  std::string dp_error;
+  std::optional<topology::dp_estimate> single;
+  std::string single_error;
+};
+
+// Everything "auto" compares. `devices` with profile kinds.
+estimates estimate_all(const topology::cluster& c, const std::vector<topology::plan_device>& devices,
+                       const topology::profile_db& db) {
+  estimates e;
+  auto opts = topology::hetpipe_options_of(c);
+  if (!opts) {
+    e.hetpipe_error = opts.error().message();
+  } else {
+    std::vector<std::string> names;
+    for (const auto& n : c.nodes) names.push_back(n.name);
+    auto p = topology::plan_hetpipe(devices, names, db, *opts);
+    if (p)
+      e.hetpipe = std::move(*p);
+    else
+      e.hetpipe_error = p.error().message();
+  }
+  const int64_t batch = c.job.params.get_int("batch_size", db.batch);
+  // Strategy dp: batch_size is the global batch (as the dp job splits it).
+  // Compared with hetpipe ("auto", plan): every replica a minibatch of
+  // batch_size, as a HetPipe VW gets (the HetPipe paper's DP baseline).
+  const bool global = c.job.params.get_string("strategy", "single") == "dp";
+  auto dp = topology::estimate_dp(dp_devices(c, devices), db.at_batch(batch), global ? batch : 0,
+                                  global && c.job.params.get_string("dp_split", "measured") == "equal");
+  if (dp)
+    e.dp = std::move(*dp);
+  else
+    e.dp_error = dp.error().message();
+  // single: the fastest device that holds the model
+  for (const auto& d : devices) {
+    auto s = topology::estimate_single(d, db.at_batch(batch), batch);
+    if (s && (!e.single || s->samples_per_s > e.single->samples_per_s)) e.single = std::move(*s);
+    if (!s && e.single_error.empty()) e.single_error = s.error().message();
+  }
+  return e;
+}
+
+// "auto": the strategy with the shortest predicted epoch, and why.
+std::pair<std::string, std::string> choose(const topology::cluster& c, const estimates& e) {
+  const double epoch = double(epoch_samples(c));
+  std::vector<std::pair<double, std::string>> v;
+  std::string why;
+  char buf[256];
+  auto add = [&](const char* name, double sps, const std::string& err) {
+    if (sps > 0) {
+      v.push_back({sps, name});
+      std::snprintf(buf, sizeof buf, "%s %.1f samples/s (%.1f s per epoch of %.0f samples)", name, sps, epoch / sps,
+                    epoch);
+    } else {
+      std::snprintf(buf, sizeof buf, "%s not possible (%s)", name, err.c_str());
+    }
+    why += (why.empty() ? "" : "; ") + std::string(buf);
+  };
+  add("single", e.single ? e.single->samples_per_s : 0, e.single_error);
+  add("dp", e.dp ? e.dp->samples_per_s : 0, e.dp_error);
+  add("hetpipe", e.hetpipe ? e.hetpipe->predicted_samples_per_s : 0, e.hetpipe_error);
+  why += "; ps and ralp are not estimated yet (issue 6)";
+  if (v.empty()) return {"", why};
+  std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::string chosen = v.front().second;
+  if (v.size() > 1) {
+    std::snprintf(buf, sizeof buf, "%s: %.2fx the next best (%s)", chosen.c_str(), v[0].first / v[1].first,
+                  v[1].second.c_str());
+    why = std::string(buf) + ". " + why;
+  }
+  return {chosen, why};
+}
+
+}  // namespace
+
+expected<topology::profile_db> job_profiles(topology::cluster& c) {
+  return profiles_at(c, c.job.params.get_int("batch_size", 64));
+}
+
+int plan_hetpipe_command(const topology::cluster& c_in, const std::string& file, bool json_out) {
+  topology::cluster c = c_in;
+  auto db = job_profiles(c);
+  if (!db) {
+    std::fprintf(stderr, "hetflow plan: %s\n", db.error().message().c_str());
+    return 2;
+  }
+  auto devices = topology::plan_devices(c, *db);
+  if (!devices) {
+    std::fprintf(stderr, "%s:%u:%u: error: %s\n", file.c_str(), unsigned(c.job.where.line),
+                 unsigned(c.job.where.column), devices.error().message().c_str());
+    return 2;
+  }
+  const bool is_auto = c.job.params.get_string("strategy") == "auto";
+  auto e = estimate_all(c, *devices, *db);
+  if (!is_auto && !e.hetpipe) {
+    std::fprintf(stderr, "hetflow plan: %s: no HetPipe plan: %s\n", file.c_str(), e.hetpipe_error.c_str());
+    return 2;
+  }
+  auto [chosen, why] = choose(c, e);
+  const topology::profile_db at = db->at_batch(c.job.params.get_int("batch_size", db->batch));
+  if (json_out) {
+    json j = e.hetpipe ? plan_json(c, *e.hetpipe, at) : json{{"strategy", chosen}};
+    j["topology"] = file;
+    j["cluster"] = c.name;
+    j["profiles"] = db->source;
+    if (is_auto) {
+      j["strategy"] = chosen;
+      j["requested_strategy"] = "auto";
+      j["why"] = why;
+      if (e.dp) j["dp_predicted_samples_per_s"] = e.dp->samples_per_s;
+      if (e.single) j["single_predicted_samples_per_s"] = e.single->samples_per_s;
+      if (e.hetpipe) j["hetpipe_predicted_samples_per_s"] = e.hetpipe->predicted_samples_per_s;
+      if (chosen != "hetpipe") j.erase("virtual_workers");
+    }
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("plan for %s: cluster '%s', job 'train' (strategy %s)\n", file.c_str(), c.name.c_str(),
+              is_auto ? "auto" : "hetpipe");
+  std::printf("profiles: %s (batch %lld, %zu units)\n", db->source.c_str(), static_cast<long long>(db->batch),
+              db->units.size());
+  if (e.hetpipe) print_plan(c, *e.hetpipe, at);
+  if (is_auto) {
+    std::printf("auto: %s\n", chosen.empty() ? "nothing fits" : ("chooses " + chosen).c_str());
+    std::printf("  why: %s\n", why.c_str());
+    if (e.dp && !e.dp->left_out.empty())
+      for (const auto& l : e.dp->left_out) std::printf("  dp leaves out %s\n", l.c_str());
+  } else if (e.dp) {
+    std::printf("for comparison, data parallel (ring) over the %zu devices that hold the model: %.1f samples/s\n",
+                e.dp->replicas.size(), e.dp->samples_per_s);
+  }
+  return chosen.empty() ? 2 : 0;
+}
+
+int simulate_command(const std::vector<std::string>& args, const actors::registry& reg) {
+  std::string file;
+  bool json_out = false;
+  topology::simulation_options so;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    if (a == "--json") {
+      json_out = true;
+    } else if (a == "--waves" && i + 1 < args.size()) {
+      so.waves = std::atoi(args[++i].c_str());
+      if (so.waves < 2) {
+        std::fprintf(stderr, "hetflow simulate: --waves wants an integer >= 2\n");
+        return 2;
+      }
+      so.warmup_waves = std::min(so.warmup_waves, so.waves / 4);
+    } else if (file.empty() && !a.empty() && a[0] != '-') {
+      file = a;
+    } else {
+      std::fprintf(stderr, "hetflow simulate: unexpected argument '%s'\n%s", a.c_str(), usage);
+      return 2;
+    }
+  }
+  if (file.empty()) {
+    std::fprintf(stderr, "%s", usage);
+    return 2;
+  }
+  auto loaded = load_or_report(file, reg);
+  if (!loaded) return 2;
+  topology::cluster c = std::move(*loaded);
+  if (c.job.kind != "train") {
+    std::fprintf(stderr, "hetflow simulate: %s runs a '%s' job; simulate predicts 'train' jobs\n", file.c_str(),
+                 c.job.kind.c_str());
+    return 2;
+  }
+  const std::string strategy = c.job.params.get_string("strategy", "single");
+  const int64_t batch = c.job.params.get_int("batch_size", 64);
+  // Without a profile file dp is measured at each replica's share of the batch.
+  int64_t measure_batch = batch;
+  if (strategy == "dp" && !c.job.params.contains("profile_file")) {
+    std::size_t replicas = 0;
+    auto nodes = c.job.params.get_strings("dp_nodes");
+    for (const auto& n : c.nodes)
+      if (nodes.empty() || std::find(nodes.begin(), nodes.end(), n.name) != nodes.end())
+        replicas += std::max<std::size_t>(1, n.devices.size());
+    measure_batch = std::max<int64_t>(1, batch / int64_t(std::max<std::size_t>(1, replicas)));
+  }
+  auto db = profiles_at(c, measure_batch);
+  if (!db) {
+    std::fprintf(stderr, "hetflow simulate: %s\n", db.error().message().c_str());
+    return 2;
+  }
+  auto devices = topology::plan_devices(c, *db);
+  if (!devices) {
+    std::fprintf(stderr, "%s: error: %s\n", file.c_str(), devices.error().message().c_str());
+    return 2;
+  }
+  auto e = estimate_all(c, *devices, *db);
+  std::string chosen = strategy;
+  std::string why;
+  if (strategy == "auto") std::tie(chosen, why) = choose(c, e);
+  json j{{"topology", file}, {"cluster", c.name}, {"strategy", chosen}, {"profiles", db->source}};
+  if (strategy == "auto") j["why"] = why;
+  if (chosen == "hetpipe") {
+    if (!e.hetpipe) {
+      std::fprintf(stderr, "hetflow simulate: %s: no HetPipe plan: %s\n", file.c_str(), e.hetpipe_error.c_str());
+      return 2;
+    }
+    const auto& p = *e.hetpipe;
+    auto r = topology::simulate_hetpipe(p, *db, so);
+    if (!r) {
+      std::fprintf(stderr, "hetflow simulate: %s\n", r.error().message().c_str());
+      return 1;
+    }
+    j["allocation"] = topology::to_string(p.policy);
+    j["ps_placement"] = p.ps_local ? "local" : "spread";
+    j["nm"] = p.nm;
+    j["staleness"] = p.staleness;
+    j["batch"] = p.batch;
+    j["predicted_samples_per_s"] = p.predicted_samples_per_s;
+    j["simulated_samples_per_s"] = r->samples_per_s;
+    j["simulated_ms"] = r->window_ms;
+    j["waves"] = so.waves;
+    json vws = json::array();
+    for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {
+      const auto& sv = r->virtual_workers[v];
+      json util = json::array();
+      for (const auto& s : sv.stages) util.push_back(s.utilisation);
+      json st = json::array();
+      for (const auto& s : p.virtual_workers[v].stages) st.push_back(stage_json(c, s));
+      vws.push_back(json{{"samples_per_s", sv.samples_per_s}, {"wsp_wait_ms", sv.wsp_wait_ms},
+                         {"utilisation", util}, {"stages", st}});
+    }
+    j["virtual_workers"] = vws;
+    if (e.dp) j["dp_predicted_samples_per_s"] = e.dp->samples_per_s;
+    if (json_out) {
+      std::printf("%s\n", j.dump(1).c_str());
+      return 0;
+    }
+    std::printf("simulate %s: strategy hetpipe, %zu virtual workers (%s), Nm = %d, D = %d, batch %lld, PS %s; "
+                "%d waves per VW (%d warm-up)\n",
+                file.c_str(), p.virtual_workers.size(), topology::to_string(p.policy), p.nm, p.staleness,
+                static_cast<long long>(p.batch), p.ps_local ? "local" : "spread", so.waves, so.warmup_waves);
+    if (!why.empty()) std::printf("  auto: %s\n", why.c_str());
+    for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {
+      const auto& sv = r->virtual_workers[v];
+      std::printf("  VW %zu: %.1f samples/s, waited %.1f ms for WSP pulls; stages", v, sv.samples_per_s,
+                  sv.wsp_wait_ms);
+      for (std::size_t s = 0; s < sv.stages.size(); ++s)
+        std::printf(" %s %.0f%%", p.virtual_workers[v].stages[s].device.kind.c_str(),
+                    100 * sv.stages[s].utilisation);
+      std::printf("\n");
+    }
+    std::printf("simulated: %.1f samples/s (planner's estimate %.1f)\n", r->samples_per_s, p.predicted_samples_per_s);
+    if (e.dp) std::printf("data parallel (ring) estimate for comparison: %.1f samples/s\n", e.dp->samples_per_s);
+    return 0;
+  }
+  const topology::dp_estimate* est = nullptr;
+  if (chosen == "dp") {
+    if (!e.dp) {
+      std::fprintf(stderr, "hetflow simulate: %s: data parallelism: %s\n", file.c_str(), e.dp_error.c_str());
+      return 2;
+    }
+    est = &*e.dp;
+  } else if (chosen == "single" || chosen == "ps" || chosen == "ralp") {
+    if (chosen != "single") {
+      std::fprintf(stderr, "hetflow simulate: strategy \"%s\" has no cost model yet (issue 6)\n", chosen.c_str());
+      return 2;
+    }
+    // The head node's first device, as the job runs it.
+    auto head = (*devices)[0];
+    auto s = topology::estimate_single(head, db->at_batch(batch), batch);
+    if (!s) {
+      std::fprintf(stderr, "hetflow simulate: %s\n", s.error().message().c_str());
+      return 2;
+    }
+    e.single = std::move(*s);
+    est = &*e.single;
+  } else {
+    std::fprintf(stderr, "hetflow simulate: %s: nothing fits: %s\n", file.c_str(), why.c_str());
+    return 2;
+  }
+  j["model"] = "cost model (topology/cost_model.hpp): compute of the slowest replica + ring all-reduce";
+  j["simulated_samples_per_s"] = est->samples_per_s;
+  j["predicted_samples_per_s"] = est->samples_per_s;
+  j["step_ms"] = est->step_ms;
+  j["compute_ms"] = est->compute_ms;
+  j["allreduce_ms"] = est->allreduce_ms;
+  j["global_batch"] = est->global_batch;
+  json reps = json::array();
+  for (std::size_t i = 0; i < est->replicas.size(); ++i)
+    reps.push_back(json{{"node", est->replicas[i].node}, {"device", est->replicas[i].device},
+                        {"kind", est->replicas[i].kind}, {"rows", est->rows[i]}});
+  j["replicas"] = reps;
+  j["left_out"] = est->left_out;
+  if (json_out) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("simulate %s: strategy %s, %zu replica%s, global batch %lld (cost model)\n", file.c_str(),
+              chosen.c_str(), est->replicas.size(), est->replicas.size() == 1 ? "" : "s",
+              static_cast<long long>(est->global_batch));
+  if (!why.empty()) std::printf("  auto: %s\n", why.c_str());
+  for (std::size_t i = 0; i < est->replicas.size(); ++i)
+    std::printf("  replica %zu: %s dev%zu (%s), %lld rows\n", i, est->replicas[i].node.c_str(),
+                est->replicas[i].device, est->replicas[i].kind.c_str(), static_cast<long long>(est->rows[i]));
+  for (const auto& l : est->left_out) std::printf("  left out: %s\n", l.c_str());
+  std::printf("  step %.3f ms = compute %.3f ms + all-reduce %.3f ms\n", est->step_ms, est->compute_ms,
+              est->allreduce_ms);
+  std::printf("simulated: %.1f samples/s\n", est->samples_per_s);
+  return 0;
+}
+
+int refuse_plan_only_strategy(const std::string& file, const actors::registry& reg, const char* command) {
+  auto parsed = topology::load_topology(file, reg.catalog());
+  if (!parsed.ok() || parsed.model->job.kind != "train") return 0;
+  const std::string s = parsed.model->job.params.get_string("strategy", "single");
+  if (s != "hetpipe" && s != "auto") return 0;
+  std::fprintf(stderr,
+               "hetflow %s: %s: [job] strategy = \"%s\": the HetPipe runtime (pipeline stage actors, WSP parameter "
+               "servers) is not implemented yet, so this job cannot run; use `hetflow plan %s` or `hetflow "
+               "simulate %s` to see its plan and predicted throughput%s\n",
+               command, file.c_str(), s.c_str(), file.c_str(), file.c_str(),
+               s == "auto" ? ", and set the strategy it chooses (dp or single) to run it" : "");
+  return 2;
+}
+
+}  // namespace hetflow::apps

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Simulator validation: predicted (hetflow simulate) vs measured (hetflow run)
+# training throughput on configurations this machine can run: LeNet-5 and the
+# MLP on Fashion-MNIST, one cpu thread, strategy single and dp (2 nodes x 1
+# thread). Profiles come from the same unit profiler as `hetflow profile`
+# (simulate measures them here when the topology names no profile_file; the
+# profile table is printed first). Target: |error| <= 15%.
+#
+#   bench/simulate/validate.sh            # uses build/bin/hetflow
+#   HETFLOW=/path/to/hetflow bench/simulate/validate.sh
+#
+# Timings on a busy machine are noise: run it on a quiet one.
+set -euo pipefail
+src="$(cd "$(dirname "$0")/../.." && pwd)"
+hetflow="${HETFLOW:-$src/build/bin/hetflow}"
+dir="$src/bench/simulate/validate"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "| config | predicted samples/s | measured samples/s | error |"
+echo "|---|---:|---:|---:|"
+for cfg in lenet5-single mlp-single lenet5-dp mlp-dp; do
+  f="$dir/$cfg.toml"
+  "$hetflow" profile "$f" > "$tmp/$cfg.profile.txt" 2>&1 || true
+  "$hetflow" simulate "$f" --json > "$tmp/$cfg.sim.json"
+  "$hetflow" run "$f" --report "$tmp/$cfg.report.json" > "$tmp/$cfg.run.txt" 2>&1
+  python3 - "$cfg" "$tmp/$cfg.sim.json" "$tmp/$cfg.report.json" <<'PY'
+import json, sys
+cfg, sim, rep = sys.argv[1:]
+p = json.load(open(sim))["simulated_samples_per_s"]
+r = json.load(open(rep))
+def find_epochs(o):
+    if isinstance(o, dict):
+        if "epochs" in o and isinstance(o["epochs"], list):
+            return o["epochs"]
+        for v in o.values():
+            e = find_epochs(v)
+            if e: return e
+    return None
+ep = find_epochs(r) or []
+# the last epoch (the first includes start-up and the speed probe)
+m = ep[-1]["samples_per_s"] if ep else float("nan")
+err = (p - m) / m * 100 if m == m and m > 0 else float("nan")
+print(f"| {cfg} | {p:.0f} | {m:.0f} | {err:+.1f}% |")
+PY
+done
+echo
+echo "profiles used (hetflow profile):"
+cat "$tmp"/*.profile.txt

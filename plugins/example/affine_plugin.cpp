@@ -1,0 +1,144 @@
+// Example plugin: a custom pre-processing transform actor.
+//
+//   actor type `affine`: y = scale * x + shift on every f32 tensor it gets,
+//     forwarded to `to`. It speaks the skeleton job's protocol, so it can sit
+//     between the built-in `producer` and `checker` (whose check is
+//     y = 2x + 1):
+//
+//       producer --x--> affine(scale 2, shift 0) --2x--> affine(scale 1, shift 1) --2x+1--> checker
+//          ^                                                                                   |
+//          +----------------------------- credits -----------------------------------------+
+//
+//     2x is exact in f32, so the two steps give the checker's 2x + 1 bit for
+//     bit; any other scale or shift fails the job (the checker names the
+//     tensor and element).
+//   job kind `affine_pipeline`: places that chain on the cluster's nodes
+//     (producer on node 0, the two affines on nodes 1 and 2, the checker on
+//     node 3, wrapping round on smaller clusters); keys as the skeleton job.
+//
+// Build: plugins/example/CMakeLists.txt (hetflow_add_plugin). Use:
+// plugins/example/affine.toml.
+#include "actors/plugin_api.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace hetflow;
+using actors::actor_env;
+using actors::credit_atom;
+using actors::start_atom;
+using actors::wire_atom;
+
+constexpr uint32_t kind_output = 2;  // the skeleton transformer's message kind
+
+struct affine_state : plugin::job_actor_state {
+  std::string to;
+  float scale = 2.0f, shift = 1.0f;
+  int64_t count = 0;  // tensors to transform before reporting done
+  int64_t seen = 0;
+  static inline const char* name = "example.affine";
+};
+
+caf::behavior affine(caf::stateful_actor<affine_state>* self, actor_env env) {
+  plugin::init_job_actor(self, env);
+  auto& st = self->state;
+  st.to = env.spec.args.get_string("to", "checker");
+  st.scale = static_cast<float>(env.spec.args.get_number("scale", 2.0));
+  st.shift = static_cast<float>(env.spec.args.get_number("shift", 1.0));
+  st.count = env.spec.args.get_int("count", 0);
+  if (st.count == 0) st.count = env.cluster.job.params.get_int("tensors", 64);
+  return {
+      [self](start_atom) {
+        plugin::become_running(self, [self](wire_atom, const std::string& from, const wire_buffer_ref& buf) {
+          auto& st = self->state;
+          auto msg = plugin::decode_or_fail(self, from, buf);
+          if (!msg) return;
+          if (msg->tensor_count() != 1 || msg->tensor(0).type != dtype::f32)
+            return plugin::fail_job_actor(self, "message " + std::to_string(msg->header().seq) + " from node '" +
+                                                    from + "' is not one f32 tensor");
+          const auto& x = msg->tensor(0);
+          schemas::tensor_meta meta{dtype::f32, {x.shape.begin(), x.shape.end()}};
+          schemas::envelope_header h{kind_output, msg->header().seq, st.me, st.to};
+          schemas::message_builder b(h, {meta});
+          auto out = b.tensor_data(0);
+          const float* in = reinterpret_cast<const float*>(x.data.data());
+          float* y = reinterpret_cast<float*>(out.data());
+          const int64_t n = x.numel();
+          for (int64_t j = 0; j < n; ++j) y[j] = st.scale * in[j] + st.shift;
+          auto s = st.svc->send_wire(st.to, std::make_shared<const wire_buffer>(std::move(b).finish()));
+          if (!s.ok()) return plugin::fail_job_actor(self, "cannot forward to '" + st.to + "': " + s.to_string());
+          if (++st.seen == st.count)
+            st.svc->report_done(st.me, true, "applied y = " + std::to_string(st.scale) + "x + " +
+                                                 std::to_string(st.shift) + " to " + std::to_string(st.seen) +
+                                                 " tensors",
+                                {});
+        });
+      },
+  };
+}
+
+topology::actor_spec place(std::string name, std::string type, std::string node) {
+  topology::actor_spec a;
+  a.name = std::move(name);
+  a.type = std::move(type);
+  a.node = std::move(node);
+  return a;
+}
+
+// The register function: called once per process, before the topology is
+// checked. Everything it adds must be the same on every node.
+status register_types(plugin::host& host) {
+  using topology::key_spec;
+  using topology::key_type;
+
+  topology::type_spec aff{"affine", "example plugin: y = scale * x + shift on every f32 tensor", {}};
+  aff.keys.push_back(key_spec{"to", key_type::string, false, std::string("checker"),
+                              "actor that receives the results", {}, {}, {}});
+  aff.keys.push_back(key_spec{"scale", key_type::number, false, 2.0, "the factor", {}, {}, {}});
+  aff.keys.push_back(key_spec{"shift", key_type::number, false, 1.0, "the offset", {}, {}, {}});
+  aff.keys.push_back(key_spec{"count", key_type::integer, false, int64_t{0},
+                              "tensors to transform; 0 = the job's 'tensors'", 0.0, 1e9, {}});
+  HF_RETURN_IF_ERROR(host.add_actor_type(aff, [](caf::actor_system& sys, const actor_env& env) {
+    return sys.spawn(affine, env);
+  }));
+
+  // The skeleton job's keys: the built-in producer and checker read them.
+  topology::type_spec job{"affine_pipeline",
+                          "example plugin: producer -> affine(2x) -> affine(+1) -> checker", {}};
+  job.keys.push_back(key_spec{"tensors", key_type::integer, false, int64_t{64}, "number of tensors", 1.0, 1e9, {}});
+  job.keys.push_back(key_spec{"tensor_bytes", key_type::size, false, int64_t{1 << 20}, "bytes per tensor (f32)",
+                              4.0, double(schemas::max_tensor_bytes), {}});
+  job.keys.push_back(key_spec{"window", key_type::integer, false, int64_t{4}, "tensors in flight", 1.0, 1024.0, {}});
+  job.keys.push_back(key_spec{"seed", key_type::integer, false, int64_t{1}, "seed of the contents", 0.0, {}, {}});
+  return host.add_job_kind(
+      job,
+      [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
+        if (!c.actors.empty()) return std::vector<topology::actor_spec>{};  // the file places them
+        const auto n = c.nodes.size();
+        std::vector<topology::actor_spec> v;
+        v.push_back(place("producer", "producer", c.nodes[0].name));
+        v.back().args.set("to", std::string("double"));
+        v.push_back(place("double", "affine", c.nodes[1 % n].name));
+        v.back().args.set("to", std::string("increment"));
+        v.back().args.set("scale", 2.0);
+        v.back().args.set("shift", 0.0);
+        v.push_back(place("increment", "affine", c.nodes[2 % n].name));
+        v.back().args.set("to", std::string("checker"));
+        v.back().args.set("scale", 1.0);
+        v.back().args.set("shift", 1.0);
+        v.push_back(place("checker", "checker", c.nodes[3 % n].name));
+        return v;
+      },
+      [](const std::vector<actors::actor_result>& results) {
+        for (auto& r : results)
+          if (r.metrics_json.size() > 2) return "\"result\":" + r.metrics_json;
+        return std::string{};
+      });
+}
+
+}  // namespace
+
+HETFLOW_PLUGIN("example-affine", register_types)

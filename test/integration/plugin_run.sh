@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Plugins (issue 8): the example plugin (plugins/example) loaded by validate,
+# plan and every node of a `hetflow run`, its job kind and its actor type in
+# [[actors]] next to the built-in producer and checker, a wrong transform
+# caught by the checker; and the start-up / validate errors for bad plugins
+# (test/plugins): FILE:LINE:COL at the plugins element, exit 2.
+source "$(dirname "$0")/lib.sh"
+
+lib="$(cd "$(dirname "$HETFLOW")/../lib" && pwd)" || fail "no lib/ beside $(dirname "$HETFLOW")"
+example="$lib/libhetflow_example_plugin.so"
+[[ -f $example ]] || fail "example plugin not built: $example"
+tplug="$lib"  # test/plugins/ builds into the same lib/
+for v in abi_mismatch dup_builtin no_entry; do
+  [[ -f $tplug/libhetflow_test_plugin_$v.so ]] || fail "test plugin $v not built in $tplug"
+done
+
+# The topology names the plugin relative to its own folder.
+mkdir -p "$HETFLOW_SCRATCH/topo"
+rel=$(realpath --relative-to="$HETFLOW_SCRATCH/topo" "$example")
+
+# write_plugin_topology FILE BASE_PORT NODES PLUGIN_LIST [job and actor lines...]
+write_plugin_topology() {
+  local file=$1 base=$2 nodes=$3 plugins=$4 i
+  shift 4
+  {
+    echo '[cluster]'
+    echo "name = \"it-$(basename "$file" .toml)\""
+    echo "plugins = [$plugins]"
+    echo 'join_timeout = "20s"'
+    for ((i = 0; i < nodes; i++)); do
+      printf '[[nodes]]\nname = "n%d"\nhost = "127.0.0.1"\nport = %d\n' $i $((base + i))
+    done
+    local l
+    for l in "$@"; do echo "$l"; done
+  } >"$file"
+}
+
+# --- the plugin's job kind on 4 nodes: validate, plan, run -------------------
+topo="$HETFLOW_SCRATCH/topo/pipeline.toml"
+write_plugin_topology "$topo" 9410 4 "\"$rel\"" '[job]' 'kind = "affine_pipeline"' 'tensors = 24' \
+  'tensor_bytes = "256KiB"' 'window = 3'
+out=$("$HETFLOW" validate "$topo" 2>&1) || { echo "$out"; fail "validate with the example plugin"; }
+grep -q "plugin 'example-affine' (.*libhetflow_example_plugin.so): actor types affine; job kinds affine_pipeline" \
+  <<<"$out" || { echo "$out"; fail "validate does not list the plugin's types"; }
+grep -q ": ok (cluster 'it-pipeline', 4 nodes, job 'affine_pipeline')" <<<"$out" || { echo "$out"; fail "validate ok line"; }
+pass "validate loads the plugin and accepts its job kind"
+
+"$HETFLOW" plan "$topo" --json >"$topo.plan" 2>&1 || { cat "$topo.plan"; fail "plan"; }
+[[ $(json_get "$topo.plan" '[(a["name"], a["type"], a["node"]) for a in d["actors"] if a["type"] == "affine"]') == \
+  "[('double', 'affine', 'n1'), ('increment', 'affine', 'n2')]" ]] || { cat "$topo.plan"; fail "plan: affine actors"; }
+pass "plan places the plugin's actors"
+
+timeout 120 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || { cat "$topo.out"; fail "hetflow run of the plugin's job exited $rc"; }
+[[ $(json_get "$topo.json" 'd["status"]') == ok ]] || fail "report status"
+[[ $(json_get "$topo.json" 'd["result"]["tensors"]') == 24 ]] || fail "checker did not check 24 tensors"
+[[ $(json_get "$topo.json" 'd["result"]["bytes"]') == $((24 * 262144)) ]] || fail "bytes checked"
+# Each affine ran on its own node process (the node loaded the plugin itself).
+for a in "double n1 2.000000x + 0.000000" "increment n2 1.000000x + 1.000000"; do
+  set -- $a
+  [[ $(json_get "$topo.json" "[x['node'] + ': ' + x['summary'] for x in d['actors'] if x['name'] == '$1'][0]") == \
+    "$2: applied y = $3 $4 $5 to 24 tensors" ]] || { cat "$topo.json"; fail "actor $1 on $2"; }
+done
+sent=$(json_get "$topo.json" 'sum(n["data_plane_stats"]["bytes_sent"] for n in d["nodes"])')
+((sent >= 3 * 24 * 262144)) || fail "tensors did not cross the data plane between the 4 nodes ($sent bytes)"
+pass "hetflow run: producer -> affine -> affine -> checker on 4 processes, every tensor correct"
+
+# --- the plugin's actor type in [[actors]] of the built-in skeleton job -------
+actors_of() {  # actors_of SCALE: producer n0 -> affine(SCALE, +1) n1 -> checker n2
+  printf '%s\n' '[job]' 'kind = "skeleton"' 'tensors = 12' 'tensor_bytes = "64KiB"' \
+    '[[actors]]' 'name = "producer"' 'type = "producer"' 'node = "n0"' 'args = { to = "aff" }' \
+    '[[actors]]' 'name = "aff"' 'type = "affine"' 'node = "n1"' "args = { scale = $1, shift = 1.0 }" \
+    '[[actors]]' 'name = "checker"' 'type = "checker"' 'node = "n2"'
+}
+topo="$HETFLOW_SCRATCH/topo/skel.toml"
+mapfile -t lines < <(actors_of 2.0)
+write_plugin_topology "$topo" 9420 3 "\"$rel\"" "${lines[@]}"
+timeout 120 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
+  { cat "$topo.out"; fail "skeleton job with an affine actor"; }
+[[ $(json_get "$topo.json" 'd["result"]["tensors"]') == 12 ]] || fail "skeleton+affine: tensors checked"
+pass "the plugin's actor type in [[actors]] between the built-in producer and checker"
+
+# The same with a wrong transform: the checker must catch it (exit 1).
+topo="$HETFLOW_SCRATCH/topo/skel-wrong.toml"
+mapfile -t lines < <(actors_of 3.0)
+write_plugin_topology "$topo" 9430 3 "\"$rel\"" "${lines[@]}"
+timeout 120 "$HETFLOW" run "$topo" >"$topo.out" 2>&1
+rc=$?
+[[ $rc -eq 1 ]] || { cat "$topo.out"; fail "a wrong affine transform exited $rc, want 1"; }
+grep -q "tensor 0 element 0: got" "$topo.out" || { cat "$topo.out"; fail "checker's message for a wrong transform"; }
+pass "a wrong transform fails the job (checker names the element)"
+
+# An unknown arg of the plugin's type is checked like a built-in's.
+topo="$HETFLOW_SCRATCH/topo/badarg.toml"
+mapfile -t lines < <(actors_of '2.0, shfit = 1.0')
+write_plugin_topology "$topo" 9440 3 "\"$rel\"" "${lines[@]}"
+out=$("$HETFLOW" validate "$topo" 2>&1)
+[[ $? -eq 2 ]] || { echo "$out"; fail "validate with an unknown affine arg"; }
+grep -q "did you mean 'shift'" <<<"$out" || { echo "$out"; fail "no suggestion for an unknown affine arg"; }
+pass "the plugin's keys are checked with suggestions"
+
+# Without the plugin the same names are unknown.
+topo="$HETFLOW_SCRATCH/topo/noplugin.toml"
+write_plugin_topology "$topo" 9450 2 "" '[job]' 'kind = "affine_pipeline"'
+out=$("$HETFLOW" validate "$topo" 2>&1)
+[[ $? -eq 2 ]] && grep -q "affine_pipeline" <<<"$out" || { echo "$out"; fail "job kind known without its plugin"; }
+pass "without the plugin its job kind is unknown"
+
+# --- bad plugins: clear errors at validate and at start-up, exit 2 ------------
+# Longer than an ELF header (shorter files give "file too short").
+head -c 300 /dev/zero | tr '\0' x >"$HETFLOW_SCRATCH/topo/libjunk.so"
+echo " not a shared library" >>"$HETFLOW_SCRATCH/topo/libjunk.so"
+check_refused() {  # check_refused CMD... : exit 2 and the message at line 3, column 12
+  local want=$1 topo=$2
+  shift 2
+  out=$(timeout 30 "$HETFLOW" "$@" 2>&1)
+  local rc=$?
+  [[ $rc -eq 2 ]] || { echo "$out"; fail "'hetflow $*' exited $rc, want 2"; }
+  grep -qF "$topo:3:12: error: plugin '" <<<"$out" || { echo "$out"; fail "'hetflow $*': no FILE:3:12 diagnostic"; }
+  grep -qF -- "$want" <<<"$out" || { echo "$out"; fail "'hetflow $*': want '$want'"; }
+  ! grep -q "^\[n[0-9]\]" <<<"$out" || { echo "$out"; fail "'hetflow $*' started nodes"; }
+}
+port=9460
+for case in "libjunk.so|cannot be loaded: |invalid ELF header" \
+  "$tplug/libhetflow_test_plugin_no_entry.so|has no entry point 'hetflow_plugin'|" \
+  "$tplug/libhetflow_test_plugin_abi_mismatch.so|built for plugin ABI version 2, but this hetflow has 1|" \
+  "$tplug/libhetflow_test_plugin_dup_builtin.so|actor type 'producer' is already registered by hetflow (built-in)|"; do
+  IFS='|' read -r plug want want2 <<<"$case"
+  topo="$HETFLOW_SCRATCH/topo/bad-$port.toml"
+  write_plugin_topology "$topo" $port 2 "\"$plug\"" '[job]' 'kind = "skeleton"' 'tensors = 2'
+  port=$((port + 10))
+  check_refused "$want" "$topo" validate "$topo"
+  [[ -z $want2 ]] || grep -qF -- "$want2" <<<"$out" || { echo "$out"; fail "validate: want '$want2'"; }
+  check_refused "$want" "$topo" run "$topo"
+  check_refused "$want" "$topo" node "$topo" --name n1
+  check_refused "$want" "$topo" plan "$topo"
+  pass "refused at validate, run, node and plan: $(basename "$plug") ($want)"
+done
+
+# The good plugin next to a duplicate of its own type.
+topo="$HETFLOW_SCRATCH/topo/twice.toml"
+write_plugin_topology "$topo" 9510 2 "\"$rel\", \"$rel\"" '[job]' 'kind = "skeleton"'
+out=$("$HETFLOW" validate "$topo" 2>&1)
+[[ $? -eq 2 ]] && grep -q "is listed twice (also at line 3)" <<<"$out" || { echo "$out"; fail "plugin listed twice"; }
+pass "a plugin listed twice is an error"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# hetflow validate / plan / simulate / run on a HetPipe topology (the paper's
+# ED setting, profiles from a file): plan and simulate answer, run and node
+# refuse with exit 2 at once.
+set -uo pipefail
+: "${HETFLOW:?}" "${HETFLOW_SRC:?}" "${HETFLOW_SCRATCH:?}"
+mkdir -p "$HETFLOW_SCRATCH"
+f="$HETFLOW_SRC/deploy/examples/hetpipe-paper/vgg19-ed.toml"
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$HETFLOW" validate "$f" || fail "validate"
+"$HETFLOW" plan "$f" --json > "$HETFLOW_SCRATCH/plan.json" || fail "plan --json"
+python3 - "$HETFLOW_SCRATCH/plan.json" <<'PY' || fail "plan json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["strategy"] == "hetpipe", j["strategy"]
+assert j["nm"] >= 1
+vws = j["virtual_workers"]
+assert len(vws) == 4, len(vws)  # ED: one GPU of each of the 4 kinds per VW
+for vw in vws:
+    st = vw["stages"]
+    assert len(st) == 4
+    assert st[0]["first_unit"] == 0
+    for a, b in zip(st, st[1:]):
+        assert b["first_unit"] == a["last_unit"] + 1
+    for s in st:
+        assert s["memory_bytes"] <= s["device_memory_bytes"], s
+        assert s["stage_ms"] > 0 and s["node"] in ("v", "r", "g", "q")
+assert j["predicted_samples_per_s"] > 0
+PY
+"$HETFLOW" simulate "$f" --json --waves 12 > "$HETFLOW_SCRATCH/sim.json" || fail "simulate --json"
+python3 - "$HETFLOW_SCRATCH/sim.json" <<'PY' || fail "simulate json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["simulated_samples_per_s"] > 0
+for vw in j["virtual_workers"]:
+    assert all(0 < u <= 1.0 for u in vw["utilisation"]), vw["utilisation"]
+PY
+start=$(date +%s)
+timeout 20 "$HETFLOW" run "$f" > "$HETFLOW_SCRATCH/run.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] || fail "run exited $rc, want 2"
+grep -q "not implemented yet" "$HETFLOW_SCRATCH/run.txt" || fail "run's message"
+timeout 20 "$HETFLOW" node "$f" --name v > "$HETFLOW_SCRATCH/node.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] || fail "node exited $rc, want 2"
+[ $(( $(date +%s) - start )) -le 10 ] || fail "refusals took more than 10 s"
+# A device naming a kind the profile lacks: an error naming node and kind.
+sed 's/profile = "titan-v" }, { kind = "cuda", index = 1/profile = "titan-x" }, { kind = "cuda", index = 1/' "$f" \
+  > "$HETFLOW_SCRATCH/bad.toml"
+cp "$HETFLOW_SRC/deploy/examples/hetpipe-paper/vgg19-b32.json" "$HETFLOW_SCRATCH/"
+"$HETFLOW" plan "$HETFLOW_SCRATCH/bad.toml" > "$HETFLOW_SCRATCH/bad.txt" 2>&1 && fail "plan accepted an unknown kind"
+grep -q "titan-x" "$HETFLOW_SCRATCH/bad.txt" || fail "unknown kind not named: $(cat "$HETFLOW_SCRATCH/bad.txt")"
+echo "ok"

@@ -1,0 +1,475 @@
+// Planner pieces of HetPipe: profile files, allocation policies, the
+// partitioner, PS placement and the discrete-event simulator, on small
+// cases whose answers can be worked out by hand.
+#define BOOST_TEST_MODULE topology_hetpipe_test
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <set>
+
+#include "topology/cost_model.hpp"
+#include "topology/hetpipe_plan.hpp"
+#include "topology/profile_db.hpp"
+#include "topology/simulator.hpp"
+
+using namespace hetflow;
+using namespace hetflow::topology;
+
+namespace {
+
+// n units; each kind in `ms` costs (fwd, 2*fwd) per unit; no transfer bytes.
+profile_db uniform_db(std::size_t n, std::map<std::string, double> fwd_ms, uint64_t params = 0, uint64_t act = 0,
+                      uint64_t out = 0) {
+  profile_db db;
+  db.batch = 32;
+  db.source = "test";
+  db.links.latency_us = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    profile_unit u;
+    u.name = "u" + std::to_string(i);
+    u.params_bytes = params;
+    u.activation_bytes = act;
+    u.output_bytes = out;
+    for (auto& [k, f] : fwd_ms) u.devices[k] = unit_cost{f, 2 * f};
+    db.units.push_back(u);
+  }
+  for (auto& [k, f] : fwd_ms) db.devices[k];
+  return db;
+}
+
+plan_device dev(int node, std::size_t index, std::string kind, uint64_t mem = 0) {
+  plan_device d;
+  d.node = "n" + std::to_string(node);
+  d.node_index = node;
+  d.device = index;
+  d.kind = std::move(kind);
+  d.memory_bytes = mem;
+  return d;
+}
+
+hetpipe_plan one_vw_plan(const profile_db& db, std::vector<plan_device> devs, int nm, int staleness) {
+  hetpipe_options o;
+  o.policy = allocation_policy::np;
+  o.nm = nm;
+  o.staleness = staleness;
+  std::set<int> nodes;
+  for (auto& d : devs) nodes.insert(d.node_index);
+  std::vector<std::string> names;
+  for (int i = 0; i <= *nodes.rbegin(); ++i) names.push_back("n" + std::to_string(i));
+  // NP would split by node; build the single VW by hand.
+  auto vw = partition_virtual_worker(devs, db, nm);
+  BOOST_REQUIRE_MESSAGE(vw.has_value(), (vw ? std::string() : vw.error().message()));
+  hetpipe_plan p;
+  p.nm = nm;
+  p.staleness = staleness;
+  p.batch = db.batch;
+  p.nodes = names;
+  p.virtual_workers.push_back(*vw);
+  p.unit_ps_node = place_ps_shards(p.virtual_workers, db, names.size(), true);
+  p.sync_ms = wave_sync_ms(p.virtual_workers, p.unit_ps_node, db, names.size());
+  finish_prediction(p);
+  return p;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(profile_files)
+
+BOOST_AUTO_TEST_CASE(parses_the_issue_example_and_applies_defaults) {
+  auto db = parse_profile_db(R"({"batch": 32, "units": [{"name": "conv1", "params_bytes": 10, "activation_bytes": 20,
+    "devices": {"titan-v": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}], "devices": {"titan-v": {"memory_bytes": 12884901888}},
+    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56}})",
+                             "p.json");
+  BOOST_REQUIRE_MESSAGE(db.has_value(), (db ? std::string() : db.error().message()));
+  BOOST_TEST(db->batch == 32);
+  BOOST_TEST(db->units.size() == 1u);
+  BOOST_TEST(db->units[0].output_bytes == 20u);  // defaults to activation_bytes
+  BOOST_TEST(db->devices["titan-v"].memory_bytes == 12884901888ull);
+  BOOST_TEST(db->links.inter_node_gbps == 56.0);
+  BOOST_TEST(db->links.latency_us == 5.0);
+  BOOST_TEST(db->compute_ms("titan-v", 0, 0) == 3.0);
+  auto again = parse_profile_db(to_json(*db), "again.json");
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->units[0].devices["titan-v"].bwd_ms == 2.0);
+}
+
+BOOST_AUTO_TEST_CASE(errors_name_file_and_field) {
+  auto check = [](const char* text, const std::string& want) {
+    auto db = parse_profile_db(text, "bad.json");
+    BOOST_REQUIRE(!db.has_value());
+    BOOST_TEST_INFO(db.error().message());
+    BOOST_TEST(db.error().message().find("bad.json") != std::string::npos);
+    BOOST_TEST(db.error().message().find(want) != std::string::npos);
+  };
+  check(R"({"batch": 32, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1}}}]})", "units[0].devices.x.bwd_ms: missing");
+  check(R"({"batch": 32, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}, {"name": "b", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"y": {"fwd_ms": 1, "bwd_ms": 1}}}]})", "units[1].devices.x");
+  check(R"({"units": []})", "batch");
+  check(R"({"batch": 32, "units": [{"name": "a", "params_bytes": -1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}]})", "units[0].params_bytes");
+  check(R"({"batch": 32, "unitz": []})", "unitz");
+  check(R"({"batch": 32, "units": [)", "not valid JSON");
+  check(R"({"batch": 32, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "links": {"inter_node_gbps": 0}})", "links.inter_node_gbps");
+}
+
+BOOST_AUTO_TEST_CASE(rescales_to_another_batch) {
+  auto db = uniform_db(2, {{"a", 1.0}}, 8, 100, 50);
+  auto half = db.at_batch(16);
+  BOOST_TEST(half.units[0].devices["a"].fwd_ms == 0.5);
+  BOOST_TEST(half.units[0].activation_bytes == 50u);
+  BOOST_TEST(half.units[0].params_bytes == 8u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(partitioner)
+
+BOOST_AUTO_TEST_CASE(equal_devices_split_evenly) {
+  auto db = uniform_db(4, {{"a", 1.0}});
+  auto vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(vw.has_value());
+  BOOST_REQUIRE(vw->stages.size() == 2u);
+  BOOST_TEST(vw->stages[0].first_unit == 0u);
+  BOOST_TEST(vw->stages[0].last_unit == 1u);
+  BOOST_TEST(vw->stages[1].first_unit == 2u);
+  BOOST_TEST(vw->stages[1].last_unit == 3u);
+  BOOST_TEST(vw->stages[0].stage_ms == 6.0);
+  BOOST_TEST(vw->latency_ms == 12.0);
+  BOOST_TEST(vw->period_ms == 6.0);  // max(6, 12 / 2)
+}
+
+BOOST_AUTO_TEST_CASE(optimizer_step_is_shared_by_parameter_bytes) {
+  // update_ms 4 over 4 equal units: each stage of 2 units pays 2 ms after its backward.
+  auto db = uniform_db(4, {{"a", 1.0}}, 100);
+  db.devices["a"].update_ms = 4.0;
+  auto vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(vw.has_value());
+  BOOST_TEST(vw->stages[0].compute_ms == 8.0);
+  BOOST_TEST(vw->stages[0].bwd_ms == 6.0);
+  auto single = estimate_single(dev(0, 0, "a"), db, 32);
+  BOOST_REQUIRE(single.has_value());
+  BOOST_TEST(single->step_ms == 16.0);
+  auto parsed = parse_profile_db(R"({"batch": 8, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "devices": {"x": {"update_ms": 0.5}}})", "u.json");
+  BOOST_REQUIRE(parsed.has_value());
+  BOOST_TEST(parsed->update_ms("x", 0, 0) == 0.5);
+  BOOST_TEST(!parse_profile_db(R"({"batch": 8, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "devices": {"x": {"memory": 5}}})", "u.json").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(fast_device_gets_more_units) {
+  // "b" is twice as slow: 6 units -> 4 on a (12 ms) and 2 on b (12 ms).
+  auto db = uniform_db(6, {{"a", 1.0}, {"b", 2.0}});
+  auto vw = partition_virtual_worker({dev(0, 0, "b"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(vw.has_value());
+  for (const auto& s : vw->stages) {
+    const std::size_t units = s.last_unit - s.first_unit + 1;
+    BOOST_TEST(units == (s.device.kind == "a" ? 4u : 2u));
+    BOOST_TEST(s.stage_ms == 12.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(transfers_count_and_prefer_one_node) {
+  // 1 MB boundary at 8 Gbps = 1 ms each way. Devices on one node (intra
+  // 80 Gbps = 0.1 ms) beat devices on two nodes.
+  auto db = uniform_db(4, {{"a", 1.0}}, 0, 0, 1000000);
+  db.links.inter_node_gbps = 8;
+  db.links.intra_node_gbps = 80;
+  auto far = partition_virtual_worker({dev(0, 0, "a"), dev(1, 0, "a")}, db, 2);
+  auto near = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(far.has_value());
+  BOOST_REQUIRE(near.has_value());
+  BOOST_TEST(std::abs(far->stages[0].stage_ms - 7.0) < 1e-9);   // 6 compute + 1 send
+  BOOST_TEST(std::abs(near->stages[0].stage_ms - 6.1) < 1e-9);
+  BOOST_TEST(std::abs(far->latency_ms - 14.0) < 1e-9);          // 12 + 2 x 1
+}
+
+BOOST_AUTO_TEST_CASE(memory_limits_boundaries_and_nm) {
+  // params 100 B, activations 1000 B per unit. Stage 0 of 2 keeps
+  // k = min(Nm, 2) minibatches: memory = 100 u (k+3) + 1000 u k.
+  auto db = uniform_db(4, {{"a", 1.0}}, 100, 1000);
+  // Unlimited: 2 + 2 units; with Nm 2 stage 0 needs 200*5 + 2000*2 = 5000 B.
+  auto free_vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(free_vw.has_value());
+  BOOST_TEST(free_vw->stages[0].memory_bytes == 5000u);
+  BOOST_TEST(free_vw->stages[0].kept_minibatches == 2);
+  BOOST_TEST(free_vw->stages[1].kept_minibatches == 1);
+  BOOST_TEST(free_vw->stages[1].memory_bytes == 200u * 4 + 2000u);
+  // Device 0 limited to 3000 B: with Nm 2 it can hold one unit only (100*5 + 1000*2 = 2500).
+  auto limited = partition_virtual_worker({dev(0, 0, "a", 3000), dev(1, 0, "a", 0)}, db, 2);
+  BOOST_REQUIRE(limited.has_value());
+  for (const auto& s : limited->stages)
+    if (s.device.node_index == 0) BOOST_TEST(s.memory_bytes <= 3000u);
+  // Nobody fits: an out_of_memory error that says so.
+  auto none = partition_virtual_worker({dev(0, 0, "a", 10), dev(0, 1, "a", 10)}, db, 1);
+  BOOST_REQUIRE(!none.has_value());
+  BOOST_TEST((none.error().code() == errc::out_of_memory));
+}
+
+BOOST_AUTO_TEST_CASE(auto_nm_is_the_smallest_that_reaches_the_best_throughput) {
+  // 2 equal stages of 3 ms: L = 6, Nm 1 -> T 6; Nm 2 -> T 3; more does not help.
+  auto db = uniform_db(2, {{"a", 1.0}});
+  std::vector<plan_device> devs{dev(0, 0, "a"), dev(0, 1, "a")};
+  hetpipe_options o;
+  o.policy = allocation_policy::np;
+  o.staleness = 1;
+  auto p = plan_hetpipe(devs, {"n0"}, db, o);
+  BOOST_REQUIRE_MESSAGE(p.has_value(), (p ? std::string() : p.error().message()));
+  BOOST_TEST(p->nm == 2);
+  BOOST_TEST(p->virtual_workers.size() == 1u);
+  BOOST_TEST(std::abs(p->predicted_samples_per_s - 32 * 1000.0 / 3.0) < 1e-6);
+  // Memory forbids Nm 2 on stage 0 (params 0, act 1000 per unit -> Nm 2 needs 2000).
+  auto tight_db = uniform_db(2, {{"a", 1.0}}, 0, 1000);
+  std::vector<plan_device> tight{dev(0, 0, "a", 1500), dev(0, 1, "a", 1500)};
+  auto q = plan_hetpipe(tight, {"n0"}, tight_db, o);
+  BOOST_REQUIRE(q.has_value());
+  BOOST_TEST(q->nm == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(allocation)
+
+BOOST_AUTO_TEST_CASE(np_ed_hd) {
+  // kinds by speed: v (fastest) > r > g > q; node k has 2 devices of kind k.
+  auto db = uniform_db(8, {{"v", 1.0}, {"r", 1.5}, {"g", 2.0}, {"q", 3.0}});
+  std::vector<plan_device> devs;
+  const char* kinds[] = {"v", "r", "g", "q"};
+  for (int n = 0; n < 4; ++n)
+    for (std::size_t i = 0; i < 2; ++i) devs.push_back(dev(n, i, kinds[n]));
+  hetpipe_options o;
+  o.policy = allocation_policy::np;
+  auto np = allocate_virtual_workers(devs, db, o);
+  BOOST_REQUIRE(np.has_value());
+  BOOST_TEST(np->size() == 4u);
+  for (const auto& vw : *np) BOOST_TEST(vw[0].node_index == vw[1].node_index);
+  o.policy = allocation_policy::ed;
+  auto ed = allocate_virtual_workers(devs, db, o);
+  BOOST_REQUIRE(ed.has_value());
+  BOOST_TEST(ed->size() == 2u);  // 2 of each kind
+  for (const auto& vw : *ed) {
+    std::set<std::string> k;
+    for (auto& d : vw) k.insert(d.kind);
+    BOOST_TEST(k.size() == 4u);
+  }
+  o.policy = allocation_policy::hd;
+  o.virtual_workers = 2;
+  auto hd = allocate_virtual_workers(devs, db, o);
+  BOOST_REQUIRE(hd.has_value());
+  BOOST_REQUIRE(hd->size() == 2u);
+  std::multiset<std::string> vw0, vw1;
+  for (auto& d : (*hd)[0]) vw0.insert(d.kind);
+  for (auto& d : (*hd)[1]) vw1.insert(d.kind);
+  BOOST_TEST((vw0 == std::multiset<std::string>{"v", "v", "q", "q"}));
+  BOOST_TEST((vw1 == std::multiset<std::string>{"r", "r", "g", "g"}));
+  o.policy = allocation_policy::np;
+  o.virtual_workers = 3;
+  BOOST_TEST(!allocate_virtual_workers(devs, db, o).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(ps_placement_local_and_spread) {
+  // ED across 2 nodes: each VW has stage 0 on node 0, stage 1 on node 1 (fast kind first).
+  auto db = uniform_db(4, {{"fast", 1.0}, {"slow", 1.0}}, 1000);
+  std::vector<plan_device> devs{dev(0, 0, "fast"), dev(0, 1, "fast"), dev(1, 0, "slow"), dev(1, 1, "slow")};
+  hetpipe_options o;
+  o.policy = allocation_policy::ed;
+  o.nm = 2;
+  o.staleness = 1;
+  o.ps_local = true;
+  auto p = plan_hetpipe(devs, {"n0", "n1"}, db, o);
+  BOOST_REQUIRE_MESSAGE(p.has_value(), (p ? std::string() : p.error().message()));
+  BOOST_REQUIRE(p->virtual_workers.size() == 2u);
+  for (const auto& vw : p->virtual_workers)
+    for (const auto& s : vw.stages)
+      for (std::size_t u = s.first_unit; u <= s.last_unit; ++u) BOOST_TEST(p->unit_ps_node[u] == s.device.node_index);
+  o.ps_local = false;
+  auto q = plan_hetpipe(devs, {"n0", "n1"}, db, o);
+  BOOST_REQUIRE(q.has_value());
+  BOOST_TEST(q->ps_bytes[0] == 2000u);  // spread by bytes: 2 units each
+  BOOST_TEST(q->ps_bytes[1] == 2000u);
+  BOOST_TEST(q->sync_ms > p->sync_ms);  // remote shards cost NIC time
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(simulation)
+
+BOOST_AUTO_TEST_CASE(two_equal_stages_reach_the_stage_bound) {
+  // Stage: fwd 1 ms, bwd 2 ms. Nm 2 keeps both busy: one minibatch per 3 ms.
+  auto db = uniform_db(2, {{"a", 1.0}});
+  auto p = one_vw_plan(db, {dev(0, 0, "a"), dev(0, 1, "a")}, 2, 1000);
+  auto r = simulate_hetpipe(p, db, {40, 4});
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(std::abs(r->samples_per_s - 32 * 1000.0 / 3.0) / (32 * 1000.0 / 3.0) < 0.02);
+  BOOST_TEST(r->virtual_workers[0].stages[0].utilisation > 0.97);
+  BOOST_TEST(r->max_in_flight == 2);
+  BOOST_TEST(r->weights_order_ok);
+  BOOST_TEST(r->max_kept_ratio <= 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(stages_keep_no_more_activations_than_planned) {
+  // Nm 8 on 3 stages with a slow middle stage: stage 0 could run far ahead,
+  // but keeps at most min(8, 3) activation sets; throughput is the middle
+  // stage's (6 ms per minibatch).
+  auto db = uniform_db(3, {{"a", 1.0}, {"b", 2.0}});
+  auto p = one_vw_plan(db, {dev(0, 0, "a"), dev(0, 1, "b"), dev(0, 2, "a")}, 8, 1000);
+  BOOST_REQUIRE(p.virtual_workers[0].stages[1].device.kind == "b" ||
+                p.virtual_workers[0].stages[0].device.kind == "b" || p.virtual_workers[0].stages[2].device.kind == "b");
+  auto r = simulate_hetpipe(p, db, {40, 4});
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(r->max_kept_ratio == 1.0);  // stage 0 fills its allowance, never more
+  BOOST_TEST(std::abs(r->samples_per_s - 32 * 1000.0 / 6.0) / (32 * 1000.0 / 6.0) < 0.02);
+  BOOST_TEST(r->max_in_flight <= 8);
+}
+
+BOOST_AUTO_TEST_CASE(one_in_flight_pays_the_whole_latency) {
+  // Nm 1: f0 f1 b1 b0 = 1 + 1 + 2 + 2 = 6 ms per minibatch; utilisation 1/2.
+  auto db = uniform_db(2, {{"a", 1.0}});
+  auto p = one_vw_plan(db, {dev(0, 0, "a"), dev(0, 1, "a")}, 1, 1000);
+  auto r = simulate_hetpipe(p, db, {40, 4});
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(std::abs(r->samples_per_s - 32 * 1000.0 / 6.0) < 1.0);
+  BOOST_TEST(std::abs(r->virtual_workers[0].stages[1].utilisation - 0.5) < 0.02);
+  BOOST_TEST(r->max_in_flight == 1);
+  BOOST_TEST(std::abs(p.predicted_samples_per_s - 32 * 1000.0 / 6.0) < 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(transfers_add_latency_between_nodes) {
+  // Nm 1, 2 stages on 2 nodes, 1 ms each way: 6 + 2 = 8 ms per minibatch.
+  auto db = uniform_db(2, {{"a", 1.0}}, 0, 0, 1000000);
+  db.links.inter_node_gbps = 8;
+  auto p = one_vw_plan(db, {dev(0, 0, "a"), dev(1, 0, "a")}, 1, 1000);
+  auto r = simulate_hetpipe(p, db, {20, 2});
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(std::abs(r->samples_per_s - 32 * 1000.0 / 8.0) < 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(staleness_zero_overlaps_one_wave) {
+  // One VW, Nm 4, 2 stages: wave w needs waves up to w - 2 pushed, which the
+  // local bound (p - Nm finished) already implies, so D = 0 runs as fast as a
+  // large D. A push per stage per wave.
+  auto db = uniform_db(2, {{"a", 1.0}});
+  auto d0 = one_vw_plan(db, {dev(0, 0, "a"), dev(0, 1, "a")}, 4, 0);
+  auto dbig = one_vw_plan(db, {dev(0, 0, "a"), dev(0, 1, "a")}, 4, 1000);
+  auto r0 = simulate_hetpipe(d0, db, {40, 4});
+  auto rb = simulate_hetpipe(dbig, db, {40, 4});
+  BOOST_REQUIRE(r0.has_value());
+  BOOST_REQUIRE(rb.has_value());
+  BOOST_TEST(std::abs(r0->samples_per_s - rb->samples_per_s) / rb->samples_per_s < 0.01);
+  BOOST_TEST(std::abs(r0->samples_per_s - 32 * 1000.0 / 3.0) / (32 * 1000.0 / 3.0) < 0.02);
+  BOOST_TEST(r0->max_wave_lead <= 1);
+  BOOST_TEST(r0->virtual_workers[0].pushes == 40 * 2);  // one aggregated push per stage per wave
+}
+
+BOOST_AUTO_TEST_CASE(parameter_server_bandwidth_bounds_waves) {
+  // Two VWs (one per node) of 2 stages, 1 MB of weights per unit, compute
+  // nearly free, 8 Gbps NICs (1 MB per ms): the PS traffic bounds the waves.
+  auto db = uniform_db(2, {{"a", 0.01}}, 1000000);
+  db.links.inter_node_gbps = 8;
+  db.links.intra_node_gbps = 8000;
+  hetpipe_options o;
+  o.policy = allocation_policy::np;
+  o.nm = 1;
+  o.staleness = 1;
+  std::vector<plan_device> devs{dev(0, 0, "a"), dev(0, 1, "a"), dev(1, 0, "a"), dev(1, 1, "a")};
+  auto p = plan_hetpipe(devs, {"n0", "n1"}, db, o);  // 2 VWs, one per node; spread shards
+  BOOST_REQUIRE(p.has_value());
+  auto r = simulate_hetpipe(*p, db, {40, 4});
+  BOOST_REQUIRE(r.has_value());
+  // Per wave: every VW pushes and pulls 2 MB in all, half of it remote:
+  // each NIC sends 1 MB + 1 MB (push of its VW, pull for the other) = 2 ms.
+  // Compute per wave is 0.06 ms: the NICs bound it to ~1 wave per 2 ms per VW.
+  const double bound = 2 * 32 * 1000.0 / 2.0;
+  BOOST_TEST_INFO("simulated " << r->samples_per_s << ", planner " << p->predicted_samples_per_s);
+  BOOST_TEST(r->samples_per_s <= bound * 1.05);
+  BOOST_TEST(r->samples_per_s >= bound * 0.5);
+  BOOST_TEST(std::abs(p->sync_ms - 2.0) < 0.1);
+}
+
+BOOST_AUTO_TEST_CASE(slow_virtual_worker_bounds_the_fast_one) {
+  // VW0 on kind a (3 ms stages), VW1 on kind b (6 ms stages). With D = 0 and
+  // D = 2 the fast VW cannot run ahead for long: both finish at the slow rate
+  // in the long run, and the wave lead never exceeds D.
+  auto db = uniform_db(2, {{"a", 1.0}, {"b", 2.0}});
+  for (int D : {0, 2}) {
+    std::vector<plan_device> devs{dev(0, 0, "a"), dev(0, 1, "a"), dev(1, 0, "b"), dev(1, 1, "b")};
+    hetpipe_options o;
+    o.policy = allocation_policy::np;
+    o.nm = 2;
+    o.staleness = D;
+    auto p = plan_hetpipe(devs, {"n0", "n1"}, db, o);
+    BOOST_REQUIRE(p.has_value());
+    auto r = simulate_hetpipe(*p, db, {60, 6});
+    BOOST_REQUIRE(r.has_value());
+    BOOST_TEST_INFO("D = " << D);
+    BOOST_TEST(r->max_wave_lead <= D + 1);
+    const double fast = r->virtual_workers[0].samples_per_s, slow = r->virtual_workers[1].samples_per_s;
+    BOOST_TEST(std::abs(fast - slow) / slow < 0.1);
+    BOOST_TEST(r->virtual_workers[0].wsp_wait_ms > 0.0);  // the fast one waits
+    // The slow VW: 6 ms stages, Nm 2 -> at most one minibatch per 6 ms each.
+    BOOST_TEST(slow <= 32 * 1000.0 / 6.0 * 1.01);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(wsp_invariants_under_random_delays) {
+  // 3 VWs of different speeds and stage counts, compute times stretched by up
+  // to 3x at random: for every D the wave lead stays <= D + 1, no minibatch
+  // starts before p - Nm finished, stages keep what the memory model allows,
+  // and every stage pushes once per wave.
+  auto db = uniform_db(6, {{"a", 1.0}, {"b", 1.7}, {"c", 2.9}}, 1000);
+  std::vector<plan_device> devs{dev(0, 0, "a"), dev(0, 1, "a"), dev(0, 2, "a"), dev(1, 0, "b"), dev(1, 1, "b"),
+                                dev(2, 0, "c")};
+  for (int D : {0, 1, 3})
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      hetpipe_options o;
+      o.policy = allocation_policy::np;
+      o.nm = 3;
+      o.staleness = D;
+      auto p = plan_hetpipe(devs, {"n0", "n1", "n2"}, db, o);
+      BOOST_REQUIRE(p.has_value());
+      simulation_options so;
+      so.waves = 30;
+      so.warmup_waves = 3;
+      so.jitter = 2.0;
+      so.seed = seed;
+      auto r = simulate_hetpipe(*p, db, so);
+      BOOST_REQUIRE(r.has_value());
+      BOOST_TEST_INFO("D = " << D << ", seed " << seed);
+      BOOST_TEST(r->max_wave_lead <= D + 1);
+      BOOST_TEST(r->weights_order_ok);
+      BOOST_TEST(r->max_kept_ratio <= 1.0);
+      BOOST_TEST(r->max_in_flight <= 3);
+      for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {
+        BOOST_TEST(r->virtual_workers[v].minibatches == 30 * 3);
+        BOOST_TEST(r->virtual_workers[v].pushes == int(p->virtual_workers[v].stages.size()) * 30);
+      }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(data_parallel_cost)
+
+BOOST_AUTO_TEST_CASE(ring_and_memory) {
+  // 2 units, 1000 B params each, 8 Gbps between nodes, latency 0: the ring of
+  // 2 moves 2 * 1/2 * 2000 B = 2000 B -> 0.002 ms.
+  auto db = uniform_db(2, {{"a", 1.0}, {"b", 2.0}}, 1000, 100);
+  db.links.inter_node_gbps = 8;
+  auto e = estimate_dp({dev(0, 0, "a"), dev(1, 0, "b")}, db, 0);
+  BOOST_REQUIRE(e.has_value());
+  BOOST_TEST(e->global_batch == 64);
+  BOOST_TEST(e->rows[0] + e->rows[1] == 64);
+  BOOST_TEST(e->rows[0] > e->rows[1]);  // faster device, more rows
+  BOOST_TEST(std::abs(e->allreduce_ms - 0.002) < 1e-9);
+  // A device too small for params*3 + activations is left out.
+  auto f = estimate_dp({dev(0, 0, "a"), dev(1, 0, "b", 1000)}, db, 0);
+  BOOST_REQUIRE(f.has_value());
+  BOOST_TEST(f->replicas.size() == 1u);
+  BOOST_TEST(f->left_out.size() == 1u);
+  BOOST_TEST(f->allreduce_ms == 0.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

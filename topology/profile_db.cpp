@@ -1,0 +1,235 @@
+#include "topology/profile_db.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace hetflow::topology {
+namespace {
+
+using json = nlohmann::json;
+
+struct reader {
+  const std::string& source;
+
+  status err(const std::string& field, const std::string& what) const {
+    return make_error(errc::invalid_argument, source + ": " + field + ": " + what);
+  }
+  // A non-negative number (integer or float).
+  expected<double> number(const json& obj, const char* key, const std::string& field, bool required,
+                          double fallback) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      if (required) return err(field + "." + key, "missing");
+      return fallback;
+    }
+    if (!it->is_number()) return err(field + "." + key, "must be a number, got " + std::string(it->type_name()));
+    double v = it->get<double>();
+    if (!std::isfinite(v) || v < 0) return err(field + "." + key, "must be finite and >= 0");
+    return v;
+  }
+  expected<uint64_t> bytes(const json& obj, const char* key, const std::string& field, bool required,
+                           uint64_t fallback) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      if (required) return err(field + "." + key, "missing");
+      return fallback;
+    }
+    if (!it->is_number_integer() && !it->is_number_unsigned())
+      return err(field + "." + key, "must be an integer number of bytes");
+    if (it->is_number_integer() && it->get<int64_t>() < 0) return err(field + "." + key, "must be >= 0");
+    return it->get<uint64_t>();
+  }
+};
+
+}  // namespace
+
+bool profile_db::has_kind(std::string_view kind) const {
+  if (units.empty()) return false;
+  return units.front().devices.find(kind) != units.front().devices.end();
+}
+
+double profile_db::compute_ms(std::string_view kind, std::size_t first, std::size_t last) const {
+  double s = 0;
+  for (std::size_t i = first; i <= last && i < units.size(); ++i) {
+    const auto& c = units[i].devices.find(kind)->second;
+    s += c.fwd_ms + c.bwd_ms;
+  }
+  return s;
+}
+
+uint64_t profile_db::params_bytes(std::size_t first, std::size_t last) const {
+  uint64_t s = 0;
+  for (std::size_t i = first; i <= last && i < units.size(); ++i) s += units[i].params_bytes;
+  return s;
+}
+
+uint64_t profile_db::activation_bytes(std::size_t first, std::size_t last) const {
+  uint64_t s = 0;
+  for (std::size_t i = first; i <= last && i < units.size(); ++i) s += units[i].activation_bytes;
+  return s;
+}
+
+double profile_db::update_ms(std::string_view kind, std::size_t first, std::size_t last) const {
+  auto it = devices.find(kind);
+  if (it == devices.end() || it->second.update_ms <= 0 || units.empty()) return 0.0;
+  const uint64_t all = params_bytes(0, units.size() - 1);
+  if (all == 0) return 0.0;
+  return it->second.update_ms * double(params_bytes(first, last)) / double(all);
+}
+
+profile_db profile_db::at_batch(int64_t b) const {
+  if (b == batch || batch <= 0 || b <= 0) return *this;
+  profile_db out = *this;
+  const double f = double(b) / double(batch);
+  out.batch = b;
+  for (auto& u : out.units) {
+    u.activation_bytes = uint64_t(std::llround(double(u.activation_bytes) * f));
+    u.output_bytes = uint64_t(std::llround(double(u.output_bytes) * f));
+    for (auto& [k, c] : u.devices) {
+      c.fwd_ms *= f;
+      c.bwd_ms *= f;
+    }
+  }
+  return out;
+}
+
+double transfer_ms(uint64_t bytes, double gbps, double latency_us) {
+  if (bytes == 0) return 0.0;
+  const double bytes_per_ms = gbps * 1e9 / 8.0 / 1e3;
+  return double(bytes) / bytes_per_ms + latency_us / 1e3;
+}
+
+expected<profile_db> parse_profile_db(std::string_view text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
+    return make_error(errc::parse_error, source + ": not valid JSON: " + e.what());
+  }
+  reader r{source};
+  if (!doc.is_object()) return r.err("(top level)", "must be a JSON object");
+  profile_db db;
+  db.source = source;
+  {
+    auto it = doc.find("batch");
+    if (it == doc.end()) return r.err("batch", "missing (the minibatch size the times were taken at)");
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0) return r.err("batch", "must be a positive integer");
+    db.batch = it->get<int64_t>();
+  }
+  for (auto& [k, v] : doc.items())
+    if (k != "batch" && k != "units" && k != "devices" && k != "links" && k != "model" && k != "comment")
+      return r.err(k, "unknown key (expected batch, units, devices, links, model, comment)");
+
+  auto devs = doc.find("devices");
+  if (devs != doc.end()) {
+    if (!devs->is_object()) return r.err("devices", "must be an object of kind -> {memory_bytes}");
+    for (auto& [kind, d] : devs->items()) {
+      if (!d.is_object()) return r.err("devices." + kind, "must be an object");
+      for (auto& [k, v] : d.items())
+        if (k != "memory_bytes" && k != "update_ms")
+          return r.err("devices." + kind + "." + k, "unknown key (expected memory_bytes, update_ms)");
+      HF_ASSIGN_OR_RETURN(uint64_t mem, r.bytes(d, "memory_bytes", "devices." + kind, false, 0));
+      HF_ASSIGN_OR_RETURN(double upd, r.number(d, "update_ms", "devices." + kind, false, 0.0));
+      db.devices[kind].memory_bytes = mem;
+      db.devices[kind].update_ms = upd;
+    }
+  }
+  auto links = doc.find("links");
+  if (links != doc.end()) {
+    if (!links->is_object()) return r.err("links", "must be an object");
+    for (auto& [k, v] : links->items())
+      if (k != "intra_node_gbps" && k != "inter_node_gbps" && k != "latency_us")
+        return r.err("links." + k, "unknown key (expected intra_node_gbps, inter_node_gbps, latency_us)");
+    HF_ASSIGN_OR_RETURN(db.links.intra_node_gbps,
+                        r.number(*links, "intra_node_gbps", "links", false, db.links.intra_node_gbps));
+    HF_ASSIGN_OR_RETURN(db.links.inter_node_gbps,
+                        r.number(*links, "inter_node_gbps", "links", false, db.links.inter_node_gbps));
+    HF_ASSIGN_OR_RETURN(db.links.latency_us, r.number(*links, "latency_us", "links", false, db.links.latency_us));
+    if (db.links.intra_node_gbps <= 0) return r.err("links.intra_node_gbps", "must be > 0");
+    if (db.links.inter_node_gbps <= 0) return r.err("links.inter_node_gbps", "must be > 0");
+  }
+
+  auto units = doc.find("units");
+  if (units == doc.end()) return r.err("units", "missing (the model's units in order)");
+  if (!units->is_array() || units->empty()) return r.err("units", "must be a non-empty array");
+  std::set<std::string> kinds;
+  for (auto& [kind, d] : db.devices) kinds.insert(kind);
+  for (std::size_t i = 0; i < units->size(); ++i) {
+    const json& u = (*units)[i];
+    const std::string field = "units[" + std::to_string(i) + "]";
+    if (!u.is_object()) return r.err(field, "must be an object");
+    profile_unit pu;
+    auto n = u.find("name");
+    if (n == u.end() || !n->is_string() || n->get<std::string>().empty())
+      return r.err(field + ".name", "missing or not a non-empty string");
+    pu.name = n->get<std::string>();
+    HF_ASSIGN_OR_RETURN(pu.params_bytes, r.bytes(u, "params_bytes", field, true, 0));
+    HF_ASSIGN_OR_RETURN(pu.activation_bytes, r.bytes(u, "activation_bytes", field, true, 0));
+    HF_ASSIGN_OR_RETURN(pu.output_bytes, r.bytes(u, "output_bytes", field, false, pu.activation_bytes));
+    auto d = u.find("devices");
+    if (d == u.end() || !d->is_object() || d->empty())
+      return r.err(field + ".devices", "missing or empty (kind -> {fwd_ms, bwd_ms})");
+    for (auto& [kind, c] : d->items()) {
+      const std::string cf = field + ".devices." + kind;
+      if (!c.is_object()) return r.err(cf, "must be an object {fwd_ms, bwd_ms}");
+      unit_cost uc;
+      HF_ASSIGN_OR_RETURN(uc.fwd_ms, r.number(c, "fwd_ms", cf, true, 0));
+      HF_ASSIGN_OR_RETURN(uc.bwd_ms, r.number(c, "bwd_ms", cf, true, 0));
+      pu.devices[kind] = uc;
+      if (i == 0) kinds.insert(kind);
+    }
+    db.units.push_back(std::move(pu));
+  }
+  // Every unit has every kind.
+  for (std::size_t i = 0; i < db.units.size(); ++i)
+    for (const auto& kind : kinds) {
+      if (db.units[i].devices.find(kind) == db.units[i].devices.end())
+        return r.err("units[" + std::to_string(i) + "].devices." + kind,
+                     "missing (unit '" + db.units[i].name + "' has no times for kind '" + kind +
+                         "', which other units or \"devices\" name)");
+    }
+  for (const auto& kind : kinds) db.devices.try_emplace(kind);
+  return db;
+}
+
+expected<profile_db> load_profile_db(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return make_error(errc::not_found, file.string() + ": cannot open the profile file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_profile_db(ss.str(), file.string());
+}
+
+std::string to_json(const profile_db& db) {
+  json doc;
+  doc["batch"] = db.batch;
+  json units = json::array();
+  for (const auto& u : db.units) {
+    json ju;
+    ju["name"] = u.name;
+    ju["params_bytes"] = u.params_bytes;
+    ju["activation_bytes"] = u.activation_bytes;
+    ju["output_bytes"] = u.output_bytes;
+    json d = json::object();
+    for (const auto& [k, c] : u.devices) d[k] = json{{"fwd_ms", c.fwd_ms}, {"bwd_ms", c.bwd_ms}};
+    ju["devices"] = d;
+    units.push_back(ju);
+  }
+  doc["units"] = units;
+  json devs = json::object();
+  for (const auto& [k, d] : db.devices) {
+    devs[k] = json{{"memory_bytes", d.memory_bytes}};
+    if (d.update_ms > 0) devs[k]["update_ms"] = d.update_ms;
+  }
+  doc["devices"] = devs;
+  doc["links"] = json{{"intra_node_gbps", db.links.intra_node_gbps},
+                      {"inter_node_gbps", db.links.inter_node_gbps},
+                      {"latency_us", db.links.latency_us}};
+  return doc.dump(1);
+}
+
+}  // namespace hetflow::topology

@@ -1,0 +1,89 @@
+// profile_db: per-unit profiles of one model on several device kinds, read
+// from a JSON file so that plans and simulations can be made for devices that
+// are not present. Plain data; the planner (hetpipe_plan.hpp), the cost model
+// and the simulator read it.
+//
+//   {"batch": 32,
+//    "units": [{"name": "conv1", "params_bytes": 1, "activation_bytes": 1,
+//               "output_bytes": 1,                       // optional
+//               "devices": {"titan-v": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}],
+//    "devices": {"titan-v": {"memory_bytes": 12884901888,
+//                            "update_ms": 0.5}},              // optional
+//    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56,
+//              "latency_us": 5}}                         // optional
+//
+// Defaults: output_bytes (what crosses a stage boundary, each way) =
+// activation_bytes; update_ms (one optimizer step over every parameter; a
+// stage pays its share by parameter bytes) 0; links.intra_node_gbps 100, inter_node_gbps 10,
+// latency_us 5 (per transfer). Times are per minibatch of `batch` samples;
+// activation_bytes is what one minibatch keeps from forward to backward.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schemas/error.hpp"
+
+namespace hetflow::topology {
+
+struct unit_cost {
+  double fwd_ms = 0.0;
+  double bwd_ms = 0.0;
+};
+
+struct profile_unit {
+  std::string name;
+  uint64_t params_bytes = 0;
+  uint64_t activation_bytes = 0;
+  uint64_t output_bytes = 0;
+  std::map<std::string, unit_cost, std::less<>> devices;  // by profile kind
+};
+
+struct profile_device {
+  uint64_t memory_bytes = 0;  // 0 = not given (the topology's device memory must say)
+  double update_ms = 0.0;     // optimizer step over all the model's parameters (0 = not given)
+};
+
+struct link_profile {
+  double intra_node_gbps = 100.0;  // gigabits/s between devices of one node (and a device and its host)
+  double inter_node_gbps = 10.0;   // gigabits/s between nodes
+  double latency_us = 5.0;         // added to every transfer
+};
+
+struct profile_db {
+  int64_t batch = 0;
+  std::vector<profile_unit> units;
+  std::map<std::string, profile_device, std::less<>> devices;
+  link_profile links;
+  std::string source;  // the file (or "measured ...") for messages
+
+  bool has_kind(std::string_view kind) const;
+  // Sum of fwd + bwd ms of units [first, last] on `kind` (which must exist).
+  double compute_ms(std::string_view kind, std::size_t first, std::size_t last) const;
+  uint64_t params_bytes(std::size_t first, std::size_t last) const;
+  uint64_t activation_bytes(std::size_t first, std::size_t last) const;
+  // The optimizer step's share of units [first, last] on `kind` (by parameter bytes).
+  double update_ms(std::string_view kind, std::size_t first, std::size_t last) const;
+  // The same profile at another batch size: times and activation/output
+  // bytes scale linearly (an approximation: small batches use devices worse).
+  profile_db at_batch(int64_t batch) const;
+};
+
+// Parses `text`; errors are errc::parse_error / invalid_argument naming
+// `source` and the field (e.g. "p.json: units[3].devices.titan-v.fwd_ms:
+// missing"). Every unit must have fwd/bwd for every kind in "devices" (a kind
+// named only under units must also be complete).
+expected<profile_db> parse_profile_db(std::string_view text, const std::string& source);
+expected<profile_db> load_profile_db(const std::filesystem::path& file);
+
+// Serialises to the same JSON shape (round trip; generated profiles).
+std::string to_json(const profile_db& db);
+
+// A link's transfer time for `bytes`: bytes / bandwidth + latency.
+double transfer_ms(uint64_t bytes, double gbps, double latency_us);
+
+}  // namespace hetflow::topology
