@@ -260,7 +260,10 @@ expected<loaded_checkpoint> decode_checkpoint(const wire_buffer_ref& buf, const 
       return make_error(errc::parse_error, path + ": tensor '" + line + "' is not f32");
     kernels::shape s(tv.shape);
     kernels::tensor t = kernels::tensor::empty(s);
-    std::memcpy(t.f32(), tv.data.data(), tv.data.size());
+    if (tv.data.size() != std::size_t(s.numel()) * sizeof(float))
+      return make_error(errc::parse_error, path + ": tensor '" + line + "' holds " + std::to_string(tv.data.size()) +
+                                               " bytes for its shape");
+    if (!tv.data.empty()) std::memcpy(t.f32(), tv.data.data(), tv.data.size());  // empty: data() may be null
     out.tensors.push_back(std::move(t));
   }
   if (out.meta.state_tensors < 0 || out.meta.state_tensors > int64_t(out.tensors.size()))

@@ -150,7 +150,7 @@ netns_topology() {
     echo "name = \"it-$(basename "$file" .toml)\""
     echo "data_plane = \"${dp%%:*}\""
     [[ "$dp" == *:* ]] && echo "ucx_tls = \"${dp#*:}\""
-    echo 'join_timeout = "20s"'
+    echo 'join_timeout = "60s"'
     echo 'heartbeat_interval = "200ms"'
     echo 'connection_timeout = "1s"'
     local i

@@ -32,7 +32,7 @@ run_case() {
     'tensor_bytes = "64KiB"' 'window = 2'
   netns_start_nodes "$topo" 3
   local pids=("${NODE_PIDS[@]}")
-  wait_for_text "$topo.n0.log" "starting job" 30 || { cat "$topo".n*.log; fail "$name: job never started"; }
+  wait_for_text "$topo.n0.log" "starting job" 70 || { cat "$topo".n*.log; fail "$name: job never started"; }
   # Mid-job: tensors are crossing the victim's link.
   local before after
   before=$(($(netns_bytes "$victim" rx) + $(netns_bytes "$victim" tx)))
@@ -129,7 +129,7 @@ netns_topology "$topo" 7100 3 "ucx:tcp,self" 'kind = "skeleton"' 'tensors = 2000
 sed -i 's/^connection_timeout = .*/connection_timeout = "3s"/' "$topo"
 netns_start_nodes "$topo" 3
 pids=("${NODE_PIDS[@]}")
-wait_for_text "$topo.n0.log" "starting job" 30 || { cat "$topo".n*.log; fail "blip: job never started"; }
+wait_for_text "$topo.n0.log" "starting job" 70 || { cat "$topo".n*.log; fail "blip: job never started"; }
 sleep 0.5
 for i in 0 1 2; do kill -0 "${pids[$i]}" 2>/dev/null || fail "blip: n$i ended before the blip"; done
 t_cut=$(now_sod)
