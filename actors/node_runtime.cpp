@@ -459,8 +459,14 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       }
     },
     [self](stop_atom, int32_t code, const std::string& reason) {
-      // From a peer (the head, or whoever saw a failure first).
-      do_stop(self, code, reason, false);
+      // From a peer (the head, or whoever saw a failure first). Say whose
+      // view it is: after a split, "node X is down" may be true only there.
+      auto& st = self->state;
+      std::string from;
+      if (auto sender = self->current_sender())
+        if (auto it = st.peer_index.find(caf::actor_cast<caf::actor_addr>(sender)); it != st.peer_index.end())
+          from = st.sh->cluster.nodes[it->second].name;
+      do_stop(self, code, from.empty() || code == 0 ? reason : reason + " (reported by node '" + from + "')", false);
     },
     [self](interrupt_atom) {
       do_stop(self, exit_interrupted,
