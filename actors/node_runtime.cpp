@@ -17,6 +17,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -907,6 +908,7 @@ int run_node(const node_options& opts, const registry& reg) {
       for (int i = 0; i < static_cast<int>(sh->cluster.nodes.size()); ++i)
         if (i != sh->self) pending.insert(i);
       auto backoff = std::chrono::milliseconds(50);
+      std::mt19937_64 jitter{std::random_device{}() ^ (uint64_t(::getpid()) << 16) ^ uint64_t(sh->self)};
       std::string fatal;
       int fatal_code = exit_peer;
       while (!pending.empty() && fatal.empty()) {
@@ -938,9 +940,18 @@ int run_node(const node_options& opts, const registry& reg) {
           std::vector<char> their_addr;
           caf::scoped_actor s{sys};
           std::vector<char> their_nonce;
-          s->request(*r, std::chrono::seconds(5), challenge_atom::value)
-              .receive([&](challenge_atom, std::vector<char>& n) { their_nonce = std::move(n); },
-                       [&](caf::error&) {});
+          bool challenged = false;
+          s->request(*r, std::chrono::seconds(3), challenge_atom::value)
+              .receive(
+                  [&](challenge_atom, std::vector<char>& n) {
+                    challenged = true;
+                    their_nonce = std::move(n);
+                  },
+                  [&](caf::error&) {});
+          if (!challenged) {  // no answer (yet): retry soon rather than wait out a hello too
+            ++it;
+            continue;
+          }
           const auto our_nonce = random_nonce();
           auto str = [](const std::vector<char>& v) { return std::string_view(v.data(), v.size()); };
           std::vector<char> our_mac;
@@ -1017,7 +1028,11 @@ int run_node(const node_options& opts, const registry& reg) {
           fatal = os.str();
           break;
         }
-        std::this_thread::sleep_for(backoff);
+        // Jittered: nodes started together must not keep retrying in lock
+        // step (two BASP connections opened at the same instant from both
+        // ends can both be dropped as duplicates, round after round).
+        std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(
+            backoff * std::uniform_real_distribution<double>(0.5, 1.5)(jitter)));
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
       }
       sh->join_s = seconds_since(t0);

@@ -14,7 +14,8 @@ one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", th
 
 job=('kind = "train"' 'strategy = "ps"' 'model = "lenet5"' 'dataset = "synthetic"' 'input_shape = [1, 28, 28]'
   'train_size = 6400' 'test_size = 200' 'batch_size = 32' 'lr = 0.02' 'momentum = 0.9'
-  'lr_schedule = "cosine"' 'eval_each_epoch = false' 'checkpoint_every = 7')
+  'lr_schedule = "cosine"' 'eval_each_epoch = false' 'checkpoint_every = 7'
+  'width = 3.0')  # wide enough that a run lasts seconds: the kill must land mid-run
 
 full="$HETFLOW_SCRATCH/full.toml"
 write_topology "$full" 8710 2 auto "${job[@]}" 'epochs = 2' "checkpoint_dir = \"$HETFLOW_SCRATCH/ck-full\""
