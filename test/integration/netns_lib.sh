@@ -140,30 +140,16 @@ netns_hosts_file() {
 # netns_bytes I rx|tx: bytes host I's eth0 received / sent so far.
 netns_bytes() { ip netns exec "${NS_HOSTS[$1]}" cat "/sys/class/net/eth0/statistics/$2_bytes"; }
 
-# netns_topology FILE BASE_PORT N DATA_PLANE [job lines...]: like lib.sh's
-# write_topology, but node I listens on host I's address.
+# netns_topology FILE BASE_PORT N DATA_PLANE [job lines...]: lib.sh's
+# write_topology, with node I on host I's address and a 60 s join timeout
+# (nodes in namespaces on a loaded 2-core machine join slower).
 netns_topology() {
-  local file=$1 base=$2 n=$3 dp=$4
-  shift 4
-  {
-    echo '[cluster]'
-    echo "name = \"it-$(basename "$file" .toml)\""
-    echo "data_plane = \"${dp%%:*}\""
-    [[ "$dp" == *:* ]] && echo "ucx_tls = \"${dp#*:}\""
-    echo 'join_timeout = "60s"'
-    echo 'heartbeat_interval = "200ms"'
-    echo 'connection_timeout = "1s"'
-    local i
-    for ((i = 0; i < n; i++)); do
-      echo '[[nodes]]'
-      echo "name = \"n$i\""
-      echo "host = \"${NS_ADDR[$i]}\""
-      echo "port = $((base + i))"
-    done
-    echo '[job]'
-    local l
-    for l in "$@"; do echo "$l"; done
-  } >"$file"
+  local file=$1
+  write_topology "$@"
+  awk -v addrs="${NS_ADDR[*]}" 'BEGIN { split(addrs, a, " ") }
+    /^host = "127\.0\.0\.1"$/ { print "host = \"" a[++i] "\""; next }
+    /^join_timeout = / { print "join_timeout = \"60s\""; next }
+    { print }' "$file" >"$file.tmp" && mv "$file.tmp" "$file"
 }
 
 # netns_start_nodes TOPO N [args...]: node nI in host I's namespace, log

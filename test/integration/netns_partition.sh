@@ -96,6 +96,11 @@ run_case() {
     fi
     for j in "${want[@]}"; do [[ $line == *"'n$j'"* ]] && named=1; done
     ((named)) || { cat "$log"; fail "$name: n$i does not name a node it lost (n${want[*]}): $line"; }
+    # A node on neither side of a split lost nobody: its stop came from a
+    # peer, and must say which one saw the failure.
+    if [[ -n $peer ]] && ((i != victim && i != peer)) && [[ $line != *"(reported by node 'n"* ]]; then
+      cat "$log"; fail "$name: n$i lost nobody but does not say who reported the failure: $line"
+    fi
     local detect exit_s
     detect=$(awk -v a="$(stamp_sod "${line%% *}")" -v b="$t_cut" 'BEGIN{d = a - b; if (d < -43200) d += 86400; printf "%.2f", d}')
     exit_s=$(awk -v a="${gone[$i]}" -v b="$t_cut" 'BEGIN{d = a - b; if (d < 0) d += 86400; printf "%.2f", d}')
