@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "actors/json.hpp"
@@ -10,8 +11,10 @@
 #include "apps/simulate_command.hpp"
 #include "kernels/model.hpp"
 #include "kernels/profile.hpp"
+#include "actors/ralp/ralp_options.hpp"
 #include "topology/data_parallel.hpp"
 #include "topology/parser.hpp"
+#include "topology/ralp_cost.hpp"
 
 namespace hetflow::apps {
 namespace {
@@ -35,6 +38,34 @@ expected<double> measure_speed(const kernels::model_spec& spec, int threads, int
   double s = 0;
   for (const auto& u : prof.units) s += u.forward_s + u.backward_s;
   return s > 0 ? double(batch) / s : 0.0;
+}
+
+
+// Strategy "ralp": the cost model's table of cuts (topology/ralp_cost.hpp)
+// from the job's profiles (profile_file, else measured here).
+struct ralp_table {
+  topology::ralp_estimate e;
+  std::string profiles, link;
+  int64_t fixed_cut = 0;  // ralp_cut (0: the cost model chooses at run time)
+  std::size_t units = 0;
+};
+
+expected<ralp_table> ralp_plan(const topology::cluster& c_in) {
+  topology::cluster c = c_in;
+  HF_ASSIGN_OR_RETURN(auto o, actors::ralp_job::options_of(c));
+  HF_ASSIGN_OR_RETURN(topology::profile_db db, job_profiles(c));
+  ralp_table t;
+  t.profiles = db.source;
+  t.fixed_cut = o.cut;
+  t.units = db.units.size();
+  const std::string fallback = db.devices.empty() ? std::string() : db.devices.begin()->first;
+  auto in = actors::ralp_job::cost_inputs(c, db, o, fallback);
+  char link[96];
+  std::snprintf(link, sizeof link, "%.3g Gb/s, %.3g us a message, %d worker(s) of batch %lld", in.gbps, in.latency_us,
+                in.workers, static_cast<long long>(in.batch));
+  t.link = link;
+  HF_ASSIGN_OR_RETURN(t.e, topology::estimate_ralp(db, in));
+  return t;
 }
 
 }  // namespace
@@ -135,6 +166,23 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i].rows = split[i];
   }
 
+  // RALP: the table of cuts.
+  const bool ralp = c.job.kind == "train" && p.get_string("strategy", "single") == "ralp";
+  std::optional<ralp_table> rt;
+  std::string ralp_note;
+  if (ralp) {
+    if (!measure && !p.contains("profile_file")) {
+      ralp_note = "--no-measure and no profile_file: no table of cuts";
+    } else {
+      auto t = ralp_plan(c);
+      if (!t) {
+        std::fprintf(stderr, "hetflow plan: %s: %s\n", file.c_str(), t.error().message().c_str());
+        return 2;
+      }
+      rt = std::move(*t);
+    }
+  }
+
   if (json) {
     actors::json_writer w;
     w.begin_object().field("topology", file).field("cluster", c.name).field("job", c.job.kind);
@@ -154,13 +202,29 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
       }
       w.end_array().end_object();
     }
+    if (rt) {
+      w.key("ralp").begin_object().field("profiles", rt->profiles).field("link", rt->link);
+      w.field("ralp_cut", rt->fixed_cut).field("chosen_cut", int64_t(rt->e.best().cut));
+      w.field("chosen_unit", rt->e.best().unit).field("why", rt->e.why);
+      w.field("runs_cut", rt->fixed_cut > 0 ? rt->fixed_cut : int64_t(rt->e.best().cut));
+      w.key("candidates").begin_array();
+      for (const auto& k : rt->e.candidates) {
+        w.begin_object().field("cut", int64_t(k.cut)).field("unit", k.unit);
+        w.field("lower_params_bytes", int64_t(k.lower_params_bytes)).field("activation_bytes", int64_t(k.activation_bytes));
+        w.field("bytes_per_step", int64_t(k.bytes_per_step)).field("worker_ms", k.worker_ms);
+        w.field("transfer_ms", k.transfer_ms).field("server_ms", k.server_ms).field("step_ms", k.step_ms).end_object();
+      }
+      w.end_array().end_object();
+    } else if (ralp) {
+      w.key("ralp").begin_object().field("note", ralp_note).end_object();
+    }
     w.end_object();
     std::printf("%s\n", w.str().c_str());
     return 0;
   }
 
   std::printf("plan for %s: cluster '%s', job '%s'%s\n", file.c_str(), c.name.c_str(), c.job.kind.c_str(),
-              dp ? " (strategy dp)" : "");
+              dp ? " (strategy dp)" : ralp ? " (strategy ralp)" : "");
   std::printf("actors (%zu):\n", actors->size());
   for (const auto& a : *actors) std::printf("  %-24s %-16s on node %s\n", a.name.c_str(), a.type.c_str(), a.node.c_str());
   if (dp) {
@@ -176,6 +240,27 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
                   r.speed, static_cast<long long>(r.rows));
     }
     std::printf("  speeds: %s\n", speed_source.c_str());
+  }
+  if (ralp && !rt) std::printf("ralp: %s\n", ralp_note.c_str());
+  if (rt) {
+    const auto& e = rt->e;
+    std::printf("ralp: cuts of the model (server runs units [cut, end) for every worker; %s)\n", rt->link.c_str());
+    std::printf("  profiles: %s\n", rt->profiles.c_str());
+    std::printf("  %-4s %-16s %14s %14s %11s %11s %11s %11s\n", "cut", "first on server", "lower params",
+                "bytes/step", "worker ms", "xfer ms", "server ms", "step ms");
+    for (std::size_t i = 0; i < e.candidates.size(); ++i) {
+      const auto& k = e.candidates[i];
+      std::printf("  %-4zu %-16s %14llu %14llu %11.2f %11.2f %11.2f %11.2f%s\n", k.cut, k.unit.c_str(),
+                  static_cast<unsigned long long>(k.lower_params_bytes),
+                  static_cast<unsigned long long>(k.bytes_per_step), k.worker_ms, k.transfer_ms, k.server_ms,
+                  k.step_ms, i == e.chosen ? "  <- chosen" : "");
+    }
+    std::printf("  why: %s\n", e.why.c_str());
+    if (rt->fixed_cut > 0)
+      std::printf("  ralp_cut = %lld is set: the job runs that cut\n", static_cast<long long>(rt->fixed_cut));
+    else
+      std::printf("  ralp_cut = 0: the RALP server profiles the model on its node before training and takes the "
+                  "cut this model chooses there\n");
   }
   return 0;
 }

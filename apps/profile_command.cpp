@@ -25,6 +25,7 @@ expected<kernels::model_spec> train_model_spec(const topology::cluster& c) {
   const auto& p = c.job.params;
   kernels::zoo_options zo;
   zo.width = p.get_number("width", 1.0);
+  zo.head_width = p.get_int("head_width", 0);
   if (p.get_string("dataset", "fashion-mnist") == "synthetic") {
     auto s = p.get_ints("input_shape");
     if (s.size() == 3) zo.input = kernels::shape{s[0], s[1], s[2]};

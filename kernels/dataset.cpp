@@ -13,7 +13,7 @@ namespace hetflow::kernels {
 
 shape image_dataset::sample_shape() const {
   const shape& s = images.shape();
-  return shape{s[1], s[2], s[3]};
+  return shape{s.dims().subspan(s.rank() > 0 ? 1 : 0)};
 }
 
 namespace {

@@ -8,9 +8,12 @@
 #include <new>
 #include <numeric>
 
+#include "kernels/criteo_dataset.hpp"
+#include "kernels/criteo_text.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/dataset.hpp"
 #include "kernels/loss.hpp"
+#include "kernels/metrics.hpp"
 #include "kernels/model.hpp"
 #include "kernels/random.hpp"
 #include "kernels/weights_io.hpp"
@@ -44,9 +47,45 @@ status check_config(const train_config& c) {
   if (c.epochs <= 0) return make_error(errc::invalid_argument, "train: epochs must be > 0");
   if (c.batch_size <= 0) return make_error(errc::invalid_argument, "train: batch_size must be > 0");
   if (c.eval_batch_size < 0) return make_error(errc::invalid_argument, "train: eval_batch_size must be >= 0");
-  if (c.model == "dlrm")
-    return make_error(errc::unsupported, "train: dlrm trains on click logs, which train_single does not read yet; "
-                                         "use an image model (mlp, lenet5, vgg*, resnet*)");
+  // dlrm's input is (dense, ids) click records; image models would read ids
+  // as pixel values.
+  const bool clicks = c.data.kind == dataset_kind::criteo || c.data.kind == dataset_kind::criteo_text;
+  if (c.model == "dlrm" && !clicks)
+    return make_error(errc::invalid_argument, "train: model dlrm trains on click logs: it needs the criteo dataset "
+                                              "(a preprocess job's output) or criteo_text (raw Criteo text)");
+  if (c.model != "dlrm" && clicks)
+    return make_error(errc::invalid_argument, "train: the criteo dataset (click logs) trains model dlrm only, not " +
+                                                  c.model);
+  if (c.data.kind == dataset_kind::criteo_text) {
+    if (c.data.inputs.empty()) return make_error(errc::invalid_argument, "train: criteo_text needs input files");
+    if (c.data.hash_range < 1 || c.data.hash_range > uint64_t(criteo_max_id) + 1)
+      return make_error(errc::invalid_argument, "train: criteo_text hash range must be in [1, 2^24] (ids travel as "
+                                                "float32), got " + std::to_string(c.data.hash_range));
+    if (!c.data.table_rows.empty())
+      return make_error(errc::invalid_argument, "train: criteo_text tables have hash range rows; table_rows "
+                                                "cannot be set");
+  }
+  if (clicks) {
+    if (!(c.data.test_fraction > 0.0 && c.data.test_fraction < 1.0))
+      return make_error(errc::invalid_argument, "train: criteo test_fraction must be in (0, 1), got " +
+                                                    std::to_string(c.data.test_fraction));
+    if (c.data.max_rows < 0) return make_error(errc::invalid_argument, "train: criteo max_rows must be >= 0");
+    if (c.data.table_rows.size() != 0 && c.data.table_rows.size() != 1 &&
+        c.data.table_rows.size() != std::size_t(criteo_tables))
+      return make_error(errc::invalid_argument, "train: table_rows needs 1 value (every table) or 26 (one per table), "
+                                                "got " + std::to_string(c.data.table_rows.size()));
+    for (int64_t r : c.data.table_rows)
+      if (r < 1 || r > criteo_max_id + 1)
+        return make_error(errc::invalid_argument, "train: table_rows must be in [1, 2^24] (ids travel as float32), "
+                                                  "got " + std::to_string(r));
+  }
+  if (c.model == "dlrm") {
+    if (c.dlrm.embedding_dim <= 0) return make_error(errc::invalid_argument, "train: embedding_dim must be > 0");
+    for (int64_t w : c.dlrm.bottom_mlp)
+      if (w <= 0) return make_error(errc::invalid_argument, "train: bottom_mlp widths must be > 0");
+    for (int64_t w : c.dlrm.top_mlp)
+      if (w <= 0) return make_error(errc::invalid_argument, "train: top_mlp widths must be > 0");
+  }
   if (c.data.kind == dataset_kind::synthetic) {
     if (c.data.sample.rank() != 3 || c.data.sample.numel() <= 0)
       return make_error(errc::invalid_argument, "train: synthetic sample shape must be (C, H, W), got " +
@@ -102,11 +141,25 @@ private:
   tensor staging_;
 };
 
-// Correct predictions of `m` over rows [first, last) of `data`, in eval
-// mode, batch by batch (views, no copies on cpu).
-expected<int64_t> count_correct(model& m, device_steps& dev, const image_dataset& data, int64_t first,
-                                int64_t last, int64_t batch) {
+// What the metrics of rows [first, last) of a test set need: correct
+// predictions, the sum of the per-row losses and, for 2 classes, each row's
+// score logit[1] - logit[0] (monotone in p(click), so its AUC is p(click)'s;
+// no saturation of p near 1 in float).
+struct test_scores {
   int64_t correct = 0;
+  double loss_sum = 0.0;
+  std::vector<float> score;  // 2 classes: last - first entries
+};
+
+// Scores `m` over rows [first, last) of `data` in eval mode, batch by batch
+// (views, no copies on cpu; a device model's logits are copied to the host
+// for the scores).
+expected<test_scores> score_rows(model& m, device_steps& dev, const image_dataset& data, int64_t first,
+                                 int64_t last, int64_t batch) {
+  test_scores out;
+  const bool binary = data.classes == 2;
+  if (binary) out.score.reserve(std::size_t(std::max<int64_t>(0, last - first)));
+  tensor host;
   for (int64_t b = first; b < last; b += batch) {
     int64_t e = std::min(last, b + batch);
     HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(data.images.view().slice_outer(b, e)));
@@ -114,9 +167,32 @@ expected<int64_t> count_correct(model& m, device_steps& dev, const image_dataset
     HF_ASSIGN_OR_RETURN(loss_result r,
                         dev.loss(logits, std::span<const int32_t>(data.labels).subspan(std::size_t(b),
                                                                                       std::size_t(e - b))));
-    correct += r.correct;
+    out.correct += r.correct;
+    out.loss_sum += r.loss * double(e - b);
+    if (binary) {
+      tensor_view l = logits;
+      if (m.where().kind != device_kind::cpu) {
+        host.resize(logits.shape());
+        HF_RETURN_IF_ERROR(m.context().copy(logits, host.mutable_view()));
+        l = host.view();
+      }
+      const float* p = l.f32();
+      for (int64_t i = 0; i < e - b; ++i) out.score.push_back(p[2 * i + 1] - p[2 * i]);
+    }
   }
-  return correct;
+  return out;
+}
+
+// The metrics of a whole test set from its scores (all rows, in order).
+eval_metrics metrics_of(const image_dataset& test, int64_t correct, double loss_sum, std::span<const float> score) {
+  eval_metrics r;
+  if (test.size() == 0) return r;
+  r.accuracy = double(correct) / double(test.size());
+  if (test.classes == 2) {
+    r.logloss = loss_sum / double(test.size());
+    r.auc = roc_auc(score, test.labels);
+  }
+  return r;
 }
 
 // FNV-1a 64 over the parameters' bytes in order (host copies for a device
@@ -159,7 +235,7 @@ class memory_source final : public batch_source {
 public:
   memory_source(const image_dataset& train, const epoch_plan& plan, uint64_t seed)
       : train_(train), plan_(plan), order_(train.size(), seed), sample_(train.sample_shape()),
-        batch_x_(tensor::empty(shape{plan.batch_size, sample_[0], sample_[1], sample_[2]})),
+        batch_x_(tensor::empty(batch_shape(plan.batch_size))),
         batch_y_(std::size_t(plan.batch_size)) {}
 
   const epoch_plan& plan() const override { return plan_; }
@@ -175,7 +251,7 @@ public:
   expected<train_batch> next_rows(int, int64_t step, int64_t first, int64_t count) override {
     const int64_t b0 = plan_.batch_begin(step) + first;
     const int64_t per = sample_.numel();
-    batch_x_.resize(shape{count, sample_[0], sample_[1], sample_[2]});
+    batch_x_.resize(batch_shape(count));
     const float* src = train_.images.f32();
     float* dst = batch_x_.f32();
     auto order = order_.order();
@@ -189,6 +265,13 @@ public:
   status end_epoch(int) override { return {}; }
 
 private:
+  // (n, sample...): images (n, C, H, W), criteo rows (n, 39).
+  shape batch_shape(int64_t n) const {
+    shape s{n};
+    for (int64_t d : sample_.dims()) s.push_back(d);
+    return s;
+  }
+
   const image_dataset& train_;
   epoch_plan plan_;
   epoch_order order_;
@@ -226,7 +309,10 @@ public:
                                                m.where().to_string() + " needs the NCCL backend, not built yet)");
     if (!c_.split) return make_error(errc::invalid_argument, "train: a replica group needs a split function");
     for (parameter* p : params_)
-      if (p->sparse) return make_error(errc::unsupported, "train: data parallelism of sparse parameter " + p->name);
+      if (p->sparse)
+        return make_error(errc::unsupported, "train: data parallelism cannot train sparse parameter " + p->name +
+                                                 ": its gradient holds only the batch's rows, which the replica "
+                                                 "group does not sum yet; use a single device or parameter servers");
     return {};
   }
 
@@ -303,25 +389,35 @@ public:
     return {};
   }
 
-  // Test accuracy over the whole test set, each replica scoring a share in
+  // Test metrics over the whole test set, each replica scoring a share in
   // proportion to its speed (so all finish together; equal without
-  // measurements).
-  expected<double> evaluate(model& m, device_steps& dev, const image_dataset& test, int64_t batch) {
-    if (test.size() == 0) return 0.0;
+  // measurements). For 2 classes the AUC needs every row's score: each
+  // replica writes its rows' scores into a zeroed vector of the whole test
+  // set and the group's sum gathers them (exact: one non-zero per entry).
+  expected<eval_metrics> evaluate(model& m, device_steps& dev, const image_dataset& test, int64_t batch) {
+    if (test.size() == 0) return eval_metrics{};
     int64_t first = 0, last = test.size();
     if (g_ != nullptr) {
       auto split = c_.split(test.size(), speeds_);
       for (int r = 0; r < g_->rank(); ++r) first += split[std::size_t(r)];
       last = first + split[std::size_t(g_->rank())];
     }
-    HF_ASSIGN_OR_RETURN(int64_t correct, count_correct(m, dev, test, first, last, batch));
+    HF_ASSIGN_OR_RETURN(test_scores s, score_rows(m, dev, test, first, last, batch));
     if (g_ != nullptr) {
-      std::array<float, 1> c{float(correct)};
-      std::span<float> s(c);
-      HF_RETURN_IF_ERROR(timed_sum(std::span<const std::span<float>>(&s, 1)));
-      correct = int64_t(c[0]);
+      std::array<float, 2> c{float(s.correct), float(s.loss_sum)};
+      std::vector<float> all;
+      std::vector<std::span<float>> sums{std::span<float>(c)};
+      if (test.classes == 2) {
+        all.assign(std::size_t(test.size()), 0.0f);
+        std::copy(s.score.begin(), s.score.end(), all.begin() + first);
+        sums.emplace_back(all);
+      }
+      HF_RETURN_IF_ERROR(timed_sum(sums));
+      s.correct = int64_t(c[0]);
+      s.loss_sum = double(c[1]);
+      s.score = std::move(all);
     }
-    return double(correct) / double(test.size());
+    return metrics_of(test, s.correct, s.loss_sum, s.score);
   }
 
   const std::vector<double>& speeds() const noexcept { return speeds_; }
@@ -379,8 +475,9 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     // the trained one stay as single-device training has them.
     HF_ASSIGN_OR_RETURN(model twin, build_model(m.spec(), m.where(), build_options{m.context().threads(), c.seed}));
     const int64_t count = std::max<int64_t>(1, batch_size / c.group->size());
-    shape s = source.sample_shape();
-    tensor x = tensor::zeros({count, s[0], s[1], s[2]});
+    shape xs{count};
+    for (int64_t d : source.sample_shape().dims()) xs.push_back(d);
+    tensor x = tensor::zeros(xs);
     std::vector<int32_t> y(std::size_t(count), 0);
     tensor g;
     double secs = 0;
@@ -487,8 +584,11 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(dp.average_state());
     HF_RETURN_IF_ERROR(dp.update_speeds(local_rows, compute_seconds));
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
-      HF_ASSIGN_OR_RETURN(er.test_accuracy,
+      HF_ASSIGN_OR_RETURN(eval_metrics em,
                           dp.evaluate(m, dev, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
+      er.test_accuracy = em.accuracy;
+      er.test_logloss = em.logloss;
+      er.test_auc = em.auc;
     }
     rep.epochs.push_back(er);
     if (c.on_epoch) c.on_epoch(rep.epochs.back());
@@ -504,10 +604,14 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
 
 expected<train_report> train_with(const train_config& c, batch_source& source, const image_dataset& test,
                                   const progress_callback& progress, clock_type::time_point t_start) {
-  zoo_options zo;
-  zo.input = source.sample_shape();
-  zo.classes = source.classes();
-  zo.width = c.width;
+  HF_ASSIGN_OR_RETURN(zoo_options zo, model_options_for(c));
+  // The model is built from the config (as parameter-server shards build
+  // it); the source must deliver what that model reads.
+  if (!(zo.input == source.sample_shape()) || zo.classes != source.classes())
+    return make_error(errc::invalid_argument, "train: the data's samples are " + source.sample_shape().to_string() +
+                                                  " in " + std::to_string(source.classes()) + " classes, but " +
+                                                  c.model + " for this dataset config reads " + zo.input.to_string() +
+                                                  " in " + std::to_string(zo.classes) + " classes");
   HF_ASSIGN_OR_RETURN(model_spec spec, make_model_spec(c.model, zo));
   HF_ASSIGN_OR_RETURN(model m, build_model(spec, c.where, build_options{c.threads, c.seed}));
   expected<train_report> result = make_error(errc::internal, "train: did not run");
@@ -589,8 +693,128 @@ expected<std::unique_ptr<batch_source>> make_memory_source(const image_dataset& 
   return std::unique_ptr<batch_source>(new memory_source(train, plan, c.seed));
 }
 
+namespace {
+
+// Rows per table of c's criteo data: data.table_rows (one value for every
+// table, or one each), else criteo_table_rows.
+expected<std::vector<int64_t>> criteo_tables_of(const train_config& c) {
+  if (c.data.table_rows.size() == 1) return std::vector<int64_t>(std::size_t(criteo_tables), c.data.table_rows[0]);
+  if (!c.data.table_rows.empty()) return c.data.table_rows;
+  HF_ASSIGN_OR_RETURN(criteo_tables_info t, criteo_table_rows(c.data.path));
+  return t.rows;
+}
+
+// The criteo rows split into training (first) and test (last test_fraction)
+// sets. Ids beyond the tables (vocabularies of another run, a table_rows
+// too small) are refused here, naming the column, rather than mid-training.
+expected<training_data> load_criteo_data(const train_config& c, bool with_test) {
+  HF_ASSIGN_OR_RETURN(criteo_rows rows, load_criteo(c.data.path, c.data.max_rows));
+  // Hash mode without table_rows sizes the tables from these same records:
+  // nothing to check, and no second scan.
+  if (!c.data.table_rows.empty() || criteo_has_vocabularies(c.data.path)) {
+    HF_ASSIGN_OR_RETURN(std::vector<int64_t> tables, criteo_tables_of(c));
+    for (std::size_t t = 0; t < tables.size(); ++t)
+      if (rows.max_id[t] >= tables[t])
+        return make_error(errc::invalid_argument,
+                          "criteo data: column C" + std::to_string(t + 1) + " of " + c.data.path + " has id " +
+                              std::to_string(rows.max_id[t]) + " but its table has " + std::to_string(tables[t]) +
+                              " rows (" +
+                              (c.data.table_rows.empty()
+                                   ? criteo_vocab_name(int(t)) + "'s lines + 1: the vocabularies are not from the "
+                                                                 "run that wrote the part files)"
+                                   : std::string("table_rows: raise it)")));
+  }
+  const int64_t n = rows.data.size();
+  const int64_t n_test = std::llround(double(n) * c.data.test_fraction);
+  const int64_t n_train = n - n_test;
+  if (n_test < 1 || n_train < 1)
+    return make_error(errc::invalid_argument, "criteo data: " + std::to_string(n) + " rows of " + c.data.path +
+                                                  " at test_fraction " + std::to_string(c.data.test_fraction) +
+                                                  " leave " + std::to_string(n_train) + " training and " +
+                                                  std::to_string(n_test) + " test rows; both must be >= 1");
+  training_data d;
+  d.train.classes = d.test.classes = 2;
+  if (with_test) {
+    d.test.images = tensor::from(rows.data.images.view().slice_outer(n_train, n));
+    d.test.labels.assign(rows.data.labels.begin() + n_train, rows.data.labels.end());
+  }
+  // Shrinking keeps the storage: no copy of the training rows.
+  d.train.images = std::move(rows.data.images);
+  d.train.images.resize(shape{n_train, criteo_columns});
+  d.train.labels = std::move(rows.data.labels);
+  d.train.labels.resize(std::size_t(n_train));
+  return d;
+}
+
+// Raw text, parsed and hashed here: the rows of load_criteo_data on a hash
+// mode preprocess output of the same files (ids < range = the table rows).
+expected<training_data> load_criteo_text_data(const train_config& c, bool with_test) {
+  HF_ASSIGN_OR_RETURN(criteo_text text, criteo_text::open(criteo_text_options_of(c.data)));
+  HF_ASSIGN_OR_RETURN(criteo_split split, split_criteo_rows(text.rows(), c.data.test_fraction, "the criteo text"));
+  training_data d;
+  HF_ASSIGN_OR_RETURN(d.train, text.load_range(0, split.train));
+  d.test.classes = 2;
+  if (with_test) {
+    HF_ASSIGN_OR_RETURN(d.test, text.load_range(split.train, text.rows()));
+  }
+  return d;
+}
+
+}  // namespace
+
+expected<zoo_options> model_options_for(const train_config& c) {
+  HF_RETURN_IF_ERROR(check_config(c));
+  zoo_options zo;
+  zo.width = c.width;
+  zo.head_width = c.head_width;
+  switch (c.data.kind) {
+    case dataset_kind::fashion_mnist:
+      zo.input = shape{1, 28, 28};
+      zo.classes = 10;
+      break;
+    case dataset_kind::synthetic:
+      zo.input = c.data.sample;
+      zo.classes = c.data.classes;
+      break;
+    case dataset_kind::criteo_text:
+      zo.input = shape{criteo_columns};
+      zo.classes = 2;
+      zo.dlrm = dlrm_spec{criteo_dense_columns, std::vector<int64_t>(std::size_t(criteo_tables), int64_t(c.data.hash_range)),
+                          c.dlrm.embedding_dim, c.dlrm.bottom_mlp};
+      zo.dlrm_top_mlp = c.dlrm.top_mlp;
+      break;
+    case dataset_kind::criteo: {
+      zo.input = shape{criteo_columns};
+      zo.classes = 2;
+      HF_ASSIGN_OR_RETURN(std::vector<int64_t> tables, criteo_tables_of(c));
+      zo.dlrm = dlrm_spec{criteo_dense_columns, std::move(tables), c.dlrm.embedding_dim, c.dlrm.bottom_mlp};
+      zo.dlrm_top_mlp = c.dlrm.top_mlp;
+      break;
+    }
+  }
+  return zo;
+}
+
+expected<eval_metrics> evaluate_model(model& m, const image_dataset& test, int64_t batch) {
+  if (batch <= 0) return make_error(errc::invalid_argument, "evaluate: batch must be > 0");
+  expected<eval_metrics> result = eval_metrics{};
+  m.context().run([&] {
+    device_steps dev(m);
+    auto s = score_rows(m, dev, test, 0, test.size(), batch);
+    if (!s)
+      result = s.error();
+    else
+      result = metrics_of(test, s->correct, s->loss_sum, s->score);
+  });
+  return result;
+}
+
 expected<training_data> load_training_data(const train_config& c, bool normalize_sets, bool with_test) {
   HF_RETURN_IF_ERROR(check_config(c));
+  // Click records are used as stored (dense already log(x + 1)); their ids
+  // must not be shifted.
+  if (c.data.kind == dataset_kind::criteo) return load_criteo_data(c, with_test);
+  if (c.data.kind == dataset_kind::criteo_text) return load_criteo_text_data(c, with_test);
   training_data d;
   if (c.data.kind == dataset_kind::fashion_mnist) {
     HF_ASSIGN_OR_RETURN(d.train, load_fashion_mnist(c.data.path, true));

@@ -1,6 +1,7 @@
 // train_single: a whole single-device training run in plain C++ (no actors):
 // load or synthesise a dataset, normalise with the training set's per-channel
-// mean and std, build a zoo model, train with SGD/Adam and an LR schedule,
+// mean and std (image data; criteo click records are used as stored), build a
+// zoo model, train with SGD/Adam and an LR schedule,
 // evaluate on the test set each epoch. The actor runtime wraps this as
 // job.kind = "train"; bench/kernels and the acceptance demo call it directly.
 //
@@ -35,11 +36,17 @@
 #include "kernels/random.hpp"
 #include "kernels/shape.hpp"
 #include "kernels/tensor.hpp"
+#include "kernels/zoo.hpp"
 #include "schemas/error.hpp"
 
 namespace hetflow::kernels {
 
-enum class dataset_kind : uint8_t { fashion_mnist, synthetic };
+// criteo: a preprocess job's output (kernels/criteo_dataset.hpp), for dlrm.
+// criteo_text: raw Criteo text hashed on the fly (kernels/criteo_text.hpp),
+// the rows and values a preprocess job in hash mode would write; for dlrm.
+enum class dataset_kind : uint8_t { fashion_mnist, synthetic, criteo, criteo_text };
+
+class model;
 
 // Data parallelism: the training loop's view of the other replicas (the
 // actor runtime implements it with a ring all-reduce). Every replica runs
@@ -68,6 +75,28 @@ struct dataset_config {
   int64_t test_size = 2000;      // synthetic
   int64_t classes = 10;          // synthetic
   float noise = 1.0f;            // synthetic: noise stddev around class prototypes
+  // criteo (path = the preprocess output_dir): the last test_fraction of the
+  // rows read, in input order, is the test set, the rest the training set.
+  double test_fraction = 0.1;
+  int64_t max_rows = 0;          // criteo: read only the first max_rows records (0: all)
+  // criteo: rows of each embedding table; one value: every table; empty:
+  // from the data (criteo_table_rows: vocabularies, else a scan).
+  std::vector<int64_t> table_rows;
+  // criteo_text: the text files in order (absolute), the hash range (every
+  // table has that many rows) and preprocess's max_field_bytes.
+  // test_fraction and max_rows as for criteo.
+  std::vector<std::string> inputs;
+  uint64_t hash_range = 0;
+  std::size_t max_field_bytes = 64;
+};
+
+// dlrm's sizes (zoo.hpp's dlrm_spec): the bottom MLP is
+// dense -> bottom_mlp... -> embedding_dim; the top MLP is
+// (embedding_dim + pairs) -> top_mlp... -> classes.
+struct dlrm_sizes {
+  int64_t embedding_dim = 16;
+  std::vector<int64_t> bottom_mlp{512, 256, 64};
+  std::vector<int64_t> top_mlp{512, 256};
 };
 
 enum class lr_schedule_kind : uint8_t { constant, step, cosine };
@@ -87,6 +116,8 @@ struct epoch_report {
   double loss = 0.0;             // mean training loss over the epoch
   double train_accuracy = 0.0;   // over the epoch's training batches
   double test_accuracy = -1.0;   // -1 when not evaluated this epoch
+  double test_logloss = -1.0;    // 2 classes only (click data), else -1; -1 when not evaluated
+  double test_auc = -1.0;        // 2 classes only; -1 when not evaluated or the test set has one class
   double samples_per_s = 0.0;    // training samples / epoch training wall time
   double train_seconds = 0.0;    // training wall time (no data loading, no eval)
   double lr = 0.0;               // learning rate at the epoch's last step
@@ -94,9 +125,11 @@ struct epoch_report {
 };
 
 struct train_config {
-  std::string model = "lenet5";  // a zoo image model (not dlrm: it needs click logs)
+  std::string model = "lenet5";  // a zoo model; dlrm trains on (and only on) dataset_kind::criteo
   double width = 1.0;            // zoo width multiplier
+  int64_t head_width = 0;        // zoo vgg: hidden width of the FC head (0: the zoo's default)
   dataset_config data;
+  dlrm_sizes dlrm;               // model dlrm only
   int epochs = 3;
   int64_t batch_size = 64;
   optimizer_config optimizer{optimizer_kind::sgd, 0.05, 0.9};
@@ -164,6 +197,26 @@ using progress_callback = std::function<void(const train_progress&)>;
 
 expected<train_report> train_single(const train_config& config, const progress_callback& progress = {});
 
+// The zoo options (input shape, classes, width, dlrm table rows and layer
+// sizes) of c's model for c's data, without loading the data: every node
+// (trainer, parameter-server shards) builds the same model from the config.
+// criteo reads the vocabulary files, or in hash mode (no vocabularies, no
+// data.table_rows) scans every record once (criteo_table_rows). Errors for
+// a config train_single refuses (dlrm without criteo data and vice versa).
+expected<zoo_options> model_options_for(const train_config& c);
+
+// Test-set metrics of a model. accuracy: argmax == label. For 2 classes
+// (click data) also logloss: mean binary cross-entropy of
+// p(click) = softmax(logits)[1] (equal to the 2-class softmax cross-entropy),
+// and the ROC AUC of p(click) (ties by average rank; -1 when the test set
+// holds one class only). Every field is -1 when not computed (test empty, or
+// logloss/auc for other class counts).
+struct eval_metrics {
+  double accuracy = -1, logloss = -1, auc = -1;
+};
+// Forward in eval mode over `test` in batches of `batch` rows, on m's device.
+expected<eval_metrics> evaluate_model(model& m, const image_dataset& test, int64_t batch);
+
 // --- the pieces train_single is made of, for other batch sources -------------
 
 // Which rows make which batch of an epoch: batch `step` is positions
@@ -225,7 +278,7 @@ private:
 
 // One training batch, on the host: valid until the source's next call.
 struct train_batch {
-  tensor_view images;               // (b, C, H, W) f32, already normalised
+  tensor_view images;               // (b, sample...) f32, already normalised (images)
   std::span<const int32_t> labels;  // b labels
 };
 
@@ -236,7 +289,7 @@ class batch_source {
 public:
   virtual ~batch_source() = default;
   virtual const epoch_plan& plan() const = 0;
-  virtual shape sample_shape() const = 0;  // (C, H, W)
+  virtual shape sample_shape() const = 0;  // (C, H, W) for images, (39) for criteo
   virtual int64_t classes() const = 0;
   virtual status begin_epoch(int epoch) = 0;
   virtual expected<train_batch> next(int epoch, int64_t step) = 0;
@@ -259,6 +312,9 @@ expected<std::unique_ptr<batch_source>> make_memory_source(const image_dataset& 
 // The data of a run: the training set, the test set, and the training set's
 // per-channel statistics. `normalize`: apply them to both sets (in memory).
 // `with_test` false: the test set is left empty (pre-processing shards).
+// criteo: images are (N, 39) (criteo_dataset.hpp), never normalised (stats
+// stay empty), the test set is the last data.test_fraction of the rows read,
+// and ids must fit data.table_rows / the vocabularies.
 struct training_data {
   image_dataset train, test;
   normalization stats;

@@ -54,10 +54,11 @@ model_spec vgg(std::string name, const std::vector<int>& cfg, const zoo_options&
     m.layers.push_back(layer_spec::conv2d("conv" + std::to_string(++conv), scaled(c, o.width), 3, 1, 1, true));
   }
   m.layers.push_back(layer_spec::flatten("flatten"));
-  if (std::min(o.input[1], o.input[2]) >= 64) {
-    m.layers.push_back(layer_spec::linear("fc1", scaled(4096, o.width), true));
+  if (std::min(o.input[1], o.input[2]) >= 64 || o.head_width > 0) {
+    const int64_t h = o.head_width > 0 ? o.head_width : scaled(4096, o.width);
+    m.layers.push_back(layer_spec::linear("fc1", h, true));
     m.layers.push_back(layer_spec::dropout("drop1", 0.5));
-    m.layers.push_back(layer_spec::linear("fc2", scaled(4096, o.width), true));
+    m.layers.push_back(layer_spec::linear("fc2", h, true));
     m.layers.push_back(layer_spec::dropout("drop2", 0.5));
     m.layers.push_back(layer_spec::linear("fc3", o.classes));
   } else {

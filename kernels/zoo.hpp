@@ -27,6 +27,9 @@ struct zoo_options {
   shape input{1, 28, 28};     // one sample, (C, H, W) for image models
   int64_t classes = 10;
   double width = 1.0;         // channel / hidden width multiplier
+  // vgg only: hidden width of the two fully connected layers of the head
+  // (0: 4096 for inputs of 64 px and more, as the paper; else one of 512).
+  int64_t head_width = 0;
   // dlrm only:
   dlrm_spec dlrm{13, std::vector<int64_t>(26, 10000), 16, {512, 256, 64}};
   std::vector<int64_t> dlrm_top_mlp{512, 256};

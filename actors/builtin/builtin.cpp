@@ -4,6 +4,7 @@
 #include "actors/registry.hpp"
 #include "actors/ring/ring_member.hpp"
 #include "actors/ps/ps_job.hpp"
+#include "actors/ralp/ralp_job.hpp"
 
 namespace hetflow::actors::builtin {
 void add_allreduce_bench(registry& reg);  // allreduce_bench.cpp: ring_check, allreduce_bench
@@ -20,6 +21,7 @@ void add_builtin_types(registry& reg) {
   ring::add_ring_member(reg);
   builtin::add_allreduce_bench(reg);
   ps_job::add_types(reg);
+  ralp_job::add_types(reg);
 }
 
 }  // namespace hetflow::actors

@@ -60,7 +60,22 @@ struct stream_stats {
   int64_t batches = 0;
   int64_t max_buffered = 0;   // most batches waiting in the trainer at once
   double wait_seconds = 0;    // training thread time spent waiting for batches
+  std::string input_json;     // criteo_text: the trainer's index of the text (criteo_text::to_json)
 };
+
+// What the trainer of a streamed job loads on its own node: the training
+// set's size and sample shape (for the plan) and the test set. Images: the
+// dataset, normalised with the training set's statistics (the shards use
+// the same); criteo_text: the text indexed (input_json says how) and only
+// the test rows parsed.
+struct stream_trainer_data {
+  int64_t train_rows = 0;
+  kernels::shape sample;
+  int64_t classes = 0;
+  kernels::image_dataset test;
+  std::string input_json;  // criteo_text only
+};
+expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_config& c);
 
 // The trainer's batch source: batches from the shards, in step order, with
 // the exactly-once checks (`seed`: the job's, for replaying epoch orders). `self` is the trainer (a blocking actor); every

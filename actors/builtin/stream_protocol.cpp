@@ -18,10 +18,20 @@ std::span<T> as_span(std::span<std::byte> bytes) {
 
 }  // namespace
 
+namespace {
+
+std::vector<int64_t> batch_shape(int64_t b, std::span<const int64_t> sample) {
+  std::vector<int64_t> s{b};
+  s.insert(s.end(), sample.begin(), sample.end());
+  return s;
+}
+
+}  // namespace
+
 batch_writer::batch_writer(const std::string& sender, const std::string& target, const batch_info& info,
-                           int64_t b, int64_t c, int64_t h, int64_t w)
+                           int64_t b, std::span<const int64_t> sample)
     : builder_(schemas::envelope_header{kind_batch, uint64_t(info.step), sender, target},
-               {schemas::tensor_meta{dtype::f32, {b, c, h, w}}, schemas::tensor_meta{dtype::i32, {b}},
+               {schemas::tensor_meta{dtype::f32, batch_shape(b, sample)}, schemas::tensor_meta{dtype::i32, {b}},
                 schemas::tensor_meta{dtype::i64, {b}}},
                sizeof(batch_info)) {
   images_ = as_span<float>(builder_.tensor_data(0));
@@ -51,11 +61,11 @@ expected<batch_view> read_batch(const schemas::decoded_message& msg, const std::
   const auto& x = msg.tensor(0);
   const auto& y = msg.tensor(1);
   const auto& id = msg.tensor(2);
-  if (x.type != dtype::f32 || x.shape.size() != 4) return bad("images must be f32 (b, C, H, W)");
+  if (x.type != dtype::f32 || x.shape.size() < 2) return bad("features must be f32 (b, sample...)");
   if (y.type != dtype::i32 || y.shape.size() != 1) return bad("labels must be i32 (b)");
   if (id.type != dtype::i64 || id.shape.size() != 1) return bad("ids must be i64 (b)");
   if (y.shape[0] != x.shape[0] || id.shape[0] != x.shape[0])
-    return bad(std::to_string(x.shape[0]) + " images but " + std::to_string(y.shape[0]) + " labels and " +
+    return bad(std::to_string(x.shape[0]) + " samples but " + std::to_string(y.shape[0]) + " labels and " +
                std::to_string(id.shape[0]) + " ids");
   if (int64_t(msg.header().seq) != v.info.step) return bad("envelope seq and batch step differ");
   // Data fields are 8-byte aligned inside the single segment.

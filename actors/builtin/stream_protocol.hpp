@@ -16,13 +16,15 @@
 // come back.
 //
 // batch message (Envelope kind = kind_batch, seq = step, sender = shard name):
-//   tensor 0  images   f32 (b, C, H, W)  augmented and normalised
+//   tensor 0  features f32 (b, sample...) images (b, C, H, W), augmented and
+//                                         normalised; criteo rows (b, 39)
 //   tensor 1  labels   i32 (b)
 //   tensor 2  ids      i64 (b)           the training-set rows, in order
 //   payload   batch_info (little-endian, 56 bytes)
 // credit message (kind_credit, seq = number of credits, no tensors).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -60,9 +62,14 @@ std::string shard_name(int shard);  // "stream_shard_<k>"
 // A batch being built: fill images, labels and ids (all of them), then finish().
 class batch_writer {
 public:
-  // b rows of (c, h, w) images. Throws like message_builder.
+  // b rows of `sample` (e.g. (C, H, W) images, (39) criteo rows; rank >= 1).
+  // Throws like message_builder.
   batch_writer(const std::string& sender, const std::string& target, const batch_info& info, int64_t b,
-               int64_t c, int64_t h, int64_t w);
+               std::span<const int64_t> sample);
+  // b rows of (c, h, w) images.
+  batch_writer(const std::string& sender, const std::string& target, const batch_info& info, int64_t b,
+               int64_t c, int64_t h, int64_t w)
+      : batch_writer(sender, target, info, b, std::array<int64_t, 3>{c, h, w}) {}
   std::span<float> images() { return images_; }
   std::span<int32_t> labels() { return labels_; }
   std::span<int64_t> ids() { return ids_; }
@@ -78,8 +85,8 @@ private:
 // A received batch, read in place (views into msg's buffer).
 struct batch_view {
   batch_info info;
-  std::span<const float> images;
-  std::span<const int64_t> image_shape;  // (b, C, H, W)
+  std::span<const float> images;         // the features
+  std::span<const int64_t> image_shape;  // (b, sample...)
   std::span<const int32_t> labels;
   std::span<const int64_t> ids;
 };

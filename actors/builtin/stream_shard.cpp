@@ -6,6 +6,14 @@
 // batch message, and sends it to the trainer while it has credits
 // (stream_protocol.hpp).
 //
+// dataset criteo_text (raw Criteo text, dlrm): instead of a training set in
+// memory the shard indexes the text files at start (kernels/criteo_text.hpp:
+// the offsets of the well-formed lines; malformed ones are skipped and
+// counted as preprocess counts them) and, per batch it owns, parses and
+// hashes just that batch's rows straight into the message's (b, 39) rows.
+// No augmentation or normalisation: the values are a hash-mode preprocess
+// job's records, bit for bit.
+//
 // A detached actor: building batches is CPU work that must not hold a CAF
 // scheduler thread. It never waits with a deadline of its own: it only waits
 // for credits, and the trainer either returns them, fails the job, or times
@@ -16,11 +24,16 @@
 // core); the Criteo shards' resource probe (kernels/preprocess/resources)
 // does not drive it yet.
 #include <chrono>
+#include <optional>
+#include <stdexcept>
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/builtin/stream_protocol.hpp"
+#include "actors/json.hpp"
 #include "actors/log.hpp"
+#include "kernels/criteo_dataset.hpp"
+#include "kernels/criteo_text.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -37,6 +50,9 @@ struct shard_state : job_actor_state {
   kernels::training_data data;
   pp::channel_normalization norm;
   pp::image_shape sample;
+  // criteo_text: the indexed text instead of `data` (rows [0, plan.rows) train).
+  std::optional<kernels::criteo_text> text;
+  kernels::shape features;  // one sample's shape in the batch message
   kernels::epoch_plan plan;
   std::unique_ptr<kernels::epoch_order> order;
   int epoch = 0;
@@ -87,11 +103,16 @@ wire_buffer_ref build_batch(shard_state& st) {
   info.rows = st.plan.rows;
   info.shard_rows = st.shard_rows;
   info.shard_checksum = st.shard_checksum;
-  stream::batch_writer w(st.me, st.trainer, info, bn, st.sample.channels, st.sample.height, st.sample.width);
+  stream::batch_writer w(st.me, st.trainer, info, bn, st.features.dims());
   std::copy(st.ids.begin(), st.ids.end(), w.ids().begin());
-  for (int64_t j = 0; j < bn; ++j) w.labels()[std::size_t(j)] = st.data.train.labels[std::size_t(st.ids[std::size_t(j)])];
-  pp::transform_batch(st.data.train.images.view().f32_span(), st.sample, st.ids, w.images(), st.opts.augment, st.norm,
-                      st.cfg.seed, st.epoch);
+  if (st.text) {
+    if (auto s = st.text->read_rows(st.ids, w.images(), w.labels()); !s.ok()) throw std::runtime_error(s.to_string());
+  } else {
+    for (int64_t j = 0; j < bn; ++j)
+      w.labels()[std::size_t(j)] = st.data.train.labels[std::size_t(st.ids[std::size_t(j)])];
+    pp::transform_batch(st.data.train.images.view().f32_span(), st.sample, st.ids, w.images(), st.opts.augment,
+                        st.norm, st.cfg.seed, st.epoch);
+  }
   st.build_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++st.batches_sent;
   st.rows_sent += bn;
@@ -101,11 +122,25 @@ wire_buffer_ref build_batch(shard_state& st) {
 void finish_if_done(shard_actor* self) {
   auto& st = self->state;
   if (!st.all_sent || st.credits != st.opts.prefetch) return;
-  char line[200];
+  char line[300];
   std::snprintf(line, sizeof line, "sent %lld batches (%lld rows) in %d epochs; %.2f s building batches",
                 static_cast<long long>(st.batches_sent), static_cast<long long>(st.rows_sent), st.cfg.epochs,
                 st.build_seconds);
-  st.svc->report_done(st.me, true, line, {});
+  std::string summary = line;
+  json_writer w;
+  w.begin_object().field("batches", st.batches_sent).field("rows", st.rows_sent);
+  w.field("build_seconds", st.build_seconds);
+  if (st.text) {
+    // The index's books: the same rows and malformed lines on every node.
+    std::snprintf(line, sizeof line, "; indexed %llu lines (%lld rows, %llu malformed) in %.2f s",
+                  static_cast<unsigned long long>(st.text->lines()), static_cast<long long>(st.text->rows()),
+                  static_cast<unsigned long long>(st.text->malformed().total), st.text->index_seconds());
+    summary += line;
+    if (!st.text->malformed().examples.empty()) summary += "; first: " + st.text->malformed().examples[0].to_string();
+    w.key("criteo_text").raw(st.text->to_json());
+  }
+  w.end_object();
+  st.svc->report_done(st.me, true, summary, w.str());
   self->quit();
 }
 
@@ -135,6 +170,24 @@ void pump(shard_actor* self) {
 status prepare(shard_state& st, const actor_env& env) {
   HF_ASSIGN_OR_RETURN(st.opts, stream_options_of(env.cluster));
   HF_ASSIGN_OR_RETURN(st.cfg, train_config_of(env.cluster, env.spec.node));
+  if (st.cfg.data.kind == kernels::dataset_kind::criteo_text) {
+    if (st.opts.augment.enabled())
+      return make_error(errc::invalid_argument, "augment applies to images, not to dataset criteo-text");
+    HF_ASSIGN_OR_RETURN(kernels::criteo_text text,
+                        kernels::criteo_text::open(kernels::criteo_text_options_of(st.cfg.data)));
+    HF_ASSIGN_OR_RETURN(kernels::criteo_split split,
+                        kernels::split_criteo_rows(text.rows(), st.cfg.data.test_fraction, "the criteo text"));
+    st.text = std::move(text);
+    st.features = kernels::shape{kernels::criteo_columns};
+    HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(split.train, st.cfg.batch_size, st.cfg.drop_last,
+                                                           st.cfg.max_steps_per_epoch));
+    st.order = std::make_unique<kernels::epoch_order>(split.train, st.cfg.seed);
+    st.order->next_epoch();
+    st.epoch = 0;
+    st.step = st.index;
+    st.credits = st.opts.prefetch;
+    return {};
+  }
   // Not normalised in memory: crop pads with raw zeros, then each sample is
   // normalised with the training set's statistics (the in-memory path's).
   HF_ASSIGN_OR_RETURN(st.data, kernels::load_training_data(st.cfg, /*normalize=*/false, /*with_test=*/false));
@@ -142,6 +195,7 @@ status prepare(shard_state& st, const actor_env& env) {
   st.norm.stddev = st.data.stats.stddev;
   kernels::shape s = st.data.train.sample_shape();
   st.sample = pp::image_shape{s[0], s[1], s[2]};
+  st.features = s;
   HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(st.data.train.size(), st.cfg.batch_size, st.cfg.drop_last,
                                                          st.cfg.max_steps_per_epoch));
   st.order = std::make_unique<kernels::epoch_order>(st.data.train.size(), st.cfg.seed);
@@ -162,7 +216,9 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
         return fail_job_actor(self, "stream shard '" + st.me + "' on node '" + env.spec.node + "': " + s.to_string());
       log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + ": " +
                std::to_string(st.plan.rows) + " rows, " + std::to_string(st.plan.steps) + " steps per epoch, " +
-               (st.opts.augment.enabled() ? "augmented" : "not augmented") + ", prefetch " +
+               (st.text ? "criteo text, " + std::to_string(st.text->malformed().total) + " malformed lines skipped"
+                        : st.opts.augment.enabled() ? std::string("augmented") : std::string("not augmented")) +
+               ", prefetch " +
                std::to_string(st.opts.prefetch));
       become_running(self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
         auto& st = self->state;

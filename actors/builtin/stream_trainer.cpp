@@ -20,6 +20,8 @@
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/builtin/stream_protocol.hpp"
+#include "kernels/criteo_dataset.hpp"
+#include "kernels/criteo_text.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -82,9 +84,9 @@ public:
     current_ = std::move(p.msg);
     if (stats_) ++stats_->batches;
     const int64_t bn = int64_t(p.view.labels.size());
-    return kernels::train_batch{
-        kernels::tensor_view(p.view.images.data(), kernels::shape{bn, sample_[0], sample_[1], sample_[2]}),
-        p.view.labels};
+    kernels::shape x{bn};
+    for (int64_t d : sample_.dims()) x.push_back(d);
+    return kernels::train_batch{kernels::tensor_view(p.view.images.data(), x), p.view.labels};
   }
 
   status end_epoch(int epoch) override {
@@ -147,14 +149,13 @@ private:
       return make_error(errc::invalid_argument,
                         "train: " + who(shard) + " has " + std::to_string(v.info.rows) +
                             " training rows but the trainer has " + std::to_string(plan_.rows) +
-                            ": the nodes see different data (check data_dir on every node)");
-    if (bn != plan_.batch_rows(step) || v.image_shape[1] != sample_[0] || v.image_shape[2] != sample_[1] ||
-        v.image_shape[3] != sample_[2])
+                            ": the nodes see different data (check data_dir, or the criteo-text inputs, on every node)");
+    kernels::shape got;
+    for (std::size_t d = 1; d < v.image_shape.size(); ++d) got.push_back(v.image_shape[d]);
+    if (bn != plan_.batch_rows(step) || !(got == sample_))
       return make_error(errc::internal, "exactly-once check: batch " + std::to_string(step + 1) + " of epoch " +
                                             std::to_string(epoch + 1) + " from " + who(shard) + " has " +
-                                            std::to_string(bn) + " rows of (" + std::to_string(v.image_shape[1]) +
-                                            ", " + std::to_string(v.image_shape[2]) + ", " +
-                                            std::to_string(v.image_shape[3]) + "); the plan says " +
+                                            std::to_string(bn) + " rows of " + got.to_string() + "; the plan says " +
                                             std::to_string(plan_.batch_rows(step)) + " rows of " +
                                             sample_.to_string());
     for (int32_t y : v.labels)
@@ -203,6 +204,29 @@ private:
 };
 
 }  // namespace
+
+expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_config& c) {
+  stream_trainer_data out;
+  if (c.data.kind == kernels::dataset_kind::criteo_text) {
+    // The trainer indexes the text too: the row count (and so the plan and
+    // the split) comes from the files, as on every shard node.
+    HF_ASSIGN_OR_RETURN(kernels::criteo_text text, kernels::criteo_text::open(kernels::criteo_text_options_of(c.data)));
+    HF_ASSIGN_OR_RETURN(kernels::criteo_split split,
+                        kernels::split_criteo_rows(text.rows(), c.data.test_fraction, "the criteo text"));
+    out.train_rows = split.train;
+    out.sample = kernels::shape{kernels::criteo_columns};
+    out.classes = 2;
+    HF_ASSIGN_OR_RETURN(out.test, text.load_range(split.train, text.rows()));
+    out.input_json = text.to_json();
+    return out;
+  }
+  HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, /*normalize=*/true));
+  out.train_rows = data.train.size();
+  out.sample = data.train.sample_shape();
+  out.classes = data.train.classes;
+  out.test = std::move(data.test);
+  return out;
+}
 
 std::unique_ptr<kernels::batch_source> make_stream_source(caf::blocking_actor* self,
                                                           std::shared_ptr<node_services> svc,

@@ -9,7 +9,8 @@
 //
 // Input: "memory" (default) loads the dataset on the trainer's node
 // (kernels::train_single); "stream" adds pre-processing shard actors
-// (stream_shard.cpp) that augment, normalise and send batches to the trainer
+// (stream_shard.cpp) that augment, normalise (or, for dataset criteo-text,
+// parse and hash raw Criteo text) and send batches to the trainer
 // with credit-based flow control, and the trainer pulls them through a
 // kernels::batch_source (stream_trainer.cpp; protocol in stream_protocol.hpp).
 // Both run the same training loop (kernels::train_from_source).
@@ -21,6 +22,7 @@
 // elsewhere ends it within one step.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "actors/builtin/skeleton.hpp"
 #include "actors/builtin/stream_job.hpp"
@@ -34,6 +36,7 @@
 #include "kernels/trainer.hpp"
 #include "topology/data_parallel.hpp"
 #include "actors/ps/ps_job.hpp"
+#include "actors/ralp/ralp_job.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -59,10 +62,33 @@ expected<kernels::train_config> train_config_of(const topology::cluster& c, cons
   kernels::train_config cfg;
   cfg.model = p.get_string("model", "lenet5");
   cfg.width = p.get_number("width", 1.0);
+  cfg.head_width = p.get_int("head_width", 0);
   std::string ds = p.get_string("dataset", "fashion-mnist");
   if (ds == "fashion-mnist") {
     cfg.data.kind = kernels::dataset_kind::fashion_mnist;
     cfg.data.path = p.get_string("data_dir", "/usr/share/datasets/fashion-mnist");
+  } else if (ds == "criteo") {
+    // A preprocess job's output_dir; relative to the topology file, as that
+    // job's output_dir is, so a pair of job files can name the same folder.
+    if (!p.contains("data_dir"))
+      return make_error(errc::invalid_argument,
+                        "[job] dataset = \"criteo\" needs data_dir: a preprocess job's output_dir");
+    std::filesystem::path dir = p.get_string("data_dir", "");
+    cfg.data.kind = kernels::dataset_kind::criteo;
+    cfg.data.path = (dir.is_absolute() ? dir : c.file.parent_path() / dir).lexically_normal().string();
+    cfg.data.test_fraction = p.get_number("test_fraction", 0.1);
+    cfg.data.max_rows = p.get_int("max_rows", 0);
+    cfg.data.table_rows = p.get_ints("table_rows");
+  } else if (ds == "criteo-text") {
+    // Raw Criteo text hashed on the fly (kernels/criteo_text.hpp); inputs
+    // are paths made absolute by the validator (relative to the file).
+    cfg.data.kind = kernels::dataset_kind::criteo_text;
+    cfg.data.inputs = p.get_strings("inputs");
+    cfg.data.hash_range = uint64_t(p.get_int("categorical.range", p.get_int("hash_range", int64_t{1} << 24)));
+    cfg.data.max_field_bytes = std::size_t(p.get_int("max_field_bytes", 64));
+    cfg.data.test_fraction = p.get_number("test_fraction", 0.1);
+    cfg.data.max_rows = p.get_int("max_rows", 0);
+    cfg.data.table_rows = p.get_ints("table_rows");
   } else {
     cfg.data.kind = kernels::dataset_kind::synthetic;
     auto shape = p.get_ints("input_shape");
@@ -74,6 +100,9 @@ expected<kernels::train_config> train_config_of(const topology::cluster& c, cons
     cfg.data.test_size = p.get_int("test_size", 2000);
     cfg.data.classes = p.get_int("classes", 10);
   }
+  cfg.dlrm.embedding_dim = p.get_int("embedding_dim", 16);
+  if (p.contains("bottom_mlp")) cfg.dlrm.bottom_mlp = p.get_ints("bottom_mlp");
+  if (p.contains("top_mlp")) cfg.dlrm.top_mlp = p.get_ints("top_mlp");
   cfg.epochs = static_cast<int>(p.get_int("epochs", 3));
   cfg.batch_size = p.get_int("batch_size", 64);
   std::string opt = p.get_string("optimizer", "sgd");
@@ -112,11 +141,17 @@ void write_epochs(json_writer& w, const kernels::train_report& r) {
   for (auto& e : r.epochs) {
     w.begin_object().field("epoch", int64_t{e.epoch}).field("loss", e.loss);
     w.field("train_accuracy", e.train_accuracy);
-    w.key("test_accuracy");
-    if (e.test_accuracy < 0)
-      w.null();
-    else
-      w.value(e.test_accuracy);
+    // Metrics not computed this epoch (or for this data) are -1: null.
+    auto metric = [&](const char* name, double v) {
+      w.key(name);
+      if (v < 0)
+        w.null();
+      else
+        w.value(v);
+    };
+    metric("test_accuracy", e.test_accuracy);
+    metric("test_logloss", e.test_logloss);
+    metric("test_auc", e.test_auc);
     w.field("samples_per_s", e.samples_per_s).field("train_seconds", e.train_seconds);
     w.field("lr", e.lr).field("samples", e.samples).end_object();
   }
@@ -155,12 +190,17 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
   };
   c.on_epoch = [&](const kernels::epoch_report& e) {
     if (!verbose) return;
-    char line[256];
+    auto metric = [](double v) { return v < 0 ? std::string("-") : std::to_string(v).substr(0, 6); };
+    // Click data (2 classes) adds logloss and AUC, the metrics that matter
+    // there: accuracy mostly reflects the click rate.
+    std::string binary;
+    if (e.test_logloss >= 0 || e.test_auc >= 0)
+      binary = ", test logloss " + metric(e.test_logloss) + ", test AUC " + metric(e.test_auc);
+    char line[320];
     std::snprintf(line, sizeof line,
-                  "epoch %d/%d done: loss %.4f, train accuracy %.4f, test accuracy %s, "
+                  "epoch %d/%d done: loss %.4f, train accuracy %.4f, test accuracy %s%s, "
                   "%.0f samples/s (%.1f s)",
-                  e.epoch, c.epochs, e.loss, e.train_accuracy,
-                  e.test_accuracy < 0 ? "-" : std::to_string(e.test_accuracy).substr(0, 6).c_str(),
+                  e.epoch, c.epochs, e.loss, e.train_accuracy, metric(e.test_accuracy).c_str(), binary.c_str(),
                   e.samples_per_s, e.train_seconds);
     log_info(line);
   };
@@ -182,6 +222,8 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
   std::string summary = "trained " + r->model;
   if (!r->epochs.empty() && r->epochs.back().test_accuracy >= 0)
     summary += ", test accuracy " + std::to_string(r->epochs.back().test_accuracy).substr(0, 6);
+  if (!r->epochs.empty() && r->epochs.back().test_auc >= 0)
+    summary += ", test AUC " + std::to_string(r->epochs.back().test_auc).substr(0, 6);
   svc.report_done(me, true, summary, w.str());
 }
 
@@ -226,8 +268,9 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
   run_and_report(
       *svc, me, *cfg,
       [&](const kernels::train_config& c, const kernels::progress_callback& p) -> expected<kernels::train_report> {
-        HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, /*normalize=*/true));
-        HF_ASSIGN_OR_RETURN(kernels::epoch_plan plan, kernels::make_epoch_plan(data.train.size(), c.batch_size,
+        HF_ASSIGN_OR_RETURN(stream_trainer_data data, load_stream_trainer_data(c));
+        stats.input_json = data.input_json;
+        HF_ASSIGN_OR_RETURN(kernels::epoch_plan plan, kernels::make_epoch_plan(data.train_rows, c.batch_size,
                                                                                c.drop_last, c.max_steps_per_epoch));
         log_info("streaming from " + std::to_string(opts->shards()) + " shard(s), prefetch " +
                  std::to_string(opts->prefetch) + " batches each" +
@@ -235,9 +278,7 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
                                                 std::to_string(opts->augment.crop_padding) +
                                                 (opts->augment.flip ? ", flip)" : ")")
                                           : ""));
-        auto source = make_stream_source(self, svc, me, *opts, plan, data.train.sample_shape(), data.train.classes,
-                                         c.seed, &stats);
-        data.train = kernels::image_dataset{};  // only its statistics and size were needed
+        auto source = make_stream_source(self, svc, me, *opts, plan, data.sample, data.classes, c.seed, &stats);
         return kernels::train_from_source(c, *source, data.test, p);
       },
       [&](json_writer& w) {
@@ -250,6 +291,7 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
         w.field("augment", opts->augment.enabled());
         w.field("batches", stats.batches).field("max_buffered", stats.max_buffered);
         w.field("wait_seconds", stats.wait_seconds);
+        if (!stats.input_json.empty()) w.key("criteo_text").raw(stats.input_json);
         w.field("exactly_once", stats.epochs.size() == std::size_t(cfg->epochs));
         w.key("epochs").begin_array();
         for (const auto& e : stats.epochs) {
@@ -345,6 +387,72 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   };
 }
 
+// The model/dataset pairing and the criteo keys, checked at validate time
+// (train_single checks the same again; this names the [job] keys).
+status check_dataset_keys(const topology::cluster& c) {
+  const auto& p = c.job.params;
+  const std::string model = p.get_string("model", "lenet5"), ds = p.get_string("dataset", "fashion-mnist");
+  const bool clicks = ds == "criteo" || ds == "criteo-text";
+  if (model == "dlrm" && !clicks)
+    return make_error(errc::invalid_argument, "[job] model = \"dlrm\" trains on click logs: it needs "
+                                              "dataset = \"criteo\" with data_dir = a preprocess job's output_dir, "
+                                              "or dataset = \"criteo-text\" with inputs");
+  if (clicks && model != "dlrm")
+    return make_error(errc::invalid_argument, "[job] dataset = \"" + ds + "\" (click logs) trains model = \"dlrm\" "
+                                              "only, not \"" + model + "\"");
+  if (!clicks) {
+    if (p.contains("inputs") || p.contains("categorical.range"))
+      return make_error(errc::invalid_argument, "[job] inputs and categorical.range belong to dataset = "
+                                                "\"criteo-text\"");
+    return {};
+  }
+  if (ds == "criteo-text") {
+    if (p.get_strings("inputs").empty())
+      return make_error(errc::invalid_argument, "[job] dataset = \"criteo-text\" needs inputs = [\"day.tsv\", ...]: "
+                                                "Criteo text files, relative to this file");
+    if (p.get_string("categorical.mode", "hash") != "hash")
+      return make_error(errc::unsupported, "[job] dataset = \"criteo-text\" hashes categorical strings "
+                                           "(categorical = { mode = \"hash\", range = N }); vocab mode needs "
+                                           "two passes: run a preprocess job and train on dataset = \"criteo\"");
+    const int64_t range = p.get_int("categorical.range", p.get_int("hash_range", int64_t{1} << 24));
+    if (range < 1 || range > (int64_t{1} << 24))
+      return make_error(errc::invalid_argument, "[job] categorical.range must be in [1, 16777216] for "
+                                                "dataset = \"criteo-text\" (ids travel as float32; every table has "
+                                                "range rows), got " + std::to_string(range));
+    if (!p.get_ints("table_rows").empty())
+      return make_error(errc::invalid_argument, "[job] dataset = \"criteo-text\": every table has "
+                                                "categorical.range rows; remove table_rows");
+    if (p.contains("data_dir"))
+      return make_error(errc::invalid_argument, "[job] dataset = \"criteo-text\" reads inputs, not data_dir");
+    if (p.get_string("input", "memory") == "stream" && p.get_bool("augment", false))
+      return make_error(errc::invalid_argument, "[job] augment applies to images, not to dataset = \"criteo-text\"");
+    if (const auto s = p.get_string("strategy", "single"); s != "single")
+      return make_error(errc::unsupported, "[job] dataset = \"criteo-text\" trains with strategy = \"single\" only "
+                                           "for now, not \"" + s + "\"; preprocess the text and use "
+                                           "dataset = \"criteo\"");
+  } else if (!p.contains("data_dir"))
+    return make_error(errc::invalid_argument, "[job] dataset = \"criteo\" needs data_dir: a preprocess job's "
+                                              "output_dir");
+  const double f = p.get_number("test_fraction", 0.1);
+  if (!(f > 0.0 && f < 1.0))
+    return make_error(errc::invalid_argument, "[job] test_fraction must be in (0, 1), got " + std::to_string(f));
+  const auto tables = p.get_ints("table_rows");
+  if (!tables.empty() && tables.size() != 1 && tables.size() != 26)
+    return make_error(errc::invalid_argument, "[job] table_rows needs 1 value (every table) or 26, got " +
+                                                  std::to_string(tables.size()));
+  for (int64_t r : tables)
+    if (r < 1 || r > (int64_t{1} << 24))
+      return make_error(errc::invalid_argument, "[job] table_rows must be in [1, 16777216] (ids travel as float32)");
+  for (const char* k : {"bottom_mlp", "top_mlp"})
+    for (int64_t w : p.get_ints(k))
+      if (w < 1) return make_error(errc::invalid_argument, std::string("[job] ") + k + " widths must be >= 1");
+  if (ds == "criteo" && p.get_string("input", "memory") == "stream")
+    return make_error(errc::unsupported, "[job] dataset = \"criteo\" reads input = \"memory\" only; to stream "
+                                         "click logs use dataset = \"criteo-text\" (the shards parse and hash the "
+                                         "raw text)");
+  return {};
+}
+
 // The actors of a dp train job: replica r and ring member r on replica r's
 // node, the ring in the planner's order (grouped by host).
 expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c) {
@@ -352,6 +460,12 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
   if (p.get_string("input", "memory") != "memory")
     return make_error(errc::unsupported, "[job] strategy = \"dp\" reads input = \"memory\" only for now "
                                          "(streamed input feeds one trainer)");
+  // The ring sums dense gradients; dlrm's embedding tables get sparse ones
+  // (rows of the batch only), which the replicas would not combine.
+  if (p.get_string("model", "lenet5") == "dlrm")
+    return make_error(errc::unsupported, "[job] strategy = \"dp\" cannot train dlrm yet: its embedding tables get "
+                                         "sparse gradients, which the ring does not sum; use strategy = \"single\" "
+                                         "or \"ps\"");
   auto nodes = p.get_strings("dp_nodes");
   HF_ASSIGN_OR_RETURN(auto replicas, topology::dp_replicas(c, nodes));
   std::vector<std::string> hosts;
@@ -403,8 +517,8 @@ void add_train(registry& reg) {
                                 std::move(one_of)});
   };
   key("strategy", key_type::string, std::string("single"),
-      "single: one device trains the whole model; dp: data parallel, one replica per device of dp_nodes; ps: parameter servers (ps_*, consistency keys)", {}, {},
-      {"single", "dp", "ps", "hetpipe", "auto"});
+      "single: one device trains the whole model; dp: data parallel, one replica per device of dp_nodes; ps: parameter servers (ps_*, consistency keys); ralp: layers after ralp_cut on the PS node (ralp_* keys)", {}, {},
+      {"single", "dp", "ps", "ralp", "hetpipe", "auto"});
   // HetPipe (plan and simulate only so far; `run` refuses it): apps/simulate_command.hpp.
   // D of Wave Synchronous Parallel is the ps `staleness` key.
   job.keys.push_back(key_spec{"profile_file", key_type::path, false, std::nullopt,
@@ -437,10 +551,49 @@ void add_train(registry& reg) {
   key("model", key_type::string, std::string("lenet5"), "model zoo name", {}, {},
       {"mlp", "lenet5", "vgg11", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "dlrm"});
   key("width", key_type::number, 1.0, "width multiplier of image models", 0.01, 16.0);
-  key("dataset", key_type::string, std::string("fashion-mnist"), "training data", {}, {},
-      {"fashion-mnist", "synthetic"});
-  key("data_dir", key_type::string, std::string("/usr/share/datasets/fashion-mnist"),
-      "folder of the Fashion-MNIST IDX files");
+  key("head_width", key_type::integer, int64_t{0},
+      "vgg*: hidden width of the two fully connected layers of the head (0: 4096 for inputs of 64 px and more, "
+      "else one layer of 512; not scaled by width)",
+      0.0, 65536.0);
+  key("dataset", key_type::string, std::string("fashion-mnist"),
+      "training data; criteo: a preprocess job's output; criteo-text: raw Criteo text hashed on the fly "
+      "(inputs, categorical; streams with input = \"stream\"); both for model dlrm only, and dlrm needs one", {}, {},
+      {"fashion-mnist", "synthetic", "criteo", "criteo-text"});
+  // No default in the catalog (the defaults are filled in): criteo must
+  // tell a missing data_dir from the Fashion-MNIST folder.
+  job.keys.push_back(key_spec{"data_dir", key_type::string, false, std::nullopt,
+                              "fashion-mnist: folder of the IDX files (/usr/share/datasets/fashion-mnist); criteo "
+                              "(required): the preprocess job's output_dir, relative to this file"});
+  key("test_fraction", key_type::number, 0.1,
+      "criteo: the last fraction of the rows (input order) is the test set", 0.0, 1.0);
+  key("max_rows", key_type::integer, int64_t{0}, "criteo: read only the first max_rows records (0: all)", 0.0);
+  key("table_rows", key_type::size_list, std::vector<int64_t>{},
+      "criteo: rows per embedding table, 1 value (every table) or 26 (empty: vocab lines + 1, or in hash mode "
+      "the largest id + 1 from a scan of the records)");
+  job.keys.push_back(key_spec{"inputs", key_type::path_list, false, std::nullopt,
+                              "criteo-text (required): Criteo text files, in order, relative to this file; the "
+                              "same paths on every node"});
+  {
+    // The preprocess job's table, hash mode only.
+    key_spec cat{"categorical", key_type::table, false, std::nullopt,
+                 "criteo-text: { mode = \"hash\", range = N }: ids are FNV-1a 64 mod N (as a preprocess job in hash "
+                 "mode writes them); every embedding table has N rows",
+                 {}, {}, {}};
+    cat.shorthand = "mode";
+    cat.fields.push_back(key_spec{"mode", key_type::string, false, std::string("hash"), "hash (vocab: preprocess "
+                                  "first)", {}, {}, {"hash", "vocab"}});
+    cat.fields.push_back(key_spec{"range", key_type::integer, false, std::nullopt,
+                                  "hash: ids in [0, range) (default 2^24)", 1.0, 16777216.0, {}});
+    job.keys.push_back(std::move(cat));
+  }
+  key("max_field_bytes", key_type::integer, int64_t{64},
+      "criteo-text: longer fields make a line malformed (as preprocess's key)", 1.0, 65536.0);
+  key("embedding_dim", key_type::integer, int64_t{16}, "dlrm: embedding width (also the bottom MLP's output)",
+      1.0, 4096.0);
+  key("bottom_mlp", key_type::size_list, std::vector<int64_t>{512, 256, 64},
+      "dlrm: hidden widths of the bottom MLP over the 13 dense features (a last layer of embedding_dim follows)");
+  key("top_mlp", key_type::size_list, std::vector<int64_t>{512, 256},
+      "dlrm: hidden widths of the top MLP over the interactions (a last layer of 2 classes follows)");
   key("input_shape", key_type::size_list, std::vector<int64_t>{1, 28, 28},
       "synthetic dataset: [channels, height, width]");
   key("train_size", key_type::integer, int64_t{10000}, "synthetic dataset: training samples", 1.0);
@@ -478,11 +631,14 @@ void add_train(registry& reg) {
   key("stream_fault", key_type::string, std::string(""),
       "tests only: make shard 0 break exactly-once (duplicate or drop a row)", {}, {}, {"", "duplicate", "drop"});
   ps_job::add_train_keys(job);  // strategy "ps" (actors/ps/)
+  ralp_job::add_train_keys(job);  // strategy "ralp" (actors/ralp/)
   (void)reg.add_job_kind(
       job,
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
         const bool stream = c.job.params.get_string("input", "memory") == "stream";
+        HF_RETURN_IF_ERROR(check_dataset_keys(c));
         if (c.job.params.get_string("strategy", "single") == "ps") return ps_job::expand(c);
+        if (c.job.params.get_string("strategy", "single") == "ralp") return ralp_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "dp") {
           if (!c.actors.empty())
             return make_error(errc::invalid_argument,
@@ -521,7 +677,8 @@ void add_train(registry& reg) {
         bool identical = true;
         int replicas = 0;
         for (auto& r : results) {
-          if ((r.name == "trainer" || r.name == "replica0" || r.name == "psworker0") && r.metrics_json.size() > 2)
+          if ((r.name == "trainer" || r.name == "replica0" || r.name == "psworker0" ||
+               r.name == "ralpworker0") && r.metrics_json.size() > 2)
             lifted = r.metrics_json.substr(1, r.metrics_json.size() - 2);
           if (r.name.rfind("replica", 0) != 0) continue;
           ++replicas;
@@ -536,6 +693,7 @@ void add_train(registry& reg) {
         if (replicas > 0 && !lifted.empty())
           lifted += std::string(",\"replicas_identical\":") + (identical ? "true" : "false");
         if (!lifted.empty()) lifted += ps_job::summarize(results);
+        if (!lifted.empty()) lifted += ralp_job::summarize(results);
         return lifted;
       });
   topology::type_spec d{"dp_replica", "one data-parallel replica of the train job (strategy dp)", {}};

@@ -38,32 +38,21 @@ expected<ps_options> options_of(const topology::cluster& c) {
   return o;
 }
 
-// The model's input as the zoo needs it, without loading the data.
-namespace {
-void input_of(const kernels::train_config& c, kernels::shape& sample, int64_t& classes) {
-  if (c.data.kind == kernels::dataset_kind::synthetic) {
-    sample = c.data.sample;
-    classes = c.data.classes;
-  } else {
-    sample = kernels::shape{1, 28, 28};
-    classes = 10;
-  }
-}
-
-}  // namespace
-
 expected<kernels::model> build_model_for(const kernels::train_config& c, kernels::device where, int threads) {
-  kernels::zoo_options zo;
-  input_of(c, zo.input, zo.classes);
-  zo.width = c.width;
+  // The model's input (and dlrm's table sizes) from the config, without
+  // loading the data: the same model on every worker and shard.
+  HF_ASSIGN_OR_RETURN(kernels::zoo_options zo, kernels::model_options_for(c));
   HF_ASSIGN_OR_RETURN(kernels::model_spec spec, kernels::make_model_spec(c.model, zo));
   return kernels::build_model(spec, where, kernels::build_options{threads, c.seed});
 }
 
 ps::placement placement_of(kernels::model& m, int shards) {
-  std::vector<int64_t> bytes;
-  for (auto* p : m.parameters()) bytes.push_back(int64_t(p->value.byte_size()));
-  return ps::place_by_bytes(bytes, shards);
+  std::vector<int64_t> bytes, sparse_rows;
+  for (auto* p : m.parameters()) {
+    bytes.push_back(int64_t(p->value.byte_size()));
+    sparse_rows.push_back(p->sparse ? p->value.shape()[0] : 0);
+  }
+  return ps::place_by_bytes(bytes, shards, sparse_rows);
 }
 
 }  // namespace hetflow::actors::ps_job

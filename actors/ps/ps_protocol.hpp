@@ -21,9 +21,17 @@
 //   error (kind_error, text): the shard refuses (bad push, pull timed out).
 //
 // Every message carries a ps_info payload (little-endian, 48 bytes).
-// Tensors: push = the shard's gradients, weights = the shard's parameters,
-// both in the shard's tensor order (ps_placement), f32; checkpoints and
-// restored carry one i64 tensor.
+// Tensors: push = the shard's dense gradients, weights = the shard's dense
+// parameters, both in the shard's tensor order (ps_placement), f32;
+// checkpoints and restored carry one i64 tensor.
+//
+// Sparse pieces (rows of embedding tables, see ps_placement), when the
+// shard holds any: a pull lists the rows it wants of each piece (flag_rows,
+// the list as its one i64 tensor; encode_rows), the weights answer has one
+// (rows, dim) f32 tensor per piece after the dense ones, in the order asked;
+// a push has one (rows, dim) gradient per piece after the dense ones and the
+// row list as its last tensor (i64, flag_rows). Rows are local to the piece
+// and strictly increasing; a pull may ask for all rows of a piece (-1).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +58,11 @@ enum : uint32_t {
   kind_restored = 0x50530009,
   kind_bye = 0x5053000a,
 };
-inline constexpr uint32_t protocol_version = 1;
+inline constexpr uint32_t protocol_version = 2;
+
+// ps_info::flags
+inline constexpr int32_t flag_final = 1;  // pull: the final weights, once every worker finished
+inline constexpr int32_t flag_rows = 2;   // pull/push: carries a row list (the last tensor)
 
 struct ps_info {
   uint32_t version = protocol_version;
@@ -67,16 +79,32 @@ static_assert(sizeof(ps_info) == 48);
 // A control message: info, an optional i64 list (as one tensor), optional text.
 wire_buffer_ref make_control(uint32_t kind, const std::string& sender, const std::string& target, const ps_info& info,
                              std::span<const int64_t> list = {}, const std::string& text = {});
-// A message with f32 tensors (push: gradients, weights: parameters).
+// A message with f32 tensors (push: gradients, weights: parameters) and,
+// with flag_rows in info.flags, the i64 `rows` list after them.
 wire_buffer_ref make_tensors(uint32_t kind, const std::string& sender, const std::string& target,
-                             const ps_info& info, std::span<const kernels::tensor* const> tensors);
+                             const ps_info& info, std::span<const kernels::tensor* const> tensors,
+                             std::span<const int64_t> rows = {});
+
+// The rows of each sparse piece a pull asks for or a push carries.
+struct row_request {
+  bool all = false;           // pull only: every row of the piece
+  std::vector<int64_t> rows;  // local to the piece, strictly increasing
+};
+// [n_0, rows_0..., n_1, rows_1..., ...] (n = -1: all rows).
+std::vector<int64_t> encode_rows(std::span<const row_request> pieces);
+// Checks the list against the pieces' row counts: one section per piece,
+// rows in range and strictly increasing, -1 only when `allow_all`; errors
+// (errc::wire_corrupt) name `peer`.
+expected<std::vector<row_request>> decode_rows(std::span<const int64_t> list, std::span<const int64_t> piece_rows,
+                                               bool allow_all, const std::string& peer);
 
 struct ps_message {
   uint32_t kind = 0;
   std::string sender;
   ps_info info;
   std::string text;           // kind_error
-  std::vector<int64_t> list;  // checkpoints, restored
+  std::vector<int64_t> list;  // checkpoints, restored; pull/push with flag_rows: the row list
+  std::size_t tensors = 0;    // f32 tensors (not counting the row list)
   schemas::decoded_message msg;  // tensors (views into the buffer)
 };
 // Decodes and checks the payload; errors name `peer`.

@@ -35,15 +35,18 @@ struct shard_state : builtin::job_actor_state {
     int worker = 0;
     int64_t clock = 0;
     clock_type::time_point since;
+    std::vector<ps::row_request> rows;  // per sparse piece
   };
   std::map<uint64_t, waiting> waits;       // pulls held by the clock table, by ticket id
-  std::vector<std::pair<int, int64_t>> finals;  // final pulls: answered when every worker finished
+  std::vector<std::pair<int, int64_t>> finals;  // final pulls (every row): answered when every worker finished
+  std::vector<int64_t> piece_rows;              // rows of each sparse piece
   clock_type::time_point finals_since;
   uint64_t next_id = 1;
   bool restored = false;
   int64_t restored_label = -1;
   std::vector<int64_t> restored_clocks;
-  int64_t pulls = 0, pushes = 0, held = 0, max_lag = 0;
+  int64_t pulls = 0, pushes = 0, held = 0, max_lag = 0, rows_pulled = 0, rows_pushed = 0;
+  int64_t bytes_in = 0, bytes_out = 0;
   double wait_seconds = 0, push_seconds = 0;
   bool over = false;
 };
@@ -57,11 +60,13 @@ void shard_fail(shard_actor* self, const std::string& why) {
 }
 
 void shard_send(shard_actor* self, const std::string& target, wire_buffer_ref msg) {
+  self->state.bytes_out += int64_t(msg->size());
   auto s = self->state.svc->send_wire(target, std::move(msg));
   if (!s.ok()) shard_fail(self, self->state.me + ": cannot answer " + target + ": " + s.message());
 }
 
-void answer(shard_actor* self, int w, int64_t clock) {
+// `rows`: per sparse piece, the rows asked for (null: every row).
+void answer(shard_actor* self, int w, int64_t clock, const std::vector<ps::row_request>* rows = nullptr) {
   auto& st = self->state;
   const auto& table = st.core->clocks();
   ps::ps_info info;
@@ -72,7 +77,29 @@ void answer(shard_actor* self, int w, int64_t clock) {
   info.aux = st.core->updates_applied();
   if (info.global != ps::infinite_clock) st.max_lag = std::max(st.max_lag, clock - info.global);
   std::vector<const kernels::tensor*> ts;
-  for (auto& p : st.core->params()) ts.push_back(&p.value);
+  const auto& params = st.core->params();
+  const std::size_t dense = st.core->dense_count();
+  for (std::size_t i = 0; i < dense; ++i) ts.push_back(&params[i].value);
+  std::vector<kernels::tensor> gathered;  // the rows asked for, one tensor per piece
+  gathered.reserve(params.size() - dense);
+  for (std::size_t j = 0; j + dense < params.size(); ++j) {
+    const auto& table = params[dense + j].value;
+    if (!rows || (*rows)[j].all) {
+      ts.push_back(&table);
+      st.rows_pulled += table.shape()[0];
+      continue;
+    }
+    const auto& want = (*rows)[j].rows;
+    const int64_t dim = table.shape().inner_numel();
+    kernels::tensor t = kernels::tensor::empty({int64_t(want.size()), dim});
+    float* out = t.f32();
+    const float* in = table.f32();
+    for (std::size_t i = 0; i < want.size(); ++i)
+      std::memcpy(out + int64_t(i) * dim, in + want[i] * dim, std::size_t(dim) * sizeof(float));
+    st.rows_pulled += int64_t(want.size());
+    gathered.push_back(std::move(t));
+    ts.push_back(&gathered.back());
+  }
   shard_send(self, worker_name(w), ps::make_tensors(ps::kind_weights, st.me, worker_name(w), info, ts));
 }
 
@@ -80,11 +107,9 @@ void answer_ready(shard_actor* self, const std::vector<ps::pull_ticket>& ready) 
   auto& st = self->state;
   for (auto& t : ready) {
     auto it = st.waits.find(t.id);
-    if (it != st.waits.end()) {
-      st.wait_seconds += since(it->second.since);
-      st.waits.erase(it);
-    }
-    answer(self, t.worker, t.clock);
+    if (it != st.waits.end()) st.wait_seconds += since(it->second.since);
+    answer(self, t.worker, t.clock, it != st.waits.end() ? &it->second.rows : nullptr);
+    if (it != st.waits.end()) st.waits.erase(it);
   }
   if (!st.finals.empty() && st.core->clocks().all_finished()) {
     for (auto [w, c] : st.finals) answer(self, w, c);
@@ -135,6 +160,7 @@ void on_tick(shard_actor* self) {
 void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer_ref& buf) {
   auto& st = self->state;
   if (st.over) return;
+  st.bytes_in += int64_t(buf->size());
   auto m = ps::read_ps_message(buf, st.svc->read_limits(), "node '" + node + "'");
   if (!m) return shard_fail(self, st.me + ": " + m.error().to_string());
   const int w = m->info.worker;
@@ -145,30 +171,56 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
   switch (m->kind) {
     case ps::kind_pull: {
       ++st.pulls;
-      if (m->info.flags & 1) {
+      if (m->info.flags & ps::flag_final) {
         if (st.finals.empty()) st.finals_since = clock_type::now();
         st.finals.emplace_back(w, m->info.clock);
         break;
       }
+      std::vector<ps::row_request> rows;
+      if (!st.piece_rows.empty()) {
+        if (!(m->info.flags & ps::flag_rows))
+          return shard_fail(self, st.me + ": a pull from " + who_worker(st.svc, w) +
+                                      " lists no embedding rows, but the shard holds " +
+                                      std::to_string(st.piece_rows.size()) + " table pieces");
+        auto r = ps::decode_rows(m->list, st.piece_rows, true, who_worker(st.svc, w));
+        if (!r) return shard_fail(self, st.me + ": " + r.error().message());
+        rows = std::move(*r);
+      }
       ps::pull_ticket t{w, m->info.clock, st.next_id++};
       if (st.core->pull(t)) {
-        answer(self, w, t.clock);
+        answer(self, w, t.clock, st.piece_rows.empty() ? nullptr : &rows);
       } else {
         ++st.held;
-        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now()};
+        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(), std::move(rows)};
       }
       break;
     }
     case ps::kind_push: {
       auto t0 = clock_type::now();
+      const std::size_t dense = st.core->dense_count();
+      if (m->tensors != dense + st.piece_rows.size() || (!st.piece_rows.empty() && !(m->info.flags & ps::flag_rows)))
+        return shard_fail(self, st.me + ": a push from " + who_worker(st.svc, w) + " has " +
+                                    std::to_string(m->tensors) + " tensors, the shard holds " + std::to_string(dense) +
+                                    " dense parameters and " + std::to_string(st.piece_rows.size()) + " table pieces");
       std::vector<kernels::tensor> grads;
-      for (std::size_t i = 0; i < m->msg.tensor_count(); ++i) {
+      for (std::size_t i = 0; i < dense; ++i) {
         auto g = ps::tensor_of(*m, i);
         if (!g) return shard_fail(self, st.me + ": " + g.error().to_string());
         grads.push_back(std::move(*g));
       }
+      std::vector<kernels::sparse_rows> sparse;
+      if (!st.piece_rows.empty()) {
+        auto r = ps::decode_rows(m->list, st.piece_rows, false, who_worker(st.svc, w));
+        if (!r) return shard_fail(self, st.me + ": " + r.error().message());
+        for (std::size_t j = 0; j < r->size(); ++j) {
+          auto g = ps::tensor_of(*m, dense + j);
+          if (!g) return shard_fail(self, st.me + ": " + g.error().to_string());
+          st.rows_pushed += int64_t((*r)[j].rows.size());
+          sparse.push_back(kernels::sparse_rows{std::move((*r)[j].rows), std::move(*g)});
+        }
+      }
       ++st.pushes;
-      if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) {
+      if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), std::move(sparse), ready); !s.ok()) {
         send_error(self, w, s.message());
         return shard_fail(self, s.message());
       }
@@ -225,6 +277,8 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       j.field("bytes", bytes).field("updates", st.core->updates_applied());
       j.field("pulls", st.pulls).field("pulls_waited", st.held).field("pull_wait_seconds", st.wait_seconds);
       j.field("push_seconds", st.push_seconds).field("max_lag", st.max_lag);
+      j.field("table_pieces", int64_t(st.piece_rows.size())).field("rows_pulled", st.rows_pulled);
+      j.field("rows_pushed", st.rows_pushed).field("bytes_in", st.bytes_in).field("bytes_out", st.bytes_out);
       j.field("checkpoints_written", st.core->checkpoints_written());
       j.field("last_checkpoint", st.core->last_checkpoint());
       j.field("restored_from", st.restored_label);
@@ -264,6 +318,19 @@ caf::behavior ps_shard(shard_actor* self, actor_env env) {
         kernels::parameter p;
         p.name = all[std::size_t(i)]->name;
         p.value = std::move(all[std::size_t(i)]->value);
+        mine.push_back(std::move(p));
+      }
+      for (const auto& pc : pl.pieces_of[std::size_t(st.index)]) {
+        const auto& table = all[std::size_t(pc.tensor)]->value;
+        const int64_t dim = table.shape().inner_numel();
+        kernels::parameter p;
+        p.name = all[std::size_t(pc.tensor)]->name + "[" + std::to_string(pc.row_begin) + ":" +
+                 std::to_string(pc.row_end) + "]";
+        p.sparse = true;
+        p.value = kernels::tensor::empty({pc.rows(), dim});
+        if (pc.rows() > 0)
+          std::memcpy(p.value.f32(), table.f32() + pc.row_begin * dim, std::size_t(pc.rows() * dim) * sizeof(float));
+        st.piece_rows.push_back(pc.rows());
         mine.push_back(std::move(p));
       }
       ps::shard_config sc;

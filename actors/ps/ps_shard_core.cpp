@@ -6,6 +6,10 @@ namespace hetflow::ps {
 
 expected<std::unique_ptr<shard_core>> shard_core::make(shard_config cfg, std::vector<kernels::parameter> params) {
   if (cfg.workers < 1) return make_error(errc::invalid_argument, "ps shard " + cfg.name + ": no workers");
+  for (std::size_t i = 1; i < params.size(); ++i)
+    if (params[i - 1].sparse && !params[i].sparse)
+      return make_error(errc::invalid_argument, "ps shard " + cfg.name + ": dense parameter " + params[i].name +
+                                                    " after a sparse one");
   HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(cfg.optimizer));
   if (!cfg.store && !cfg.checkpoint_dir.empty()) cfg.store = make_directory_store(cfg.checkpoint_dir);
   return std::unique_ptr<shard_core>(new shard_core(std::move(cfg), std::move(params), std::move(opt)));
@@ -15,24 +19,44 @@ shard_core::shard_core(shard_config cfg, std::vector<kernels::parameter> params,
                        std::unique_ptr<kernels::optimizer> opt)
     : cfg_(std::move(cfg)), params_(std::move(params)), opt_(std::move(opt)), table_(cfg_.workers, cfg_.model),
       applied_(std::size_t(cfg_.workers), 0) {
-  for (auto& p : params_) ptrs_.push_back(&p);
+  for (auto& p : params_) {
+    ptrs_.push_back(&p);
+    if (!p.sparse) ++dense_;
+  }
   next_checkpoint_ = cfg_.checkpoint_every;
 }
 
 status shard_core::push(int w, int64_t tag, double lr, std::vector<kernels::tensor> grads,
-                        std::vector<pull_ticket>& ready) {
-  if (grads.size() != params_.size())
-    return make_error(errc::invalid_argument, cfg_.name + ": a push from worker " + std::to_string(w) + " has " +
-                                                  std::to_string(grads.size()) + " tensors, the shard holds " +
-                                                  std::to_string(params_.size()));
+                        std::vector<kernels::sparse_rows> sparse, std::vector<pull_ticket>& ready) {
+  const std::string from = cfg_.name + ": a push from worker " + std::to_string(w);
+  if (grads.size() != dense_ || sparse.size() != params_.size() - dense_)
+    return make_error(errc::invalid_argument, from + " has " + std::to_string(grads.size()) + " dense and " +
+                                                  std::to_string(sparse.size()) + " sparse gradients, the shard holds " +
+                                                  std::to_string(dense_) + " and " +
+                                                  std::to_string(params_.size() - dense_));
   for (std::size_t i = 0; i < grads.size(); ++i)
     if (!(grads[i].shape() == params_[i].value.shape()))
       return make_error(errc::invalid_argument, cfg_.name + ": worker " + std::to_string(w) + " pushed " +
                                                     grads[i].shape().to_string() + " for " + params_[i].name +
                                                     ", which is " + params_[i].value.shape().to_string());
+  for (std::size_t j = 0; j < sparse.size(); ++j) {
+    const auto& p = params_[dense_ + j];
+    const auto& g = sparse[j];
+    const int64_t rows = p.value.shape()[0], dim = p.value.shape().inner_numel(), n = int64_t(g.rows.size());
+    if (!(g.values.shape() == kernels::shape{n, dim}) && !(n == 0 && g.values.numel() == 0))
+      return make_error(errc::invalid_argument, from + " has values " + g.values.shape().to_string() + " for " +
+                                                    std::to_string(n) + " rows of " + p.name);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = g.rows[std::size_t(i)];
+      if (r < 0 || r >= rows || (i > 0 && r <= g.rows[std::size_t(i - 1)]))
+        return make_error(errc::invalid_argument, from + ": row " + std::to_string(r) + " of " + p.name +
+                                                      " is out of range [0, " + std::to_string(rows) +
+                                                      ") or not after the previous one");
+    }
+  }
   HF_ASSIGN_OR_RETURN(auto in_order, table_.on_push(w, tag));
   (void)in_order;
-  pending_.emplace(std::make_pair(tag, w), pending{lr, std::move(grads)});
+  pending_.emplace(std::make_pair(tag, w), pending{lr, std::move(grads), std::move(sparse)});
   HF_RETURN_IF_ERROR(drain());
   auto r = table_.released();
   ready.insert(ready.end(), r.begin(), r.end());
@@ -47,9 +71,10 @@ status shard_core::done(int w, int64_t final_clock, std::vector<pull_ticket>& re
   return {};
 }
 
-status shard_core::apply(int w, double lr, std::vector<kernels::tensor>& grads) {
-  for (std::size_t i = 0; i < params_.size(); ++i) std::swap(params_[i].grad, grads[i]);
-  HF_RETURN_IF_ERROR(opt_->step(ptrs_, lr));
+status shard_core::apply(int w, pending& p) {
+  for (std::size_t i = 0; i < dense_; ++i) std::swap(params_[i].grad, p.grads[i]);
+  for (std::size_t j = 0; j < p.sparse.size(); ++j) std::swap(params_[dense_ + j].sparse_grad, p.sparse[j]);
+  HF_RETURN_IF_ERROR(opt_->step(ptrs_, p.lr));
   ++applied_[std::size_t(w)];
   ++updates_;
   return {};
@@ -73,7 +98,7 @@ status shard_core::drain() {
         ++it;
         continue;
       }
-      HF_RETURN_IF_ERROR(apply(w, it->second.lr, it->second.grads));
+      HF_RETURN_IF_ERROR(apply(w, it->second));
       pending_.erase(it);
       it = pending_.begin();  // an applied push may make a held one of the same worker eligible
     }
@@ -156,7 +181,11 @@ status shard_core::restore(int64_t label) {
   // step count for Adam's bias correction, then overwrite the state.
   // TODO(robustness): a set_state() on kernels::optimizer would avoid this.
   if (m.optimizer_steps > 0) {
-    for (auto& p : params_) p.grad = kernels::tensor::zeros(p.value.shape());
+    for (auto& p : params_)
+      if (p.sparse)
+        p.sparse_grad = {};
+      else
+        p.grad = kernels::tensor::zeros(p.value.shape());
     const int64_t primes = cfg_.optimizer.kind == kernels::optimizer_kind::adam ? m.optimizer_steps : 1;
     for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt_->step(ptrs_, 0.0));
     auto state = opt_->state();

@@ -58,11 +58,15 @@ struct shard_config {
 
 class shard_core {
 public:
-  // `params`: this shard's parameters with their initial values (grads empty).
+  // `params`: this shard's parameters with their initial values (grads
+  // empty): dense ones first, then the sparse ones (`sparse` set: rows of
+  // embedding tables, updated by rows; see ps_placement).
   static expected<std::unique_ptr<shard_core>> make(shard_config cfg, std::vector<kernels::parameter> params);
 
   const shard_config& config() const noexcept { return cfg_; }
   const std::vector<kernels::parameter>& params() const noexcept { return params_; }
+  std::size_t dense_count() const noexcept { return dense_; }    // params()[0, dense_count())
+  std::size_t sparse_count() const noexcept { return params_.size() - dense_; }
   const clock_table& clocks() const noexcept { return table_; }
   // Pushes of each worker contained in the weights.
   const std::vector<int64_t>& applied_clocks() const noexcept { return applied_; }
@@ -70,7 +74,14 @@ public:
   // Worker w's gradients for its update tagged `tag`, one tensor per
   // parameter of this shard in order (shapes checked; taken by move), and the
   // learning rate to apply them with. Appends the pulls it releases.
-  status push(int w, int64_t tag, double lr, std::vector<kernels::tensor> grads, std::vector<pull_ticket>& ready);
+  // `sparse`: one gradient per sparse parameter (rows strictly increasing,
+  // in range; values (rows, dim)); the rows not listed have zero gradient
+  // and, as in single-device training, their optimizer state is untouched.
+  status push(int w, int64_t tag, double lr, std::vector<kernels::tensor> grads,
+              std::vector<kernels::sparse_rows> sparse, std::vector<pull_ticket>& ready);
+  status push(int w, int64_t tag, double lr, std::vector<kernels::tensor> grads, std::vector<pull_ticket>& ready) {
+    return push(w, tag, lr, std::move(grads), {}, ready);
+  }
   // Worker w pushed `final_clock` updates in all.
   status done(int w, int64_t final_clock, std::vector<pull_ticket>& ready);
   // True: answer now; false: it waits (released by a later push/done).
@@ -87,16 +98,19 @@ public:
 private:
   shard_core(shard_config cfg, std::vector<kernels::parameter> params, std::unique_ptr<kernels::optimizer> opt);
   status drain();
-  status apply(int w, double lr, std::vector<kernels::tensor>& grads);
+  struct pending;
+  status apply(int w, pending& p);
   status checkpoint(int64_t label, const std::vector<int64_t>& clocks);
 
   struct pending {
     double lr = 0;
     std::vector<kernels::tensor> grads;
+    std::vector<kernels::sparse_rows> sparse;
   };
   shard_config cfg_;
   std::vector<kernels::parameter> params_;
   std::vector<kernels::parameter*> ptrs_;
+  std::size_t dense_ = 0;
   std::unique_ptr<kernels::optimizer> opt_;
   clock_table table_;
   std::vector<int64_t> applied_;

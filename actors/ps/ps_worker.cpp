@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <numeric>
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
@@ -16,6 +17,7 @@
 #include "actors/ps/ps_protocol.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ps/ps_worker.hpp"
+#include "actors/ps/worker_report.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/weights_io.hpp"
 
@@ -41,11 +43,17 @@ public:
     info.worker = worker_;
     for (int k = 0; k < shards_; ++k) {
       info.shard = k;
-      HF_RETURN_IF_ERROR(svc_->send_wire(shard_name(k), ps::make_control(kind, me_, shard_name(k), info)));
+      auto msg = ps::make_control(kind, me_, shard_name(k), info);
+      bytes_sent += int64_t(msg->size());
+      HF_RETURN_IF_ERROR(svc_->send_wire(shard_name(k), std::move(msg)));
     }
     return {};
   }
-  status send(int k, wire_buffer_ref msg) { return svc_->send_wire(shard_name(k), std::move(msg)); }
+  status send(int k, wire_buffer_ref msg) {
+    bytes_sent += int64_t(msg->size());
+    return svc_->send_wire(shard_name(k), std::move(msg));
+  }
+  int64_t bytes_sent = 0, bytes_received = 0;
 
   // One answer of kind `kind` for `clock` from every shard, indexed by shard.
   expected<std::vector<ps::ps_message>> await(uint32_t kind, int64_t clock, const char* what) {
@@ -70,6 +78,7 @@ public:
       }
       self_->receive(
           [&](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+            bytes_received += int64_t(buf->size());
             auto m = ps::read_ps_message(buf, svc_->read_limits(), "node '" + node + "'");
             if (!m) {
               failure = m.error();
@@ -110,44 +119,100 @@ struct worker_stats {
   int64_t steps = 0, start_clock = 0, clock = 0, max_staleness = 0, staleness_sum = 0, pulls = 0;
   double pull_seconds = 0, compute_seconds = 0;
   int64_t resumed_from = -1;
+  int64_t bytes_sent = 0, bytes_received = 0, rows_pulled = 0;
   std::vector<kernels::epoch_report> epochs;
   uint64_t checksum = 0;
   double test_accuracy = -1;
 };
 
-uint64_t checksum_of(kernels::model& m) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (auto* p : m.parameters()) {
-    const auto* b = reinterpret_cast<const unsigned char*>(p->value.f32());
-    for (std::size_t i = 0; i < p->value.byte_size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  }
-  return h;
+// The model's sparse parameters (embedding tables) as the PS worker sees
+// them: which columns of the input hold each table's row ids. Only DLRM's
+// tables (a dlrm_interaction first unit) are sparse in the zoo.
+struct sparse_view {
+  std::vector<int> tensor;       // per table: its index in m.parameters()
+  std::vector<int64_t> rows;     // per table: its rows
+  int64_t first_column = 0;      // table t's ids are in input column first_column + t
+};
+
+expected<sparse_view> sparse_view_of(kernels::model& m) {
+  sparse_view v;
+  auto params = m.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (params[i]->sparse) {
+      v.tensor.push_back(int(i));
+      v.rows.push_back(params[i]->value.shape()[0]);
+    }
+  if (v.tensor.empty()) return v;
+  const auto& layers = m.spec().layers;
+  if (layers.empty() || layers.front().kind != kernels::layer_kind::dlrm_interaction ||
+      layers.front().dlrm.table_rows.size() != v.tensor.size())
+    return make_error(errc::unsupported, "strategy \"ps\": model " + m.name() +
+                                             " has sparse parameters outside a first dlrm unit, whose rows a PS "
+                                             "worker cannot know before the forward pass");
+  v.first_column = layers.front().dlrm.dense_features;
+  return v;
 }
 
-expected<double> evaluate(kernels::model& m, const kernels::image_dataset& test, int64_t batch) {
-  if (test.size() == 0) return -1.0;
-  int64_t correct = 0;
-  for (int64_t b = 0; b < test.size(); b += batch) {
-    int64_t e = std::min(test.size(), b + batch);
-    HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, m.forward(test.images.view().slice_outer(b, e), kernels::mode::eval));
-    HF_ASSIGN_OR_RETURN(kernels::loss_result r,
-                        kernels::softmax_cross_entropy(
-                            logits, std::span<const int32_t>(test.labels).subspan(std::size_t(b), std::size_t(e - b))));
-    correct += r.correct;
+// Per table: the distinct rows a forward over `input` reads, ascending.
+expected<std::vector<std::vector<int64_t>>> rows_read(const sparse_view& v, kernels::tensor_view input) {
+  std::vector<std::vector<int64_t>> out(v.tensor.size());
+  const int64_t n = input.shape()[0], cols = input.shape().inner_numel();
+  const float* x = input.f32();
+  for (std::size_t t = 0; t < out.size(); ++t) {
+    auto& r = out[t];
+    r.resize(std::size_t(n));
+    const int64_t col = v.first_column + int64_t(t);
+    if (col >= cols) return make_error(errc::invalid_argument, "input has no column for table " + std::to_string(t));
+    for (int64_t s = 0; s < n; ++s) {
+      const float f = x[s * cols + col];
+      if (!(f >= 0.0f && f < float(v.rows[t]) && f == std::floor(f)))
+        return make_error(errc::invalid_argument, "sample " + std::to_string(s) + " has id " + std::to_string(f) +
+                                                      " for table " + std::to_string(t) + " of " +
+                                                      std::to_string(v.rows[t]) + " rows");
+      r[std::size_t(s)] = int64_t(f);
+    }
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
   }
-  return double(correct) / double(test.size());
+  return out;
 }
 
-// Copies the shards' weights into the model.
-status install(kernels::model& m, const ps::placement& pl, const std::vector<ps::ps_message>& replies) {
+// Per shard, per piece: the piece-local rows of `want` (per table, global
+// rows ascending) that the piece holds; `all`: every row.
+std::vector<std::vector<ps::row_request>> requests_of(const ps::placement& pl, const sparse_view& v,
+                                                      const std::vector<std::vector<int64_t>>* want) {
+  std::vector<std::vector<ps::row_request>> out(pl.pieces_of.size());
+  for (std::size_t k = 0; k < pl.pieces_of.size(); ++k)
+    for (const auto& pc : pl.pieces_of[k]) {
+      ps::row_request r;
+      if (!want) {
+        r.all = true;
+      } else {
+        const auto t = std::size_t(std::find(v.tensor.begin(), v.tensor.end(), pc.tensor) - v.tensor.begin());
+        const auto& rows = (*want)[t];
+        auto lo = std::lower_bound(rows.begin(), rows.end(), pc.row_begin);
+        auto hi = std::lower_bound(lo, rows.end(), pc.row_end);
+        for (auto it = lo; it != hi; ++it) r.rows.push_back(*it - pc.row_begin);
+      }
+      out[k].push_back(std::move(r));
+    }
+  return out;
+}
+
+// Copies the shards' weights into the model: the dense tensors whole, the
+// table rows each shard sent for the rows `asked` of it.
+status install(kernels::model& m, const ps::placement& pl, const std::vector<ps::ps_message>& replies,
+               const std::vector<std::vector<ps::row_request>>& asked, int64_t& rows_installed) {
   auto params = m.parameters();
   for (std::size_t k = 0; k < replies.size(); ++k) {
     const auto& idx = pl.tensors_of[k];
-    const auto& msg = replies[k].msg;
-    if (msg.tensor_count() != idx.size())
+    const auto& pieces = pl.pieces_of[k];
+    const auto& reply = replies[k];
+    const auto& msg = reply.msg;
+    if (reply.tensors != idx.size() + pieces.size())
       return make_error(errc::internal, "PS shard '" + shard_name(int(k)) + "' sent " +
-                                            std::to_string(msg.tensor_count()) + " tensors, its placement has " +
-                                            std::to_string(idx.size()));
+                                            std::to_string(reply.tensors) + " tensors, its placement has " +
+                                            std::to_string(idx.size() + pieces.size()));
     for (std::size_t j = 0; j < idx.size(); ++j) {
       auto* p = params[std::size_t(idx[j])];
       const auto& tv = msg.tensor(j);
@@ -157,8 +222,69 @@ status install(kernels::model& m, const ps::placement& pl, const std::vector<ps:
       std::memcpy(p->value.f32(), tv.data.data(), tv.data.size());
       ++p->version;
     }
+    for (std::size_t j = 0; j < pieces.size(); ++j) {
+      const auto& pc = pieces[j];
+      auto* p = params[std::size_t(pc.tensor)];
+      const int64_t dim = p->value.shape().inner_numel();
+      const auto& req = asked[k][j];
+      const int64_t n = req.all ? pc.rows() : int64_t(req.rows.size());
+      const auto& tv = msg.tensor(idx.size() + j);
+      if (tv.type != dtype::f32 || tv.data.size() != std::size_t(n * dim) * sizeof(float))
+        return make_error(errc::internal, "PS shard '" + shard_name(int(k)) + "' sent " + std::to_string(tv.data.size()) +
+                                              " bytes for " + std::to_string(n) + " rows of " + p->name);
+      float* table = p->value.f32();
+      const auto* src = reinterpret_cast<const float*>(tv.data.data());
+      if (req.all) {
+        if (n > 0) std::memcpy(table + pc.row_begin * dim, src, tv.data.size());
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(table + (pc.row_begin + req.rows[std::size_t(i)]) * dim, src + i * dim,
+                      std::size_t(dim) * sizeof(float));
+      }
+      rows_installed += n;
+      ++p->version;
+    }
   }
   return {};
+}
+
+// Shard k's part of a step's gradients: its dense tensors' gradients, then
+// for each of its pieces the touched rows (piece-local, ascending) and
+// their gradient rows; one push message.
+wire_buffer_ref push_message(kernels::model& m, const ps::placement& pl, int k, const ps::ps_info& info,
+                             const std::string& me, const std::vector<std::vector<int64_t>>& order) {
+  auto params = m.parameters();
+  std::vector<const kernels::tensor*> ts;
+  for (int i : pl.tensors_of[std::size_t(k)]) ts.push_back(&params[std::size_t(i)]->grad);
+  const auto& pieces = pl.pieces_of[std::size_t(k)];
+  if (pieces.empty()) return ps::make_tensors(ps::kind_push, me, shard_name(k), info, ts);
+  std::vector<kernels::tensor> values;
+  values.reserve(pieces.size());
+  std::vector<ps::row_request> rows(pieces.size());
+  for (std::size_t j = 0; j < pieces.size(); ++j) {
+    const auto& pc = pieces[j];
+    const auto* p = params[std::size_t(pc.tensor)];
+    const auto& g = p->sparse_grad;
+    const int64_t dim = p->value.shape().inner_numel();
+    // order[tensor]: indices into g.rows by ascending row.
+    const auto& ord = order[std::size_t(pc.tensor)];
+    auto lo = std::lower_bound(ord.begin(), ord.end(), pc.row_begin,
+                               [&](int64_t i, int64_t r) { return g.rows[std::size_t(i)] < r; });
+    auto hi = std::lower_bound(lo, ord.end(), pc.row_end,
+                               [&](int64_t i, int64_t r) { return g.rows[std::size_t(i)] < r; });
+    kernels::tensor v = kernels::tensor::empty({int64_t(hi - lo), dim});
+    int64_t at = 0;
+    for (auto it = lo; it != hi; ++it, ++at) {
+      rows[j].rows.push_back(g.rows[std::size_t(*it)] - pc.row_begin);
+      std::memcpy(v.f32() + at * dim, g.values.f32() + *it * dim, std::size_t(dim) * sizeof(float));
+    }
+    values.push_back(std::move(v));
+  }
+  for (auto& v : values) ts.push_back(&v);
+  ps::ps_info with_rows = info;
+  with_rows.flags |= ps::flag_rows;
+  const auto list = ps::encode_rows(rows);
+  return ps::make_tensors(ps::kind_push, me, shard_name(k), with_rows, ts, list);
 }
 
 expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_ptr<node_services>& svc,
@@ -174,7 +300,23 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   if (!(source->sample_shape() == m.sample_shape(0)))
     return make_error(errc::internal, me + ": the data's samples are " + source->sample_shape().to_string());
   const ps::placement pl = placement_of(m, o.shards);
+  HF_ASSIGN_OR_RETURN(const sparse_view sv, sparse_view_of(m));
+  const bool sparse = !sv.tensor.empty();
   shard_link link(self, svc, me, w, o.shards, o.timeout_s);
+  // A pull: every shard gets its list of rows (sparse models) and answers
+  // with its dense tensors and those rows.
+  auto pull_from_all = [&](ps::ps_info info, const std::vector<std::vector<ps::row_request>>& asked) -> status {
+    if (!sparse) return link.send_all(ps::kind_pull, info);
+    info.worker = w;
+    info.flags |= ps::flag_rows;
+    for (int k = 0; k < o.shards; ++k) {
+      info.shard = k;
+      const auto list = ps::encode_rows(asked[std::size_t(k)]);
+      HF_RETURN_IF_ERROR(link.send(k, ps::make_control(ps::kind_pull, me, shard_name(k), info, list)));
+    }
+    return {};
+  };
+  const auto all_rows = requests_of(pl, sv, nullptr);
   const int W = o.workers;
 
   if (o.resume) {
@@ -227,12 +369,27 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
         while (clock_type::now() < until && !svc->stopping().load())
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+      // The batch first: a sparse model pulls only the table rows it reads.
+      HF_ASSIGN_OR_RETURN(kernels::train_batch batch, source->next(epoch, s));
       auto tp = clock_type::now();
       ps::ps_info pull;
       pull.clock = clock;
-      HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, pull));
+      // Worker 0 evaluates after an epoch's last step: it then needs every row.
+      const bool eval_after = w == 0 && c.eval_each_epoch && epoch + 1 < c.epochs && s + W >= steps;
+      std::vector<std::vector<ps::row_request>> asked;
+      if (sparse) {
+        if (eval_after) {
+          asked = all_rows;
+        } else {
+          auto want = rows_read(sv, batch.images);
+          if (!want) return make_error(errc::invalid_argument, me + ": epoch " + std::to_string(epoch + 1) + " step " +
+                                                                   std::to_string(s + 1) + ": " + want.error().message());
+          asked = requests_of(pl, sv, &*want);
+        }
+      }
+      HF_RETURN_IF_ERROR(pull_from_all(pull, asked));
       HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "pull"));
-      HF_RETURN_IF_ERROR(install(m, pl, replies));
+      HF_RETURN_IF_ERROR(install(m, pl, replies, asked, st.rows_pulled));
       int64_t g = ps::infinite_clock;
       for (auto& r : replies) g = std::min(g, r.info.global);
       const int64_t lag = g == ps::infinite_clock ? 0 : std::max<int64_t>(0, clock - g);
@@ -241,7 +398,6 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       ++st.pulls;
       st.pull_seconds += since(tp);
       auto tc = clock_type::now();
-      HF_ASSIGN_OR_RETURN(kernels::train_batch batch, source->next(epoch, s));
       HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, m.forward(batch.images, kernels::mode::train));
       if (grad.empty()) grad = kernels::tensor::empty(logits.shape());
       grad.resize(logits.shape());
@@ -254,15 +410,22 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
                                               "; lower the learning rate");
       er.lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       auto params = m.parameters();
+      // Per sparse tensor: its gradient's entries by ascending row.
+      std::vector<std::vector<int64_t>> order(params.size());
+      for (int i : sv.tensor) {
+        const auto& g = params[std::size_t(i)]->sparse_grad;
+        auto& ord = order[std::size_t(i)];
+        ord.resize(g.rows.size());
+        std::iota(ord.begin(), ord.end(), int64_t{0});
+        std::sort(ord.begin(), ord.end(), [&](int64_t a, int64_t b) { return g.rows[std::size_t(a)] < g.rows[std::size_t(b)]; });
+      }
       for (int sh = 0; sh < o.shards; ++sh) {
-        std::vector<const kernels::tensor*> gs;
-        for (int i : pl.tensors_of[std::size_t(sh)]) gs.push_back(&params[std::size_t(i)]->grad);
         ps::ps_info push;
         push.worker = w;
         push.shard = sh;
         push.clock = clock;
         push.lr = er.lr;
-        HF_RETURN_IF_ERROR(link.send(sh, ps::make_tensors(ps::kind_push, me, shard_name(sh), push, gs)));
+        HF_RETURN_IF_ERROR(link.send(sh, push_message(m, pl, sh, push, me, order)));
       }
       st.compute_seconds += since(tc);
       ++clock;
@@ -287,16 +450,10 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0;
     // Worker 0's weights at its last pull of the epoch (the last epoch: the final weights, below).
     if (w == 0 && c.eval_each_epoch && epoch + 1 < c.epochs) {
-      HF_ASSIGN_OR_RETURN(er.test_accuracy, evaluate(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
+      HF_RETURN_IF_ERROR(evaluate_into(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, er));
     }
     st.epochs.push_back(er);
-    if (w == 0) {
-      char line[256];
-      std::snprintf(line, sizeof line, "epoch %d/%d done (worker 0): loss %.4f, train accuracy %.4f, test accuracy %s",
-                    er.epoch, c.epochs, er.loss, er.train_accuracy,
-                    er.test_accuracy < 0 ? "-" : std::to_string(er.test_accuracy).substr(0, 6).c_str());
-      log_info(line);
-    }
+    if (w == 0) log_epoch_done(er, c.epochs);
   }
   st.clock = clock;
   ps::ps_info done;
@@ -306,17 +463,25 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     // The final weights, once every worker has finished.
     ps::ps_info fin;
     fin.clock = clock;
-    fin.flags = 1;
+    fin.flags = ps::flag_final;  // every row of every table
     HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, fin));
     HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "final pull"));
-    HF_RETURN_IF_ERROR(install(m, pl, replies));
+    HF_RETURN_IF_ERROR(install(m, pl, replies, all_rows, st.rows_pulled));
     st.checksum = checksum_of(m);
-    HF_ASSIGN_OR_RETURN(st.test_accuracy, evaluate(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
-    if (!st.epochs.empty() && st.epochs.back().epoch == c.epochs) st.epochs.back().test_accuracy = st.test_accuracy;
-    log_info("final weights (every worker finished): test accuracy " + std::to_string(st.test_accuracy).substr(0, 6));
+    kernels::epoch_report fin_eval;
+    HF_RETURN_IF_ERROR(evaluate_into(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, fin_eval));
+    st.test_accuracy = fin_eval.test_accuracy;
+    if (!st.epochs.empty() && st.epochs.back().epoch == c.epochs) {
+      st.epochs.back().test_accuracy = fin_eval.test_accuracy;
+      st.epochs.back().test_logloss = fin_eval.test_logloss;
+      st.epochs.back().test_auc = fin_eval.test_auc;
+    }
+    log_info("final weights (every worker finished): test accuracy " + metrics_text(fin_eval));
     if (!c.save_weights.empty()) HF_RETURN_IF_ERROR(kernels::save_weights(m, c.save_weights));
     HF_RETURN_IF_ERROR(link.send_all(ps::kind_bye, fin));
   }
+  st.bytes_sent = link.bytes_sent;
+  st.bytes_received = link.bytes_received;
   return st;
   }(); });
   return result;
@@ -350,29 +515,16 @@ void ps_worker(caf::blocking_actor* self, actor_env env) {
   j.field("clock", r->clock).field("max_staleness", r->max_staleness);
   j.field("mean_staleness", r->pulls > 0 ? double(r->staleness_sum) / double(r->pulls) : 0.0);
   j.field("pull_seconds", r->pull_seconds).field("compute_seconds", r->compute_seconds);
+  j.field("bytes_sent", r->bytes_sent).field("bytes_received", r->bytes_received).field("rows_pulled", r->rows_pulled);
   j.key("resumed_from");
   if (r->resumed_from < 0)
     j.null();
   else
     j.value(r->resumed_from);
   j.field("total_seconds", since(t0));
-  if (w == 0) {
-    char sum[20];
-    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r->checksum));
-    j.field("weights_checksum", std::string(sum));
-  }
-  j.key("epochs").begin_array();
-  for (auto& e : r->epochs) {
-    j.begin_object().field("epoch", int64_t{e.epoch}).field("loss", e.loss).field("train_accuracy", e.train_accuracy);
-    j.key("test_accuracy");
-    if (e.test_accuracy < 0)
-      j.null();
-    else
-      j.value(e.test_accuracy);
-    j.field("samples_per_s", e.samples_per_s).field("train_seconds", e.train_seconds).field("lr", e.lr);
-    j.field("samples", e.samples).end_object();
-  }
-  j.end_array().end_object();
+  if (w == 0) j.field("weights_checksum", hex64(r->checksum));
+  write_epochs(j, r->epochs);
+  j.end_object();
   std::string summary = std::to_string(r->steps) + " steps, max staleness " + std::to_string(r->max_staleness);
   if (w == 0 && r->test_accuracy >= 0) summary += ", test accuracy " + std::to_string(r->test_accuracy).substr(0, 6);
   svc->report_done(me, true, summary, j.str());

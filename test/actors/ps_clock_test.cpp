@@ -260,3 +260,40 @@ BOOST_AUTO_TEST_CASE(placement_balances_bytes) {
   auto p = place_by_bytes(eq, 4);
   for (auto b : p.bytes_of) BOOST_TEST(b == 200);
 }
+
+BOOST_AUTO_TEST_CASE(placement_splits_sparse_tables_by_rows) {
+  // Two tables (rows 10 and 7, 16 B per row) among dense tensors.
+  std::vector<int64_t> bytes{400, 160, 50, 112, 30};
+  std::vector<int64_t> sparse{0, 10, 0, 7, 0};
+  for (int shards = 1; shards <= 4; ++shards) {
+    auto p = place_by_bytes(bytes, shards, sparse);
+    BOOST_TEST(p.shard_of[1] == -1);
+    BOOST_TEST(p.shard_of[3] == -1);
+    std::vector<int64_t> covered(5, 0);
+    int64_t total = 0;
+    for (int s = 0; s < shards; ++s) {
+      int64_t mine = 0;
+      for (int i : p.tensors_of[std::size_t(s)]) {
+        BOOST_TEST(sparse[std::size_t(i)] == 0);
+        mine += bytes[std::size_t(i)];
+      }
+      BOOST_REQUIRE(p.pieces_of[std::size_t(s)].size() == 2u);  // one piece of every table
+      int64_t expect_begin[2] = {10 * s / shards, 7 * s / shards};
+      for (std::size_t j = 0; j < 2; ++j) {
+        const auto& pc = p.pieces_of[std::size_t(s)][j];
+        BOOST_TEST(pc.tensor == (j == 0 ? 1 : 3));
+        BOOST_TEST(pc.row_begin == expect_begin[j]);  // contiguous, in shard order
+        covered[std::size_t(pc.tensor)] += pc.rows();
+        mine += pc.rows() * 16;
+      }
+      BOOST_TEST(mine == p.bytes_of[std::size_t(s)]);
+      total += mine;
+    }
+    BOOST_TEST(covered[1] == 10);
+    BOOST_TEST(covered[3] == 7);
+    BOOST_TEST(total == 400 + 160 + 50 + 112 + 30);
+  }
+  // Without sparse rows the placement is the dense one.
+  auto a = place_by_bytes(bytes, 3), b = place_by_bytes(bytes, 3, std::vector<int64_t>(5, 0));
+  BOOST_TEST(a.shard_of == b.shard_of);
+}

@@ -316,3 +316,162 @@ BOOST_AUTO_TEST_CASE(resume_picks_the_newest_label_every_shard_has) {
   BOOST_TEST(newest_common_label({{}, {14}}) == -1);
   BOOST_TEST(newest_common_label({}) == -1);
 }
+
+// --- sparse pieces (embedding table rows) ------------------------------------
+
+BOOST_AUTO_TEST_CASE(row_lists_round_trip_and_are_checked) {
+  std::vector<row_request> req(3);
+  req[0].rows = {0, 2, 5};
+  req[1].all = true;
+  const auto list = encode_rows(req);
+  const std::vector<int64_t> piece_rows{6, 4, 3};
+  auto back = decode_rows(list, piece_rows, true, "test");
+  BOOST_REQUIRE(back);
+  BOOST_TEST((*back)[0].rows == req[0].rows);
+  BOOST_TEST((*back)[1].all);
+  BOOST_TEST((*back)[2].rows.empty());
+  BOOST_TEST(!decode_rows(list, piece_rows, false, "test"));  // "all" only in pulls
+  auto bad = [&](std::vector<int64_t> l) { return !decode_rows(l, piece_rows, true, "test"); };
+  BOOST_TEST(bad({3, 0, 2, 6, -1, 0}));     // row 6 outside piece 0
+  BOOST_TEST(bad({2, 2, 2, -1, 0}));        // repeated row
+  BOOST_TEST(bad({2, 3, 1, -1, 0}));        // not ascending
+  BOOST_TEST(bad({3, 0, 2, 5, -1}));        // a piece missing
+  BOOST_TEST(bad({3, 0, 2, 5, -1, 0, 9}));  // trailing values
+  BOOST_TEST(bad({7}));                     // count above the piece's rows
+  BOOST_TEST(bad({-2, -1, 0}));
+}
+
+BOOST_AUTO_TEST_CASE(sparse_push_message_round_trip) {
+  kernels::tensor dense = kernels::tensor::zeros({2, 2});
+  kernels::tensor rows = kernels::tensor::zeros({3, 4});
+  kernels::tensor none = kernels::tensor::empty({0, 4});
+  rows.f32()[5] = 2.5f;
+  std::vector<row_request> r(2);
+  r[0].rows = {1, 4, 9};
+  const auto list = encode_rows(r);
+  ps_info info;
+  info.flags = flag_rows;
+  info.clock = 7;
+  const kernels::tensor* ts[] = {&dense, &rows, &none};
+  auto buf = make_tensors(kind_push, "psworker0", "ps0", info, ts, list);
+  auto m = read_ps_message(buf, schemas::read_limits{}, "test");
+  BOOST_REQUIRE(m);
+  BOOST_TEST(m->tensors == 3u);
+  BOOST_TEST(m->list == list);
+  auto t1 = tensor_of(*m, 1);
+  BOOST_REQUIRE(t1);
+  BOOST_TEST(t1->f32()[5] == 2.5f);
+  BOOST_TEST(!tensor_of(*m, 3));  // the list is not an f32 tensor
+  // A pull with a list, and one that claims a list but has none.
+  auto pull = make_control(kind_pull, "psworker0", "ps0", info, list);
+  auto pm = read_ps_message(pull, schemas::read_limits{}, "test");
+  BOOST_REQUIRE(pm);
+  BOOST_TEST(pm->list == list);
+  BOOST_TEST(!read_ps_message(make_control(kind_pull, "psworker0", "ps0", info), schemas::read_limits{}, "test"));
+}
+
+namespace {
+
+// A shard holding one dense tensor and two table pieces; the same tensors as
+// a "single device" parameter list whose tables are whole.
+struct sparse_setup {
+  std::vector<kernels::parameter> shard_params, local;
+};
+
+sparse_setup make_sparse_setup() {
+  std::mt19937_64 r(11);
+  std::normal_distribution<float> n;
+  sparse_setup s;
+  auto add = [&](const std::string& name, kernels::shape sh, bool sparse) {
+    kernels::parameter p;
+    p.name = name;
+    p.sparse = sparse;
+    p.value = kernels::tensor::empty(sh);
+    for (auto& x : p.value.f32_span()) x = n(r);
+    kernels::parameter q;
+    q.name = name;
+    q.sparse = sparse;
+    q.value = kernels::tensor::empty(sh);
+    std::copy(p.value.f32(), p.value.f32() + p.value.numel(), q.value.f32());
+    s.shard_params.push_back(std::move(p));
+    s.local.push_back(std::move(q));
+  };
+  add("w", {3, 2}, false);
+  add("emb0", {20, 4}, true);
+  add("emb1", {9, 4}, true);
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(sparse_pushes_equal_the_local_lazy_optimizer) {
+  for (auto kind : {kernels::optimizer_kind::sgd, kernels::optimizer_kind::adam}) {
+    auto s = make_sparse_setup();
+    auto c = cfg(consistency_model::bsp(), 1, kind);
+    auto core = shard_core::make(c, std::move(s.shard_params));
+    BOOST_REQUIRE(core);
+    BOOST_TEST((*core)->dense_count() == 1u);
+    BOOST_TEST((*core)->sparse_count() == 2u);
+    auto opt = kernels::make_optimizer(c.optimizer);
+    BOOST_REQUIRE(opt);
+    std::vector<kernels::parameter*> ptrs;
+    for (auto& p : s.local) ptrs.push_back(&p);
+    std::mt19937_64 r(5);
+    std::normal_distribution<float> n;
+    std::vector<pull_ticket> ready;
+    for (int64_t t = 0; t < 12; ++t) {
+      std::vector<kernels::tensor> dense;
+      dense.push_back(kernels::tensor::empty({3, 2}));
+      for (auto& x : dense[0].f32_span()) x = n(r);
+      std::vector<kernels::sparse_rows> sp(2);
+      for (std::size_t j = 0; j < 2; ++j) {
+        const int64_t rows = j == 0 ? 20 : 9;
+        for (int64_t row = 0; row < rows; ++row)
+          if ((r() % 3) == 0) sp[j].rows.push_back(row);  // ascending, some steps none
+        sp[j].values = kernels::tensor::empty({int64_t(sp[j].rows.size()), 4});
+        for (auto& x : sp[j].values.f32_span()) x = n(r);
+      }
+      // The local list: the same gradients.
+      s.local[0].grad = kernels::tensor::empty({3, 2});
+      std::copy(dense[0].f32(), dense[0].f32() + 6, s.local[0].grad.f32());
+      for (std::size_t j = 0; j < 2; ++j) {
+        s.local[1 + j].sparse_grad.rows = sp[j].rows;
+        s.local[1 + j].sparse_grad.values = kernels::tensor::empty(sp[j].values.shape());
+        if (sp[j].values.numel() > 0)
+          std::copy(sp[j].values.f32(), sp[j].values.f32() + sp[j].values.numel(),
+                    s.local[1 + j].sparse_grad.values.f32());
+      }
+      BOOST_REQUIRE((*opt)->step(ptrs, 0.1).ok());
+      BOOST_REQUIRE((*core)->push(0, t, 0.1, std::move(dense), std::move(sp), ready).ok());
+    }
+    for (std::size_t i = 0; i < 3; ++i) {
+      const auto& a = (*core)->params()[i].value;
+      const auto& b = s.local[i].value;
+      BOOST_TEST(std::equal(a.f32(), a.f32() + a.numel(), b.f32()));  // bit for bit
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(sparse_push_checks_rows) {
+  auto s = make_sparse_setup();
+  auto core = shard_core::make(cfg(consistency_model::asp(), 1), std::move(s.shard_params));
+  BOOST_REQUIRE(core);
+  std::vector<pull_ticket> ready;
+  auto attempt = [&](std::vector<int64_t> rows0, int64_t value_rows) {
+    std::vector<kernels::tensor> dense;
+    dense.push_back(kernels::tensor::zeros({3, 2}));
+    std::vector<kernels::sparse_rows> sp(2);
+    sp[0].rows = std::move(rows0);
+    sp[0].values = kernels::tensor::zeros({value_rows, 4});
+    sp[1].values = kernels::tensor::empty({0, 4});
+    return (*core)->push(0, 0, 0.1, std::move(dense), std::move(sp), ready);
+  };
+  BOOST_TEST(!attempt({3, 20}, 2).ok());  // row 20 of a 20-row piece
+  BOOST_TEST(!attempt({4, 4}, 2).ok());   // repeated
+  BOOST_TEST(!attempt({5, 2}, 2).ok());   // descending
+  BOOST_TEST(!attempt({1, 2}, 3).ok());   // values for 3 rows
+  std::vector<kernels::tensor> dense;
+  dense.push_back(kernels::tensor::zeros({3, 2}));
+  BOOST_TEST(!(*core)->push(0, 0, 0.1, std::move(dense), ready).ok());  // no sparse part
+  BOOST_TEST(attempt({1, 2}, 2).ok());
+}

@@ -272,3 +272,23 @@ BOOST_AUTO_TEST_CASE(cuda_without_a_device_is_refused_with_the_reason) {
   BOOST_CHECK(m.error().code() == errc::unsupported);
   BOOST_TEST(m.error().to_string().find("cuda:0") != std::string::npos, m.error().to_string());
 }
+
+BOOST_AUTO_TEST_CASE(vgg_head_width) {
+  // The zoo's 32x32 VGG head is one layer of 512; head_width gives the
+  // paper's two wide layers (fc1, fc2 of head_width, then fc3 of classes).
+  zoo_options o;
+  o.input = {3, 32, 32};
+  auto plain = make_model_spec("vgg11", o);
+  BOOST_REQUIRE(plain.has_value());
+  BOOST_CHECK_EQUAL(plain->layers.back().name, "fc2");
+  BOOST_CHECK_EQUAL(plain->layers[plain->layers.size() - 2].out, 512);
+  o.head_width = 4096;
+  auto wide = make_model_spec("vgg11", o);
+  BOOST_REQUIRE(wide.has_value());
+  std::vector<std::string> tail;
+  for (std::size_t i = wide->layers.size() - 5; i < wide->layers.size(); ++i) tail.push_back(wide->layers[i].name);
+  BOOST_CHECK((tail == std::vector<std::string>{"fc1", "drop1", "fc2", "drop2", "fc3"}));
+  BOOST_CHECK_EQUAL(wide->layers[wide->layers.size() - 5].out, 4096);
+  BOOST_CHECK_EQUAL(wide->layers[wide->layers.size() - 3].out, 4096);
+  BOOST_CHECK_EQUAL(wide->layers.back().out, 10);
+}

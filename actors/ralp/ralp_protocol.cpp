@@ -1,0 +1,75 @@
+#include "actors/ralp/ralp_protocol.hpp"
+
+#include <cstring>
+#include <vector>
+
+namespace hetflow::ralp {
+
+wire_buffer_ref make_message(uint32_t kind, const std::string& sender, const std::string& target,
+                             const ralp_info& info, std::span<const kernels::tensor_view> tensors,
+                             std::span<const int32_t> labels, const std::string& text) {
+  schemas::envelope_header h{kind, uint64_t(info.clock), sender, target};
+  std::vector<schemas::tensor_meta> metas;
+  for (const auto& t : tensors) {
+    schemas::tensor_meta m;
+    for (int i = 0; i < t.shape().rank(); ++i) m.shape.push_back(t.shape()[i]);
+    metas.push_back(std::move(m));
+  }
+  if (!labels.empty()) metas.push_back(schemas::tensor_meta{dtype::i32, {int64_t(labels.size())}});
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(metas), sizeof(ralp_info) + text.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    auto d = b.tensor_data(i);
+    if (!d.empty()) std::memcpy(d.data(), tensors[i].f32(), d.size());
+  }
+  if (!labels.empty()) std::memcpy(b.tensor_data(tensors.size()).data(), labels.data(), labels.size_bytes());
+  auto p = b.payload();
+  std::memcpy(p.data(), &info, sizeof info);
+  if (!text.empty()) std::memcpy(p.data() + sizeof info, text.data(), text.size());
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+expected<ralp_message> read_message(const wire_buffer_ref& buf, const schemas::read_limits& limits,
+                                    const std::string& peer) {
+  HF_ASSIGN_OR_RETURN(schemas::decoded_message msg, schemas::decode_message(buf, limits, peer));
+  ralp_message m;
+  m.kind = msg.header().kind;
+  m.sender = msg.header().sender;
+  auto p = msg.payload();
+  if (p.size() < sizeof(ralp_info))
+    return make_error(errc::wire_corrupt, "ralp message from " + peer + ": payload of " + std::to_string(p.size()) +
+                                              " bytes, want at least " + std::to_string(sizeof(ralp_info)));
+  std::memcpy(&m.info, p.data(), sizeof(ralp_info));
+  if (m.info.version != protocol_version)
+    return make_error(errc::wire_corrupt, "ralp message from " + peer + ": protocol version " +
+                                              std::to_string(m.info.version) + ", this node speaks " +
+                                              std::to_string(protocol_version));
+  m.text.assign(reinterpret_cast<const char*>(p.data()) + sizeof(ralp_info), p.size() - sizeof(ralp_info));
+  m.msg = std::move(msg);
+  return m;
+}
+
+expected<kernels::tensor> f32_tensor(const ralp_message& m, std::size_t i) {
+  if (i >= m.tensors())
+    return make_error(errc::wire_corrupt, "ralp message from " + m.sender + ": tensor " + std::to_string(i) + " missing");
+  const auto& tv = m.msg.tensor(i);
+  if (tv.type != dtype::f32 || tv.shape.size() > std::size_t(kernels::shape::max_rank))
+    return make_error(errc::wire_corrupt, "ralp message from " + m.sender + ": tensor " + std::to_string(i) +
+                                              " is not an f32 tensor");
+  kernels::tensor t = kernels::tensor::empty(kernels::shape(tv.shape));
+  if (!tv.data.empty()) std::memcpy(t.f32(), tv.data.data(), tv.data.size());
+  return t;
+}
+
+expected<std::vector<int32_t>> i32_values(const ralp_message& m, std::size_t i) {
+  if (i >= m.tensors())
+    return make_error(errc::wire_corrupt, "ralp message from " + m.sender + ": tensor " + std::to_string(i) + " missing");
+  const auto& tv = m.msg.tensor(i);
+  if (tv.type != dtype::i32 || tv.shape.size() != 1)
+    return make_error(errc::wire_corrupt, "ralp message from " + m.sender + ": tensor " + std::to_string(i) +
+                                              " is not a 1-d i32 tensor");
+  std::vector<int32_t> v(std::size_t(tv.shape[0]));
+  if (!v.empty()) std::memcpy(v.data(), tv.data.data(), v.size() * sizeof(int32_t));
+  return v;
+}
+
+}  // namespace hetflow::ralp

@@ -1,0 +1,388 @@
+// ralp_server: the RALP server of the train job (strategy "ralp"): a
+// detached event-based actor around a ralp::server_core
+// (ralp_server_core.hpp), speaking ralp_protocol.hpp with the ralp_worker
+// actors. At start it builds the model from the job's seed and, with
+// ralp_cut = 0, profiles it on its own device and takes the cut the cost
+// model (topology/ralp_cost.hpp) chooses. A tick every 250 ms fails pulls
+// that waited longer than ps_timeout, naming the slowest worker. It reports
+// and quits when worker 0 says bye (after the final pull).
+#include <chrono>
+#include <map>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "actors/ralp/ralp_job.hpp"
+#include "actors/ralp/ralp_options.hpp"
+#include "actors/ralp/ralp_protocol.hpp"
+#include "actors/ralp/ralp_server_core.hpp"
+#include "kernels/profile.hpp"
+#include "kernels/zoo.hpp"
+#include "topology/ralp_cost.hpp"
+
+namespace hetflow::actors::ralp_job {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+std::string who_worker(const std::shared_ptr<node_services>& svc, int w) {
+  std::string n = svc->node_of(worker_name(w));
+  return "worker '" + worker_name(w) + "'" + (n.empty() ? "" : " on node '" + n + "'");
+}
+
+struct server_state : builtin::job_actor_state {
+  ralp_options opts;
+  kernels::train_config cfg;
+  std::unique_ptr<ralp::server_core> core;
+  std::string cut_source, cut_why;
+  double predicted_step_ms = -1;
+  uint64_t predicted_bytes = 0;  // per step (every worker one batch), cost-model formula
+  struct waiting {
+    int worker = 0;
+    int64_t clock = 0;
+    int32_t flags = 0;  // ralp::flag_full / flag_final
+    clock_type::time_point since;
+  };
+  std::map<uint64_t, waiting> waits;  // lower pulls held by the clock table, by ticket id
+  std::vector<waiting> full_waits;    // pulls of every weight (evaluation, final)
+  uint64_t next_id = 1;
+  int64_t pulls = 0, pulls_waited = 0, activations = 0, pushes = 0;
+  int64_t bytes_in = 0, bytes_out = 0;
+  int64_t step_bytes = 0;  // of the training steps: lower pulls, weights, activations, act_grads, pushes
+  double wait_seconds = 0;
+  clock_type::time_point t0;
+  bool over = false;
+};
+using server_actor = caf::stateful_actor<server_state>;
+
+void server_fail(server_actor* self, const std::string& why) {
+  auto& st = self->state;
+  if (st.over) return;
+  st.over = true;
+  builtin::fail_job_actor(self, why);
+}
+
+void server_send(server_actor* self, int w, wire_buffer_ref msg, bool step = false) {
+  self->state.bytes_out += int64_t(msg->size());
+  if (step) self->state.step_bytes += int64_t(msg->size());
+  auto s = self->state.svc->send_wire(worker_name(w), std::move(msg));
+  if (!s.ok()) server_fail(self, self->state.me + ": cannot answer " + worker_name(w) + ": " + s.message());
+}
+
+void send_error(server_actor* self, int w, const std::string& why) {
+  ralp::ralp_info info;
+  info.worker = w;
+  (void)self->state.svc->send_wire(worker_name(w),
+                                   ralp::make_message(ralp::kind_error, self->state.me, worker_name(w), info, {}, {}, why));
+}
+
+// The lower weights (flags 0) or every weight (flag_full), lower first.
+void answer(server_actor* self, int w, int64_t clock, int32_t flags) {
+  auto& st = self->state;
+  ralp::ralp_info info;
+  info.worker = w;
+  info.clock = clock;
+  info.flags = flags & ralp::flag_full;
+  info.global = st.core->clocks().global();
+  std::vector<kernels::tensor_view> ts;
+  for (auto* p : st.core->lower_params()) ts.push_back(p->value.view());
+  if (flags & ralp::flag_full)
+    for (auto* p : st.core->upper_params()) ts.push_back(p->value.view());
+  server_send(self, w, ralp::make_message(ralp::kind_weights, st.me, worker_name(w), info, ts),
+              (flags & ralp::flag_full) == 0);
+}
+
+void answer_ready(server_actor* self, const std::vector<ps::pull_ticket>& ready) {
+  auto& st = self->state;
+  for (auto& t : ready) {
+    auto it = st.waits.find(t.id);
+    if (it == st.waits.end()) continue;
+    st.wait_seconds += since(it->second.since);
+    answer(self, t.worker, t.clock, 0);
+    st.waits.erase(it);
+  }
+  std::vector<server_state::waiting> still;
+  for (auto& f : st.full_waits) {
+    const bool ok = (f.flags & ralp::flag_final) ? st.core->clocks().all_finished() : st.core->weights_ready(f.clock);
+    if (ok)
+      answer(self, f.worker, f.clock, f.flags);
+    else
+      still.push_back(f);
+  }
+  st.full_waits = std::move(still);
+}
+
+std::string slowest_text(server_actor* self) {
+  const auto& t = self->state.core->clocks();
+  int s = t.slowest();
+  if (s < 0) return "every worker has finished";
+  return who_worker(self->state.svc, s) + " is the slowest, at clock " + std::to_string(t.clock(s)) + " (bsp)";
+}
+
+void on_tick(server_actor* self) {
+  auto& st = self->state;
+  if (st.over) return;
+  const auto now = clock_type::now();
+  const auto limit = std::chrono::duration<double>(st.opts.timeout_s);
+  auto check = [&](const server_state::waiting& w, const char* what) {
+    if (now - w.since < limit) return false;
+    std::string why = st.me + ": the " + what + " of " + who_worker(st.svc, w.worker) + " at clock " +
+                      std::to_string(w.clock) + " waited " + std::to_string(int(st.opts.timeout_s)) +
+                      " s (ps_timeout): " + slowest_text(self);
+    send_error(self, w.worker, why);
+    server_fail(self, why);
+    return true;
+  };
+  for (auto& [id, w] : st.waits)
+    if (check(w, "pull")) return;
+  for (auto& w : st.full_waits)
+    if (check(w, "pull of every weight")) return;
+  self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
+}
+
+void report(server_actor* self) {
+  auto& st = self->state;
+  auto& core = *st.core;
+  json_writer j;
+  const int64_t clocks = core.has_upper() ? core.upper_clock() : 0;
+  int64_t steps = 0;  // BSP clocks: the largest worker clock
+  for (auto c : core.clocks().clocks()) steps = std::max(steps, c);
+  auto bytes_of = [](const std::vector<kernels::parameter*>& ps) {
+    int64_t b = 0;
+    for (auto* p : ps) b += int64_t(p->value.byte_size());
+    return b;
+  };
+  const std::size_t cut = core.cut();
+  j.begin_object().field("node", st.svc->node_name()).field("cut", int64_t(cut));
+  j.field("cut_unit", cut < core.model().size() ? core.model().at(cut).name() : std::string("(no cut)"));
+  j.field("units", int64_t(core.model().size())).field("cut_source", st.cut_source);
+  if (!st.cut_why.empty()) j.field("cut_why", st.cut_why);
+  if (st.predicted_step_ms >= 0) j.field("predicted_step_ms", st.predicted_step_ms);
+  j.field("predicted_bytes_per_step", int64_t(st.predicted_bytes));
+  j.field("lower_params_bytes", bytes_of(core.lower_params())).field("upper_params_bytes", bytes_of(core.upper_params()));
+  j.field("workers", int64_t{st.opts.workers}).field("steps", steps).field("upper_clocks", clocks);
+  j.field("lower_updates", core.lower_updates()).field("upper_updates", core.upper_updates());
+  j.field("upper_compute_seconds", core.compute_seconds());
+  j.field("pulls", st.pulls).field("pulls_waited", st.pulls_waited).field("pull_wait_seconds", st.wait_seconds);
+  j.field("activations", st.activations).field("pushes", st.pushes);
+  j.field("bytes_in", st.bytes_in).field("bytes_out", st.bytes_out);
+  j.field("step_bytes", st.step_bytes);
+  j.field("bytes_per_step", steps > 0 ? double(st.step_bytes) / double(steps) : 0.0);
+  j.field("total_seconds", since(st.t0));
+  j.end_object();
+  st.svc->report_done(st.me, true,
+                      "cut before unit " + std::to_string(cut) + ", " + std::to_string(core.lower_updates()) +
+                          " lower and " + std::to_string(core.upper_updates()) + " upper updates",
+                      j.str());
+}
+
+void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref& buf) {
+  auto& st = self->state;
+  if (st.over) return;
+  st.bytes_in += int64_t(buf->size());
+  auto m = ralp::read_message(buf, st.svc->read_limits(), "node '" + node + "'");
+  if (!m) return server_fail(self, st.me + ": " + m.error().to_string());
+  const int w = m->info.worker;
+  if (w < 0 || w >= st.opts.workers || m->sender != worker_name(w))
+    return server_fail(self, st.me + ": a message from '" + m->sender + "' on node '" + node + "' says worker " +
+                                 std::to_string(w) + " (the job has " + std::to_string(st.opts.workers) + ")");
+  auto refuse = [&](const status& s) {
+    send_error(self, w, s.message());
+    server_fail(self, s.message());
+  };
+  const bool step_msg = m->kind == ralp::kind_activations || m->kind == ralp::kind_push ||
+                        (m->kind == ralp::kind_pull && (m->info.flags & (ralp::flag_full | ralp::flag_final)) == 0);
+  if (step_msg) st.step_bytes += int64_t(buf->size());
+  std::vector<ps::pull_ticket> ready;
+  switch (m->kind) {
+    case ralp::kind_hello: {
+      if (auto s = st.core->hello(w, m->info.aux, ready); !s.ok()) return refuse(s);
+      ralp::ralp_info info;
+      info.worker = w;
+      info.aux = int64_t(st.core->cut());
+      info.global = int64_t(st.core->model().size());
+      server_send(self, w, ralp::make_message(ralp::kind_welcome, st.me, worker_name(w), info));
+      break;
+    }
+    case ralp::kind_pull: {
+      ++st.pulls;
+      const int32_t flags = m->info.flags;
+      if (flags & (ralp::flag_full | ralp::flag_final)) {
+        st.full_waits.push_back(server_state::waiting{w, m->info.clock, flags | ralp::flag_full, clock_type::now()});
+        break;
+      }
+      ps::pull_ticket t{w, m->info.clock, st.next_id++};
+      if (st.core->pull(t)) {
+        answer(self, w, t.clock, 0);
+      } else {
+        ++st.pulls_waited;
+        st.waits[t.id] = server_state::waiting{w, t.clock, 0, clock_type::now()};
+      }
+      break;
+    }
+    case ralp::kind_activations: {
+      ++st.activations;
+      if (m->tensors() != 2) return refuse(make_error(errc::wire_corrupt, st.me + ": activations from " +
+                                                                             who_worker(st.svc, w) + " have " +
+                                                                             std::to_string(m->tensors()) + " tensors, want 2"));
+      auto act = ralp::f32_tensor(*m, 0);
+      if (!act) return refuse(act.error());
+      auto labels = ralp::i32_values(*m, 1);
+      if (!labels) return refuse(labels.error());
+      std::vector<ralp::upper_result> out;
+      if (auto s = st.core->activations(w, m->info.clock, m->info.lr, std::move(*act), std::move(*labels), out);
+          !s.ok())
+        return refuse(s);
+      for (auto& r : out) {
+        ralp::ralp_info info;
+        info.worker = r.worker;
+        info.clock = r.clock;
+        info.loss = r.loss.loss;
+        info.correct = r.loss.correct;
+        std::vector<kernels::tensor_view> ts{r.act_grad.view()};
+        server_send(self, r.worker, ralp::make_message(ralp::kind_act_grad, st.me, worker_name(r.worker), info, ts),
+                    true);
+      }
+      break;
+    }
+    case ralp::kind_push: {
+      ++st.pushes;
+      std::vector<kernels::tensor> grads;
+      for (std::size_t i = 0; i < m->tensors(); ++i) {
+        auto g = ralp::f32_tensor(*m, i);
+        if (!g) return refuse(g.error());
+        grads.push_back(std::move(*g));
+      }
+      if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) return refuse(s);
+      break;
+    }
+    case ralp::kind_bye:
+      st.over = true;
+      report(self);
+      self->quit();
+      return;
+    default:
+      return server_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
+  }
+  answer_ready(self, ready);
+}
+
+// The cut: ralp_cut, or the cost model's choice from a profile of the model
+// measured here (on a twin: profiling overwrites gradients). Workers and
+// server are taken to be alike (one profile kind); `in` has the link.
+status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size_t units,
+                  topology::ralp_cost_inputs in, std::size_t& cut) {
+  auto& st = self->state;
+  if (st.opts.cut > 0) {
+    if (std::size_t(st.opts.cut) > units)
+      return make_error(errc::invalid_argument, "[job] ralp_cut = " + std::to_string(st.opts.cut) + ": model " +
+                                                    st.cfg.model + " has " + std::to_string(units) +
+                                                    " units (cuts 1.." + std::to_string(units - 1) + ", " +
+                                                    std::to_string(units) + " for no cut)");
+    cut = std::size_t(st.opts.cut);
+    st.cut_source = "ralp_cut";
+    return {};
+  }
+  HF_ASSIGN_OR_RETURN(kernels::model twin, kernels::build_model(spec, kernels::device::cpu(), {st.cfg.threads, 1}));
+  kernels::profile_options po;
+  po.batch = st.cfg.batch_size;
+  expected<kernels::model_profile> prof = make_error(errc::internal, "not profiled");
+  twin.context().run([&] { prof = kernels::profile_model(twin, po); });
+  HF_RETURN_IF_ERROR(prof.error());
+  topology::profile_db db;
+  db.batch = po.batch;
+  db.source = "measured on the RALP server";
+  for (const auto& u : prof->units) {
+    topology::profile_unit pu;
+    pu.name = u.name;
+    pu.params_bytes = u.parameter_bytes;
+    pu.activation_bytes = u.activation_bytes;
+    pu.output_bytes = u.output_bytes;
+    pu.devices["here"] = {u.forward_s * 1e3, u.backward_s * 1e3};
+    db.units.push_back(std::move(pu));
+  }
+  db.devices["here"] = topology::profile_device{};
+  in.server_kind = "here";
+  in.worker_kinds.assign(std::size_t(st.opts.workers), "here");
+  HF_ASSIGN_OR_RETURN(topology::ralp_estimate e, topology::estimate_ralp(db, in));
+  cut = e.best().cut;
+  st.cut_source = "cost model";
+  st.cut_why = e.why;
+  st.predicted_step_ms = e.best().step_ms;
+  return {};
+}
+
+caf::behavior ralp_server(server_actor* self, actor_env env) {
+  builtin::init_job_actor(self, env);
+  auto cfg = builtin::train_config_of(env.cluster, env.spec.node, 0);
+  auto opts = options_of(env.cluster);
+  // The link for the cost model: as `hetflow plan` assumes for measured
+  // profiles (nodes of one host: 100 Gb/s; latency 20 us).
+  topology::ralp_cost_inputs cin;
+  if (opts) {
+    topology::profile_db links;
+    links.links.intra_node_gbps = 100;
+    links.links.latency_us = 20;
+    cin = cost_inputs(env.cluster, links, *opts, "here");
+  }
+  return {
+    [self, cfg, opts, cin](start_atom) {
+      auto& st = self->state;
+      st.t0 = clock_type::now();
+      if (!cfg) return server_fail(self, cfg.error().message());
+      if (!opts) return server_fail(self, opts.error().message());
+      st.opts = *opts;
+      st.cfg = *cfg;
+      if (st.cfg.where.kind != kernels::device_kind::cpu)
+        return server_fail(self, st.me + ": strategy \"ralp\" runs on cpu devices only for now");
+      auto zo = kernels::model_options_for(st.cfg);
+      if (!zo) return server_fail(self, st.me + ": " + zo.error().message());
+      auto spec = kernels::make_model_spec(st.cfg.model, *zo);
+      if (!spec) return server_fail(self, st.me + ": " + spec.error().message());
+      auto m = kernels::build_model(*spec, kernels::device::cpu(), {st.cfg.threads, st.cfg.seed});
+      if (!m) return server_fail(self, st.me + ": " + m.error().message());
+      std::size_t cut = 0;
+      if (auto s = choose_cut(self, *spec, m->size(), cin, cut); !s.ok()) return server_fail(self, st.me + ": " + s.message());
+      // The formula's bytes for the real model (what the report compares
+      // with the measured traffic): W x (2 lower params + 2 activations + labels).
+      {
+        uint64_t lower = 0;
+        for (auto* p : ralp::unit_parameters(*m, 0, cut)) lower += p->value.byte_size();
+        const uint64_t b = uint64_t(st.cfg.batch_size);
+        uint64_t per = 2 * lower;
+        if (cut < m->size()) per += 2 * b * uint64_t(m->sample_shape(cut).numel()) * 4 + b * 4;
+        st.predicted_bytes = uint64_t(st.opts.workers) * per;
+      }
+      ralp::server_config sc;
+      sc.name = st.me;
+      sc.workers = st.opts.workers;
+      sc.cut = cut;
+      sc.optimizer = st.cfg.optimizer;
+      auto core = ralp::server_core::make(sc, std::move(*m));
+      if (!core) return server_fail(self, st.me + ": " + core.error().message());
+      st.core = std::move(*core);
+      log_info(st.me + ": RALP server, " + std::to_string(st.opts.workers) + " worker(s), units [" +
+               std::to_string(cut) + ", " + std::to_string(st.core->model().size()) + ") here (" +
+               (cut < st.core->model().size() ? "from '" + st.core->model().at(cut).name() + "'" : std::string("no cut")) +
+               ", " + st.cut_source + ")" + (st.cut_why.empty() ? "" : ": " + st.cut_why));
+      self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
+      builtin::become_running(
+          self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_wire(self, node, buf); },
+          [self](tick_atom) { on_tick(self); });
+    },
+  };
+}
+
+}  // namespace
+
+void add_ralp_server(registry& reg) {
+  topology::type_spec s{"ralp_server", "the RALP server of the train job (strategy ralp)", {}};
+  (void)reg.add_actor_type(s, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    return sys.spawn<caf::detached>(ralp_server, env);
+  });
+}
+
+}  // namespace hetflow::actors::ralp_job

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# job.kind = "train", strategy "ralp" (layers after the cut on the PS node),
+# through `hetflow run`, on the synthetic dataset, lenet5 cut before fc1:
+#  - 1 worker (server and worker on 2 processes) trains what single-device
+#    training trains (per-epoch loss, final test accuracy);
+#  - 2 workers + the server on 3 processes train what strategy "ps" (bsp,
+#    2 workers, 1 shard on the same node as the server) trains, and move
+#    fewer bytes per step (the fc head's weights stay on the server);
+#  - ralp_cut = 0: the server's cost model picks a cut, the run converges;
+#  - `hetflow plan` prints the table of cuts; bad keys: clear errors.
+source "$(dirname "$0")/lib.sh"
+
+one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$1"; }
+
+common=('kind = "train"' 'model = "lenet5"' 'dataset = "synthetic"' 'input_shape = [1, 28, 28]'
+  'test_size = 400' 'batch_size = 32' 'lr = 0.05' 'lr_schedule = "cosine"')
+
+run_job() {  # run_job TOPO WHAT
+  timeout 300 "$HETFLOW" run "$1" --report "$1.json" >"$1.out" 2>&1 || { cat "$1.out"; fail "$2 failed"; }
+}
+
+# --- 1 worker == single device
+single="$HETFLOW_SCRATCH/single.toml"
+write_topology "$single" 8810 1 auto "${common[@]}" 'epochs = 2' 'train_size = 1280'
+one_thread "$single"
+run_job "$single" "single-device run"
+
+r1="$HETFLOW_SCRATCH/ralp1.toml"
+write_topology "$r1" 8820 2 auto "${common[@]}" 'epochs = 2' 'train_size = 1280' 'strategy = "ralp"' \
+  'ps_workers = ["n1"]' 'ralp_cut = 5'
+one_thread "$r1"
+run_job "$r1" "1-worker ralp run"
+grep -q "ralp0: RALP server, 1 worker(s), units \[5, 8) here (from 'fc1', ralp_cut)" "$r1.out" ||
+  { cat "$r1.out"; fail "no RALP server start line"; }
+/usr/bin/env python3 - "$single.json" "$r1.json" <<'PY' || { cat "$r1.out"; fail "1-worker ralp does not match single-device training"; }
+import json, sys
+s, r = (json.load(open(f)) for f in sys.argv[1:3])
+assert len(s["epochs"]) == len(r["epochs"]) == 2
+for a, b in zip(s["epochs"], r["epochs"]):
+    rel = abs(a["loss"] - b["loss"]) / a["loss"]
+    print(f"epoch {a['epoch']}: loss single {a['loss']:.7f} ralp {b['loss']:.7f} (rel {rel:.1e}); samples {a['samples']} {b['samples']}")
+    assert rel < 1e-5, rel
+    assert a["samples"] == b["samples"]
+ta, tb = s["epochs"][-1]["test_accuracy"], r["epochs"][-1]["test_accuracy"]
+print("test accuracy", ta, tb, "checksums", s["weights_checksum"], r["weights_checksum"])
+assert abs(ta - tb) <= 0.0025, (ta, tb)
+srv = r["ralp"]["server"]
+assert srv["cut"] == 5 and srv["cut_unit"] == "fc1", srv
+assert srv["lower_updates"] == 80 and srv["upper_updates"] == 80, srv
+PY
+pass "1 worker + RALP server on 2 processes: single-device training (loss per epoch, test accuracy)"
+
+# --- 2 workers: ralp == ps (bsp), fewer bytes
+ps2="$HETFLOW_SCRATCH/ps2.toml"
+write_topology "$ps2" 8830 3 auto "${common[@]}" 'epochs = 3' 'train_size = 2688' 'strategy = "ps"' \
+  'ps_workers = ["n1", "n2"]' 'ps_nodes = ["n0"]'
+one_thread "$ps2"
+run_job "$ps2" "2-worker ps run"
+r2="$HETFLOW_SCRATCH/ralp2.toml"
+write_topology "$r2" 8840 3 auto "${common[@]}" 'epochs = 3' 'train_size = 2688' 'strategy = "ralp"' \
+  'ps_workers = ["n1", "n2"]' 'ralp_cut = 5'
+one_thread "$r2"
+run_job "$r2" "2-worker ralp run"
+/usr/bin/env python3 - "$ps2.json" "$r2.json" <<'PY' || { cat "$r2.out"; fail "2-worker ralp does not match ps bsp"; }
+import json, sys
+p, r = (json.load(open(f)) for f in sys.argv[1:3])
+# 2688 rows / 32 = 84 steps an epoch: 42 each, 126 in 3 epochs.
+for a, b in zip(p["epochs"], r["epochs"]):
+    rel = abs(a["loss"] - b["loss"]) / a["loss"]
+    print(f"epoch {a['epoch']}: worker 0 loss ps {a['loss']:.7f} ralp {b['loss']:.7f} (rel {rel:.1e})")
+    assert rel < 1e-5, rel
+ta, tb = p["epochs"][-1]["test_accuracy"], r["epochs"][-1]["test_accuracy"]
+print("final test accuracy ps", ta, "ralp", tb)
+assert abs(ta - tb) <= 0.0025, (ta, tb)
+assert tb > 0.8, tb
+pw = p["ps"]["workers"]; rw = r["ralp"]["workers"]
+assert len(pw) == 2 and len(rw) == 2
+for x, y in zip(pw, rw):
+    assert x["steps"] == y["steps"] == 126, (x["steps"], y["steps"])
+ps_step = sum(w["bytes_sent"] + w["bytes_received"] for w in pw) / pw[0]["steps"]
+ralp_step = sum(w["bytes_sent"] + w["bytes_received"] for w in rw) / rw[0]["steps"]
+srv = r["ralp"]["server"]
+print(f"bytes per step (both workers): ps {ps_step:.0f} ralp {ralp_step:.0f} (server {srv['bytes_per_step']:.0f}, "
+      f"predicted {srv['predicted_bytes_per_step']})")
+assert ralp_step < 0.5 * ps_step, (ralp_step, ps_step)
+assert abs(srv["bytes_per_step"] - srv["predicted_bytes_per_step"]) <= 0.1 * srv["predicted_bytes_per_step"]
+assert srv["upper_updates"] == srv["lower_updates"] == 252, srv
+PY
+pass "2 workers: ralp == ps bsp (loss, test accuracy), fewer bytes per step"
+
+# --- ralp_cut = 0: the cost model on the server
+auto="$HETFLOW_SCRATCH/auto.toml"
+write_topology "$auto" 8850 2 auto "${common[@]}" 'epochs = 2' 'train_size = 2688' 'strategy = "ralp"'
+one_thread "$auto"
+run_job "$auto" "ralp_cut = 0 run"
+/usr/bin/env python3 - "$auto.json" <<'PY' || { cat "$auto.out"; fail "ralp_cut = 0"; }
+import json, sys
+d = json.load(open(sys.argv[1])); srv = d["ralp"]["server"]
+print("cost model chose", srv["cut"], srv["cut_unit"], ":", srv["cut_why"])
+assert srv["cut_source"] == "cost model" and 1 <= srv["cut"] <= srv["units"], srv
+assert d["epochs"][-1]["test_accuracy"] > 0.5, d["epochs"]
+PY
+pass "ralp_cut = 0: the server's cost model picks a cut"
+
+# --- plan: the table of cuts
+out=$("$HETFLOW" plan "$r2" 2>&1) || { echo "$out"; fail "plan failed"; }
+grep -q "ralp: cuts of the model" <<<"$out" && grep -q "<- chosen" <<<"$out" && grep -q "fc1" <<<"$out" ||
+  { echo "$out"; fail "plan prints no table of cuts"; }
+n=$("$HETFLOW" plan "$r2" --json | python3 -c "import json,sys; d=json.load(sys.stdin); print(len(d['ralp']['candidates']), d['ralp']['runs_cut'])")
+[[ "$n" == "8 5" ]] || fail "plan --json: candidates/runs_cut '$n', want '8 5'"
+pass "plan prints the cut table (text and --json)"
+
+# --- bad settings
+bad="$HETFLOW_SCRATCH/bad.toml"
+write_topology "$bad" 8860 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280' 'strategy = "ralp"' 'ralp_node = "n7"'
+out=$(timeout 60 "$HETFLOW" validate "$bad" 2>&1) && fail "validate accepted ralp_node = n7"
+grep -q "ralp_node names node 'n7'" <<<"$out" || { echo "$out"; fail "ralp_node error"; }
+write_topology "$bad" 8860 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280' 'strategy = "ralp"' 'ralp_cut = 99'
+out=$(timeout 60 "$HETFLOW" validate "$bad" 2>&1) && fail "validate accepted ralp_cut = 99"
+grep -q "ralp_cut = 99: model lenet5 has 8 units" <<<"$out" || { echo "$out"; fail "ralp_cut error"; }
+pass "bad ralp settings refused"
