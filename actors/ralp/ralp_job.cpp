@@ -18,6 +18,11 @@ void add_train_keys(topology::type_spec& job) {
                               "before it on the workers (data parallel through the server); the model's unit count: "
                               "no cut; 0: chosen by the cost model (`hetflow plan` prints the table)",
                               0.0, 1e6, {}});
+  job.keys.push_back(key_spec{"ralp_link_gbps", key_type::number, false, 0.0,
+                              "ralp: the server's link speed the cost model assumes, in Gb/s (0: the profile file's "
+                              "links, or 100 on one host and 10 between hosts for measured profiles); on one host "
+                              "the link is memory copies through the data plane, often a few GB/s",
+                              0.0, 1e6, {}});
   job.keys.push_back(key_spec{"ralp_node", key_type::string, false, std::string(""),
                               "ralp: the node running the RALP server (empty: the first node)", {}, {}, {}});
 }

@@ -19,6 +19,7 @@ expected<ralp_options> options_of(const topology::cluster& c) {
   o.cut = p.get_int("ralp_cut", 0);
   if (o.cut < 0) return make_error(errc::invalid_argument, "[job] ralp_cut must be >= 0 (0: chosen by the cost model)");
   o.timeout_s = p.get_number("ps_timeout", 30.0);
+  o.link_gbps = p.get_number("ralp_link_gbps", 0.0);
   return o;
 }
 
@@ -48,7 +49,7 @@ topology::ralp_cost_inputs cost_inputs(const topology::cluster& c, const topolog
       in.worker_kinds.push_back(kind);
       if (server == nullptr || n == nullptr || n->host != server->host) same_host = false;
     }
-  in.gbps = same_host ? db.links.intra_node_gbps : db.links.inter_node_gbps;
+  in.gbps = o.link_gbps > 0 ? o.link_gbps : same_host ? db.links.intra_node_gbps : db.links.inter_node_gbps;
   in.latency_us = db.links.latency_us;
   return in;
 }

@@ -23,6 +23,7 @@ struct ralp_options {
   std::string server_node;  // ralp_node (default: the first node)
   int64_t cut = 0;          // ralp_cut; 0: chosen by the cost model on the server
   double timeout_s = 30;    // ps_timeout
+  double link_gbps = 0;     // ralp_link_gbps; 0: the profile file's links, or the assumed ones
 };
 
 // The [job]'s ralp keys; errors name the key.
@@ -34,8 +35,8 @@ int64_t worker_clocks(const kernels::epoch_plan& plan, int epochs, int w, int wo
 
 // The cost model's inputs for this job from a profile: every worker's and the
 // server's profile kind (`kind_of` a node's first device; empty: `fallback`),
-// the link (intra_node_gbps when every worker shares the server's host, else
-// inter_node_gbps), the worker batch.
+// the link (o.link_gbps when set, else intra_node_gbps when every worker
+// shares the server's host, else inter_node_gbps), the worker batch.
 topology::ralp_cost_inputs cost_inputs(const topology::cluster& c, const topology::profile_db& db,
                                        const ralp_options& o, const std::string& fallback_kind);
 
