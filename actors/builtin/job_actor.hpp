@@ -4,6 +4,7 @@
 // Include from .cpp files only (pulls caf/all.hpp).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,17 @@ template <class State>
 void fail_job_actor(caf::stateful_actor<State>* self, const std::string& why) {
   self->state.svc->report_done(self->state.me, false, why, {});
   self->quit();
+}
+
+// A blocking job actor's start gate: waits for start_atom (other messages
+// stay in the mailbox); false when the node stops first.
+inline bool await_start(caf::blocking_actor* self, const node_services& svc) {
+  bool started = false;
+  while (!started) {
+    self->receive([&](start_atom) { started = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
+    if (!started && svc.stopping().load()) return false;
+  }
+  return true;
 }
 
 // Decodes `buf` from node `from`; on error fails the actor and returns nothing.

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/skeleton.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/builtin/stream_protocol.hpp"
@@ -253,12 +254,7 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
   auto svc = env.services;
   const std::string me = env.spec.name;
   // Messages before start_atom (early batches) stay in the mailbox.
-  bool started = false;
-  while (!started) {
-    self->receive([&](start_atom) { started = true; },
-                  caf::after(std::chrono::milliseconds(200)) >> [] {});
-    if (!started && svc->stopping().load()) return;
-  }
+  if (!await_start(self, *svc)) return;
   auto fail = [&](const std::string& why) { svc->report_done(me, false, why, {}); };
   auto cfg = train_config_of(env.cluster, env.spec.node);
   if (!cfg) return fail(cfg.error().message());

@@ -279,11 +279,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
 void ralp_worker(caf::blocking_actor* self, actor_env env) {
   auto svc = env.services;
   const std::string me = env.spec.name;
-  bool started = false;
-  while (!started) {
-    self->receive([&](start_atom) { started = true; }, caf::after(std::chrono::milliseconds(200)) >> [] {});
-    if (!started && svc->stopping().load()) return;
-  }
+  if (!builtin::await_start(self, *svc)) return;
   const int w = int(env.spec.args.get_int("rank", 0));
   auto cfg = builtin::train_config_of(env.cluster, env.spec.node, std::size_t(env.spec.args.get_int("device", 0)));
   if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
