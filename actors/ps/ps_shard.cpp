@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
@@ -43,6 +44,7 @@ struct shard_state : builtin::job_actor_state {
   clock_type::time_point finals_since;
   uint64_t next_id = 1;
   bool restored = false;
+  std::optional<std::vector<int64_t>> readable_checkpoints;
   int64_t restored_label = -1;
   std::vector<int64_t> restored_clocks;
   int64_t pulls = 0, pushes = 0, held = 0, max_lag = 0, rows_pulled = 0, rows_pushed = 0;
@@ -234,7 +236,13 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       }
       break;
     case ps::kind_hello: {
-      auto labels = st.core->checkpoints_on_disk();
+      // Read (and checked) once, for the first worker's hello.
+      if (!st.readable_checkpoints) {
+        std::vector<std::string> problems;
+        st.readable_checkpoints = st.core->checkpoints_on_disk(&problems);
+        for (auto& p : problems) log_warn(st.me + ": passing over a checkpoint that does not read back: " + p);
+      }
+      const auto& labels = *st.readable_checkpoints;
       ps::ps_info info;
       info.worker = w;
       info.shard = st.index;

@@ -148,9 +148,18 @@ status shard_core::checkpoint(int64_t label, const std::vector<int64_t>& clocks)
   return {};
 }
 
-std::vector<int64_t> shard_core::checkpoints_on_disk() const {
+std::vector<int64_t> shard_core::checkpoints_on_disk(std::vector<std::string>* problems) const {
   if (!cfg_.store) return {};
-  return list_checkpoints(*cfg_.store, cfg_.name);
+  std::vector<int64_t> good;
+  for (int64_t label : list_checkpoints(*cfg_.store, cfg_.name)) {
+    auto ck = read_checkpoint(*cfg_.store, cfg_.name, label);
+    if (ck) {
+      good.push_back(label);
+    } else if (problems) {
+      problems->push_back(ck.error().message());
+    }
+  }
+  return good;
 }
 
 status shard_core::restore(int64_t label) {

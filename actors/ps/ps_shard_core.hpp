@@ -90,7 +90,10 @@ public:
   // Restores checkpoint `label` from the store (weights, optimizer
   // state, clocks). Only before any push.
   status restore(int64_t label);
-  std::vector<int64_t> checkpoints_on_disk() const;
+  // Labels of this shard's checkpoints that read back whole (structure and
+  // data checksum); the others are described in `problems` (a corrupt file
+  // is passed over, so --resume falls back to an older complete one).
+  std::vector<int64_t> checkpoints_on_disk(std::vector<std::string>* problems = nullptr) const;
   int64_t checkpoints_written() const noexcept { return written_; }
   int64_t last_checkpoint() const noexcept { return last_label_; }
   int64_t updates_applied() const noexcept { return updates_; }

@@ -102,3 +102,28 @@ grep -q "resuming from checkpoint 100" "$S/ck2.log" || { cat "$S/ck2.log"; fail 
 got=$(json_get "$S/ck2.json" 'd["weights_checksum"]')
 [[ "$got" == "$want" ]] || { cat "$S/ck2.log"; fail "resumed from 100: checksum $got, uninterrupted $want"; }
 pass "dlrm table pieces checkpointed and resumed from clock 100: the uninterrupted weights ($want)"
+
+# A corrupt checkpoint (one flipped byte in the middle of the newest file of
+# shard 0) is found by its data checksum, passed over with a warning naming
+# the file, and --resume falls back to the newest checkpoint complete and
+# intact on both shards; the run still ends with the uninterrupted weights.
+mkdir -p "$S/ck3"
+cp "$S/ck"/*ckpt-* "$S/ck3/"
+newest=$(ls "$S/ck3" | grep '^ps0\.ckpt-' | sort | tail -1)
+python3 - "$S/ck3/$newest" <<'PY' || fail "corrupting $newest"
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[len(b) // 2] ^= 0x40
+open(p, "wb").write(b)
+PY
+sed "s|$S/ck\"|$S/ck3\"|" "$S/ck.toml" >"$S/ck3.toml"
+timeout 300 "$HETFLOW" run "$S/ck3.toml" --resume --report "$S/ck3.json" >"$S/ck3.log" 2>&1 ||
+  { cat "$S/ck3.log"; fail "resume past a corrupt checkpoint failed"; }
+grep -q "passing over a checkpoint that does not read back: $S/ck3/$newest: corrupt" "$S/ck3.log" ||
+  { cat "$S/ck3.log"; fail "no warning naming the corrupt $newest"; }
+prev=$(ls "$S/ck" | grep '^ps0\.ckpt-' | sort | tail -2 | head -1 | sed 's/.*-0*//')
+grep -q "resuming from checkpoint $prev " "$S/ck3.log" || { cat "$S/ck3.log"; fail "did not fall back to checkpoint $prev"; }
+got=$(json_get "$S/ck3.json" 'd["weights_checksum"]')
+[[ "$got" == "$want" ]] || { cat "$S/ck3.log"; fail "resumed past a corrupt checkpoint: checksum $got, uninterrupted $want"; }
+pass "a corrupt checkpoint ($newest) is passed over: resumed from $prev, the uninterrupted weights"
