@@ -6,10 +6,13 @@
 //   header.kind   = checkpoint_kind ("PSCK"), seq = label, sender = shard name
 //   tensors       = the shard's parameters, then the optimizer's state
 //                   tensors (momentum buffers / Adam moments), f32
-//   payload       = text: "hetflow-ps-checkpoint 1\n"
+//   payload       = text: "hetflow-ps-checkpoint 2\n"
 //                   "shard <k> <shards>\n" "clocks <c_0> ... <c_W-1>\n"
-//                   "optimizer_steps <t>\n" "state <n>\n", then one tensor
-//                   name per line
+//                   "optimizer_steps <t>\n" "state <n>\n"
+//                   "data_checksum <16 hex digits>\n" (of every tensor's
+//                   bytes: a flipped bit is an error on read), then one
+//                   tensor name per line. Version 1 (no data_checksum line)
+//                   is still read.
 //
 // `label` orders checkpoints: the global clock it was taken at (every
 // update of clocks < label from every worker is in, none later), or at the
