@@ -197,21 +197,6 @@ eval_metrics metrics_of(const image_dataset& test, int64_t correct, double loss_
 
 // FNV-1a 64 over the parameters' bytes in order (host copies for a device
 // model): equal checksums on two replicas mean bit-identical weights.
-expected<uint64_t> weights_checksum(model& m) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (parameter* p : m.parameters()) {
-    tensor host;
-    tensor_view v = p->value.view();
-    if (m.where().kind != device_kind::cpu) {
-      host = tensor::empty(p->value.shape());
-      HF_RETURN_IF_ERROR(m.context().copy(v, host.mutable_view()));
-      v = host.view();
-    }
-    const auto* b = static_cast<const unsigned char*>(static_cast<const void*>(v.f32()));
-    for (std::size_t i = 0; i < v.byte_size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  }
-  return h;
-}
 
 // save_weights reads host tensors: a device model's parameters and state
 // are copied into a host twin of the model first.
@@ -848,6 +833,22 @@ expected<train_report> train_single(const train_config& c, const progress_callba
   HF_ASSIGN_OR_RETURN(training_data d, load_training_data(c, true));
   HF_ASSIGN_OR_RETURN(auto source, make_memory_source(d.train, c));
   return train_with(c, *source, d.test, progress, t_start);
+}
+
+expected<uint64_t> weights_checksum(model& m) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (parameter* p : m.parameters()) {
+    tensor host;
+    tensor_view v = p->value.view();
+    if (m.where().kind != device_kind::cpu) {
+      host = tensor::empty(p->value.shape());
+      HF_RETURN_IF_ERROR(m.context().copy(v, host.mutable_view()));
+      v = host.view();
+    }
+    const auto* b = static_cast<const unsigned char*>(static_cast<const void*>(v.f32()));
+    for (std::size_t i = 0; i < v.byte_size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  return h;
 }
 
 }  // namespace hetflow::kernels

@@ -217,6 +217,11 @@ struct eval_metrics {
 // Forward in eval mode over `test` in batches of `batch` rows, on m's device.
 expected<eval_metrics> evaluate_model(model& m, const image_dataset& test, int64_t batch);
 
+// FNV-1a 64 over the parameters' bytes in model order (a device model's are
+// copied to the host first): the `weights_checksum` of every training report,
+// so runs of different strategies compare bit for bit.
+expected<uint64_t> weights_checksum(model& m);
+
 // --- the pieces train_single is made of, for other batch sources -------------
 
 // Which rows make which batch of an epoch: batch `step` is positions

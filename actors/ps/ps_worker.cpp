@@ -467,7 +467,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, fin));
     HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "final pull"));
     HF_RETURN_IF_ERROR(install(m, pl, replies, all_rows, st.rows_pulled));
-    st.checksum = checksum_of(m);
+    HF_ASSIGN_OR_RETURN(st.checksum, kernels::weights_checksum(m));
     kernels::epoch_report fin_eval;
     HF_RETURN_IF_ERROR(evaluate_into(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, fin_eval));
     st.test_accuracy = fin_eval.test_accuracy;

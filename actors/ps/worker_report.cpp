@@ -8,15 +8,6 @@
 
 namespace hetflow::actors::ps_job {
 
-uint64_t checksum_of(kernels::model& m) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (auto* p : m.parameters()) {
-    const auto* b = reinterpret_cast<const unsigned char*>(p->value.f32());
-    for (std::size_t i = 0; i < p->value.byte_size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::string hex64(uint64_t v) {
   char sum[20];
   std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(v));

@@ -18,9 +18,6 @@ class json_writer;
 
 namespace hetflow::actors::ps_job {
 
-// FNV-1a 64 over the parameters' bytes in model order (host models), as
-// train_single's weights_checksum: reports of different strategies compare.
-uint64_t checksum_of(kernels::model& m);
 // "%016x".
 std::string hex64(uint64_t v);
 

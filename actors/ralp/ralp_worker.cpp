@@ -254,7 +254,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   st.clock = clock;
   if (w == 0) {
     HF_RETURN_IF_ERROR(pull_all(clock, ralp::flag_final));
-    st.checksum = ps_job::checksum_of(wc.model());
+    HF_ASSIGN_OR_RETURN(st.checksum, kernels::weights_checksum(wc.model()));
     kernels::epoch_report fin;
     HF_RETURN_IF_ERROR(ps_job::evaluate_into(wc.model(), data.test, eval_batch, fin));
     st.test_accuracy = fin.test_accuracy;

@@ -108,7 +108,12 @@ grep -q "ralp: cuts of the model" <<<"$out" && grep -q "<- chosen" <<<"$out" && 
   { echo "$out"; fail "plan prints no table of cuts"; }
 n=$("$HETFLOW" plan "$r2" --json | python3 -c "import json,sys; d=json.load(sys.stdin); print(len(d['ralp']['candidates']), d['ralp']['runs_cut'])")
 [[ "$n" == "8 5" ]] || fail "plan --json: candidates/runs_cut '$n', want '8 5'"
-pass "plan prints the cut table (text and --json)"
+# ralp_link_gbps: on a slow link the bytes dominate, so the model cuts
+# (at the default 100 Gb/s lenet5's tiny tensors keep every layer on the workers).
+sed 's/^ralp_cut = 5$/ralp_cut = 5\nralp_link_gbps = 0.01/' "$r2" >"$r2.slow.toml"
+n=$("$HETFLOW" plan "$r2.slow.toml" --json | python3 -c "import json,sys; d=json.load(sys.stdin)['ralp']; print(d['link'].split(' ')[0], d['chosen_cut'] < 8)")
+[[ "$n" == "0.01 True" ]] || fail "ralp_link_gbps = 0.01: plan says link/cut '$n', want '0.01 True'"
+pass "plan prints the cut table (text and --json); ralp_link_gbps moves the chosen cut"
 
 # --- bad settings
 bad="$HETFLOW_SCRATCH/bad.toml"
