@@ -63,19 +63,26 @@ expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c) {
     a.args.set("shard", int64_t{k});
     v.push_back(std::move(a));
   }
+  HF_RETURN_IF_ERROR(add_worker_actors(v, replicas, "ps", "ps_worker", worker_name));
+  return v;
+}
+
+status add_worker_actors(std::vector<topology::actor_spec>& v, const std::vector<topology::dp_replica>& replicas,
+                         const std::string& strategy, const std::string& type, std::string (*worker_name)(int)) {
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     if (replicas[i].spec.kind != topology::device_kind::cpu)
-      return make_error(errc::unsupported, "[job] strategy = \"ps\": node '" + replicas[i].node +
-                                               "' lists a non-cpu device; ps workers run on cpu devices only for now");
+      return make_error(errc::unsupported, "[job] strategy = \"" + strategy + "\": node '" + replicas[i].node +
+                                               "' lists a non-cpu device; " + strategy +
+                                               " workers run on cpu devices only for now");
     topology::actor_spec a;
     a.name = worker_name(int(i));
-    a.type = "ps_worker";
+    a.type = type;
     a.node = replicas[i].node;
     a.args.set("rank", int64_t(i));
     a.args.set("device", int64_t(replicas[i].device));
     v.push_back(std::move(a));
   }
-  return v;
+  return {};
 }
 
 void add_types(registry& reg) {

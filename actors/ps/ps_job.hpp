@@ -19,6 +19,7 @@
 #include "schemas/error.hpp"
 #include "topology/catalog.hpp"
 #include "topology/cluster.hpp"
+#include "topology/data_parallel.hpp"
 
 namespace hetflow::actors {
 class registry;
@@ -31,6 +32,12 @@ namespace hetflow::actors::ps_job {
 void add_train_keys(topology::type_spec& train_job);
 // The actors of a strategy "ps" train job.
 expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c);
+
+// Appends one worker actor of `type` per replica (name worker_name(rank),
+// args rank and device), for the PS-style strategies ("ps", "ralp"):
+// errc::unsupported naming the node for a non-cpu device.
+status add_worker_actors(std::vector<topology::actor_spec>& v, const std::vector<topology::dp_replica>& replicas,
+                         const std::string& strategy, const std::string& type, std::string (*worker_name)(int));
 // Registers ps_shard and ps_worker.
 void add_types(registry& reg);
 // Report members for the train job (",\"ps\":{...}"), empty when no ps actor

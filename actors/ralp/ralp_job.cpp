@@ -3,6 +3,7 @@
 #include "actors/ralp/ralp_job.hpp"
 
 #include "actors/builtin/stream_job.hpp"
+#include "actors/ps/ps_job.hpp"
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/registry.hpp"
 #include "kernels/zoo.hpp"
@@ -55,18 +56,7 @@ expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c) {
   s.type = "ralp_server";
   s.node = o.server_node;
   v.push_back(std::move(s));
-  for (std::size_t i = 0; i < replicas.size(); ++i) {
-    if (replicas[i].spec.kind != topology::device_kind::cpu)
-      return make_error(errc::unsupported, "[job] strategy = \"ralp\": node '" + replicas[i].node +
-                                               "' lists a non-cpu device; ralp workers run on cpu devices only for now");
-    topology::actor_spec a;
-    a.name = worker_name(int(i));
-    a.type = "ralp_worker";
-    a.node = replicas[i].node;
-    a.args.set("rank", int64_t(i));
-    a.args.set("device", int64_t(replicas[i].device));
-    v.push_back(std::move(a));
-  }
+  HF_RETURN_IF_ERROR(ps_job::add_worker_actors(v, replicas, "ralp", "ralp_worker", worker_name));
   return v;
 }
 
