@@ -135,4 +135,8 @@ grep -q "consistency" <<<"$out" || { echo "$out"; fail "consistency error"; }
 write_topology "$bad" 8680 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280' 'strategy = "ps"' 'checkpoint_every = 5'
 out=$(timeout 60 "$HETFLOW" validate "$bad" 2>&1) && fail "validate accepted checkpoint_every without checkpoint_dir"
 grep -q "checkpoint_dir" <<<"$out" || { echo "$out"; fail "checkpoint_dir error"; }
+write_topology "$bad" 8680 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280' 'strategy = "ps"'
+sed -i -E '0,/^(port = [0-9]+)$/s//\1\ndevices = [ { kind = "cuda", index = 0 } ]/' "$bad"
+out=$(timeout 60 "$HETFLOW" validate "$bad" 2>&1) && fail "validate accepted a ps worker on a cuda device"
+grep -q "node 'n0' lists a non-cpu device; ps workers run on cpu devices only" <<<"$out" || { echo "$out"; fail "cuda worker error"; }
 pass "bad ps settings refused"
