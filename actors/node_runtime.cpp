@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -868,7 +869,11 @@ int run_node(const node_options& opts, const registry& reg) {
 
   int code = exit_ok;
   std::string reason;
-  std::atomic<bool> shutdown_done{false};
+  // The shutdown watchdog below; it wakes as soon as the system is down (a
+  // polling sleep here added up to 0.1 s to the exit of every node).
+  std::mutex shutdown_mu;
+  std::condition_variable shutdown_cv;
+  bool shutdown_done = false;
   std::thread watchdog;
   {
     caf::actor_system sys{cfg};
@@ -1069,10 +1074,9 @@ int run_node(const node_options& opts, const registry& reg) {
     // TODO(robustness): after large transfers over the CAF data plane a
     // detached actor is sometimes still referenced here (seen with 64 MiB
     // messages: private_thread::await_self_destroyed); find the holder.
-    watchdog = std::thread([&shutdown_done, code] {
-      for (int i = 0; i < 50 && !shutdown_done; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (!shutdown_done) {
+    watchdog = std::thread([&shutdown_mu, &shutdown_cv, &shutdown_done, code] {
+      std::unique_lock<std::mutex> lk(shutdown_mu);
+      if (!shutdown_cv.wait_for(lk, std::chrono::seconds(5), [&] { return shutdown_done; })) {
         log_warn("the actor system did not shut down within 5 s (an actor is still referenced); "
                  "exiting with the job's status " + std::to_string(code));
         std::fflush(nullptr);
@@ -1080,7 +1084,11 @@ int run_node(const node_options& opts, const registry& reg) {
       }
     });
   }
-  shutdown_done = true;
+  {
+    std::lock_guard<std::mutex> g(shutdown_mu);
+    shutdown_done = true;
+  }
+  shutdown_cv.notify_all();
   if (watchdog.joinable()) watchdog.join();
   return code;
 }

@@ -13,14 +13,16 @@
 //        --records written at their offsets (input order)
 //
 // Staged records (vocab mode). Pass 1 parses every line exactly once: it
-// writes each good row's final record (label, dense) to the part file's .tmp,
-// with, in place of each sparse id, the string's *local id*: a per-shard,
+// stages each good row's final record (label, dense) in memory (while the
+// staged records and the count tables fit the memory cap; past it, all of
+// them go to the part file's .tmp and the rest follow there), with, in place of each sparse id, the string's *local id*: a per-shard,
 // per-column number handed out in order of first sight in the count table
 // (a string spilled and seen again gets a second local id; both map to its
 // id). The column's sorted count stream (column_stream) records, for each
 // local id, which of its entries it belongs to; the merge says which id each
 // entry got (set through add_column_ids); pass 2 is then an array lookup per
-// field over the .tmp file - no text, no strings, no hashing - and renames it.
+// field over the staged records - no text, no strings, no hashing - written
+// to (or over, in place) the .tmp, which it renames.
 // Local ids are exact (table slots compare whole strings), so no hash
 // collision can change an id.
 //
@@ -28,14 +30,16 @@
 // the arena's degree of parallelism follows what is free. The stop flag is
 // read between segments too.
 //
-// Memory cap (pass 1): the count tables of a shard stay under `memory_cap`;
+// Memory cap (pass 1): the count tables of a shard stay under `memory_cap`
+// (and records are staged in memory only while they fit beside them);
 // when they grow past it, the largest columns are sorted and spilled to run
 // files (u16 length | bytes | u64 count | u32 local id) until half the cap is
 // free. At the end each column is one merged sorted stream (spilled runs +
 // what is left in memory), so cardinality costs disk, not memory. The cap is
 // soft by about the size of the column being spilled (sorting copies its
 // entries). Outside the cap: 4 bytes per local id and per distinct string
-// (the id map of pass 2), and the staged records live in the page cache.
+// (the id map of pass 2), and staged records past the cap live in the page
+// cache.
 #pragma once
 
 #include <array>
@@ -74,6 +78,9 @@ struct preprocess_options {
   std::size_t max_examples = 20;        // malformed lines kept with details
   std::size_t max_field_bytes = 64;     // longer fields are malformed
   uint64_t memory_cap = 0;              // pass-1 count tables; 0 = half the free memory
+  // Vocab pass 1: the most bytes of staged records held in memory (they and
+  // the count tables stay under memory_cap too); 0 = always in the .tmp file.
+  uint64_t staged_memory_max = UINT64_MAX;
   int parallelism = 0;                  // 0 = auto (resources.hpp)
   std::size_t block_bytes = 1u << 20;
   std::string spill_dir;                // pass-1 run files (created when needed)
@@ -116,8 +123,8 @@ public:
   std::unique_ptr<impl> impl_;
 };
 
-// Pass 1. With `staged_path` it also writes the shard's staged records to
-// staged_path + ".tmp" and gathers the malformed report (finish_shard()
+// Pass 1. With `staged_path` it also stages the shard's records (in memory,
+// or in staged_path + ".tmp", which it creates at once) and gathers the malformed report (finish_shard()
 // returns it); without, it only counts.
 expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
                                    const preprocess_options& opt, const std::string& staged_path = {});

@@ -398,6 +398,34 @@ BOOST_AUTO_TEST_CASE(spilling_staged_records_still_match_the_reference) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(staged_records_in_memory_in_the_file_or_moved_midway_give_the_same_bytes) {
+  // Pass 1 stages records in memory while they fit; past staged_memory_max
+  // (or the memory cap) it moves them to the .tmp file and goes on there.
+  const auto& in = generated_inputs();
+  ref_options ro;
+  ro.vocab = true;
+  ro.min_count = 2;
+  auto ref = reference(in.files, ro);
+  for (uint64_t limit : {UINT64_MAX, uint64_t{0}, uint64_t{96} << 10}) {
+    for (int shards : {1, 2}) {
+      BOOST_TEST_CONTEXT("staged_memory_max " << limit << " shards " << shards) {
+        pp::preprocess_options o;
+        o.min_count = 2;
+        o.parallelism = 1;
+        o.block_bytes = 16 << 10;  // many segments, so 96 KiB is outgrown midway
+        o.staged_memory_max = limit;
+        fs::path out = scratch("out-staged");
+        auto r = pp::preprocess_local(in.files, out.string(), shards, o);
+        BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().to_string()));
+        std::string got = concat_parts(out, shards);
+        BOOST_CHECK_MESSAGE(got == ref.records, "records differ: " + first_difference(got, ref.records));
+        BOOST_CHECK_GT(ref.records.size() / shards, std::size_t{2} * (96 << 10));  // the midway case moves
+        for (int i = 0; i < shards; ++i) BOOST_CHECK(!fs::exists(out / (pp::part_file_name(i) + ".tmp")));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- fast paths: hex keys and the fast line parser against the generic code ------
