@@ -127,6 +127,60 @@ public:
       i = (i + 1) & mask_;
     }
   }
+  // count() over a run of row keys, in place: keys below 2^32 are hex values,
+  // counted here; any other key k becomes other(k, next_local) (which hands
+  // out next_local++ when it inserts). Each key is replaced by its local id.
+  // Fresh local ids come from next_local, in order of first sight. The slot
+  // array, mask and shift live in registers between grows; slots are
+  // prefetched `ahead` keys in advance (for every key: a wasted prefetch for a
+  // non-hex one costs less than the branch that would skip it).
+  template <std::size_t ahead, class Other>
+  void count_run(uint64_t* __restrict keys, std::size_t n, uint32_t& next_local, Other&& other) {
+    if (size_ >= limit_) grow();
+    slot* s = &slots_[0];
+    std::size_t mask = mask_, shift = shift_;
+    std::size_t room = limit_ - size_;
+    uint32_t next = next_local;
+    auto step = [&](std::size_t k) __attribute__((always_inline)) {
+      const uint64_t key = keys[k];
+      if (__builtin_expect(key >= (uint64_t{1} << 32), 0)) {
+        keys[k] = other(key, next);
+        return;
+      }
+      const uint32_t kk = static_cast<uint32_t>(key);
+      std::size_t i = hash_index(kk, shift);
+      for (;;) {
+        slot& sl = s[i];
+        if (sl.local_plus1 == 0) {
+          sl = slot{kk, next + 1, 1, 0};
+          keys[k] = next++;
+          if (--room == 0) {
+            size_ = limit_;
+            grow();
+            s = &slots_[0];
+            mask = mask_;
+            shift = shift_;
+            room = limit_ - size_;
+          }
+          return;
+        }
+        if (sl.key == kk) {
+          ++sl.count;
+          keys[k] = sl.local_plus1 - 1;
+          return;
+        }
+        i = (i + 1) & mask;
+      }
+    };
+    std::size_t k = 0;
+    for (; k + ahead < n; ++k) {
+      __builtin_prefetch(&s[hash_index(static_cast<uint32_t>(keys[k + ahead]), shift)], 1);
+      step(k);
+    }
+    for (; k < n; ++k) step(k);
+    size_ = limit_ - room;
+    next_local = next;
+  }
   void prefetch(uint32_t key) const noexcept {
     if (!slots_.empty()) __builtin_prefetch(&slots_[index(key)], 1);
   }
@@ -145,10 +199,11 @@ public:
   }
 
 private:
-  std::size_t index(uint32_t key) const noexcept {
+  static std::size_t hash_index(uint32_t key, std::size_t shift) noexcept {
     // Fibonacci hashing: the top bits of key * 2^64/phi.
-    return static_cast<std::size_t>((static_cast<uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> shift_);
+    return static_cast<std::size_t>((static_cast<uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> shift);
   }
+  std::size_t index(uint32_t key) const noexcept { return hash_index(key, shift_); }
   void grow() {
     const std::size_t cap = slots_.empty() ? 1024 : slots_.size() * 2;
     slot_array old(cap);

@@ -868,34 +868,21 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
           const count_block_result& r = res[i];
           uint64_t* __restrict keys = r.keys.data() + c * r.stride;  // aliases no table member
           const auto& others = r.others[c];
-          const std::size_t nk = r.good;
-          for (std::size_t k = 0; k < nk; ++k) {
-            if (k + prefetch_ahead < nk && keys[k + prefetch_ahead] < empty_key)
-              t.hex.prefetch(static_cast<uint32_t>(keys[k + prefetch_ahead]));
-            const uint64_t key = keys[k];
-            uint32_t local;
-            bool fresh;
-            if (key < empty_key) {
-              local = t.hex.count(static_cast<uint32_t>(key), next_local, fresh);
-            } else if (key == empty_key) {
-              fresh = t.empty_local == no_local;
-              if (fresh) t.empty_local = next_local;
+          t.hex.count_run<prefetch_ahead>(keys, r.good, next_local, [&](uint64_t key, uint32_t& next) -> uint32_t {
+            if (key == empty_key) {
+              if (t.empty_local == no_local) t.empty_local = next++;
               ++t.empty_count;
-              local = t.empty_local;
-            } else {
-              std::string_view s = others[key & 0xffffffffu];
-              string_count& v = t.strings[s];
-              fresh = v.local_plus1 == 0;
-              if (fresh) {
-                v.local_plus1 = next_local + 1;
-                if (s.size() > small_key_max) t.strings.note_long_bytes(s.size());
-              }
-              ++v.count;
-              local = v.local_plus1 - 1;
+              return t.empty_local;
             }
-            next_local += fresh;
-            keys[k] = local;
-          }
+            std::string_view s = others[key & 0xffffffffu];
+            string_count& v = t.strings[s];
+            if (v.local_plus1 == 0) {
+              v.local_plus1 = ++next;
+              if (s.size() > small_key_max) t.strings.note_long_bytes(s.size());
+            }
+            ++v.count;
+            return v.local_plus1 - 1;
+          });
         }
         im.next_local[c] = next_local;
       });
@@ -1019,6 +1006,10 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
     std::vector<int32_t>().swap(ci.ids);
     map[c] = m.data();
   }
+  std::array<int, sparse_columns> big{};
+  int n_big = 0;
+  for (int c = 0; c < sparse_columns; ++c)
+    if (maps[c].size() * sizeof(int32_t) > (std::size_t{256} << 10)) big[n_big++] = c;
   // Remap the staged records chunk by chunk, in parallel: in memory, then
   // written; or read from the .tmp and written back in place.
   const uint64_t nrec = im.staged.rows;
@@ -1057,11 +1048,15 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
         }
         // The maps of the big columns do not fit in the cache and the local
         // ids of rare strings are random: prefetch a few rows ahead.
+        // Only the maps that outgrow the L2 cache are worth a prefetch.
         constexpr uint64_t ahead = 4;
         for (uint64_t r = 0; r < n; ++r) {
           if (r + ahead < n) {
             const int32_t* q = buf[r + ahead].sparse;
-            for (int c = 0; c < sparse_columns; ++c) __builtin_prefetch(&map[c][static_cast<uint32_t>(q[c])]);
+            for (int j = 0; j < n_big; ++j) {
+              const int c = big[j];
+              __builtin_prefetch(&map[c][static_cast<uint32_t>(q[c])]);
+            }
           }
           int32_t* sp = buf[r].sparse;
           for (int c = 0; c < sparse_columns; ++c) sp[c] = map[c][static_cast<uint32_t>(sp[c])];
