@@ -1,22 +1,54 @@
 #include "actors/builtin/stream_job.hpp"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "actors/builtin/stream_protocol.hpp"
+#include "actors/json.hpp"
+#include "actors/ps/ps_options.hpp"
+#include "topology/data_parallel.hpp"
 
 namespace hetflow::actors::builtin {
 
 expected<stream_options> stream_options_of(const topology::cluster& c) {
   const auto& p = c.job.params;
   stream_options o;
+  const bool ps = p.get_string("strategy", "single") == "ps";
+  std::vector<std::string> worker_nodes;  // ps: worker w's node
+  if (ps) {
+    HF_ASSIGN_OR_RETURN(auto replicas, topology::dp_replicas(c, p.get_strings("ps_workers")));
+    o.consumers.clear();
+    for (std::size_t w = 0; w < replicas.size(); ++w) {
+      o.consumers.push_back(ps_job::worker_name(int(w)));
+      worker_nodes.push_back(replicas[w].node);
+    }
+  }
   std::vector<std::string> nodes = p.get_strings("preprocess_nodes");
-  if (nodes.empty())
-    for (const auto& n : c.nodes) nodes.push_back(n.name);
   for (const auto& n : nodes)
     if (c.find_node(n) == nullptr)
       return make_error(errc::not_found, "[job] preprocess_nodes names node '" + n +
                                              "', which is not in the topology's [[nodes]]");
   int64_t shards = p.get_int("preprocess_shards", 0);
-  if (shards <= 0) shards = int64_t(nodes.size());
-  // Round robin over the nodes: one per node by default, more wrap around.
+  if (ps) {
+    // One shard per worker by default, next to it: its batches then never
+    // cross a link. More shards than workers deal each worker's steps out
+    // among that worker's shards (stream_job.hpp).
+    if (shards <= 0) shards = int64_t(o.consumers.size());
+    if (shards < int64_t(o.consumers.size()))
+      return make_error(errc::invalid_argument,
+                        "[job] strategy = \"ps\" with input = \"stream\": preprocess_shards = " +
+                            std::to_string(shards) + " is fewer than the " + std::to_string(o.consumers.size()) +
+                            " ps workers; each worker needs a shard of its own (shard k feeds worker k mod " +
+                            std::to_string(o.consumers.size()) + "): set preprocess_shards >= " +
+                            std::to_string(o.consumers.size()) + ", or 0 for one per worker");
+    if (nodes.empty()) nodes = worker_nodes;
+  } else {
+    if (nodes.empty())
+      for (const auto& n : c.nodes) nodes.push_back(n.name);
+    if (shards <= 0) shards = int64_t(nodes.size());
+  }
+  // Round robin over the nodes: one per node by default, more wrap around
+  // (ps with no preprocess_nodes: shard k on worker k mod W's node).
   for (int64_t k = 0; k < shards; ++k) o.shard_nodes.push_back(nodes[std::size_t(k) % nodes.size()]);
   o.prefetch = std::max<int64_t>(1, p.get_int("prefetch", 4));
   if (p.get_bool("augment", false)) {
@@ -26,6 +58,40 @@ expected<stream_options> stream_options_of(const topology::cluster& c) {
   o.timeout_s = p.get_number("stream_timeout", 60.0);
   o.fault = p.get_string("stream_fault", "");
   return o;
+}
+
+void add_stream_shard_actors(std::vector<topology::actor_spec>& v, const stream_options& o) {
+  for (int k = 0; k < o.shards(); ++k) {
+    topology::actor_spec a;
+    a.name = stream::shard_name(k);
+    a.type = "stream_shard";
+    a.node = o.shard_nodes[std::size_t(k)];
+    a.args.set("shard", int64_t{k});
+    v.push_back(std::move(a));
+  }
+}
+
+void write_stream_report(json_writer& w, const stream_options& opts, const std::vector<int>& shards,
+                         const stream_stats& stats, int epochs) {
+  w.field("input", "stream");
+  w.key("stream").begin_object();
+  w.field("shards", int64_t(shards.size())).field("prefetch", opts.prefetch);
+  w.key("shard_nodes").begin_array();
+  for (int k : shards) w.value(opts.shard_nodes[std::size_t(k)]);
+  w.end_array();
+  w.field("augment", opts.augment.enabled());
+  w.field("batches", stats.batches).field("max_buffered", stats.max_buffered);
+  w.field("wait_seconds", stats.wait_seconds);
+  if (!stats.input_json.empty()) w.key("criteo_text").raw(stats.input_json);
+  w.field("exactly_once", stats.epochs.size() == std::size_t(epochs));
+  w.key("epochs").begin_array();
+  for (const auto& e : stats.epochs) {
+    char hex[20];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(e.checksum));
+    w.begin_object().field("epoch", int64_t{e.epoch}).field("rows", e.rows).field("id_checksum", hex);
+    w.end_object();
+  }
+  w.end_array().end_object();
 }
 
 }  // namespace hetflow::actors::builtin

@@ -1,7 +1,22 @@
 // The streamed input of a `train` job (input = "stream"): pre-processing
-// shard actors (stream_shard.cpp) feed the trainer (train.cpp) through a
-// batch source that pulls from the trainer's mailbox (stream_trainer.cpp).
+// shard actors (stream_shard.cpp) feed the trainer (train.cpp), or with
+// strategy "ps" the PS workers (actors/ps/ps_worker.cpp), through a batch
+// source that pulls from the consumer's mailbox (stream_trainer.cpp).
 // The wire format and the credit protocol are in stream_protocol.hpp.
+//
+// Who feeds whom. W consumers (1 trainer, or W ps workers), S >= W shards:
+//
+//   shard k feeds consumer w = k % W; consumer w's shards are
+//   k = w, w + W, w + 2W, ... (m_w of them). Consumer w trains on the steps
+//   j of every epoch with j % W == w (ps_job.hpp's data rule: the steps it
+//   would take from memory), and its i-th step j = w + i W comes from its
+//   shard number i % m_w, i.e. shard k = w + W (i % m_w).
+//
+//   W = 2, S = 3:  step   0  1  2  3  4  5  6  7 ...
+//                  worker 0  1  0  1  0  1  0  1
+//                  shard  0  1  2  1  0  1  2  1
+//
+// With W = 1 this is the single trainer's rule (step j from shard j % S).
 //
 // Every node derives the same stream_options and train_config from the
 // topology file, so shards and trainer agree on the plan without a handshake;
@@ -10,6 +25,7 @@
 
 #include <caf/fwd.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,9 +33,11 @@
 #include "kernels/preprocess/image_transforms.hpp"
 #include "kernels/trainer.hpp"
 #include "schemas/error.hpp"
+#include "schemas/wire_buffer.hpp"
 #include "topology/cluster.hpp"
 
 namespace hetflow::actors {
+class json_writer;
 class node_services;
 class registry;
 }  // namespace hetflow::actors
@@ -32,13 +50,38 @@ struct stream_options {
   kernels::preprocess::augment_options augment;
   double timeout_s = 60;                 // the longest wait for one batch
   std::string fault;                     // tests only: "", "duplicate", "drop"
+  // The actors that consume the batches: {"trainer"}, or the ps workers
+  // "psworker<w>" in rank order (strategy "ps").
+  std::vector<std::string> consumers{"trainer"};
   int shards() const noexcept { return int(shard_nodes.size()); }
+  int workers() const noexcept { return int(consumers.size()); }
+  // The consumer shard k feeds.
+  int consumer_of(int shard) const noexcept { return shard % workers(); }
+  // How many shards feed consumer w (>= 1 when shards() >= workers()).
+  int shards_of(int w) const noexcept { return (shards() - w + workers() - 1) / workers(); }
+  // The shard that builds step `step` (of any epoch).
+  int shard_of_step(int64_t step) const noexcept {
+    const int w = int(step % workers());
+    return w + workers() * int((step / workers()) % shards_of(w));
+  }
+  // Shard k's first step of an epoch, and the distance to its next one.
+  int64_t first_step(int shard) const noexcept {
+    return consumer_of(shard) + int64_t(workers()) * (shard / workers());
+  }
+  int64_t step_stride(int shard) const noexcept { return int64_t(workers()) * shards_of(consumer_of(shard)); }
 };
 
 // From the [job] keys input, preprocess_shards, preprocess_nodes, prefetch,
-// augment, crop_padding, flip, stream_timeout, stream_fault. errc::not_found
-// for a node name that is not in the topology.
+// augment, crop_padding, flip, stream_timeout, stream_fault, and for
+// strategy "ps" the workers (ps_workers): by default one shard per worker,
+// on that worker's node; preprocess_shards below the number of workers is
+// errc::invalid_argument. errc::not_found for a node name that is not in
+// the topology.
 expected<stream_options> stream_options_of(const topology::cluster& c);
+
+// Appends the actor specs of the job's stream shards (stream_shard_<k>,
+// type stream_shard, on o.shard_nodes[k]) to `v`.
+void add_stream_shard_actors(std::vector<topology::actor_spec>& v, const stream_options& o);
 
 // The train job's training configuration as node `node` sees it, training
 // on the node's device number `device` (defined in train.cpp; shards use it
@@ -75,17 +118,40 @@ struct stream_trainer_data {
   kernels::image_dataset test;
   std::string input_json;  // criteo_text only
 };
-expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_config& c);
+// `with_test` false: the test set is left empty (ps workers other than 0).
+expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_config& c, bool with_test = true);
 
-// The trainer's batch source: batches from the shards, in step order, with
-// the exactly-once checks (`seed`: the job's, for replaying epoch orders). `self` is the trainer (a blocking actor); every
-// call must come from its thread. `stats` (may be null) is updated as epochs
-// end.
-std::unique_ptr<kernels::batch_source> make_stream_source(caf::blocking_actor* self,
-                                                          std::shared_ptr<node_services> svc,
-                                                          const std::string& me, const stream_options& opts,
-                                                          const kernels::epoch_plan& plan,
-                                                          const kernels::shape& sample, int64_t classes,
-                                                          uint64_t seed, stream_stats* stats);
+// The consumer's batch source: batches from the shards, in step order, with
+// the exactly-once checks (`seed`: the job's, for replaying epoch orders).
+// `worker`: the consumer's index in opts.consumers; it must ask for exactly
+// its steps (j % workers == worker), and its books expect exactly their
+// rows. `self` is the consumer (a blocking actor); every call must come from
+// its thread. `stats` (may be null) is updated as epochs end.
+//
+// A mailbox shared with another protocol (a ps worker's PS replies arrive
+// in the same mailbox): while next() waits, every wire message that is not
+// a stream message goes to `other` (empty: it fails the job), and the other
+// protocol's receive loop hands the stream messages it meets to offer().
+class stream_batch_source : public kernels::batch_source {
+public:
+  // True when `buf` is a stream batch and was taken (buffered for its step,
+  // or a protocol failure that the next next() returns); false when it is
+  // some other message, left to the caller.
+  virtual bool offer(const std::string& node, const wire_buffer_ref& buf) = 0;
+};
+using other_wire_handler = std::function<void(const std::string& node, const wire_buffer_ref& buf)>;
+std::unique_ptr<stream_batch_source> make_stream_source(caf::blocking_actor* self,
+                                                        std::shared_ptr<node_services> svc, const std::string& me,
+                                                        const stream_options& opts, const kernels::epoch_plan& plan,
+                                                        const kernels::shape& sample, int64_t classes, uint64_t seed,
+                                                        stream_stats* stats, int worker = 0,
+                                                        other_wire_handler other = {});
+
+// The stream part of a consumer's report: "input": "stream", "stream": {
+// shards, prefetch, shard_nodes, augment, batches, max_buffered,
+// wait_seconds, [criteo_text], exactly_once, epochs: [{epoch, rows,
+// id_checksum}]}. `shards`: the indices of the shards that fed it.
+void write_stream_report(json_writer& w, const stream_options& opts, const std::vector<int>& shards,
+                         const stream_stats& stats, int epochs);
 
 }  // namespace hetflow::actors::builtin

@@ -1,10 +1,13 @@
 // stream_shard: one pre-processing shard of a streamed train job. It holds
 // the training set (loaded or synthesised on its own node), replays every
 // epoch's shuffled order (kernels::epoch_order, from the seed alone), and for
-// the steps it owns (step % shards == its index) gathers the rows, augments
+// the steps it owns (stream_options::first_step / step_stride: step % shards
+// == its index when it feeds one trainer; with strategy "ps" its worker's
+// steps, dealt out among that worker's shards, stream_job.hpp) gathers the rows, augments
 // and normalises them (kernels/preprocess/image_transforms) straight into a
 // batch message, and sends it to the trainer while it has credits
-// (stream_protocol.hpp).
+// (stream_protocol.hpp). Its consumer is the trainer, or with strategy "ps"
+// ps worker k % W (stream_options::consumer_of).
 //
 // dataset criteo_text (raw Criteo text, dlrm): instead of a training set in
 // memory the shard indexes the text files at start (kernels/criteo_text.hpp:
@@ -42,7 +45,7 @@ namespace pp = kernels::preprocess;
 
 struct shard_state : job_actor_state {
   int index = 0;
-  std::string trainer = "trainer";
+  std::string trainer = "trainer";  // the consumer: the trainer or a ps worker
   stream_options opts;
   kernels::train_config cfg;
   // The whole training set, not normalised, as f32. TODO(perf): keep u8
@@ -76,7 +79,7 @@ bool advance(shard_state& st) {
     if (st.step < st.plan.steps) return true;
     if (++st.epoch >= st.cfg.epochs) return false;
     st.order->next_epoch();
-    st.step = st.index;
+    st.step = st.opts.first_step(st.index);
     st.shard_rows = 0;
     st.shard_checksum = 0;
   }
@@ -89,7 +92,7 @@ wire_buffer_ref build_batch(shard_state& st) {
   auto order = st.order->order();
   st.ids.assign(order.begin() + b0, order.begin() + b0 + bn);
   // Fault drills for the exactly-once check (tests only), first batch only.
-  if (st.epoch == 0 && st.step == st.index && !st.opts.fault.empty()) {
+  if (st.epoch == 0 && st.step == st.opts.first_step(st.index) && !st.opts.fault.empty()) {
     if (st.opts.fault == "duplicate" && bn > 1) st.ids[1] = st.ids[0];
     if (st.opts.fault == "drop" && bn > 1) st.ids.pop_back(), --bn;
   }
@@ -159,16 +162,20 @@ void pump(shard_actor* self) {
                                       " of epoch " + std::to_string(st.epoch + 1) + ": " + e.what());
     }
     if (auto s = st.svc->send_wire(st.trainer, std::move(msg)); !s.ok())
-      return fail_job_actor(self, "stream shard '" + st.me + "': cannot send to the trainer on node '" +
+      return fail_job_actor(self, "stream shard '" + st.me + "': cannot send to '" + st.trainer + "' on node '" +
                                       st.svc->node_of(st.trainer) + "': " + s.to_string());
     --st.credits;
-    st.step += st.opts.shards();
+    st.step += st.opts.step_stride(st.index);
   }
   finish_if_done(self);
 }
 
 status prepare(shard_state& st, const actor_env& env) {
   HF_ASSIGN_OR_RETURN(st.opts, stream_options_of(env.cluster));
+  if (st.index >= st.opts.shards())
+    return make_error(errc::internal, "shard index " + std::to_string(st.index) + " of " +
+                                          std::to_string(st.opts.shards()) + " shards");
+  st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
   HF_ASSIGN_OR_RETURN(st.cfg, train_config_of(env.cluster, env.spec.node));
   if (st.cfg.data.kind == kernels::dataset_kind::criteo_text) {
     if (st.opts.augment.enabled())
@@ -184,7 +191,7 @@ status prepare(shard_state& st, const actor_env& env) {
     st.order = std::make_unique<kernels::epoch_order>(split.train, st.cfg.seed);
     st.order->next_epoch();
     st.epoch = 0;
-    st.step = st.index;
+    st.step = st.opts.first_step(st.index);
     st.credits = st.opts.prefetch;
     return {};
   }
@@ -201,7 +208,7 @@ status prepare(shard_state& st, const actor_env& env) {
   st.order = std::make_unique<kernels::epoch_order>(st.data.train.size(), st.cfg.seed);
   st.order->next_epoch();
   st.epoch = 0;
-  st.step = st.index;
+  st.step = st.opts.first_step(st.index);
   st.credits = st.opts.prefetch;
   return {};
 }
@@ -214,7 +221,8 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
       auto& st = self->state;
       if (auto s = prepare(st, env); !s.ok())
         return fail_job_actor(self, "stream shard '" + st.me + "' on node '" + env.spec.node + "': " + s.to_string());
-      log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + ": " +
+      log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + " for " +
+               st.trainer + ": " +
                std::to_string(st.plan.rows) + " rows, " + std::to_string(st.plan.steps) + " steps per epoch, " +
                (st.text ? "criteo text, " + std::to_string(st.text->malformed().total) + " malformed lines skipped"
                         : st.opts.augment.enabled() ? std::string("augmented") : std::string("not augmented")) +
@@ -229,7 +237,7 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
                                           std::to_string(msg->header().kind) + " from node '" + node + "'");
         st.credits += int64_t(msg->header().seq);
         if (st.credits > st.opts.prefetch)
-          return fail_job_actor(self, "stream shard '" + st.me + "': the trainer returned more credits than "
+          return fail_job_actor(self, "stream shard '" + st.me + "': '" + st.trainer + "' returned more credits than "
                                       "batches were in flight (" + std::to_string(st.credits) + " > prefetch " +
                                       std::to_string(st.opts.prefetch) + ")");
         pump(self);

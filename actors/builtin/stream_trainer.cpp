@@ -1,6 +1,7 @@
-// The trainer's side of a streamed train job: a kernels::batch_source whose
-// next() reads batches out of the trainer's mailbox (the trainer is a
-// blocking actor; stream_protocol.hpp has the protocol).
+// The consumer's side of a streamed train job: a kernels::batch_source whose
+// next() reads batches out of the consumer's mailbox (the trainer, or a ps
+// worker, is a blocking actor; stream_protocol.hpp has the protocol, and
+// stream_job.hpp which shards feed which consumer).
 //
 // Exactly-once, checked three ways on every epoch:
 //   1. each batch is the step the plan expects from that shard, with the
@@ -9,7 +10,9 @@
 //      what the trainer computed from the ids it received from that shard
 //      (nothing lost or changed on the way);
 //   3. a sample_ledger over the whole epoch: no id twice, none out of range,
-//      and exactly plan.used_rows() ids at the end (every row once);
+//      and exactly the rows of the consumer's steps at the end (one trainer:
+//      plan.used_rows(), every row once; ps worker w: the rows of the steps
+//      j % W == w, which the W workers' books add up to);
 //   4. the ids are the rows the epoch's order (replayed here from the seed)
 //      puts in that step, in that order -- which also pins the training
 //      sequence to the in-memory path's, whatever the number of shards.
@@ -28,21 +31,24 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-class stream_source final : public kernels::batch_source {
+class stream_source final : public stream_batch_source {
 public:
   stream_source(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me,
                 stream_options opts, const kernels::epoch_plan& plan, const kernels::shape& sample,
-                int64_t classes, uint64_t seed, stream_stats* stats)
+                int64_t classes, uint64_t seed, stream_stats* stats, int worker, other_wire_handler other)
       : self_(self), svc_(std::move(svc)), me_(std::move(me)), opts_(std::move(opts)), plan_(plan),
-        sample_(sample), classes_(classes), stats_(stats), ledger_(plan.rows), order_(plan.rows, seed),
-        shard_rows_(std::size_t(opts_.shards()), 0), shard_checksum_(std::size_t(opts_.shards()), 0) {}
+        sample_(sample), classes_(classes), stats_(stats), worker_(worker), other_(std::move(other)),
+        ledger_(plan.rows), order_(plan.rows, seed), shard_rows_(std::size_t(opts_.shards()), 0),
+        shard_checksum_(std::size_t(opts_.shards()), 0) {
+    for (int64_t j = worker_; j < plan_.steps; j += opts_.workers()) my_rows_ += plan_.batch_rows(j);
+  }
 
   const kernels::epoch_plan& plan() const override { return plan_; }
   kernels::shape sample_shape() const override { return sample_; }
   int64_t classes() const override { return classes_; }
 
   status begin_epoch(int epoch) override {
-    ledger_.begin_epoch(epoch, plan_.used_rows());
+    ledger_.begin_epoch(epoch, my_rows_);
     while (order_.epoch() < epoch) order_.next_epoch();
     std::fill(shard_rows_.begin(), shard_rows_.end(), 0);
     std::fill(shard_checksum_.begin(), shard_checksum_.end(), 0);
@@ -51,9 +57,13 @@ public:
 
   expected<kernels::train_batch> next(int epoch, int64_t step) override {
     current_ = schemas::decoded_message{};  // the previous batch is trained on
+    if (step % opts_.workers() != worker_)
+      return make_error(errc::internal, me_ + ": asked for step " + std::to_string(step + 1) +
+                                            ", which is not among its steps (worker " + std::to_string(worker_) +
+                                            " of " + std::to_string(opts_.workers()) + ")");
     const int64_t key = int64_t(epoch) * plan_.steps + step;
     next_key_ = key;
-    const int shard = int(step % opts_.shards());
+    const int shard = opts_.shard_of_step(step);
     auto t0 = clock_type::now();
     auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opts_.timeout_s));
     auto it = buffered_.find(key);
@@ -66,7 +76,16 @@ public:
                                              std::to_string(int(opts_.timeout_s)) + " s (stream_timeout)");
       auto wait = std::min<clock_type::duration>(deadline - now, std::chrono::milliseconds(100));
       self_->receive(
-          [this](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_wire(node, buf); },
+          [this](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+            if (offer(node, buf)) return;
+            if (other_) return other_(node, buf);
+            // Not a stream batch, and nobody else to take it: say what it is.
+            auto msg = schemas::decode_message(buf, svc_->read_limits(), "node '" + node + "'");
+            if (!msg) return fail(msg.error());
+            auto view = stream::read_batch(*msg, "node '" + node + "'");
+            fail(view ? make_error(errc::internal, "train: unexpected message from node '" + node + "'")
+                      : view.error());
+          },
           caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1)) >>
               [] {});
       if (!failure_.ok()) return failure_;
@@ -111,10 +130,19 @@ private:
     if (failure_.ok()) failure_ = std::move(s);
   }
 
-  // Runs on the trainer's thread, inside receive().
-  void on_wire(const std::string& node, const wire_buffer_ref& buf) {
+public:
+  // On the consumer's thread, inside a receive() (next()'s or the other
+  // protocol's).
+  bool offer(const std::string& node, const wire_buffer_ref& buf) override {
     auto msg = schemas::decode_message(buf, svc_->read_limits(), "node '" + node + "'");
-    if (!msg) return fail(msg.error());
+    if (!msg || msg->header().kind != stream::kind_batch) return false;
+    take(node, std::move(*msg));
+    return true;
+  }
+
+private:
+  void take(const std::string& node, schemas::decoded_message msg_in) {
+    auto msg = &msg_in;
     auto view = stream::read_batch(*msg, "node '" + node + "'");
     if (!view) return fail(view.error());
     const auto& info = view->info;
@@ -122,8 +150,12 @@ private:
       return fail(make_error(errc::internal, "train: node '" + node + "' sent a batch of shard " +
                                                  std::to_string(info.shard) + " of " + std::to_string(info.shards) +
                                                  ", but this job has " + std::to_string(opts_.shards()) + " shards"));
+    if (opts_.consumer_of(info.shard) != worker_)
+      return fail(make_error(errc::internal, "train: " + who(info.shard) + " sent a batch to '" + me_ +
+                                                 "', but it feeds '" +
+                                                 opts_.consumers[std::size_t(opts_.consumer_of(info.shard))] + "'"));
     if (msg->header().sender != stream::shard_name(info.shard) || info.step < 0 || info.step >= plan_.steps ||
-        info.step % opts_.shards() != info.shard || info.epoch < 0)
+        opts_.shard_of_step(info.step) != info.shard || info.epoch < 0)
       return fail(make_error(errc::internal, "train: " + who(info.shard) + " sent step " +
                                                  std::to_string(info.step) + " of epoch " +
                                                  std::to_string(info.epoch + 1) + ", which it does not own (" +
@@ -135,11 +167,12 @@ private:
                                                  std::to_string(info.epoch + 1) + " twice"));
     buffered_.emplace(key, pending{std::move(*msg), node, *view});
     if (stats_) stats_->max_buffered = std::max<int64_t>(stats_->max_buffered, int64_t(buffered_.size()));
-    if (int64_t(buffered_.size()) > int64_t(opts_.shards()) * opts_.prefetch)
+    // Only this consumer's shards send to it: at most their credits wait.
+    const int64_t bound = int64_t(opts_.shards_of(worker_)) * opts_.prefetch;
+    if (int64_t(buffered_.size()) > bound)
       return fail(make_error(errc::internal, "train: " + std::to_string(buffered_.size()) +
                                                  " batches waiting, more than shards x prefetch = " +
-                                                 std::to_string(int64_t(opts_.shards()) * opts_.prefetch) +
-                                                 ": a shard ignored its credits"));
+                                                 std::to_string(bound) + ": a shard ignored its credits"));
   }
 
   status check_batch(const pending& p, int epoch, int64_t step, int shard) {
@@ -193,6 +226,9 @@ private:
   kernels::shape sample_;
   int64_t classes_;
   stream_stats* stats_;
+  int worker_;                 // index in opts_.consumers
+  other_wire_handler other_;   // wire messages that are not stream batches
+  int64_t my_rows_ = 0;        // rows of this consumer's steps, per epoch
   kernels::sample_ledger ledger_;
   kernels::epoch_order order_;
   std::vector<int64_t> shard_rows_;
@@ -205,7 +241,7 @@ private:
 
 }  // namespace
 
-expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_config& c) {
+expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_config& c, bool with_test) {
   stream_trainer_data out;
   if (c.data.kind == kernels::dataset_kind::criteo_text) {
     // The trainer indexes the text too: the row count (and so the plan and
@@ -216,11 +252,13 @@ expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_conf
     out.train_rows = split.train;
     out.sample = kernels::shape{kernels::criteo_columns};
     out.classes = 2;
-    HF_ASSIGN_OR_RETURN(out.test, text.load_range(split.train, text.rows()));
+    if (with_test) {
+      HF_ASSIGN_OR_RETURN(out.test, text.load_range(split.train, text.rows()));
+    }
     out.input_json = text.to_json();
     return out;
   }
-  HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, /*normalize=*/true));
+  HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, /*normalize=*/true, with_test));
   out.train_rows = data.train.size();
   out.sample = data.train.sample_shape();
   out.classes = data.train.classes;
@@ -228,13 +266,13 @@ expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_conf
   return out;
 }
 
-std::unique_ptr<kernels::batch_source> make_stream_source(caf::blocking_actor* self,
-                                                          std::shared_ptr<node_services> svc,
-                                                          const std::string& me, const stream_options& opts,
-                                                          const kernels::epoch_plan& plan,
-                                                          const kernels::shape& sample, int64_t classes,
-                                                          uint64_t seed, stream_stats* stats) {
-  return std::make_unique<stream_source>(self, std::move(svc), me, opts, plan, sample, classes, seed, stats);
+std::unique_ptr<stream_batch_source> make_stream_source(caf::blocking_actor* self,
+                                                        std::shared_ptr<node_services> svc, const std::string& me,
+                                                        const stream_options& opts, const kernels::epoch_plan& plan,
+                                                        const kernels::shape& sample, int64_t classes, uint64_t seed,
+                                                        stream_stats* stats, int worker, other_wire_handler other) {
+  return std::make_unique<stream_source>(self, std::move(svc), me, opts, plan, sample, classes, seed, stats, worker,
+                                         std::move(other));
 }
 
 }  // namespace hetflow::actors::builtin

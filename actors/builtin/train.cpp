@@ -13,7 +13,9 @@
 // parse and hash raw Criteo text) and send batches to the trainer
 // with credit-based flow control, and the trainer pulls them through a
 // kernels::batch_source (stream_trainer.cpp; protocol in stream_protocol.hpp).
-// Both run the same training loop (kernels::train_from_source).
+// Both run the same training loop (kernels::train_from_source). Strategy
+// "ps" streams too: shard k feeds ps worker k % W (stream_job.hpp,
+// actors/ps/ps_worker.cpp).
 //
 // The trainer has its own thread: a training run blocks for minutes and must
 // not hold a CAF scheduler thread. With input "memory" it is a detached
@@ -27,7 +29,6 @@
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/skeleton.hpp"
 #include "actors/builtin/stream_job.hpp"
-#include "actors/builtin/stream_protocol.hpp"
 #include "actors/caf_types.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
@@ -278,25 +279,9 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
         return kernels::train_from_source(c, *source, data.test, p);
       },
       [&](json_writer& w) {
-        w.field("input", "stream");
-        w.key("stream").begin_object();
-        w.field("shards", int64_t{opts->shards()}).field("prefetch", opts->prefetch);
-        w.key("shard_nodes").begin_array();
-        for (const auto& n : opts->shard_nodes) w.value(n);
-        w.end_array();
-        w.field("augment", opts->augment.enabled());
-        w.field("batches", stats.batches).field("max_buffered", stats.max_buffered);
-        w.field("wait_seconds", stats.wait_seconds);
-        if (!stats.input_json.empty()) w.key("criteo_text").raw(stats.input_json);
-        w.field("exactly_once", stats.epochs.size() == std::size_t(cfg->epochs));
-        w.key("epochs").begin_array();
-        for (const auto& e : stats.epochs) {
-          char hex[20];
-          std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(e.checksum));
-          w.begin_object().field("epoch", int64_t{e.epoch}).field("rows", e.rows).field("id_checksum", hex);
-          w.end_object();
-        }
-        w.end_array().end_object();
+        std::vector<int> shards(std::size_t(opts->shards()));
+        for (int k = 0; k < opts->shards(); ++k) shards[std::size_t(k)] = k;
+        write_stream_report(w, *opts, shards, stats, cfg->epochs);
       });
 }
 
@@ -422,10 +407,19 @@ status check_dataset_keys(const topology::cluster& c) {
       return make_error(errc::invalid_argument, "[job] dataset = \"criteo-text\" reads inputs, not data_dir");
     if (p.get_string("input", "memory") == "stream" && p.get_bool("augment", false))
       return make_error(errc::invalid_argument, "[job] augment applies to images, not to dataset = \"criteo-text\"");
-    if (const auto s = p.get_string("strategy", "single"); s != "single")
+    // ps streams: each worker's shards parse just its rows. In memory every
+    // ps worker would parse the whole text, so that stays refused.
+    const auto s = p.get_string("strategy", "single");
+    const bool stream = p.get_string("input", "memory") == "stream";
+    if (s == "ps" && !stream)
+      return make_error(errc::unsupported, "[job] dataset = \"criteo-text\" with input = \"memory\" trains with "
+                                           "strategy = \"single\" only (every ps worker would parse the whole "
+                                           "text); with strategy = \"ps\" set input = \"stream\", or preprocess "
+                                           "the text and use dataset = \"criteo\"");
+    if (s != "single" && s != "ps")
       return make_error(errc::unsupported, "[job] dataset = \"criteo-text\" trains with strategy = \"single\" only "
-                                           "for now, not \"" + s + "\"; preprocess the text and use "
-                                           "dataset = \"criteo\"");
+                                           "(or \"ps\" with input = \"stream\") for now, not \"" + s +
+                                           "\"; preprocess the text and use dataset = \"criteo\"");
   } else if (!p.contains("data_dir"))
     return make_error(errc::invalid_argument, "[job] dataset = \"criteo\" needs data_dir: a preprocess job's "
                                               "output_dir");
@@ -455,7 +449,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
   const auto& p = c.job.params;
   if (p.get_string("input", "memory") != "memory")
     return make_error(errc::unsupported, "[job] strategy = \"dp\" reads input = \"memory\" only for now "
-                                         "(streamed input feeds one trainer)");
+                                         "(streamed input feeds one trainer, or ps workers)");
   // The ring sums dense gradients; dlrm's embedding tables get sparse ones
   // (rows of the batch only), which the replicas would not combine.
   if (p.get_string("model", "lenet5") == "dlrm")
@@ -505,7 +499,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
 void add_train(registry& reg) {
   using topology::key_spec;
   using topology::key_type;
-  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model; input from memory or streamed from pre-processing shards)", {}};
+  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model; dp, ps, ralp; input from memory, or with single and ps streamed from pre-processing shards)", {}};
   auto key = [&](std::string name, key_type t, topology::setting_value def, std::string help,
                  std::optional<double> lo = {}, std::optional<double> hi = {},
                  std::vector<std::string> one_of = {}) {
@@ -553,7 +547,8 @@ void add_train(registry& reg) {
       0.0, 65536.0);
   key("dataset", key_type::string, std::string("fashion-mnist"),
       "training data; criteo: a preprocess job's output; criteo-text: raw Criteo text hashed on the fly "
-      "(inputs, categorical; streams with input = \"stream\"); both for model dlrm only, and dlrm needs one", {}, {},
+      "(inputs, categorical; strategy single, or ps with input = \"stream\"); both for model dlrm only, and dlrm "
+      "needs one", {}, {},
       {"fashion-mnist", "synthetic", "criteo", "criteo-text"});
   // No default in the catalog (the defaults are filled in): criteo must
   // tell a missing data_dir from the Fashion-MNIST folder.
@@ -612,12 +607,14 @@ void add_train(registry& reg) {
   key("max_steps_per_epoch", key_type::integer, int64_t{0}, "cut epochs short (0: full epochs)", 0.0);
   key("save_weights", key_type::string, std::string(""), "write the trained weights to this file");
   key("input", key_type::string, std::string("memory"),
-      "memory: the trainer's node loads the data; stream: pre-processing shard actors send batches", {}, {},
+      "memory: the trainer's node (ps: each worker's) loads the data; stream (strategy single or ps): "
+      "pre-processing shard actors send batches to the trainer, or each to one ps worker", {}, {},
       {"memory", "stream"});
   key("preprocess_shards", key_type::integer, int64_t{0},
-      "stream: number of shard actors (0: one per preprocess_nodes entry)", 0.0, 4096.0);
+      "stream: number of shard actors (0: one per preprocess_nodes entry; ps: one per worker); ps: shard k feeds "
+      "worker k mod workers, so at least one per worker", 0.0, 4096.0);
   key("preprocess_nodes", key_type::string_list, std::vector<std::string>{},
-      "stream: nodes the shards run on, round robin (empty: every node)");
+      "stream: nodes the shards run on, round robin (empty: every node; ps: shard k on worker k mod workers' node)");
   key("prefetch", key_type::integer, int64_t{4}, "stream: credits, batches in flight per shard", 1.0, 1024.0);
   key("augment", key_type::boolean, false, "stream: random crop (zero padding) and horizontal flip");
   key("crop_padding", key_type::integer, int64_t{2}, "stream, augment: zero padding before the random crop", 0.0,
@@ -654,14 +651,7 @@ void add_train(registry& reg) {
         v[0].node = c.nodes[0].name;
         if (stream) {
           HF_ASSIGN_OR_RETURN(stream_options o, stream_options_of(c));
-          for (int k = 0; k < o.shards(); ++k) {
-            topology::actor_spec a;
-            a.name = stream::shard_name(k);
-            a.type = "stream_shard";
-            a.node = o.shard_nodes[std::size_t(k)];
-            a.args.set("shard", int64_t{k});
-            v.push_back(std::move(a));
-          }
+          add_stream_shard_actors(v, o);
         }
         return v;
       },

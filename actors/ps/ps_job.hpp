@@ -11,6 +11,12 @@
 // (the single-device epoch plan and shuffled order; `batch_size` is each
 // worker's batch), so every row is used once per epoch across workers and a
 // worker's clock (its pushes so far) is its data position.
+//
+// input = "stream": the same steps, built by stream shards instead of
+// loaded from memory: stream shard k feeds worker k % W and builds worker
+// w's steps only (builtin/stream_job.hpp; preprocess_shards >= W, by default
+// one per worker on its node). Each worker's stream books (rows, id
+// checksum per epoch) add up across workers to the whole epoch.
 #pragma once
 
 #include <string>

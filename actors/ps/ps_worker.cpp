@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
@@ -32,6 +35,12 @@ double since(clock_type::time_point t0) { return std::chrono::duration<double>(c
 // ---------------------------------------------------------------- ps_worker
 
 // The worker's view of the shards: one outstanding request at a time.
+//
+// With input = "stream" the worker's mailbox also receives its stream
+// shards' batches, at any time (up to prefetch per shard in flight): a
+// batch met while awaiting PS replies goes to `divert` (the stream source
+// buffers it), and a PS message met while the source waits for a batch is
+// queued in `early` and read first by the next await().
 class shard_link {
 public:
   shard_link(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me, int worker, int shards,
@@ -54,6 +63,9 @@ public:
     return svc_->send_wire(shard_name(k), std::move(msg));
   }
   int64_t bytes_sent = 0, bytes_received = 0;
+  // Input "stream": true when it took the message (a stream batch).
+  std::function<bool(const std::string&, const wire_buffer_ref&)> divert;
+  std::deque<std::pair<std::string, wire_buffer_ref>> early;
 
   // One answer of kind `kind` for `clock` from every shard, indexed by shard.
   expected<std::vector<ps::ps_message>> await(uint32_t kind, int64_t clock, const char* what) {
@@ -63,6 +75,37 @@ public:
     status failure;
     const auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
                                                   std::chrono::duration<double>(timeout_s_ + 10.0));
+    auto on_wire = [&](const std::string& node, const wire_buffer_ref& buf) {
+      if (divert && divert(node, buf)) return;
+      bytes_received += int64_t(buf->size());
+      auto m = ps::read_ps_message(buf, svc_->read_limits(), "node '" + node + "'");
+      if (!m) {
+        failure = m.error();
+        return;
+      }
+      if (m->kind == ps::kind_error) {
+        failure = make_error(errc::internal, m->text);
+        return;
+      }
+      const int k = m->info.shard;
+      if (m->kind != kind || m->info.clock != clock || k < 0 || k >= shards_ || got[std::size_t(k)] ||
+          m->sender != shard_name(k)) {
+        failure = make_error(errc::internal, me_ + ": unexpected message kind " + std::to_string(m->kind) +
+                                                 " at clock " + std::to_string(m->info.clock) + " from '" +
+                                                 m->sender + "' while waiting for its " + what + " at clock " +
+                                                 std::to_string(clock));
+        return;
+      }
+      got[std::size_t(k)] = true;
+      ++count;
+      out[std::size_t(k)] = std::move(*m);
+    };
+    while (!early.empty() && failure.ok()) {
+      auto [node, buf] = std::move(early.front());
+      early.pop_front();
+      on_wire(node, buf);
+    }
+    if (!failure.ok()) return failure;
     while (count < shards_) {
       if (svc_->stopping().load()) return make_error(errc::cancelled, me_ + ": stopped");
       if (clock_type::now() >= deadline) {
@@ -76,32 +119,8 @@ public:
                                              " from PS shard " + missing + " within " +
                                              std::to_string(int(timeout_s_ + 10)) + " s");
       }
-      self_->receive(
-          [&](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
-            bytes_received += int64_t(buf->size());
-            auto m = ps::read_ps_message(buf, svc_->read_limits(), "node '" + node + "'");
-            if (!m) {
-              failure = m.error();
-              return;
-            }
-            if (m->kind == ps::kind_error) {
-              failure = make_error(errc::internal, m->text);
-              return;
-            }
-            const int k = m->info.shard;
-            if (m->kind != kind || m->info.clock != clock || k < 0 || k >= shards_ || got[std::size_t(k)] ||
-                m->sender != shard_name(k)) {
-              failure = make_error(errc::internal, me_ + ": unexpected message kind " + std::to_string(m->kind) +
-                                                       " at clock " + std::to_string(m->info.clock) + " from '" +
-                                                       m->sender + "' while waiting for its " + what + " at clock " +
-                                                       std::to_string(clock));
-              return;
-            }
-            got[std::size_t(k)] = true;
-            ++count;
-            out[std::size_t(k)] = std::move(*m);
-          },
-          caf::after(std::chrono::milliseconds(100)) >> [] {});
+      self_->receive([&](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_wire(node, buf); },
+                     caf::after(std::chrono::milliseconds(100)) >> [] {});
       if (!failure.ok()) return failure;
     }
     return out;
@@ -123,6 +142,7 @@ struct worker_stats {
   std::vector<kernels::epoch_report> epochs;
   uint64_t checksum = 0;
   double test_accuracy = -1;
+  builtin::stream_stats stream;  // input = "stream"
 };
 
 // The model's sparse parameters (embedding tables) as the PS worker sees
@@ -287,13 +307,36 @@ wire_buffer_ref push_message(kernels::model& m, const ps::placement& pl, int k, 
   return ps::make_tensors(ps::kind_push, me, shard_name(k), with_rows, ts, list);
 }
 
+// `so`: the stream options with input = "stream", null for "memory".
 expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_ptr<node_services>& svc,
-                                  const std::string& me, int w, kernels::train_config c, const ps_options& o) {
+                                  const std::string& me, int w, kernels::train_config c, const ps_options& o,
+                                  const builtin::stream_options* so) {
   worker_stats st;
-  HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, true, /*with_test=*/w == 0));
-  HF_ASSIGN_OR_RETURN(kernels::epoch_plan plan, kernels::make_epoch_plan(data.train.size(), c.batch_size, c.drop_last,
-                                                                         c.max_steps_per_epoch));
-  HF_ASSIGN_OR_RETURN(auto source, kernels::make_memory_source(data.train, c));
+  shard_link link(self, svc, me, w, o.shards, o.timeout_s);
+  // The batches: from memory (the whole training set loaded here), or from
+  // this worker's stream shards, which build exactly the batches of its
+  // steps that memory would give it (same plan, same epoch order).
+  kernels::training_data data;  // memory: the training set (the source views it)
+  kernels::image_dataset test;  // worker 0: the test set
+  std::unique_ptr<kernels::batch_source> source;
+  kernels::epoch_plan plan;
+  if (so == nullptr) {
+    HF_ASSIGN_OR_RETURN(data, kernels::load_training_data(c, true, /*with_test=*/w == 0));
+    HF_ASSIGN_OR_RETURN(plan, kernels::make_epoch_plan(data.train.size(), c.batch_size, c.drop_last,
+                                                       c.max_steps_per_epoch));
+    HF_ASSIGN_OR_RETURN(source, kernels::make_memory_source(data.train, c));
+    test = std::move(data.test);
+  } else {
+    HF_ASSIGN_OR_RETURN(builtin::stream_trainer_data sd, builtin::load_stream_trainer_data(c, /*with_test=*/w == 0));
+    HF_ASSIGN_OR_RETURN(plan, kernels::make_epoch_plan(sd.train_rows, c.batch_size, c.drop_last, c.max_steps_per_epoch));
+    st.stream.input_json = sd.input_json;
+    test = std::move(sd.test);
+    auto src = builtin::make_stream_source(
+        self, svc, me, *so, plan, sd.sample, sd.classes, c.seed, &st.stream, w,
+        [&link](const std::string& node, const wire_buffer_ref& buf) { link.early.emplace_back(node, buf); });
+    link.divert = [s = src.get()](const std::string& node, const wire_buffer_ref& buf) { return s->offer(node, buf); };
+    source = std::move(src);
+  }
   if (c.where.kind != kernels::device_kind::cpu)
     return make_error(errc::unsupported, me + ": strategy \"ps\" runs on cpu devices only for now");
   HF_ASSIGN_OR_RETURN(kernels::model m, build_model_for(c, c.where, c.threads));
@@ -302,7 +345,6 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   const ps::placement pl = placement_of(m, o.shards);
   HF_ASSIGN_OR_RETURN(const sparse_view sv, sparse_view_of(m));
   const bool sparse = !sv.tensor.empty();
-  shard_link link(self, svc, me, w, o.shards, o.timeout_s);
   // A pull: every shard gets its list of rows (sparse models) and answers
   // with its dense tensors and those rows.
   auto pull_from_all = [&](ps::ps_info info, const std::vector<std::vector<ps::row_request>>& asked) -> status {
@@ -357,6 +399,13 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     auto t0 = clock_type::now();
     for (int64_t s = w; s < steps; s += W, ++k) {
       if (k < st.start_clock) {
+        // Resumed past this step. The stream shards replay every step from
+        // the start, so take (and drop) its batch: the books stay whole.
+        // TODO(perf): tell the shards the start clock instead.
+        if (so != nullptr) {
+          auto skipped = source->next(epoch, s);
+          if (!skipped) return skipped.error();
+        }
         clock = k + 1;
         continue;
       }
@@ -450,7 +499,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0;
     // Worker 0's weights at its last pull of the epoch (the last epoch: the final weights, below).
     if (w == 0 && c.eval_each_epoch && epoch + 1 < c.epochs) {
-      HF_RETURN_IF_ERROR(evaluate_into(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, er));
+      HF_RETURN_IF_ERROR(evaluate_into(m, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, er));
     }
     st.epochs.push_back(er);
     if (w == 0) log_epoch_done(er, c.epochs);
@@ -469,7 +518,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     HF_RETURN_IF_ERROR(install(m, pl, replies, all_rows, st.rows_pulled));
     HF_ASSIGN_OR_RETURN(st.checksum, kernels::weights_checksum(m));
     kernels::epoch_report fin_eval;
-    HF_RETURN_IF_ERROR(evaluate_into(m, data.test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, fin_eval));
+    HF_RETURN_IF_ERROR(evaluate_into(m, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, fin_eval));
     st.test_accuracy = fin_eval.test_accuracy;
     if (!st.epochs.empty() && st.epochs.back().epoch == c.epochs) {
       st.epochs.back().test_accuracy = fin_eval.test_accuracy;
@@ -496,12 +545,27 @@ void ps_worker(caf::blocking_actor* self, actor_env env) {
   if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
   auto opts = options_of(env.cluster);
   if (!opts) return svc->report_done(me, false, opts.error().message(), {});
+  std::optional<builtin::stream_options> so;
+  std::vector<int> my_shards;  // input = "stream": the shards that feed this worker
+  if (env.cluster.job.params.get_string("input", "memory") == "stream") {
+    auto s = builtin::stream_options_of(env.cluster);
+    if (!s) return svc->report_done(me, false, s.error().message(), {});
+    if (s->workers() != opts->workers || s->consumers[std::size_t(w)] != me)
+      return svc->report_done(me, false, me + ": the stream options name " + std::to_string(s->workers()) +
+                                             " consumers, the ps job " + std::to_string(opts->workers) + " workers",
+                              {});
+    for (int k = w; k < s->shards(); k += s->workers()) my_shards.push_back(k);
+    so = std::move(*s);
+  }
   if (w == 0)
     log_info("parameter servers: " + std::to_string(opts->workers) + " worker(s), " + std::to_string(opts->shards) +
              " shard(s), " + opts->model.to_string() + ", batch " + std::to_string(cfg->batch_size) +
-             " per worker, " + cfg->model + " for " + std::to_string(cfg->epochs) + " epochs");
+             " per worker, " + cfg->model + " for " + std::to_string(cfg->epochs) + " epochs" +
+             (so ? ", streamed from " + std::to_string(so->shards()) + " stream shard(s), prefetch " +
+                       std::to_string(so->prefetch) + (so->augment.enabled() ? ", augmented" : "")
+                 : std::string()));
   auto t0 = clock_type::now();
-  expected<worker_stats> r = run_worker(self, svc, me, w, *cfg, *opts);
+  expected<worker_stats> r = run_worker(self, svc, me, w, *cfg, *opts, so ? &*so : nullptr);
   if (!r) return svc->report_done(me, false, r.error().to_string(), {});
   json_writer j;
   j.begin_object().field("model", cfg->model).field("device", cfg->where.to_string());
@@ -519,6 +583,8 @@ void ps_worker(caf::blocking_actor* self, actor_env env) {
     j.value(r->resumed_from);
   j.field("total_seconds", since(t0));
   if (w == 0) j.field("weights_checksum", hex64(r->checksum));
+  // Before "epochs": ps_job::summarize cuts a worker's metrics at its last "epochs".
+  if (so) builtin::write_stream_report(j, *so, my_shards, r->stream, cfg->epochs);
   write_epochs(j, r->epochs);
   j.end_object();
   std::string summary = std::to_string(r->steps) + " steps, max staleness " + std::to_string(r->max_staleness);

@@ -11,7 +11,15 @@
 //
 // one outstanding request at a time; every wait is bounded (ps_timeout +
 // 10 s for a shard's answer; the shard answers a too-long wait itself,
-// naming the slowest worker) and polls node_services::stopping().
+// naming the slowest worker; stream_timeout for a streamed batch) and polls
+// node_services::stopping().
+//
+// The step's batch comes from memory (input = "memory": the whole training
+// set loaded on the worker's node) or from its stream shards (input =
+// "stream": builtin/stream_job.hpp; batches and PS replies share the
+// mailbox, see shard_link in ps_worker.cpp). With --resume and streamed
+// input the worker takes and drops the batches of the steps before its
+// restored clock, as the shards replay every epoch from its start.
 #pragma once
 
 namespace hetflow::actors {
