@@ -78,8 +78,9 @@ struct preprocess_options {
   std::size_t max_examples = 20;        // malformed lines kept with details
   std::size_t max_field_bytes = 64;     // longer fields are malformed
   uint64_t memory_cap = 0;              // pass-1 count tables; 0 = half the free memory
-  // Vocab pass 1: the most bytes of staged records held in memory (they and
-  // the count tables stay under memory_cap too); 0 = always in the .tmp file.
+  // Vocab pass 1: the most bytes of staged records written through a shared
+  // mapping of the part's .tmp file (pass 2 remaps them in place there);
+  // beyond, by write() (pass 2 reads them back); 0 = always by write().
   uint64_t staged_memory_max = UINT64_MAX;
   int parallelism = 0;                  // 0 = auto (resources.hpp)
   std::size_t block_bytes = 1u << 20;

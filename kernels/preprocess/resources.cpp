@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -171,6 +172,32 @@ int choose_parallelism(const resource_snapshot& r, int forced, int busy_here,
     if (budget > 0) dop = std::min<int>(dop, std::max<uint64_t>(1, budget / per_worker_bytes));
   }
   return std::max(1, dop);
+}
+
+namespace {
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+parallelism_governor::parallelism_governor(int forced, uint64_t per_worker_bytes, double every_s)
+    : forced_(forced), per_worker_(per_worker_bytes), every_s_(every_s) {
+  dop_ = min_ = max_ = choose(0);
+}
+
+int parallelism_governor::update() {
+  if (forced_ > 0 || steady_seconds() - last_ < every_s_) return dop_;
+  dop_ = choose(dop_);
+  min_ = std::min(min_, dop_);
+  max_ = std::max(max_, dop_);
+  return dop_;
+}
+
+int parallelism_governor::choose(int busy) {
+  last_ = steady_seconds();
+  int max_workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (forced_ > 0) return std::min(forced_, max_workers);
+  return choose_parallelism(probe_resources(), forced_, busy, per_worker_, 0, max_workers);
 }
 
 uint64_t current_rss() noexcept {

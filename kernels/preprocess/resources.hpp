@@ -46,4 +46,24 @@ int choose_parallelism(const resource_snapshot& r, int forced, int busy_here,
 
 uint64_t current_rss() noexcept;
 
+// The degree of parallelism of a long job, chosen again from the resources at
+// most every `every_s` seconds (choose_parallelism, counting its own current
+// workers as busy here); `forced` > 0 pins it.
+class parallelism_governor {
+public:
+  parallelism_governor(int forced, uint64_t per_worker_bytes, double every_s = 0.5);
+  int current() const noexcept { return dop_; }
+  int update();  // the degree to use now
+  int min_seen() const noexcept { return min_; }
+  int max_seen() const noexcept { return max_; }
+
+private:
+  int choose(int busy);
+  int forced_;
+  uint64_t per_worker_;
+  double every_s_;
+  int dop_ = 1, min_ = 1, max_ = 1;
+  double last_ = 0;  // steady-clock seconds of the last probe
+};
+
 }  // namespace hetflow::kernels::preprocess

@@ -9,9 +9,11 @@
 #include <boost/test/unit_test.hpp>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -399,8 +401,9 @@ BOOST_AUTO_TEST_CASE(spilling_staged_records_still_match_the_reference) {
 }
 
 BOOST_AUTO_TEST_CASE(staged_records_in_memory_in_the_file_or_moved_midway_give_the_same_bytes) {
-  // Pass 1 stages records in memory while they fit; past staged_memory_max
-  // (or the memory cap) it moves them to the .tmp file and goes on there.
+  // Pass 1 stages records through a shared mapping of the .tmp while they
+  // fit staged_memory_max, then goes on by write(); pass 2 remaps them in
+  // the mapping, or reads them back.
   const auto& in = generated_inputs();
   ref_options ro;
   ro.vocab = true;
@@ -424,6 +427,34 @@ BOOST_AUTO_TEST_CASE(staged_records_in_memory_in_the_file_or_moved_midway_give_t
       }
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(staged_file_that_cannot_grow_is_a_clear_error_and_leaves_nothing) {
+  // The staged .tmp grows by fallocate before it is mapped: a file that
+  // cannot grow (here RLIMIT_FSIZE, as a full disk would) is an io_error
+  // naming the file, never a SIGBUS, and neither a .tmp nor a part is left.
+  const auto& in = generated_inputs();
+  struct rlimit old{};
+  BOOST_REQUIRE_EQUAL(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
+  struct rlimit small = old;
+  small.rlim_cur = 64 << 10;
+  BOOST_REQUIRE_EQUAL(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  pp::preprocess_options o;
+  o.min_count = 2;
+  o.parallelism = 1;
+  fs::path out = scratch("out-no-room");
+  auto r = pp::preprocess_local(in.files, out.string(), 1, o);
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_CHECK(r.error().code() == hetflow::errc::io_error);
+  const std::string msg = r.error().to_string();
+  BOOST_CHECK_MESSAGE(msg.find("cannot grow") != std::string::npos &&
+                          msg.find(pp::part_file_name(0) + ".tmp") != std::string::npos,
+                      msg);
+  BOOST_CHECK(!fs::exists(out / (pp::part_file_name(0) + ".tmp")));
+  BOOST_CHECK(!fs::exists(out / pp::part_file_name(0)));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
