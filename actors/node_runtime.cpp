@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -33,6 +34,7 @@
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
+#include "kernels/trace.hpp"
 #include "topology/parser.hpp"
 
 namespace hetflow::actors {
@@ -647,6 +649,32 @@ void write_file(const std::filesystem::path& p, const std::string& text) {
   if (ec) log_error("cannot write report " + p.string() + ": " + ec.message());
 }
 
+// --trace: what the recorder holds, whatever the job's outcome; one line
+// says where it went (the launcher's own line replaces it under `hetflow
+// run`, which merges the nodes' files).
+void write_trace(const node_options& opts, int code, const std::string& reason) {
+  if (opts.trace.empty()) return;
+  const std::string note =
+      code == 0 ? "ok" : "failed (exit " + std::to_string(code) + "): " + reason + "; events until it stopped";
+  auto r = kernels::trace::write_file(opts.trace, note);
+  if (!r) {
+    log_error(r.error().message());
+    return;
+  }
+  // Under `hetflow run` the file is a temporary the launcher merges and
+  // reports on.
+  if (std::getenv("HETFLOW_LAUNCHED") != nullptr) return;
+  std::string counts = std::to_string(r->events) + " events on " + std::to_string(r->tracks) + " tracks" +
+                       (r->dropped > 0 ? ", " + std::to_string(r->dropped) +
+                                             " dropped over the bound (HETFLOW_TRACE_MAX_EVENTS)"
+                                       : std::string());
+  if (code != 0)
+    log_warn("trace of the failed job written to " + opts.trace.string() + " (what was recorded until it stopped: " +
+             counts + ")");
+  else
+    log_info("trace written to " + opts.trace.string() + " (" + counts + ")");
+}
+
 void write_reports(const node_options& opts, node_shared& sh, int code, const std::string& reason) {
   if (opts.report.empty()) return;
   const auto& me = sh.cluster.nodes[sh.self];
@@ -810,6 +838,10 @@ int run_node(const node_options& opts, const registry& reg) {
       return exit_usage;
     }
   }
+
+  // Recording starts before any actor exists: each registers its track at
+  // spawn (kernels/trace.hpp).
+  if (!opts.trace.empty()) kernels::trace::start(opts.name, sh->self, opts.trace_max_events);
 
   // Block signals before any thread starts so every thread inherits the mask.
   signal_watcher signals;
@@ -1066,6 +1098,7 @@ int run_node(const node_options& opts, const registry& reg) {
     }
     sh->node_actor = caf::actor{};
     write_reports(opts, *sh, code, reason);
+    write_trace(opts, code, reason);
     // The actor system's destructor (end of this block) waits for every actor
     // and for the thread of every detached actor, which ends only when the
     // actor object is destroyed. The job's outcome is final and the reports

@@ -49,6 +49,13 @@ struct node_options {
   // --resume: jobs that checkpoint (train, strategy "ps") continue from their
   // newest complete checkpoint; the job sees it as the job parameter "resume".
   bool resume = false;
+  // --trace: this node's timeline as Chrome trace JSON (kernels/trace.hpp),
+  // written when the node ends, also after a failure; empty = none. The
+  // caller has checked the path (kernels::trace::check_output_path).
+  std::filesystem::path trace;
+  // The recorder's bound (kernels::trace::default_max_events; `hetflow`
+  // reads HETFLOW_TRACE_MAX_EVENTS).
+  std::size_t trace_max_events = 1'000'000;
 };
 
 // Runs one node until the job ends; returns the process exit code.

@@ -21,6 +21,8 @@
 #include "actors/json.hpp"
 #include "actors/node_runtime.hpp"
 #include "actors/registry.hpp"
+#include "apps/plot_command.hpp"
+#include "kernels/trace.hpp"
 #include "topology/parser.hpp"
 
 namespace hetflow::apps {
@@ -60,6 +62,7 @@ struct child {
   bool exited = false;
   int exit_code = -1;
   std::filesystem::path report;
+  std::filesystem::path trace;  // the node's own trace file (--trace), merged after the job
   clock_type::time_point exited_at{};
   std::string cpus;  // HETFLOW_CPUS for the child (auto pinning), or empty
 };
@@ -156,9 +159,11 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
   const auto& cl = *parsed.model;
   std::vector<child> children;
   std::size_t width = 0;
+  std::size_t remote = 0;
   for (int i = 0; i < static_cast<int>(cl.nodes.size()); ++i) {
     const auto& n = cl.nodes[i];
     if (!host_is_local(n.host)) {
+      ++remote;
       std::fprintf(stderr,
                    "hetflow run: node '%s' is on host %s, which is not this machine; start it "
                    "there with `hetflow node %s --name %s`\n",
@@ -180,14 +185,22 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
     return 2;
   }
 
+  // The nodes' reports (the head's PATH.job holds the job's metrics): for
+  // --report, and for --plot, which draws from the same metrics; and the
+  // nodes' traces for --trace.
   std::filesystem::path report_dir;
-  if (!opts.report.empty()) {
+  if (!opts.report.empty() || !opts.plot.empty() || !opts.trace.empty()) {
     char tmpl[] = "/tmp/hetflow-run-XXXXXX";
-    if (char* d = mkdtemp(tmpl))
+    if (char* d = mkdtemp(tmpl)) {
       report_dir = d;
-    else
+    } else if (!opts.trace.empty()) {
+      // A trace was asked for and cannot be: say so before anything runs.
+      std::fprintf(stderr, "hetflow run: cannot create %s for the nodes' traces (%s)\n", tmpl, std::strerror(errno));
+      return 2;
+    } else {
       std::fprintf(stderr, "hetflow run: cannot create %s for node reports (%s); the report "
-                           "will lack per-node details\n", tmpl, std::strerror(errno));
+                           "will lack per-node details and there will be no plot\n", tmpl, std::strerror(errno));
+    }
   }
 
   // Take SIGINT/SIGTERM/SIGCHLD through a signalfd so the poll loop sees them.
@@ -212,11 +225,17 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
       std::perror("hetflow run: pipe");
       return 1;
     }
-    if (!report_dir.empty()) c.report = report_dir / (c.name + ".json");
+    if (!report_dir.empty() && (!opts.report.empty() || !opts.plot.empty()))
+      c.report = report_dir / (c.name + ".json");
+    if (!report_dir.empty() && !opts.trace.empty()) c.trace = report_dir / (c.name + ".trace.json");
     std::vector<std::string> args = {self_exe, "node", opts.topology.string(), "--name", c.name};
     if (!c.report.empty()) {
       args.push_back("--report");
       args.push_back(c.report.string());
+    }
+    if (!c.trace.empty()) {
+      args.push_back("--trace");
+      args.push_back(c.trace.string());
     }
     if (opts.join_timeout_s) {
       args.push_back("--join-timeout");
@@ -384,7 +403,7 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
                  cl.job.kind.c_str(), cl.name.c_str(), code, wall,
                  failed.empty() ? "" : ("nodes: " + failed).c_str());
 
-  if (!opts.report.empty()) {
+  if (!opts.report.empty() || !opts.plot.empty()) {
     actors::json_writer w;
     w.begin_object();
     w.field("cluster", cl.name).field("topology", cl.file.string());
@@ -418,9 +437,51 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
     }
     w.end_array();
     w.end_object();
-    std::ofstream out(opts.report, std::ios::trunc);
-    out << w.str() << "\n";
-    if (!out) std::fprintf(stderr, "hetflow run: cannot write report %s\n", opts.report.c_str());
+    if (!opts.report.empty()) {
+      std::ofstream out(opts.report, std::ios::trunc);
+      out << w.str() << "\n";
+      if (!out) std::fprintf(stderr, "hetflow run: cannot write report %s\n", opts.report.c_str());
+    }
+    if (!opts.plot.empty()) {
+      // Never changes the job's exit status: a job without a plot says why.
+      auto p = write_training_plot(w.str(), "", opts.plot);
+      if (p)
+        std::fprintf(stdout, "hetflow run: plot written to %s (%zu epochs, %zu history points)\n",
+                     opts.plot.c_str(), p->epochs.size(), p->history.size());
+      else if (job.empty())
+        std::fprintf(stderr, "hetflow run: no plot written to %s: %s\n", opts.plot.c_str(),
+                     head == nullptr ? "the head node does not run on this machine (plot its --report with "
+                                       "`hetflow plot`)"
+                                     : "the head node wrote no job report");
+      else
+        std::fprintf(stderr, "hetflow run: no plot written to %s: %s\n", opts.plot.c_str(),
+                     p.error().message().c_str());
+    }
+  }
+  if (!opts.trace.empty()) {
+    // One document, the nodes in topology order (pid = node index). Never
+    // changes the job's exit status.
+    std::vector<std::filesystem::path> files;
+    for (auto& c : children) files.push_back(c.trace);
+    const std::string note = code == 0 ? "ok" : "failed (exit " + std::to_string(code) + "); events until it stopped";
+    auto m = kernels::trace::merge_files(files, opts.trace, note);
+    if (!m) {
+      std::fprintf(stderr, "hetflow run: no trace written: %s\n", m.error().message().c_str());
+    } else {
+      for (auto& why : m->skipped) std::fprintf(stderr, "hetflow run: trace: %s\n", why.c_str());
+      std::string what = std::to_string(m->events) + " events from " + std::to_string(m->files) + " node" +
+                         (m->files == 1 ? "" : "s");
+      if (m->dropped > 0)
+        what += ", " + std::to_string(m->dropped) + " dropped over the bound (HETFLOW_TRACE_MAX_EVENTS)";
+      if (remote > 0)
+        what += "; nodes on other hosts write their own with `hetflow node --trace`";
+      if (code == 0)
+        std::fprintf(stdout, "hetflow run: trace written to %s (%s; open it in https://ui.perfetto.dev)\n",
+                     opts.trace.c_str(), what.c_str());
+      else
+        std::fprintf(stderr, "hetflow run: trace of the FAILED job written to %s (what was recorded until it "
+                             "stopped: %s)\n", opts.trace.c_str(), what.c_str());
+    }
   }
   if (!report_dir.empty()) {
     std::error_code ec;

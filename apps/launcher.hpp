@@ -16,6 +16,15 @@ namespace hetflow::apps {
 struct launch_options {
   std::filesystem::path topology;
   std::filesystem::path report;  // combined JSON report; empty = none
+  // After the job: its loss, accuracy and throughput as an SVG
+  // (apps/plot_command.hpp); empty = none. Train jobs only: for any other
+  // job, or a failed one, nothing is written and one line says why.
+  std::filesystem::path plot;
+  // Every local node's timeline merged into one Chrome trace JSON
+  // (kernels/trace.hpp); each node writes its own file (--trace to a
+  // temporary) and the launcher merges them, also after a failure. Empty =
+  // none.
+  std::filesystem::path trace;
   std::optional<double> join_timeout_s;
   bool resume = false;  // --resume, passed to every node
 };

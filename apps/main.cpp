@@ -1,7 +1,8 @@
 // hetflow: one binary per node.
 //
-//   hetflow node FILE --name N [--report PATH] [--join-timeout S]
-//   hetflow run FILE [--report PATH] [--join-timeout S]
+//   hetflow node FILE --name N [--report PATH] [--trace PATH] [--join-timeout S]
+//   hetflow run FILE [--report PATH] [--plot PATH] [--trace PATH] [--join-timeout S]
+//   hetflow plot REPORT --out PATH
 //   hetflow validate FILE
 //   hetflow version | help
 #include <malloc.h>
@@ -19,9 +20,11 @@
 #include "actors/registry.hpp"
 #include "apps/launcher.hpp"
 #include "apps/plan_command.hpp"
+#include "apps/plot_command.hpp"
 #include "apps/profile_command.hpp"
 #include "apps/simulate_command.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
+#include "kernels/trace.hpp"
 #include "topology/parser.hpp"
 
 namespace hetflow::apps {
@@ -33,13 +36,16 @@ namespace {
 constexpr const char* usage_text = R"(usage: hetflow COMMAND [ARGS]
 
 commands:
-  run FILE [--report PATH] [--join-timeout SECONDS] [--resume]
+  run FILE [--report PATH] [--plot PATH] [--trace PATH] [--join-timeout SECONDS] [--resume]
       start every node of FILE whose host is this machine, stream their output
       prefixed with the node name, and exit with the job's status; --resume:
-      continue from the job's newest complete checkpoint (train, strategy ps)
-  node FILE --name NODE [--report PATH] [--join-timeout SECONDS] [--resume]
+      continue from the job's newest complete checkpoint (train, strategy ps);
+      --plot: after a train job, its loss, accuracy and throughput over time
+      as an SVG (other jobs: nothing written, one line says why); --trace:
+      every local node's actors on one timeline, Chrome trace JSON (Perfetto)
+  node FILE --name NODE [--report PATH] [--trace PATH] [--join-timeout SECONDS] [--resume]
       run one node of the cluster described by FILE (what Slurm, Kubernetes or
-      systemd start on each machine)
+      systemd start on each machine); --trace: this node's timeline
   validate FILE
       check a topology file; print every problem as FILE:LINE:COL: error: ...
   plan FILE [--json] [--no-measure]
@@ -47,6 +53,8 @@ commands:
       replicas, the ring order and the batch split by (measured) replica speed;
       for strategy "hetpipe" the virtual workers, stages, unit ranges, memory
       and predicted throughput; "auto" compares the strategies and says why
+  plot REPORT --out PATH
+      the --plot SVG from a `run --report` file of a train job
   simulate FILE [--json] [--waves N]
       predict a train job's throughput from profiles (hetpipe: discrete-event
       simulation of the plan; dp, single: cost model)
@@ -76,11 +84,15 @@ struct common_args {
   std::string file;
   std::string name;
   std::string report;
+  std::string plot;
+  std::string trace;
+  std::size_t trace_max_events = hetflow::kernels::trace::default_max_events;
   std::optional<double> join_timeout;
   bool resume = false;
   std::string error;
 };
 
+// want_name: `node` (--name NODE); else `run` (--plot PATH).
 common_args parse_args(const std::vector<std::string>& args, bool want_name) {
   common_args a;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -98,6 +110,23 @@ common_args parse_args(const std::vector<std::string>& args, bool want_name) {
       a.resume = true;
     } else if (s == "--report") {
       if (auto v = value("--report")) a.report = *v;
+    } else if (s == "--plot" && !want_name) {
+      if (auto v = value("--plot")) {
+        a.plot = *v;
+        if (std::string why = hetflow::apps::check_plot_path(a.plot); !why.empty()) a.error = why;
+      }
+    } else if (s == "--trace") {
+      // Checked before the job starts: a run must not end with nowhere to
+      // write its timeline.
+      if (auto v = value("--trace")) {
+        a.trace = *v;
+        if (std::string why = hetflow::kernels::trace::check_output_path(a.trace); !why.empty()) a.error = why;
+        auto max = hetflow::kernels::trace::max_events_from_env();
+        if (!max)
+          a.error = max.error().message();
+        else
+          a.trace_max_events = *max;
+      }
     } else if (s == "--join-timeout") {
       if (auto v = value("--join-timeout")) {
         char* end = nullptr;
@@ -237,6 +266,8 @@ int main(int argc, char** argv) {
     o.topology = a.file;
     o.name = a.name;
     o.report = a.report;
+    o.trace = a.trace;
+    o.trace_max_events = a.trace_max_events;
     o.join_timeout_s = a.join_timeout;
     o.resume = a.resume;
     if (int rc = hetflow::apps::refuse_plan_only_strategy(a.file, reg, "node"); rc != 0) return rc;
@@ -248,6 +279,8 @@ int main(int argc, char** argv) {
     hetflow::apps::launch_options o;
     o.topology = a.file;
     o.report = a.report;
+    o.plot = a.plot;
+    o.trace = a.trace;
     o.join_timeout_s = a.join_timeout;
     o.resume = a.resume;
     if (int rc = hetflow::apps::refuse_plan_only_strategy(a.file, reg, "run"); rc != 0) return rc;
@@ -257,6 +290,7 @@ int main(int argc, char** argv) {
   if (cmd == "gen-criteo") return hetflow::apps::gen_criteo_command(args);
   if (cmd == "plan") return hetflow::apps::plan_command(args, reg);
   if (cmd == "simulate") return hetflow::apps::simulate_command(args, reg);
+  if (cmd == "plot") return hetflow::apps::plot_command(args);
   if (cmd == "shell") {
     std::fprintf(stderr, "hetflow: '%s' is not implemented yet (see README.md, 'Not done yet')\n",
                  cmd.c_str());

@@ -16,6 +16,7 @@
 #include "kernels/metrics.hpp"
 #include "kernels/model.hpp"
 #include "kernels/random.hpp"
+#include "kernels/trace.hpp"
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
 
@@ -337,6 +338,8 @@ public:
   }
   status finish_step(std::array<float, 2>& stats) {
     auto t0 = clock_type::now();
+    // Waiting for the step's gradient sums (most overlap backward).
+    trace::scope t_sum("allreduce");
     bucket_.emplace_back(stats.data(), stats.size());
     flush();
     status first;
@@ -418,6 +421,7 @@ private:
 
   status timed_sum(std::span<const std::span<float>> t) {
     auto t0 = clock_type::now();
+    trace::scope t_sum("allreduce");
     status s = g_->sum(t);
     sum_seconds_ += seconds_since(t0);
     return s;
@@ -489,6 +493,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(dp.update_speeds(3 * count, secs));
   }
 
+  train_history history;
+  const auto t_loop = clock_type::now();
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     HF_RETURN_IF_ERROR(source.begin_epoch(epoch));
     epoch_report er;
@@ -499,16 +505,25 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     }
     double loss_sum = 0.0, window_loss = 0.0, compute_seconds = 0.0;
     int64_t correct = 0, window_steps = 0, local_rows = 0;
+    // The history's window since its last tick (this epoch's steps only).
+    double hist_loss = 0.0;
+    int64_t hist_steps = 0, hist_samples = 0;
     auto t0 = clock_type::now();
+    auto hist_from = t0;
     for (int64_t s = 0; s < steps; ++s) {
       if (c.stop && c.stop->load(std::memory_order_relaxed))
         return make_error(errc::cancelled, "train: stopped at epoch " + std::to_string(epoch + 1) + " step " +
                                                std::to_string(s));
+      // Trace (kernels/trace.hpp): one "train step" per step holding its
+      // phases, on the calling actor's track; arg = step within the epoch.
+      trace::scope t_step("train step", trace::current_track(), "step", s + 1);
       // A replica fetches only its rows of the global batch.
       const int64_t bn = source.plan().batch_rows(s);
       auto [first, count] = dp.slice(bn);
+      trace::scope t_batch("batch", trace::current_track(), "step", s + 1);
       HF_ASSIGN_OR_RETURN(train_batch batch,
                           dp.active() ? source.next_rows(epoch, s, first, count) : source.next(epoch, s));
+      t_batch.end();
       if (int64_t(batch.labels.size()) != count)
         return make_error(errc::internal, "train: the batch source gave " + std::to_string(batch.labels.size()) +
                                               " rows for step " + std::to_string(s + 1) + ", the plan says " +
@@ -516,10 +531,14 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       loss_result lr_res{};
       auto tc = clock_type::now();
       if (count > 0) {
+        trace::scope t_fwd("forward", trace::current_track(), "step", s + 1);
         HF_ASSIGN_OR_RETURN(tensor_view x, dev.input(batch.images));
         HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
         grad.resize(logits.shape());
         HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
+        t_fwd.end();
+        // Data parallel: the gradient sums start during backward (buckets).
+        trace::scope t_bwd("backward", trace::current_track(), "step", s + 1);
         if (!dp.active()) {
           HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
         } else {
@@ -543,7 +562,10 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         lr_res.correct = int64_t(stats[1]);
       }
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
-      HF_RETURN_IF_ERROR(opt->step(params, er.lr));
+      {
+        trace::scope t_opt("optimizer", trace::current_track(), "step", s + 1);
+        HF_RETURN_IF_ERROR(opt->step(params, er.lr));
+      }
       if (!std::isfinite(lr_res.loss))
         return make_error(errc::internal, "train: loss became " + std::to_string(lr_res.loss) + " at epoch " +
                                               std::to_string(epoch + 1) + " step " + std::to_string(s + 1) +
@@ -553,7 +575,19 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       ++window_steps;
       correct += lr_res.correct;
       er.samples += bn;
-      if (progress && (s + 1 == steps || (c.progress_every > 0 && (s + 1) % c.progress_every == 0))) {
+      hist_loss += lr_res.loss;
+      ++hist_steps;
+      hist_samples += bn;
+      const bool tick = s + 1 == steps || (c.progress_every > 0 && (s + 1) % c.progress_every == 0);
+      if (tick) {
+        auto now = clock_type::now();
+        history.tick(std::chrono::duration<double>(now - t_loop).count(), epoch + 1, s + 1, hist_loss, hist_steps,
+                     hist_samples, std::chrono::duration<double>(now - hist_from).count());
+        hist_loss = 0.0;
+        hist_steps = hist_samples = 0;
+        hist_from = now;
+      }
+      if (progress && tick) {
         double el = seconds_since(t0);
         progress(train_progress{epoch + 1, s + 1, steps, el > 0 ? double(er.samples) / el : 0.0,
                                 window_loss / double(window_steps)});
@@ -569,6 +603,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(dp.average_state());
     HF_RETURN_IF_ERROR(dp.update_speeds(local_rows, compute_seconds));
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
+      trace::scope t_eval("evaluate", trace::current_track(), "epoch", epoch + 1);
       HF_ASSIGN_OR_RETURN(eval_metrics em,
                           dp.evaluate(m, dev, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size));
       er.test_accuracy = em.accuracy;
@@ -580,6 +615,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   }
   HF_ASSIGN_OR_RETURN(rep.weights_checksum, weights_checksum(m));
   rep.allreduce_seconds = dp.sum_seconds();
+  history.finish();
+  rep.history = std::move(history).take();
   // Replicas hold the same weights: rank 0 writes them.
   if (!c.save_weights.empty() && (!dp.active() || c.group->rank() == 0))
     HF_RETURN_IF_ERROR(save_trained_weights(m, c.save_weights, c.seed));
@@ -600,11 +637,70 @@ expected<train_report> train_with(const train_config& c, batch_source& source, c
   HF_ASSIGN_OR_RETURN(model_spec spec, make_model_spec(c.model, zo));
   HF_ASSIGN_OR_RETURN(model m, build_model(spec, c.where, build_options{c.threads, c.seed}));
   expected<train_report> result = make_error(errc::internal, "train: did not run");
-  m.context().run([&] { result = run(c, progress, m, source, test, t_start); });
+  // The device context may run the loop on another thread: the caller's
+  // trace track goes with it (a caller without one gets a "trainer" track).
+  trace::track_id tk = trace::current_track();
+  if (tk == 0) tk = trace::track("trainer");
+  m.context().run([&] {
+    trace::track_scope on_track(tk);
+    result = run(c, progress, m, source, test, t_start);
+  });
   return result;
 }
 
 }  // namespace
+
+train_history::train_history(std::size_t capacity) : capacity_(std::max<std::size_t>(2, capacity & ~std::size_t{1})) {
+  points_.reserve(capacity_);
+}
+
+void train_history::tick(double seconds, int epoch, int64_t step, double loss_sum, int64_t steps, int64_t samples,
+                         double step_seconds) {
+  pending_.seconds = seconds;
+  pending_.epoch = epoch;
+  pending_.step = step;
+  pending_.loss += loss_sum;  // a sum until the point is kept
+  pending_.window_steps += steps;
+  pending_.window_samples += samples;
+  pending_.window_seconds += step_seconds;
+  if (++pending_ticks_ < stride_) return;
+  keep_pending();
+}
+
+void train_history::finish() {
+  if (pending_ticks_ > 0) keep_pending();
+}
+
+void train_history::keep_pending() {
+  history_point p = pending_;
+  p.loss = p.window_steps > 0 ? p.loss / double(p.window_steps) : 0.0;
+  p.samples_per_s = p.window_seconds > 0 ? double(p.window_samples) / p.window_seconds : 0.0;
+  points_.push_back(p);
+  pending_ = history_point{};
+  pending_ticks_ = 0;
+  if (points_.size() >= capacity_) halve();
+}
+
+// Pairs (0, 1), (2, 3), ... become one point each: the later one's time and
+// step, the means over both windows. capacity_ is even, so no point is left
+// unpaired.
+void train_history::halve() {
+  std::size_t out = 0;
+  for (std::size_t i = 0; i + 1 < points_.size(); i += 2) {
+    const history_point& a = points_[i];
+    history_point m = points_[i + 1];
+    const int64_t n = a.window_steps + m.window_steps;
+    m.loss = n > 0 ? (a.loss * double(a.window_steps) + m.loss * double(m.window_steps)) / double(n) : 0.0;
+    m.window_steps = n;
+    m.window_samples += a.window_samples;
+    m.window_seconds += a.window_seconds;
+    m.samples_per_s = m.window_seconds > 0 ? double(m.window_samples) / m.window_seconds : 0.0;
+    points_[out++] = m;
+  }
+  if (points_.size() % 2 == 1) points_[out++] = points_.back();
+  points_.resize(out);
+  stride_ *= 2;
+}
 
 expected<epoch_plan> make_epoch_plan(int64_t rows, int64_t batch_size, bool drop_last,
                                      int64_t max_steps_per_epoch) {

@@ -170,6 +170,54 @@ struct train_config {
 };
 
 
+// One point of a training run's fine-grained history, taken at a progress
+// tick (every progress_every steps and at each epoch's last step).
+struct history_point {
+  double seconds = 0.0;          // since the training loop started (evaluation time included)
+  int epoch = 0;                 // 1-based
+  int64_t step = 0;              // 1-based within the epoch
+  double loss = 0.0;             // mean training loss over the steps since the previous point
+  double samples_per_s = 0.0;    // over the steps since the previous point (step time only, no evaluation)
+  // The window the point covers: merging two points (train_history) keeps
+  // loss and samples_per_s exact means over both windows.
+  int64_t window_steps = 0;
+  int64_t window_samples = 0;
+  double window_seconds = 0.0;
+};
+
+// A bounded history of a training run: at most `capacity` points, whatever
+// the run's length. Ticks are offered in order; every stride-th is kept. When
+// the history is full, each pair of adjacent points is merged into one (the
+// later point's time and step, both windows' means) and the stride doubles,
+// so a run of any length keeps fewer than `capacity` points (at least
+// capacity/2 once it was full), spread evenly over it. `capacity` is rounded
+// down to an even number, at least 2. O(1) amortised per tick; which ticks
+// are kept depends on the tick count only, never on timing.
+class train_history {
+public:
+  explicit train_history(std::size_t capacity = 2048);
+  // A tick at `seconds` with the steps since the previous tick: their loss
+  // sum, rows and step time. Accumulates into the next kept point.
+  void tick(double seconds, int epoch, int64_t step, double loss_sum, int64_t steps, int64_t samples,
+            double step_seconds);
+  // After the last tick: keeps the ticks not yet kept as one last point, so
+  // the history ends at the run's last step.
+  void finish();
+  const std::vector<history_point>& points() const noexcept { return points_; }
+  std::vector<history_point> take() && { return std::move(points_); }
+  int64_t stride() const noexcept { return stride_; }
+
+private:
+  void keep_pending();
+  void halve();
+
+  std::size_t capacity_;
+  std::vector<history_point> points_;
+  int64_t stride_ = 1;
+  int64_t pending_ticks_ = 0;
+  history_point pending_;        // accumulating: window_* and the loss sum (in loss)
+};
+
 struct train_report {
   std::string model;
   std::string where;             // "cpu", "cuda:0"
@@ -183,6 +231,9 @@ struct train_report {
   std::vector<std::vector<int64_t>> splits;
   std::vector<std::vector<double>> speeds;
   double allreduce_seconds = 0.0;  // time in group->sum (waits included)
+  // Loss and throughput over time (train_history, at most 2048 points); the
+  // last point is each run's last step.
+  std::vector<history_point> history;
 };
 
 struct train_progress {

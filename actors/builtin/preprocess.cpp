@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <cstring>
 #include <set>
 
 #include "actors/builtin/job_actor.hpp"
@@ -46,6 +47,7 @@
 #include "actors/log.hpp"
 #include "kernels/preprocess/preprocess.hpp"
 #include "kernels/preprocess/resources.hpp"
+#include "kernels/trace.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -144,6 +146,8 @@ struct shard_state {
   double count_seconds = 0;
   uint64_t spills = 0, peak_table_bytes = 0;
   bool done = false;
+  kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
+  int64_t vocab_wait_from = 0;      // trace: pass 1 done, waiting for the vocabularies
 };
 
 void shard_fail(caf::event_based_actor* self, shard_state& st, const std::string& why) {
@@ -159,14 +163,34 @@ pp::preprocess_options shard_options(shard_state& st) {
   o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(st.index);
   auto printer = std::make_shared<progress_printer>("shard " + std::to_string(st.index) + " (" +
                                                     mib(st.plan.bytes()) + ")");
-  o.on_progress = [printer](const pp::preprocess_progress& p) { (*printer)(p); };
+  // Trace: progress comes once per segment of a pass; the time since the
+  // previous one (or the pass's start) is that segment's.
+  auto last_us = std::make_shared<int64_t>(kernels::trace::enabled() ? kernels::trace::now_us() : 0);
+  o.on_progress = [printer, last_us, tk = st.tk](const pp::preprocess_progress& p) {
+    (*printer)(p);
+    if (*last_us > 0 && kernels::trace::enabled()) {
+      const int64_t now = kernels::trace::now_us();
+      const char* name = std::strcmp(p.pass, "count") == 0   ? "count segment"
+                         : std::strcmp(p.pass, "apply") == 0 ? "apply segment"
+                                                             : "segment";
+      kernels::trace::complete(tk, name, *last_us, now - *last_us, "rows", int64_t(p.rows));
+      *last_us = now;
+    }
+  };
   return o;
 }
 
 void run_pass2(caf::event_based_actor* self, shard_state& st) {
   std::string part = st.cfg.output_dir + "/" + pp::part_file_name(st.index);
+  if (st.vocab_wait_from > 0) {
+    kernels::trace::complete(st.tk, "wait: vocabularies", st.vocab_wait_from,
+                             kernels::trace::now_us() - st.vocab_wait_from);
+    st.vocab_wait_from = 0;
+  }
+  kernels::trace::scope t_apply("pass 2: apply", st.tk);
   auto r = st.counts ? pp::finish_shard(*st.counts, shard_options(st))
                      : pp::apply_shard(st.inputs, st.plan, nullptr, part, shard_options(st));
+  t_apply.end();
   st.counts.reset();  // spill files and tables go
   std::error_code ec;
   fs::remove(st.cfg.output_dir + "/.spill-" + std::to_string(st.index), ec);  // if empty
@@ -203,6 +227,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
   st->me = env.spec.name;
   st->index = static_cast<int>(env.spec.args.get_int("shard", 0));
   st->cfg = config_of(env.cluster);
+  st->tk = kernels::trace::track(st->me);
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
@@ -227,7 +252,9 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
                mib(st->plan.bytes()) + " of input; " + r.to_string());
       if (cfg.opt.mode == pp::categorical_mode::hash) return run_pass2(self, *st);
       std::string part = cfg.output_dir + "/" + pp::part_file_name(st->index);
+      kernels::trace::scope t_count("pass 1: count", st->tk);
       auto c = pp::count_shard(st->inputs, st->plan, shard_options(*st), part);
+      t_count.end();
       if (!c) {
         if (c.error().code() == errc::cancelled) return shard_fail(self, *st, "stopped");
         return shard_fail(self, *st, "shard " + std::to_string(st->index) + ": " + c.error().message());
@@ -240,10 +267,12 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       auto v = st->svc->find_actor(vocab_actor);
       if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
       self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows);
+      if (kernels::trace::enabled()) st->vocab_wait_from = kernels::trace::now_us();
     },
     [self, st](pp_pull_atom, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
       if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns))
         return caf::make_error(caf::sec::invalid_argument, "pull of column " + std::to_string(column));
+      kernels::trace::scope t_chunk("merge: serve count chunk", st->tk, "column", int64_t(column));
       auto& s = st->pulling[column];
       if (!s) s = st->counts->column_stream(static_cast<int>(column));
       auto chunk = pp::next_count_chunk(*s, std::min<uint64_t>(max_bytes, 64u << 20));
@@ -257,6 +286,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
     },
     [self, st](pp_ids_atom, uint32_t column, int32_t oov_id,
                const std::vector<char>& chunk) -> caf::result<bool> {
+      kernels::trace::scope t_ids("merge: take id chunk", st->tk, "column", int64_t(column));
       st->ids.clear();
       if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 ||
           !pp::decode_ids(chunk, st->prev_kept[column], st->ids)) {
@@ -280,6 +310,7 @@ struct vocab_state {
   std::vector<std::string> shard_nodes;
   std::set<uint32_t> counted;
   bool done = false;
+  kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
 };
 
 void vocab_fail(caf::event_based_actor* self, vocab_state& st, const std::string& why) {
@@ -306,6 +337,9 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
   uint64_t kept_total = 0, distinct_total = 0;
   for (int c = 0; c < pp::sparse_columns; ++c) {
     if (st.svc->stopping()) return vocab_fail(self, st, "stopped");
+    // One span per column: the k-way merge (pulling every shard's count
+    // chunks) and the ids sent back.
+    kernels::trace::scope t_column("merge column", st.tk, "column", c + 1);
     std::vector<std::unique_ptr<pp::count_stream>> streams;
     std::vector<pp::count_stream*> raw;
     for (int i = 0; i < cfg.shards; ++i) {
@@ -374,6 +408,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   st->svc = env.services;
   st->me = env.spec.name;
   st->cfg = config_of(env.cluster);
+  st->tk = kernels::trace::track(st->me);
   for (auto& n : env.cluster.nodes) st->shard_nodes.push_back(n.name);
   self->set_default_handler(caf::skip);
   return {

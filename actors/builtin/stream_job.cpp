@@ -51,6 +51,7 @@ expected<stream_options> stream_options_of(const topology::cluster& c) {
   // (ps with no preprocess_nodes: shard k on worker k mod W's node).
   for (int64_t k = 0; k < shards; ++k) o.shard_nodes.push_back(nodes[std::size_t(k) % nodes.size()]);
   o.prefetch = std::max<int64_t>(1, p.get_int("prefetch", 4));
+  o.parallelism = static_cast<int>(p.get_int("preprocess_parallelism", 0));
   if (p.get_bool("augment", false)) {
     o.augment.crop_padding = int(p.get_int("crop_padding", 2));
     o.augment.flip = p.get_bool("flip", true);

@@ -47,6 +47,7 @@ namespace hetflow::actors::builtin {
 struct stream_options {
   std::vector<std::string> shard_nodes;  // shard k runs on shard_nodes[k]
   int64_t prefetch = 4;                  // credits: batches in flight per shard
+  int parallelism = 0;                   // threads building one batch; 0 = from the free cores
   kernels::preprocess::augment_options augment;
   double timeout_s = 60;                 // the longest wait for one batch
   std::string fault;                     // tests only: "", "duplicate", "drop"
@@ -72,6 +73,7 @@ struct stream_options {
 };
 
 // From the [job] keys input, preprocess_shards, preprocess_nodes, prefetch,
+// preprocess_parallelism,
 // augment, crop_padding, flip, stream_timeout, stream_fault, and for
 // strategy "ps" the workers (ps_workers): by default one shard per worker,
 // on that worker's node; preprocess_shards below the number of workers is

@@ -23,10 +23,14 @@
 // out (stream_timeout); a dead trainer node stops the job through the
 // runtime.
 //
-// TODO(robustness): the degree of parallelism is oneTBB's default (every
-// core); the Criteo shards' resource probe (kernels/preprocess/resources)
-// does not drive it yet.
+// Resource-adaptive: each batch is built in a oneTBB arena of `parallelism`
+// threads (preprocess_parallelism; 0 = the cores free on the node, probed
+// again every 0.5 s with kernels/preprocess/resources, like the preprocess
+// job), so a shard next to a trainer leaves it the cores it uses.
+#include <oneapi/tbb/task_arena.h>
+
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -37,6 +41,8 @@
 #include "actors/log.hpp"
 #include "kernels/criteo_dataset.hpp"
 #include "kernels/criteo_text.hpp"
+#include "kernels/preprocess/resources.hpp"
+#include "kernels/trace.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -66,7 +72,11 @@ struct shard_state : job_actor_state {
   uint64_t shard_checksum = 0;
   int64_t batches_sent = 0, rows_sent = 0;
   double build_seconds = 0;
+  std::optional<pp::parallelism_governor> gov;
+  std::unique_ptr<tbb::task_arena> arena;  // gov's current degree
   std::vector<int64_t> ids;
+  kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
+  int64_t credit_wait_from = 0;     // trace: out of credits since (0: not waiting)
   static inline const char* name = "hetflow.stream_shard";
 };
 
@@ -87,6 +97,7 @@ bool advance(shard_state& st) {
 
 wire_buffer_ref build_batch(shard_state& st) {
   auto t0 = std::chrono::steady_clock::now();
+  kernels::trace::scope t_build("build batch", st.tk, "step", st.step + 1);
   const int64_t b0 = st.plan.batch_begin(st.step);
   int64_t bn = st.plan.batch_rows(st.step);
   auto order = st.order->order();
@@ -108,14 +119,18 @@ wire_buffer_ref build_batch(shard_state& st) {
   info.shard_checksum = st.shard_checksum;
   stream::batch_writer w(st.me, st.trainer, info, bn, st.features.dims());
   std::copy(st.ids.begin(), st.ids.end(), w.ids().begin());
-  if (st.text) {
-    if (auto s = st.text->read_rows(st.ids, w.images(), w.labels()); !s.ok()) throw std::runtime_error(s.to_string());
-  } else {
-    for (int64_t j = 0; j < bn; ++j)
-      w.labels()[std::size_t(j)] = st.data.train.labels[std::size_t(st.ids[std::size_t(j)])];
-    pp::transform_batch(st.data.train.images.view().f32_span(), st.sample, st.ids, w.images(), st.opts.augment,
-                        st.norm, st.cfg.seed, st.epoch);
-  }
+  const int dop = st.gov->update();
+  if (!st.arena || st.arena->max_concurrency() != dop) st.arena = std::make_unique<tbb::task_arena>(dop);
+  st.arena->execute([&] {
+    if (st.text) {
+      if (auto s = st.text->read_rows(st.ids, w.images(), w.labels()); !s.ok()) throw std::runtime_error(s.to_string());
+    } else {
+      for (int64_t j = 0; j < bn; ++j)
+        w.labels()[std::size_t(j)] = st.data.train.labels[std::size_t(st.ids[std::size_t(j)])];
+      pp::transform_batch(st.data.train.images.view().f32_span(), st.sample, st.ids, w.images(), st.opts.augment,
+                          st.norm, st.cfg.seed, st.epoch);
+    }
+  });
   st.build_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++st.batches_sent;
   st.rows_sent += bn;
@@ -126,13 +141,16 @@ void finish_if_done(shard_actor* self) {
   auto& st = self->state;
   if (!st.all_sent || st.credits != st.opts.prefetch) return;
   char line[300];
-  std::snprintf(line, sizeof line, "sent %lld batches (%lld rows) in %d epochs; %.2f s building batches",
+  std::snprintf(line, sizeof line,
+                "sent %lld batches (%lld rows) in %d epochs; %.2f s building batches, parallelism %d (%d-%d)",
                 static_cast<long long>(st.batches_sent), static_cast<long long>(st.rows_sent), st.cfg.epochs,
-                st.build_seconds);
+                st.build_seconds, st.gov->current(), st.gov->min_seen(), st.gov->max_seen());
   std::string summary = line;
   json_writer w;
   w.begin_object().field("batches", st.batches_sent).field("rows", st.rows_sent);
   w.field("build_seconds", st.build_seconds);
+  w.key("parallelism").begin_object().field("last", int64_t{st.gov->current()});
+  w.field("min", int64_t{st.gov->min_seen()}).field("max", int64_t{st.gov->max_seen()}).end_object();
   if (st.text) {
     // The index's books: the same rows and malformed lines on every node.
     std::snprintf(line, sizeof line, "; indexed %llu lines (%lld rows, %llu malformed) in %.2f s",
@@ -167,6 +185,8 @@ void pump(shard_actor* self) {
     --st.credits;
     st.step += st.opts.step_stride(st.index);
   }
+  // Trace: out of credits, the shard waits for its consumer to take a batch.
+  if (!st.all_sent && st.credits == 0 && kernels::trace::enabled()) st.credit_wait_from = kernels::trace::now_us();
   finish_if_done(self);
 }
 
@@ -176,6 +196,7 @@ status prepare(shard_state& st, const actor_env& env) {
     return make_error(errc::internal, "shard index " + std::to_string(st.index) + " of " +
                                           std::to_string(st.opts.shards()) + " shards");
   st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
+  st.gov.emplace(st.opts.parallelism, 0);
   HF_ASSIGN_OR_RETURN(st.cfg, train_config_of(env.cluster, env.spec.node));
   if (st.cfg.data.kind == kernels::dataset_kind::criteo_text) {
     if (st.opts.augment.enabled())
@@ -216,6 +237,7 @@ status prepare(shard_state& st, const actor_env& env) {
 caf::behavior stream_shard(shard_actor* self, actor_env env) {
   init_job_actor(self, env);
   self->state.index = int(env.spec.args.get_int("shard", 0));
+  self->state.tk = kernels::trace::track(self->state.me);
   return {
     [self, env](start_atom) {
       auto& st = self->state;
@@ -236,6 +258,11 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
           return fail_job_actor(self, "stream shard '" + st.me + "': unexpected message kind " +
                                           std::to_string(msg->header().kind) + " from node '" + node + "'");
         st.credits += int64_t(msg->header().seq);
+        if (st.credit_wait_from > 0) {
+          kernels::trace::complete(st.tk, "wait: credit (consumer busy)", st.credit_wait_from,
+                                   kernels::trace::now_us() - st.credit_wait_from);
+          st.credit_wait_from = 0;
+        }
         if (st.credits > st.opts.prefetch)
           return fail_job_actor(self, "stream shard '" + st.me + "': '" + st.trainer + "' returned more credits than "
                                       "batches were in flight (" + std::to_string(st.credits) + " > prefetch " +

@@ -25,6 +25,7 @@
 #include "actors/builtin/stream_protocol.hpp"
 #include "kernels/criteo_dataset.hpp"
 #include "kernels/criteo_text.hpp"
+#include "kernels/trace.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -39,7 +40,7 @@ public:
       : self_(self), svc_(std::move(svc)), me_(std::move(me)), opts_(std::move(opts)), plan_(plan),
         sample_(sample), classes_(classes), stats_(stats), worker_(worker), other_(std::move(other)),
         ledger_(plan.rows), order_(plan.rows, seed), shard_rows_(std::size_t(opts_.shards()), 0),
-        shard_checksum_(std::size_t(opts_.shards()), 0) {
+        shard_checksum_(std::size_t(opts_.shards()), 0), tk_(kernels::trace::track(me_)) {
     for (int64_t j = worker_; j < plan_.steps; j += opts_.workers()) my_rows_ += plan_.batch_rows(j);
   }
 
@@ -67,6 +68,9 @@ public:
     auto t0 = clock_type::now();
     auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opts_.timeout_s));
     auto it = buffered_.find(key);
+    // Trace: the time the consumer waits for its batch (none recorded when
+    // the batch was already here).
+    const int64_t wait_from = it == buffered_.end() && kernels::trace::enabled() ? kernels::trace::now_us() : 0;
     while (it == buffered_.end()) {
       if (svc_->stopping().load()) return make_error(errc::cancelled, "train: stopped while waiting for a batch");
       auto now = clock_type::now();
@@ -92,6 +96,8 @@ public:
       it = buffered_.find(key);
     }
     if (stats_) stats_->wait_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
+    if (wait_from > 0)
+      kernels::trace::complete(tk_, "wait: batch", wait_from, kernels::trace::now_us() - wait_from, "shard", shard);
     pending p = std::move(it->second);
     buffered_.erase(it);
     // The credit goes back as soon as the batch is taken: the shard builds
@@ -233,6 +239,7 @@ private:
   kernels::epoch_order order_;
   std::vector<int64_t> shard_rows_;
   std::vector<uint64_t> shard_checksum_;
+  kernels::trace::track_id tk_;          // the consumer's trace track
   std::map<int64_t, pending> buffered_;  // by epoch * steps + step
   int64_t next_key_ = 0;
   schemas::decoded_message current_;     // the batch being trained on

@@ -35,6 +35,7 @@
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
 #include "actors/ring/ring_member.hpp"
+#include "kernels/trace.hpp"
 #include "kernels/trainer.hpp"
 #include "topology/data_parallel.hpp"
 #include "actors/ps/ps_job.hpp"
@@ -158,6 +159,14 @@ void write_epochs(json_writer& w, const kernels::train_report& r) {
     w.field("lr", e.lr).field("samples", e.samples).end_object();
   }
   w.end_array();
+  // The fine-grained history (kernels::train_history) for `hetflow plot`:
+  // rows [seconds, epoch, step, loss, samples_per_s].
+  w.key("history").begin_array();
+  for (auto& h : r.history) {
+    w.begin_array().value(h.seconds).value(int64_t{h.epoch}).value(h.step);
+    w.value(h.loss).value(h.samples_per_s).end_array();
+  }
+  w.end_array();
 }
 
 using train_fn =
@@ -168,6 +177,8 @@ using train_fn =
 void run_and_report(node_services& svc, const std::string& me, kernels::train_config c, const train_fn& train,
                     const std::function<void(json_writer&)>& extra = {}, bool verbose = true) {
   c.stop = &svc.stopping();
+  // The training loop (kernels/trainer.cpp) records on this actor's track.
+  kernels::trace::track_scope on_track(kernels::trace::track(me));
   if (verbose)
     log_info("training " + c.model + " for " + std::to_string(c.epochs) + " epochs, batch " +
            std::to_string(c.batch_size) + ", on " + c.where.to_string());
@@ -616,6 +627,9 @@ void add_train(registry& reg) {
   key("preprocess_nodes", key_type::string_list, std::vector<std::string>{},
       "stream: nodes the shards run on, round robin (empty: every node; ps: shard k on worker k mod workers' node)");
   key("prefetch", key_type::integer, int64_t{4}, "stream: credits, batches in flight per shard", 1.0, 1024.0);
+  key("preprocess_parallelism", key_type::integer, int64_t{0},
+      "stream: threads a shard builds each batch with; 0 = the cores free on its node (probed again every 0.5 s)",
+      0.0, 4096.0);
   key("augment", key_type::boolean, false, "stream: random crop (zero padding) and horizontal flip");
   key("crop_padding", key_type::integer, int64_t{2}, "stream, augment: zero padding before the random crop", 0.0,
       64.0);

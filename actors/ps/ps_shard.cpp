@@ -13,6 +13,7 @@
 #include "actors/ps/ps_protocol.hpp"
 #include "actors/ps/ps_shard.hpp"
 #include "actors/ps/ps_shard_core.hpp"
+#include "kernels/trace.hpp"
 
 namespace hetflow::actors::ps_job {
 namespace {
@@ -36,6 +37,7 @@ struct shard_state : builtin::job_actor_state {
     int worker = 0;
     int64_t clock = 0;
     clock_type::time_point since;
+    int64_t since_us = 0;  // trace clock
     std::vector<ps::row_request> rows;  // per sparse piece
   };
   std::map<uint64_t, waiting> waits;       // pulls held by the clock table, by ticket id
@@ -51,6 +53,10 @@ struct shard_state : builtin::job_actor_state {
   int64_t bytes_in = 0, bytes_out = 0;
   double wait_seconds = 0, push_seconds = 0;
   bool over = false;
+  kernels::trace::track_id tk = 0;  // the shard's trace track (0: not tracing)
+  // Held pulls overlap one another (one per worker at most), so each
+  // worker's waits get a track of their own, registered on first use.
+  std::vector<kernels::trace::track_id> held_tk;
 };
 using shard_actor = caf::stateful_actor<shard_state>;
 
@@ -70,6 +76,7 @@ void shard_send(shard_actor* self, const std::string& target, wire_buffer_ref ms
 // `rows`: per sparse piece, the rows asked for (null: every row).
 void answer(shard_actor* self, int w, int64_t clock, const std::vector<ps::row_request>* rows = nullptr) {
   auto& st = self->state;
+  kernels::trace::scope t_answer("answer pull", st.tk, "worker", w);
   const auto& table = st.core->clocks();
   ps::ps_info info;
   info.worker = w;
@@ -109,7 +116,17 @@ void answer_ready(shard_actor* self, const std::vector<ps::pull_ticket>& ready) 
   auto& st = self->state;
   for (auto& t : ready) {
     auto it = st.waits.find(t.id);
-    if (it != st.waits.end()) st.wait_seconds += since(it->second.since);
+    if (it != st.waits.end()) {
+      st.wait_seconds += since(it->second.since);
+      // The pull waited for the slowest worker's clock (SSP bound).
+      if (kernels::trace::enabled() && t.worker >= 0) {
+        const auto w = std::size_t(t.worker);
+        if (st.held_tk.size() <= w) st.held_tk.resize(w + 1, 0);
+        if (st.held_tk[w] == 0) st.held_tk[w] = kernels::trace::track(st.me + " held pulls of " + worker_name(t.worker));
+        kernels::trace::complete(st.held_tk[w], "wait: clock (held pull)", it->second.since_us,
+                                 kernels::trace::now_us() - it->second.since_us, "clock", t.clock);
+      }
+    }
     answer(self, t.worker, t.clock, it != st.waits.end() ? &it->second.rows : nullptr);
     if (it != st.waits.end()) st.waits.erase(it);
   }
@@ -193,12 +210,15 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
         answer(self, w, t.clock, st.piece_rows.empty() ? nullptr : &rows);
       } else {
         ++st.held;
-        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(), std::move(rows)};
+        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(),
+                                              kernels::trace::enabled() ? kernels::trace::now_us() : 0,
+                                              std::move(rows)};
       }
       break;
     }
     case ps::kind_push: {
       auto t0 = clock_type::now();
+      kernels::trace::scope t_apply("apply", st.tk, "worker", w);
       const std::size_t dense = st.core->dense_count();
       if (m->tensors != dense + st.piece_rows.size() || (!st.piece_rows.empty() && !(m->info.flags & ps::flag_rows)))
         return shard_fail(self, st.me + ": a push from " + who_worker(st.svc, w) + " has " +
@@ -312,6 +332,7 @@ caf::behavior ps_shard(shard_actor* self, actor_env env) {
   return {
     [self, cfg, opts](start_atom) {
       auto& st = self->state;
+      st.tk = kernels::trace::track(st.me);
       if (!cfg) return shard_fail(self, cfg.error().message());
       if (!opts) return shard_fail(self, opts.error().message());
       st.opts = *opts;

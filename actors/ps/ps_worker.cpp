@@ -22,6 +22,7 @@
 #include "actors/ps/ps_worker.hpp"
 #include "actors/ps/worker_report.hpp"
 #include "kernels/loss.hpp"
+#include "kernels/trace.hpp"
 #include "kernels/weights_io.hpp"
 
 namespace hetflow::actors::ps_job {
@@ -312,6 +313,10 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
                                   const std::string& me, int w, kernels::train_config c, const ps_options& o,
                                   const builtin::stream_options* so) {
   worker_stats st;
+  namespace trace = kernels::trace;
+  // The loop runs inside the model's device context (maybe another thread):
+  // spans name their track explicitly.
+  const trace::track_id tk = trace::track(me);
   shard_link link(self, svc, me, w, o.shards, o.timeout_s);
   // The batches: from memory (the whole training set loaded here), or from
   // this worker's stream shards, which build exactly the batches of its
@@ -419,8 +424,12 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       // The batch first: a sparse model pulls only the table rows it reads.
+      // Streamed input: the wait for the batch shows inside ("wait: batch").
+      trace::scope t_batch("batch", tk, "clock", clock);
       HF_ASSIGN_OR_RETURN(kernels::train_batch batch, source->next(epoch, s));
+      t_batch.end();
       auto tp = clock_type::now();
+      trace::scope t_pull("pull", tk, "clock", clock);
       ps::ps_info pull;
       pull.clock = clock;
       // Worker 0 evaluates after an epoch's last step: it then needs every row.
@@ -437,8 +446,13 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
         }
       }
       HF_RETURN_IF_ERROR(pull_from_all(pull, asked));
+      // The shards answer once their clock allows (SSP): waiting here is
+      // waiting on the slowest worker.
+      trace::scope t_wait("wait: pull/clock", tk, "clock", clock);
       HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "pull"));
+      t_wait.end();
       HF_RETURN_IF_ERROR(install(m, pl, replies, asked, st.rows_pulled));
+      t_pull.end();
       int64_t g = ps::infinite_clock;
       for (auto& r : replies) g = std::min(g, r.info.global);
       const int64_t lag = g == ps::infinite_clock ? 0 : std::max<int64_t>(0, clock - g);
@@ -447,12 +461,14 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       ++st.pulls;
       st.pull_seconds += since(tp);
       auto tc = clock_type::now();
+      trace::scope t_fb("forward+backward", tk, "clock", clock);
       HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, m.forward(batch.images, kernels::mode::train));
       if (grad.empty()) grad = kernels::tensor::empty(logits.shape());
       grad.resize(logits.shape());
       HF_ASSIGN_OR_RETURN(kernels::loss_result lr_res,
                           kernels::softmax_cross_entropy(logits, batch.labels, grad.mutable_view()));
       HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+      t_fb.end();
       if (!std::isfinite(lr_res.loss))
         return make_error(errc::internal, me + ": loss became " + std::to_string(lr_res.loss) + " at epoch " +
                                               std::to_string(epoch + 1) + " step " + std::to_string(s + 1) +
@@ -468,6 +484,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
         std::iota(ord.begin(), ord.end(), int64_t{0});
         std::sort(ord.begin(), ord.end(), [&](int64_t a, int64_t b) { return g.rows[std::size_t(a)] < g.rows[std::size_t(b)]; });
       }
+      trace::scope t_push("push", tk, "clock", clock);
       for (int sh = 0; sh < o.shards; ++sh) {
         ps::ps_info push;
         push.worker = w;
@@ -476,6 +493,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
         push.lr = er.lr;
         HF_RETURN_IF_ERROR(link.send(sh, push_message(m, pl, sh, push, me, order)));
       }
+      t_push.end();
       st.compute_seconds += since(tc);
       ++clock;
       ++st.steps;
@@ -499,6 +517,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0;
     // Worker 0's weights at its last pull of the epoch (the last epoch: the final weights, below).
     if (w == 0 && c.eval_each_epoch && epoch + 1 < c.epochs) {
+      trace::scope t_eval("evaluate", tk, "epoch", epoch + 1);
       HF_RETURN_IF_ERROR(evaluate_into(m, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, er));
     }
     st.epochs.push_back(er);
@@ -514,11 +533,15 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     fin.clock = clock;
     fin.flags = ps::flag_final;  // every row of every table
     HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, fin));
+    trace::scope t_final("wait: final pull", tk, "clock", clock);
     HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "final pull"));
+    t_final.end();
     HF_RETURN_IF_ERROR(install(m, pl, replies, all_rows, st.rows_pulled));
     HF_ASSIGN_OR_RETURN(st.checksum, kernels::weights_checksum(m));
     kernels::epoch_report fin_eval;
+    trace::scope t_eval("evaluate", tk, "epoch", c.epochs);
     HF_RETURN_IF_ERROR(evaluate_into(m, test, c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size, fin_eval));
+    t_eval.end();
     st.test_accuracy = fin_eval.test_accuracy;
     if (!st.epochs.empty() && st.epochs.back().epoch == c.epochs) {
       st.epochs.back().test_accuracy = fin_eval.test_accuracy;

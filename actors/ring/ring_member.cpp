@@ -56,6 +56,7 @@
 #include "actors/json.hpp"
 #include "actors/log.hpp"
 #include "actors/ring/fused_buffer.hpp"
+#include "kernels/trace.hpp"
 
 namespace hetflow::actors::ring::detail {
 
@@ -168,6 +169,10 @@ struct active_collective {
   clock_type::time_point started{};
   clock_type::time_point last_progress{};
   int upstream_waits = 0;            // probes answered "waiting as well"
+  // Trace (kernels/trace.hpp; 0 when not tracing): when the collective
+  // started and when this member last finished handling a chunk.
+  int64_t started_us = 0;
+  int64_t progress_us = 0;
 };
 
 struct member_state : job_actor_state {
@@ -205,6 +210,7 @@ struct member_state : job_actor_state {
   uint64_t collectives = 0;
   uint64_t elems_reduced = 0;
   double busy_s = 0;
+  kernels::trace::track_id tk = 0;  // this member's trace track
   static inline const char* name = "hetflow.ring_member";
 };
 
@@ -312,6 +318,9 @@ void finish_collective(member_actor* self) {
   auto& st = self->state;
   auto& a = *st.active;
   st.busy_s += std::chrono::duration<double>(clock_type::now() - a.started).count();
+  if (kernels::trace::enabled() && a.started_us > 0)
+    kernels::trace::complete(st.tk, "allreduce", a.started_us, kernels::trace::now_us() - a.started_us, "bytes",
+                             int64_t(a.len * element_size(a.type)));
   st.elems_reduced += a.len;
   ++st.collectives;
   st.active.reset();
@@ -396,6 +405,7 @@ void start_collective(member_actor* self, const bucket& b) {
   a.chunk_elems = chunk_elems_for(st.cfg.chunk_bytes, b.type);
   a.buf = fused_buffer(b.type, std::move(pieces));
   a.started = a.last_progress = clock_type::now();
+  if (kernels::trace::enabled()) a.started_us = a.progress_us = kernels::trace::now_us();
   if (st.total < 2 || a.len == 0) return finish_collective(self);  // sum / average of one: as is
   uint64_t id = a.id;
   if (!st.hier) {
@@ -528,6 +538,24 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
                           std::to_string(a.chunk_elems) +
                           ": every member must make the same all_reduce calls with the same "
                           "ring settings");
+  // Trace: the time since this member last made progress on the collective
+  // was spent waiting for this chunk (short gaps are left out: they are the
+  // actor's own message handling, and would flood the bound).
+  // The wait ends where the step begins: spans on one track must nest.
+  if (kernels::trace::enabled() && a.progress_us > 0) {
+    const int64_t now = kernels::trace::now_us();
+    if (now - a.progress_us >= 50)
+      kernels::trace::complete(st.tk, ch.phase >= phase_lr ? "wait: host member" : "wait: left ring member",
+                               a.progress_us, now - a.progress_us, "collective", int64_t(a.id));
+  }
+  kernels::trace::scope t_step(ch.phase == phase_rs   ? "ring step: reduce-scatter"
+                               : ch.phase == phase_ag ? "ring step: all-gather"
+                                                      : "ring step: host-local",
+                               st.tk, "chunk", int64_t(ch.chunk));
+  auto step_done = [&] {
+    t_step.end();
+    if (kernels::trace::enabled()) a.progress_us = kernels::trace::now_us();
+  };
   if (ch.phase == phase_lr || ch.phase == phase_lb) {
     // Hierarchical: a local's vector at its leader, or the result at a local.
     const bool lr = ch.phase == phase_lr;
@@ -551,6 +579,7 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
     a.upstream_waits = 0;
     uint64_t id = a.id;
     ++a.received;
+    step_done();
     drill(self);
     if (!st.active || st.active->id != id || st.finished) return;
     if (lr && ++a.lr_received == a.lr_expected) return start_ring_part(self);
@@ -602,6 +631,7 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
   }
   a.last_progress = clock_type::now();
   a.upstream_waits = 0;
+  step_done();
   drill(self);
   if (!st.active || st.active->id != id || st.finished) return;
   ++a.received;
@@ -729,6 +759,7 @@ void configure_ring(member_state& st, std::size_t me) {
 caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   init_job_actor(self, env);
   auto& st = self->state;
+  st.tk = kernels::trace::track(st.me);
   const auto& args = env.spec.args;
   st.cfg.members = args.get_strings("ring");
   st.cfg.chunk_bytes = static_cast<uint64_t>(args.get_int("chunk_bytes", 1 << 20));
