@@ -180,8 +180,10 @@ double steady_seconds() {
 }
 }  // namespace
 
-parallelism_governor::parallelism_governor(int forced, uint64_t per_worker_bytes, double every_s)
-    : forced_(forced), per_worker_(per_worker_bytes), every_s_(every_s) {
+parallelism_governor::parallelism_governor(int forced, uint64_t per_worker_bytes, double every_s, std::string root,
+                                           int max_workers)
+    : forced_(forced), per_worker_(per_worker_bytes), every_s_(every_s), root_(std::move(root)),
+      max_workers_(max_workers > 0 ? max_workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
   dop_ = min_ = max_ = choose(0);
 }
 
@@ -195,9 +197,8 @@ int parallelism_governor::update() {
 
 int parallelism_governor::choose(int busy) {
   last_ = steady_seconds();
-  int max_workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (forced_ > 0) return std::min(forced_, max_workers);
-  return choose_parallelism(probe_resources(), forced_, busy, per_worker_, 0, max_workers);
+  if (forced_ > 0) return std::min(forced_, max_workers_);
+  return choose_parallelism(probe_resources(root_), forced_, busy, per_worker_, 0, max_workers_);
 }
 
 uint64_t current_rss() noexcept {

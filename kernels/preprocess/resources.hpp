@@ -48,10 +48,12 @@ uint64_t current_rss() noexcept;
 
 // The degree of parallelism of a long job, chosen again from the resources at
 // most every `every_s` seconds (choose_parallelism, counting its own current
-// workers as busy here); `forced` > 0 pins it.
+// workers as busy here); `forced` > 0 pins it. `root` and `max_workers` (0 =
+// the machine's cores) are for tests (a fake /proc and /sys tree).
 class parallelism_governor {
 public:
-  parallelism_governor(int forced, uint64_t per_worker_bytes, double every_s = 0.5);
+  parallelism_governor(int forced, uint64_t per_worker_bytes, double every_s = 0.5, std::string root = "/",
+                       int max_workers = 0);
   int current() const noexcept { return dop_; }
   int update();  // the degree to use now
   int min_seen() const noexcept { return min_; }
@@ -62,6 +64,8 @@ private:
   int forced_;
   uint64_t per_worker_;
   double every_s_;
+  std::string root_;
+  int max_workers_;
   int dop_ = 1, min_ = 1, max_ = 1;
   double last_ = 0;  // steady-clock seconds of the last probe
 };

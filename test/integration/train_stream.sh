@@ -42,6 +42,9 @@ check 'len({e["id_checksum"] for e in d["stream"]["epochs"]}) == 1 and d["stream
   "same row set each epoch, 64 batches"
 # Credits bound the trainer's buffer: at most shards x prefetch batches waited.
 check '0 < d["stream"]["max_buffered"] <= 6' "max_buffered within shards x prefetch"
+# Each shard chose its threads from the free cores (1 <= min <= last <= max <= cores).
+check "all(1 <= a['metrics']['parallelism']['min'] <= a['metrics']['parallelism']['last'] <= a['metrics']['parallelism']['max'] <= $(nproc) for a in d['actors'] if a['name'].startswith('stream_shard_')) and sum(a['name'].startswith('stream_shard_') for a in d['actors']) == 3" \
+  "every shard reports its parallelism within 1..$(nproc)"
 acc=$(json_get "$topo.json" 'd["epochs"][-1]["test_accuracy"]')
 pass "3 shards on 3 nodes, augmented: exactly once, test accuracy $acc, $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s"
 
@@ -50,7 +53,7 @@ mem="$HETFLOW_SCRATCH/mem.toml"
 st2="$HETFLOW_SCRATCH/stream2.toml"
 write_topology "$mem" 8320 1 auto "${common[@]}" 'epochs = 2' 'max_steps_per_epoch = 20'
 write_topology "$st2" 8330 3 auto "${common[@]}" 'epochs = 2' 'max_steps_per_epoch = 20' 'input = "stream"' \
-  'preprocess_nodes = ["n1", "n2"]'
+  'preprocess_nodes = ["n1", "n2"]' 'preprocess_parallelism = 1'
 # The same thread count on both trainers (n0 of each file): one.
 sed -i '0,/^port = 8320$/s//port = 8320\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$mem"
 sed -i '0,/^port = 8330$/s//port = 8330\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$st2"
@@ -61,7 +64,9 @@ s=$(json_get "$st2.json" '[(e["loss"], e["test_accuracy"], e["samples"]) for e i
 [[ "$m" == "$s" ]] || fail "streamed run differs from the in-memory run: $s vs $m"
 [[ $(json_get "$st2.json" 'd["stream"]["shard_nodes"] == ["n1", "n2"] and [e["rows"] for e in d["stream"]["epochs"]] == [1280, 1280]') == True ]] ||
   fail "stream2 report: shards on n1, n2 and 20 x 64 rows per epoch"
-pass "2 shards on n1, n2 without augmentation train exactly the in-memory batches: $s"
+[[ $(json_get "$st2.json" "[a['metrics']['parallelism'] for a in d['actors'] if a['name'].startswith('stream_shard_')] == [{'last': 1, 'min': 1, 'max': 1}] * 2") == True ]] ||
+  fail "stream2 report: preprocess_parallelism = 1 pins both shards to 1 thread"
+pass "2 shards on n1, n2 (1 thread each) without augmentation train exactly the in-memory batches: $s"
 
 # --- 3. a broken shard fails the job loudly ----------------------------------------------------
 for fault in duplicate drop; do

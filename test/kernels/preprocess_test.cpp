@@ -1000,6 +1000,39 @@ BOOST_AUTO_TEST_CASE(cgroup_v2_limits) {
   BOOST_CHECK_EQUAL(pp::choose_parallelism(s, 0, 0, 300u << 20, 600u << 20, 64), 2);
 }
 
+BOOST_AUTO_TEST_CASE(governor_follows_the_free_cores_and_pins_when_forced) {
+  // The stream shards' and the preprocess job's degree of parallelism: chosen
+  // again on update() (every_s = 0 here) from a changing fake /proc.
+  fs::path r = scratch("fake-gov");
+  fake_file(r, "cores", "8\n");
+  fake_file(r, "proc/meminfo", "MemTotal:       16000000 kB\nMemAvailable:   12000000 kB\n");
+  fake_file(r, "proc/loadavg", "0.00 0.00 0.00 1/300 1234\n");
+  fake_file(r, "proc/self/cgroup", "0::/\n");
+  pp::parallelism_governor g(0, 0, 0.0, r.string() + "/", 64);
+  BOOST_CHECK_EQUAL(g.current(), 8);
+  // Others load 6 of the 8 cores (load 14 with our 8 busy): 2 left.
+  fake_file(r, "proc/loadavg", "14.00 0.00 0.00 1/300 1234\n");
+  BOOST_CHECK_EQUAL(g.update(), 2);
+  // The others leave (load = our 2): all 8 again.
+  fake_file(r, "proc/loadavg", "2.00 0.00 0.00 1/300 1234\n");
+  BOOST_CHECK_EQUAL(g.update(), 8);
+  BOOST_CHECK_EQUAL(g.min_seen(), 2);
+  BOOST_CHECK_EQUAL(g.max_seen(), 8);
+  // A cgroup quota of 3 cores binds.
+  fake_file(r, "sys/fs/cgroup/cpu.max", "300000 100000\n");
+  fake_file(r, "proc/loadavg", "8.00 0.00 0.00 1/300 1234\n");
+  BOOST_CHECK_EQUAL(g.update(), 3);
+  // Not again before every_s.
+  pp::parallelism_governor slow(0, 0, 3600.0, r.string() + "/", 64);
+  const int first = slow.current();
+  fake_file(r, "proc/loadavg", "60.00 0.00 0.00 1/300 1234\n");
+  BOOST_CHECK_EQUAL(slow.update(), first);
+  // Forced: pinned whatever the load, capped by max_workers.
+  pp::parallelism_governor pinned(5, 0, 0.0, r.string() + "/", 64);
+  BOOST_CHECK_EQUAL(pinned.update(), 5);
+  BOOST_CHECK_EQUAL(pp::parallelism_governor(100, 0, 0.0, r.string() + "/", 4).current(), 4);
+}
+
 BOOST_AUTO_TEST_CASE(cgroup_v1_limits_and_no_limit) {
   fs::path r = scratch("fake-v1");
   fake_file(r, "cores", "4\n");
