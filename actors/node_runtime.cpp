@@ -30,7 +30,9 @@
 #include "actors/cluster_auth.hpp"
 #include "actors/dataplane/ucx_data_plane.hpp"
 #include "actors/json.hpp"
+#include "actors/metrics.hpp"
 #include "actors/log.hpp"
+#include "kernels/preprocess/resources.hpp"
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
@@ -264,6 +266,8 @@ void spawn_local_actors(node_actor_type* self) {
       sh.local_actors[spec.name] = a;
       sh.local_by_channel[i] = a;
     }
+    metrics::set_gauge("hetflow_actor_running", "1 while the actor runs on this node, 0 once it finished",
+                       {{"actor", spec.name}, {"type", spec.type}}, 1);
     names.push_back(spec.name);
     handles.push_back(a);
     log_debug("spawned actor '" + spec.name + "' of type '" + spec.type + "'");
@@ -446,6 +450,13 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       if (node == sh.self_name && !st.local_done.count(actor)) {
         st.local_done.insert(actor);
         sh.local_results.push_back(r);
+        {
+          auto it = sh.actor_index.find(actor);
+          const std::string type = it == sh.actor_index.end() ? std::string() : sh.actors[it->second].type;
+          metrics::set_gauge("hetflow_actor_running", "", {{"actor", actor}, {"type", type}}, 0);
+          metrics::set_gauge("hetflow_actor_ok", "1 if the actor finished successfully, 0 if it failed",
+                             {{"actor", actor}, {"type", type}}, ok ? 1 : 0);
+        }
         (ok ? log_info : log_error)("actor '" + actor + "' " + (ok ? "finished" : "FAILED") +
                                     (summary.empty() ? "" : ": " + summary));
         if (!sh.is_head() && !st.peers.empty() && st.peers[0])
@@ -852,6 +863,46 @@ int run_node(const node_options& opts, const registry& reg) {
     return exit_usage;
   }
   sh->dp = std::move(*dp);
+  // metrics_port: /metrics at port + this node's index, until the node exits.
+  std::unique_ptr<metrics::http_server> metrics_server;
+  if (const int mp = sh->cluster.runtime.metrics_port; mp > 0) {
+    const auto& me = sh->cluster.nodes[static_cast<std::size_t>(sh->self)];
+    std::weak_ptr<node_shared> weak = sh;
+    auto collect = [weak] {
+      auto s = weak.lock();
+      if (!s) return;
+      const metrics::labels none;
+      metrics::set_gauge("hetflow_uptime_seconds", "Seconds since the node started", none,
+                         seconds_since(s->started_at));
+      metrics::set_gauge("hetflow_job_running", "1 until the node's job ends or stops", none,
+                         !s->stopping.load() && !s->exit_set.load() ? 1 : 0);
+      metrics::set_gauge("hetflow_resident_memory_bytes", "Resident memory of the node process", none,
+                         static_cast<double>(kernels::preprocess::current_rss()));
+      if (s->dp) {
+        auto d = s->dp->stats();
+        using metrics::kind;
+        metrics::set("hetflow_data_plane_messages_sent_total", "Messages this node sent over the data plane",
+                     kind::counter, none, static_cast<double>(d.messages_sent));
+        metrics::set("hetflow_data_plane_bytes_sent_total", "Bytes this node sent over the data plane",
+                     kind::counter, none, static_cast<double>(d.bytes_sent));
+        metrics::set("hetflow_data_plane_messages_received_total",
+                     "Messages this node received over the data plane", kind::counter, none,
+                     static_cast<double>(d.messages_received));
+        metrics::set("hetflow_data_plane_bytes_received_total", "Bytes this node received over the data plane",
+                     kind::counter, none, static_cast<double>(d.bytes_received));
+      }
+    };
+    auto srv = metrics::http_server::start(me.host, mp + sh->self,
+                                           {{"cluster", sh->cluster.name}, {"node", me.name},
+                                            {"job", sh->cluster.job.kind}},
+                                           collect);
+    if (!srv) {
+      log_error(srv.error().message() + " (metrics_port)");
+      return exit_usage;
+    }
+    metrics_server = std::move(*srv);
+    log_info("metrics at http://" + me.host + ":" + std::to_string(mp + sh->self) + "/metrics");
+  }
   {
     std::weak_ptr<node_shared> weak = sh;
     sh->dp->set_receive_handler([weak](dataplane::peer_id from, dataplane::channel_id ch,
@@ -1099,6 +1150,7 @@ int run_node(const node_options& opts, const registry& reg) {
     sh->node_actor = caf::actor{};
     write_reports(opts, *sh, code, reason);
     write_trace(opts, code, reason);
+    if (metrics_server) metrics_server->stop();
     // The actor system's destructor (end of this block) waits for every actor
     // and for the thread of every detached actor, which ends only when the
     // actor object is destroyed. The job's outcome is final and the reports

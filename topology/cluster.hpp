@@ -68,6 +68,7 @@ struct runtime_settings {
   int scheduler_threads = 0;             // scheduler_threads: CAF workers; 0 = cores
   uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
   std::string pin_local_nodes = "auto";  // pin_local_nodes: "auto" | "off" (hetflow run)
+  int metrics_port = 0;                  // metrics_port: node i serves /metrics at port + i; 0 = off
   // The cluster secret nodes prove to each other on connect (HMAC-SHA256
   // challenge): read from secret_file (absolute after loading) or from the
   // environment variable secret_env. Both empty: no authentication.

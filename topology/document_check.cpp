@@ -132,6 +132,7 @@ const std::vector<key_spec>& cluster_specs() {
       spec("pin_local_nodes", key_type::string, false, std::string("auto"), {}, {}, {"auto", "off"}),
       spec("secret_file", key_type::string, false, std::string()),
       spec("secret_env", key_type::string, false, std::string()),
+      spec("metrics_port", key_type::integer, false, int64_t{0}, 0, 65535),
   };
   return s;
 }
@@ -606,6 +607,7 @@ void validator::read_cluster(const toml::node* n, const toml::key* k, cluster& c
   c.runtime.scheduler_threads = static_cast<int>(s.get_int("scheduler_threads", 0));
   c.runtime.max_message_bytes = static_cast<uint64_t>(s.get_int("max_message", 1ll << 30));
   c.runtime.pin_local_nodes = s.get_string("pin_local_nodes", "auto");
+  c.runtime.metrics_port = static_cast<int>(s.get_int("metrics_port", 0));
   check_secret(t, s, c);
 
   if (const toml::node* p = t->get("plugins")) {
@@ -885,6 +887,25 @@ void validator::read_nodes(const toml::node* n, const toml::key* k, cluster& c) 
       node.devices.push_back(cpu);
     }
     if (ok) c.nodes.push_back(std::move(node));
+  }
+  // metrics_port P: node i serves /metrics at P + i, which must be a port no
+  // node of the same host listens on.
+  if (const int p = c.runtime.metrics_port; p > 0) {
+    for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+      const auto& node = c.nodes[i];
+      const long mp = long(p) + long(i);
+      if (mp > 65535) {
+        error(node.where, "node '" + node.name + "' would serve /metrics at port " + std::to_string(mp) +
+                              " (metrics_port " + std::to_string(p) + " + its index " + std::to_string(i) +
+                              "), past 65535; lower metrics_port");
+        continue;
+      }
+      if (auto it = addrs.find(lower(node.host) + ":" + std::to_string(mp)); it != addrs.end())
+        error(node.where, "node '" + node.name + "' would serve /metrics at " + node.host + ":" +
+                              std::to_string(mp) + " (metrics_port " + std::to_string(p) + " + its index " +
+                              std::to_string(i) + "), the address of " + it->second.first +
+                              "; choose a metrics_port clear of the nodes' ports");
+    }
   }
 }
 

@@ -44,6 +44,7 @@
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/json.hpp"
+#include "actors/metrics.hpp"
 #include "actors/log.hpp"
 #include "kernels/preprocess/preprocess.hpp"
 #include "kernels/preprocess/resources.hpp"
@@ -166,8 +167,18 @@ pp::preprocess_options shard_options(shard_state& st) {
   // Trace: progress comes once per segment of a pass; the time since the
   // previous one (or the pass's start) is that segment's.
   auto last_us = std::make_shared<int64_t>(kernels::trace::enabled() ? kernels::trace::now_us() : 0);
-  o.on_progress = [printer, last_us, tk = st.tk](const pp::preprocess_progress& p) {
+  o.on_progress = [printer, last_us, tk = st.tk, me = st.me](const pp::preprocess_progress& p) {
     (*printer)(p);
+    {
+      const metrics::labels l{{"actor", me}, {"pass", p.pass}};
+      metrics::set_gauge("hetflow_preprocess_rows", "Rows a preprocess shard has done in a pass", l,
+                         static_cast<double>(p.rows));
+      metrics::set_gauge("hetflow_preprocess_progress_ratio", "Fraction of a shard's input bytes done in a pass",
+                         l, p.bytes_total ? double(p.bytes_done) / double(p.bytes_total) : 1.0);
+      metrics::set_gauge("hetflow_preprocess_parallelism", "Threads a preprocess shard uses now", l, p.parallelism);
+      metrics::set_gauge("hetflow_preprocess_memory_bytes", "Resident memory at a shard's last progress", l,
+                         static_cast<double>(p.memory));
+    }
     if (*last_us > 0 && kernels::trace::enabled()) {
       const int64_t now = kernels::trace::now_us();
       const char* name = std::strcmp(p.pass, "count") == 0   ? "count segment"

@@ -31,6 +31,7 @@
 #include "actors/builtin/stream_job.hpp"
 #include "actors/caf_types.hpp"
 #include "actors/json.hpp"
+#include "actors/metrics.hpp"
 #include "actors/log.hpp"
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
@@ -186,11 +187,19 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
   auto t0 = clock_type::now();
   int last_epoch = 0;
   auto on_progress = [&](const kernels::train_progress& p) {
-    if (!verbose) return;
     auto now = clock_type::now();
     bool new_epoch = p.epoch != last_epoch;
     last_epoch = p.epoch;
-    if (!new_epoch && now - last_print < std::chrono::seconds(2)) return;
+    {
+      const metrics::labels l{{"actor", me}};
+      metrics::set_gauge("hetflow_train_epoch", "Current epoch (1-based) of a training actor", l, p.epoch);
+      metrics::set_gauge("hetflow_train_step", "Current step within the epoch", l, double(p.step));
+      metrics::set_gauge("hetflow_train_steps_per_epoch", "Steps per epoch", l, double(p.steps_per_epoch));
+      metrics::set_gauge("hetflow_train_samples_per_second", "Training throughput so far this epoch", l,
+                         p.samples_per_s);
+      metrics::set_gauge("hetflow_train_loss", "Mean training loss over the last progress window", l, p.loss);
+    }
+    if (!verbose || (!new_epoch && now - last_print < std::chrono::seconds(2))) return;
     last_print = now;
     double done = (p.epoch - 1) + static_cast<double>(p.step) / std::max<int64_t>(1, p.steps_per_epoch);
     double elapsed = std::chrono::duration<double>(now - t0).count();
@@ -202,6 +211,14 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
     log_info(line);
   };
   c.on_epoch = [&](const kernels::epoch_report& e) {
+    {
+      const metrics::labels l{{"actor", me}};
+      metrics::set_gauge("hetflow_train_epochs_done", "Epochs a training actor finished", l, e.epoch);
+      metrics::set_gauge("hetflow_train_epoch_loss", "Mean training loss of the last finished epoch", l, e.loss);
+      if (e.test_accuracy >= 0)
+        metrics::set_gauge("hetflow_train_test_accuracy", "Test accuracy after the last finished epoch", l,
+                           e.test_accuracy);
+    }
     if (!verbose) return;
     auto metric = [](double v) { return v < 0 ? std::string("-") : std::to_string(v).substr(0, 6); };
     // Click data (2 classes) adds logloss and AUC, the metrics that matter
