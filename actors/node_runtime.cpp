@@ -33,6 +33,7 @@
 #include "actors/metrics.hpp"
 #include "actors/log.hpp"
 #include "kernels/preprocess/resources.hpp"
+#include "kernels/waits.hpp"
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
@@ -902,6 +903,51 @@ int run_node(const node_options& opts, const registry& reg) {
     }
     metrics_server = std::move(*srv);
     log_info("metrics at http://" + me.host + ":" + std::to_string(mp + sh->self) + "/metrics");
+  }
+  // watchdog: when nothing on this node has advanced (kernels/waits.hpp:
+  // steps, segments, batches, pushes, collectives) for that long, log who
+  // waits on whom, again every period while it lasts. Quiet on a node whose
+  // actors report neither progress nor waits (their jobs are not
+  // instrumented).
+  struct watchdog_state {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    std::thread thread;
+    ~watchdog_state() {
+      {
+        std::lock_guard<std::mutex> g(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      if (thread.joinable()) thread.join();
+    }
+  } stall_watch;
+  if (const double period = sh->cluster.runtime.watchdog_s; period > 0) {
+    stall_watch.thread = std::thread([&stall_watch, period, node = sh->self_name] {
+      uint64_t seen = kernels::waits::progress_count();
+      auto since = clock_type::now(), reported = since;
+      std::unique_lock<std::mutex> lk(stall_watch.mu);
+      const auto tick = std::chrono::duration_cast<clock_type::duration>(
+          std::chrono::duration<double>(std::min(1.0, std::max(0.05, period / 4))));
+      while (!stall_watch.cv.wait_for(lk, tick, [&] { return stall_watch.stop; })) {
+        const auto now = clock_type::now();
+        if (const uint64_t n = kernels::waits::progress_count(); n != seen) {
+          seen = n;
+          since = reported = now;
+          continue;
+        }
+        const double idle = std::chrono::duration<double>(now - since).count();
+        if (idle < period || std::chrono::duration<double>(now - reported).count() < period) continue;
+        auto open = kernels::waits::snapshot();
+        if (seen == 0 && open.empty()) continue;
+        reported = now;
+        char head[160];
+        std::snprintf(head, sizeof head, "watchdog: no progress on node '%s' for %.1f s (watchdog %.1f s): ",
+                      node.c_str(), idle, period);
+        log_warn(head + kernels::waits::describe(open));
+      }
+    });
   }
   {
     std::weak_ptr<node_shared> weak = sh;

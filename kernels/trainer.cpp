@@ -17,6 +17,7 @@
 #include "kernels/model.hpp"
 #include "kernels/random.hpp"
 #include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
 
@@ -340,6 +341,7 @@ public:
     auto t0 = clock_type::now();
     // Waiting for the step's gradient sums (most overlap backward).
     trace::scope t_sum("allreduce");
+    waits::scope w(waits::current_actor(), "the ring", "the gradient sums of its step");
     bucket_.emplace_back(stats.data(), stats.size());
     flush();
     status first;
@@ -422,6 +424,7 @@ private:
   status timed_sum(std::span<const std::span<float>> t) {
     auto t0 = clock_type::now();
     trace::scope t_sum("allreduce");
+    waits::scope w(waits::current_actor(), "the ring", "an all-reduce");
     status s = g_->sum(t);
     sum_seconds_ += seconds_since(t0);
     return s;
@@ -566,6 +569,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         trace::scope t_opt("optimizer", trace::current_track(), "step", s + 1);
         HF_RETURN_IF_ERROR(opt->step(params, er.lr));
       }
+      waits::progress();
       if (!std::isfinite(lr_res.loss))
         return make_error(errc::internal, "train: loss became " + std::to_string(lr_res.loss) + " at epoch " +
                                               std::to_string(epoch + 1) + " step " + std::to_string(s + 1) +
@@ -641,8 +645,10 @@ expected<train_report> train_with(const train_config& c, batch_source& source, c
   // trace track goes with it (a caller without one gets a "trainer" track).
   trace::track_id tk = trace::current_track();
   if (tk == 0) tk = trace::track("trainer");
+  const std::string actor = waits::current_actor();
   m.context().run([&] {
     trace::track_scope on_track(tk);
+    waits::actor_scope as(actor);
     result = run(c, progress, m, source, test, t_start);
   });
   return result;

@@ -69,6 +69,7 @@ struct runtime_settings {
   uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
   std::string pin_local_nodes = "auto";  // pin_local_nodes: "auto" | "off" (hetflow run)
   int metrics_port = 0;                  // metrics_port: node i serves /metrics at port + i; 0 = off
+  double watchdog_s = 60.0;              // watchdog: log who waits on whom after this long without progress; 0 = off
   // The cluster secret nodes prove to each other on connect (HMAC-SHA256
   // challenge): read from secret_file (absolute after loading) or from the
   // environment variable secret_env. Both empty: no authentication.

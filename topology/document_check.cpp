@@ -133,6 +133,7 @@ const std::vector<key_spec>& cluster_specs() {
       spec("secret_file", key_type::string, false, std::string()),
       spec("secret_env", key_type::string, false, std::string()),
       spec("metrics_port", key_type::integer, false, int64_t{0}, 0, 65535),
+      spec("watchdog", key_type::duration, false, 60.0, 0.0),
   };
   return s;
 }
@@ -608,6 +609,7 @@ void validator::read_cluster(const toml::node* n, const toml::key* k, cluster& c
   c.runtime.max_message_bytes = static_cast<uint64_t>(s.get_int("max_message", 1ll << 30));
   c.runtime.pin_local_nodes = s.get_string("pin_local_nodes", "auto");
   c.runtime.metrics_port = static_cast<int>(s.get_int("metrics_port", 0));
+  c.runtime.watchdog_s = s.get_number("watchdog", 60.0);
   check_secret(t, s, c);
 
   if (const toml::node* p = t->get("plugins")) {

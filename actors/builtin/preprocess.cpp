@@ -49,6 +49,7 @@
 #include "kernels/preprocess/preprocess.hpp"
 #include "kernels/preprocess/resources.hpp"
 #include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -149,6 +150,7 @@ struct shard_state {
   bool done = false;
   kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
   int64_t vocab_wait_from = 0;      // trace: pass 1 done, waiting for the vocabularies
+  std::optional<kernels::waits::scope> vocab_wait;  // the same, for the watchdog
 };
 
 void shard_fail(caf::event_based_actor* self, shard_state& st, const std::string& why) {
@@ -169,6 +171,7 @@ pp::preprocess_options shard_options(shard_state& st) {
   auto last_us = std::make_shared<int64_t>(kernels::trace::enabled() ? kernels::trace::now_us() : 0);
   o.on_progress = [printer, last_us, tk = st.tk, me = st.me](const pp::preprocess_progress& p) {
     (*printer)(p);
+    kernels::waits::progress();
     {
       const metrics::labels l{{"actor", me}, {"pass", p.pass}};
       metrics::set_gauge("hetflow_preprocess_rows", "Rows a preprocess shard has done in a pass", l,
@@ -193,6 +196,7 @@ pp::preprocess_options shard_options(shard_state& st) {
 
 void run_pass2(caf::event_based_actor* self, shard_state& st) {
   std::string part = st.cfg.output_dir + "/" + pp::part_file_name(st.index);
+  st.vocab_wait.reset();
   if (st.vocab_wait_from > 0) {
     kernels::trace::complete(st.tk, "wait: vocabularies", st.vocab_wait_from,
                              kernels::trace::now_us() - st.vocab_wait_from);
@@ -279,6 +283,8 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
       self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows);
       if (kernels::trace::enabled()) st->vocab_wait_from = kernels::trace::now_us();
+      st->vocab_wait.emplace(st->me, std::string(vocab_actor) + " on the head",
+                             "the vocabularies' ids (after every shard's pass 1)");
     },
     [self, st](pp_pull_atom, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
       if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns))
@@ -351,6 +357,7 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
     // One span per column: the k-way merge (pulling every shard's count
     // chunks) and the ids sent back.
     kernels::trace::scope t_column("merge column", st.tk, "column", c + 1);
+    kernels::waits::progress();
     std::vector<std::unique_ptr<pp::count_stream>> streams;
     std::vector<pp::count_stream*> raw;
     for (int i = 0; i < cfg.shards; ++i) {

@@ -42,6 +42,7 @@
 #include "kernels/criteo_dataset.hpp"
 #include "kernels/criteo_text.hpp"
 #include "kernels/preprocess/resources.hpp"
+#include "kernels/waits.hpp"
 #include "kernels/trace.hpp"
 
 namespace hetflow::actors::builtin {
@@ -77,6 +78,7 @@ struct shard_state : job_actor_state {
   std::vector<int64_t> ids;
   kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
   int64_t credit_wait_from = 0;     // trace: out of credits since (0: not waiting)
+  std::optional<kernels::waits::scope> credit_wait;  // the same, for the watchdog
   static inline const char* name = "hetflow.stream_shard";
 };
 
@@ -134,6 +136,7 @@ wire_buffer_ref build_batch(shard_state& st) {
   st.build_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++st.batches_sent;
   st.rows_sent += bn;
+  kernels::waits::progress();
   return std::move(w).finish();
 }
 
@@ -187,6 +190,9 @@ void pump(shard_actor* self) {
   }
   // Trace: out of credits, the shard waits for its consumer to take a batch.
   if (!st.all_sent && st.credits == 0 && kernels::trace::enabled()) st.credit_wait_from = kernels::trace::now_us();
+  if (!st.all_sent && st.credits == 0 && !st.credit_wait)
+    st.credit_wait.emplace(st.me, "'" + st.trainer + "' on node '" + st.svc->node_of(st.trainer) + "'",
+                           "a credit (every batch it may send is in flight)");
   finish_if_done(self);
 }
 
@@ -258,6 +264,7 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
           return fail_job_actor(self, "stream shard '" + st.me + "': unexpected message kind " +
                                           std::to_string(msg->header().kind) + " from node '" + node + "'");
         st.credits += int64_t(msg->header().seq);
+        st.credit_wait.reset();
         if (st.credit_wait_from > 0) {
           kernels::trace::complete(st.tk, "wait: credit (consumer busy)", st.credit_wait_from,
                                    kernels::trace::now_us() - st.credit_wait_from);

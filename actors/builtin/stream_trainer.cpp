@@ -18,6 +18,7 @@
 //      sequence to the in-memory path's, whatever the number of shards.
 // Any failure ends the job with a message naming the shard and its node.
 #include <chrono>
+#include <optional>
 #include <map>
 
 #include "actors/builtin/job_actor.hpp"
@@ -26,6 +27,7 @@
 #include "kernels/criteo_dataset.hpp"
 #include "kernels/criteo_text.hpp"
 #include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
 
 namespace hetflow::actors::builtin {
 namespace {
@@ -71,6 +73,10 @@ public:
     // Trace: the time the consumer waits for its batch (none recorded when
     // the batch was already here).
     const int64_t wait_from = it == buffered_.end() && kernels::trace::enabled() ? kernels::trace::now_us() : 0;
+    std::optional<kernels::waits::scope> waiting;
+    if (it == buffered_.end())
+      waiting.emplace(me_, who(shard), "the batch of epoch " + std::to_string(epoch + 1) + " step " +
+                                           std::to_string(step + 1));
     while (it == buffered_.end()) {
       if (svc_->stopping().load()) return make_error(errc::cancelled, "train: stopped while waiting for a batch");
       auto now = clock_type::now();
@@ -95,6 +101,7 @@ public:
       if (!failure_.ok()) return failure_;
       it = buffered_.find(key);
     }
+    waiting.reset();
     if (stats_) stats_->wait_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
     if (wait_from > 0)
       kernels::trace::complete(tk_, "wait: batch", wait_from, kernels::trace::now_us() - wait_from, "shard", shard);

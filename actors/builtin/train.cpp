@@ -37,6 +37,7 @@
 #include "actors/registry.hpp"
 #include "actors/ring/ring_member.hpp"
 #include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
 #include "kernels/trainer.hpp"
 #include "topology/data_parallel.hpp"
 #include "actors/ps/ps_job.hpp"
@@ -180,6 +181,7 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
   c.stop = &svc.stopping();
   // The training loop (kernels/trainer.cpp) records on this actor's track.
   kernels::trace::track_scope on_track(kernels::trace::track(me));
+  kernels::waits::actor_scope as(me);
   if (verbose)
     log_info("training " + c.model + " for " + std::to_string(c.epochs) + " epochs, batch " +
            std::to_string(c.batch_size) + ", on " + c.where.to_string());

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "actors/builtin/job_actor.hpp"
@@ -14,6 +15,7 @@
 #include "actors/ps/ps_shard.hpp"
 #include "actors/ps/ps_shard_core.hpp"
 #include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
 
 namespace hetflow::actors::ps_job {
 namespace {
@@ -39,6 +41,7 @@ struct shard_state : builtin::job_actor_state {
     clock_type::time_point since;
     int64_t since_us = 0;  // trace clock
     std::vector<ps::row_request> rows;  // per sparse piece
+    std::unique_ptr<kernels::waits::scope> open;  // for the watchdog, while held
   };
   std::map<uint64_t, waiting> waits;       // pulls held by the clock table, by ticket id
   std::vector<std::pair<int, int64_t>> finals;  // final pulls (every row): answered when every worker finished
@@ -210,15 +213,24 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
         answer(self, w, t.clock, st.piece_rows.empty() ? nullptr : &rows);
       } else {
         ++st.held;
+        const auto& clocks = st.core->clocks();
+        const int slow = clocks.slowest();
+        auto open = std::make_unique<kernels::waits::scope>(
+            st.me,
+            slow < 0 ? std::string("the other workers")
+                     : who_worker(st.svc, slow) + " (the slowest, at clock " + std::to_string(clocks.clock(slow)) + ")",
+            "the clock that lets it answer " + worker_name(w) + "'s pull of clock " + std::to_string(t.clock) +
+                " (" + clocks.model().to_string() + ")");
         st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(),
                                               kernels::trace::enabled() ? kernels::trace::now_us() : 0,
-                                              std::move(rows)};
+                                              std::move(rows), std::move(open)};
       }
       break;
     }
     case ps::kind_push: {
       auto t0 = clock_type::now();
       kernels::trace::scope t_apply("apply", st.tk, "worker", w);
+      kernels::waits::progress();
       const std::size_t dense = st.core->dense_count();
       if (m->tensors != dense + st.piece_rows.size() || (!st.piece_rows.empty() && !(m->info.flags & ps::flag_rows)))
         return shard_fail(self, st.me + ": a push from " + who_worker(st.svc, w) + " has " +

@@ -23,6 +23,7 @@
 #include "actors/ps/worker_report.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
 #include "kernels/weights_io.hpp"
 
 namespace hetflow::actors::ps_job {
@@ -449,7 +450,11 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       // The shards answer once their clock allows (SSP): waiting here is
       // waiting on the slowest worker.
       trace::scope t_wait("wait: pull/clock", tk, "clock", clock);
+      kernels::waits::scope w_pull(me, "the ps shards",
+                                   "the weights of clock " + std::to_string(clock) +
+                                       " (a shard answers once the slowest worker's clock allows)");
       HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "pull"));
+      w_pull.end();
       t_wait.end();
       HF_RETURN_IF_ERROR(install(m, pl, replies, asked, st.rows_pulled));
       t_pull.end();
@@ -494,6 +499,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
         HF_RETURN_IF_ERROR(link.send(sh, push_message(m, pl, sh, push, me, order)));
       }
       t_push.end();
+      kernels::waits::progress();
       st.compute_seconds += since(tc);
       ++clock;
       ++st.steps;
@@ -534,7 +540,9 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     fin.flags = ps::flag_final;  // every row of every table
     HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, fin));
     trace::scope t_final("wait: final pull", tk, "clock", clock);
+    kernels::waits::scope w_final(me, "the ps shards", "the final weights (every worker finished)");
     HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "final pull"));
+    w_final.end();
     t_final.end();
     HF_RETURN_IF_ERROR(install(m, pl, replies, all_rows, st.rows_pulled));
     HF_ASSIGN_OR_RETURN(st.checksum, kernels::weights_checksum(m));

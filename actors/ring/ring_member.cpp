@@ -57,6 +57,7 @@
 #include "actors/log.hpp"
 #include "actors/ring/fused_buffer.hpp"
 #include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
 
 namespace hetflow::actors::ring::detail {
 
@@ -318,6 +319,7 @@ void finish_collective(member_actor* self) {
   auto& st = self->state;
   auto& a = *st.active;
   st.busy_s += std::chrono::duration<double>(clock_type::now() - a.started).count();
+  kernels::waits::progress();
   if (kernels::trace::enabled() && a.started_us > 0)
     kernels::trace::complete(st.tk, "allreduce", a.started_us, kernels::trace::now_us() - a.started_us, "bytes",
                              int64_t(a.len * element_size(a.type)));
