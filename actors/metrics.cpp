@@ -86,6 +86,15 @@ void set(std::string_view name, std::string_view help, kind k, const labels& l, 
   it->second.samples[l] = value;
 }
 
+void replace(std::string_view name, std::string_view help, kind k,
+             const std::vector<std::pair<labels, double>>& samples) {
+  std::lock_guard<std::mutex> g(mu);
+  auto it = families.find(name);
+  if (it == families.end()) it = families.emplace(std::string(name), family{std::string(help), k, {}}).first;
+  it->second.samples.clear();
+  for (auto& [l, v] : samples) it->second.samples[l] = v;
+}
+
 std::string render(const labels& common) {
   std::lock_guard<std::mutex> g(mu);
   std::string out;

@@ -40,6 +40,11 @@ inline void set_gauge(std::string_view name, std::string_view help, const labels
   set(name, help, kind::gauge, l, value);
 }
 
+// Replaces every sample of a family at once (a family whose label sets come
+// and go, such as the open waits): afterwards it holds exactly `samples`.
+void replace(std::string_view name, std::string_view help, kind k,
+             const std::vector<std::pair<labels, double>>& samples);
+
 // The exposition text of every sample, with `common` labels first on each.
 std::string render(const labels& common);
 

@@ -879,6 +879,15 @@ int run_node(const node_options& opts, const registry& reg) {
                          !s->stopping.load() && !s->exit_set.load() ? 1 : 0);
       metrics::set_gauge("hetflow_resident_memory_bytes", "Resident memory of the node process", none,
                          static_cast<double>(kernels::preprocess::current_rss()));
+      metrics::set("hetflow_progress_total",
+                   "Steps, pushes, collectives, segments and batches this node's actors finished (the watchdog's "
+                   "measure of progress)",
+                   metrics::kind::counter, none, static_cast<double>(kernels::waits::progress_count()));
+      std::vector<std::pair<metrics::labels, double>> open;
+      for (auto& w : kernels::waits::snapshot())
+        open.push_back({{{"actor", w.actor}, {"on", w.on}, {"for", w.what}}, w.seconds});
+      metrics::replace("hetflow_wait_seconds", "How long an actor has been waiting on another, for each open wait",
+                       metrics::kind::gauge, open);
       if (s->dp) {
         auto d = s->dp->stats();
         using metrics::kind;

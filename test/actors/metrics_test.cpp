@@ -66,6 +66,13 @@ BOOST_AUTO_TEST_CASE(render_groups_families_and_escapes_labels) {
   std::istringstream in(t);
   for (std::string l; std::getline(in, l);)
     if (l.rfind("#", 0) != 0) BOOST_TEST(std::regex_match(l, line), l);
+  // replace: a family's label sets come and go.
+  m::reset();
+  m::replace("hetflow_w", "waits", m::kind::gauge, {{{{"actor", "a"}}, 1}, {{{"actor", "b"}}, 2}});
+  m::replace("hetflow_w", "waits", m::kind::gauge, {{{{"actor", "c"}}, 3}});
+  BOOST_TEST(m::render({}) == "# HELP hetflow_w waits\n# TYPE hetflow_w gauge\nhetflow_w{actor=\"c\"} 3\n");
+  m::replace("hetflow_w", "waits", m::kind::gauge, {});
+  BOOST_TEST(m::render({}) == "# HELP hetflow_w waits\n# TYPE hetflow_w gauge\n");
   m::reset();
   BOOST_TEST(m::render({}).empty());
 }

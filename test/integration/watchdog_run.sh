@@ -14,9 +14,29 @@ common=('kind = "train"' 'model = "mlp"' 'dataset = "synthetic"' 'input_shape = 
 topo="$S/stall.toml"
 write_topology "$topo" 9800 2 auto "${common[@]}"
 one_thread "$topo"
-sed -i 's/^connection_timeout = .*/connection_timeout = "10s"\nwatchdog = "1s"/' "$topo"
+sed -i 's/^connection_timeout = .*/connection_timeout = "10s"\nwatchdog = "1s"\nmetrics_port = 9810/' "$topo"
 "$HETFLOW" validate "$topo" >/dev/null || fail "validate $topo"
-timeout 120 "$HETFLOW" run "$topo" >"$topo.out" 2>&1 || { cat "$topo.out"; fail "the stalled ps job failed"; }
+timeout 120 "$HETFLOW" run "$topo" >"$topo.out" 2>&1 &
+run_pid=$!
+# The same waits on /metrics while the stall lasts: hetflow_wait_seconds.
+python3 - <<'PY' || { kill "$run_pid" 2>/dev/null; cat "$topo.out"; fail "no open wait on /metrics during the stall"; }
+import re, time, urllib.request, urllib.error
+deadline = time.time() + 60
+pat = re.compile(r'^hetflow_wait_seconds\{cluster="it-stall",node="n0",job="train",actor="psworker0",on="the ps shards",for="the weights of clock \d+[^"]*"\} (\S+)$', re.M)
+while True:
+    try:
+        text = urllib.request.urlopen("http://127.0.0.1:9810/metrics", timeout=5).read().decode()
+        m = pat.search(text)
+        if m and float(m.group(1)) >= 0.5:
+            assert re.search(r'^hetflow_progress_total\{[^}]*\} [1-9]', text, re.M), "no progress counted"
+            print("wait on /metrics:", m.group(0)[:160])
+            break
+    except (urllib.error.URLError, ConnectionError):
+        pass
+    assert time.time() < deadline, "psworker0's wait never showed on /metrics"
+    time.sleep(0.2)
+PY
+wait "$run_pid" || { cat "$topo.out"; fail "the stalled ps job failed"; }
 grep -q "\[n0\].*watchdog: no progress on node 'n0' for [0-9.]* s (watchdog 1.0 s): psworker0 waits on the ps shards for the weights of clock" "$topo.out" ||
   { cat "$topo.out"; fail "n0: no watchdog line naming psworker0's pull"; }
 # ... and each shard names the worker it waits on: the sleeping one.
@@ -27,7 +47,7 @@ grep -q "\[n1\].*watchdog: no progress on node 'n1'.*ps1 waits on worker 'pswork
 # While it lasts it repeats about once a watchdog period, not once a tick.
 lines=$(grep -c "\[n0\].*watchdog: no progress" "$topo.out")
 [[ $lines -ge 2 && $lines -le 6 ]] || { cat "$topo.out"; fail "n0: $lines watchdog lines for a ~4 s stall, want 2-6"; }
-pass "a 4 s stall: the watchdog names psworker0 waiting on the shards, the shards waiting on psworker1 ($lines lines on n0), the job still finishes"
+pass "a 4 s stall: /metrics and the watchdog name psworker0 waiting on the shards, the shards waiting on psworker1 ($lines lines on n0), the job still finishes"
 
 # watchdog = "0s": off.
 sed -i 's/^watchdog = .*/watchdog = "0s"/' "$topo"
