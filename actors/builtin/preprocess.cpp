@@ -34,6 +34,8 @@
 #include "actors/builtin/preprocess.hpp"
 
 #include <array>
+#include <thread>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -341,7 +343,6 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
   auto t0 = clock_type::now();
   const auto& cfg = st.cfg;
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.request_timeout_s * 1000));
-  caf::scoped_actor blocking{self->system()};
   std::vector<caf::actor> shards;
   for (int i = 0; i < cfg.shards; ++i) {
     auto a = st.svc->find_actor(shard_actor(i));
@@ -349,11 +350,20 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
     shards.push_back(a);
   }
   auto who = [&](int i) { return "shard " + std::to_string(i) + " on node '" + st.shard_nodes[i] + "'"; };
-  json_writer w;
-  w.begin_object().key("columns").begin_array();
-  uint64_t kept_total = 0, distinct_total = 0;
-  for (int c = 0; c < pp::sparse_columns; ++c) {
-    if (st.svc->stopping()) return vocab_fail(self, st, "stopped");
+  // Columns are independent: as many at a time as the job's parallelism
+  // allows on this node (the free cores when it is 0), each on its own
+  // thread with its own blocking handle. A shard actor still serves one
+  // request at a time.
+  const int in_flight = std::clamp(pp::parallelism_governor(cfg.opt.parallelism, 0).current(), 1, pp::sparse_columns);
+  struct column_outcome {
+    uint64_t distinct = 0, kept = 0;
+    std::string error;
+  };
+  std::array<column_outcome, pp::sparse_columns> outcome;
+  std::atomic<int> next_column{0};
+  std::atomic<bool> failed{false};
+  auto merge_one = [&](int c) -> std::string {
+    caf::scoped_actor blocking{self->system()};
     // One span per column: the k-way merge (pulling every shard's count
     // chunks) and the ids sent back.
     kernels::trace::scope t_column("merge column", st.tk, "column", c + 1);
@@ -376,7 +386,7 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
       raw.push_back(streams.back().get());
     }
     auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
-    if (!file) return vocab_fail(self, st, file.error().message());
+    if (!file) return file.error().message();
     // Per shard: the id of each of its entries, delta-coded (vocabulary.hpp).
     std::vector<std::vector<std::vector<char>>> chunks(cfg.shards, std::vector<std::vector<char>>(1));
     std::vector<int32_t> prev(cfg.shards, -1);
@@ -387,8 +397,8 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
           if (cs.back().size() + 5 > cfg.chunk_bytes) cs.emplace_back();
           pp::append_id(cs.back(), id, prev[i]);
         });
-    if (!stats) return vocab_fail(self, st, stats.error().message());
-    if (auto s = file->close(); !s.ok()) return vocab_fail(self, st, s.message());
+    if (!stats) return stats.error().message();
+    if (auto s = file->close(); !s.ok()) return s.message();
     // One acked chunk at a time per shard (bounded in flight).
     for (int i = 0; i < cfg.shards; ++i) {
       for (auto& chunk : chunks[i]) {
@@ -400,17 +410,51 @@ void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
                        err = "sending column " + std::to_string(c) + " ids to " + who(i) + ": " +
                              self->system().render(e);
                      });
-        if (!err.empty()) return vocab_fail(self, st, err);
+        if (!err.empty()) return err;
       }
     }
-    w.begin_object().field("column", "C" + std::to_string(c + 1)).field("distinct", stats->distinct);
-    w.field("kept", stats->kept).field("oov_id", stats->kept).end_object();
-    kept_total += stats->kept;
-    distinct_total += stats->distinct;
+    outcome[std::size_t(c)].distinct = stats->distinct;
+    outcome[std::size_t(c)].kept = stats->kept;
+    return {};
+  };
+  auto worker = [&] {
+    for (int c; !failed.load() && (c = next_column.fetch_add(1)) < pp::sparse_columns;) {
+      auto& o = outcome[std::size_t(c)];
+      if (st.svc->stopping()) {
+        o.error = "stopped";
+      } else {
+        // At the library boundary: a failed allocation must fail the job, not the node.
+        try {
+          o.error = merge_one(c);
+        } catch (const std::exception& e) {
+          o.error = std::string("merging column C") + std::to_string(c + 1) + ": " + e.what();
+        }
+      }
+      if (!o.error.empty()) failed = true;
+    }
+  };
+  {
+    std::vector<std::thread> helpers;
+    for (int k = 1; k < in_flight; ++k) helpers.emplace_back(worker);
+    worker();
+    for (auto& t : helpers) t.join();
+  }
+  for (auto& o : outcome)
+    if (!o.error.empty()) return vocab_fail(self, st, o.error);
+  json_writer w;
+  w.begin_object().key("columns").begin_array();
+  uint64_t kept_total = 0, distinct_total = 0;
+  for (int c = 0; c < pp::sparse_columns; ++c) {
+    const auto& o = outcome[std::size_t(c)];
+    w.begin_object().field("column", "C" + std::to_string(c + 1)).field("distinct", o.distinct);
+    w.field("kept", o.kept).field("oov_id", o.kept).end_object();
+    kept_total += o.kept;
+    distinct_total += o.distinct;
   }
   w.end_array();
   double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   w.field("kept", kept_total).field("distinct", distinct_total).field("merge_seconds", secs);
+  w.field("merge_threads", int64_t{in_flight});
   w.end_object();
   for (auto& a : shards) self->send(a, pp_go_atom::value);
   log_info("vocabularies merged from " + std::to_string(cfg.shards) + " shards: " +
