@@ -507,7 +507,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       rep.speeds.push_back(dp.speeds());
     }
     double loss_sum = 0.0, window_loss = 0.0, compute_seconds = 0.0;
-    int64_t correct = 0, window_steps = 0, local_rows = 0;
+    int64_t correct = 0, window_steps = 0, local_rows = 0, window_correct = 0, window_samples = 0;
     // The history's window since its last tick (this epoch's steps only).
     double hist_loss = 0.0;
     int64_t hist_steps = 0, hist_samples = 0;
@@ -579,6 +579,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       ++window_steps;
       correct += lr_res.correct;
       er.samples += bn;
+      window_correct += lr_res.correct;
+      window_samples += bn;
       hist_loss += lr_res.loss;
       ++hist_steps;
       hist_samples += bn;
@@ -594,9 +596,10 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       if (progress && tick) {
         double el = seconds_since(t0);
         progress(train_progress{epoch + 1, s + 1, steps, el > 0 ? double(er.samples) / el : 0.0,
-                                window_loss / double(window_steps)});
+                                window_loss / double(window_steps),
+                                window_samples > 0 ? double(window_correct) / double(window_samples) : 0.0});
         window_loss = 0.0;
-        window_steps = 0;
+        window_steps = window_correct = window_samples = 0;
       }
     }
     er.train_seconds = seconds_since(t0);

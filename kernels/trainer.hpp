@@ -242,6 +242,7 @@ struct train_progress {
   int64_t steps_per_epoch = 0;
   double samples_per_s = 0.0;    // since the epoch started
   double loss = 0.0;             // mean over the steps since the last callback
+  double accuracy = 0.0;         // training accuracy over the steps since the last callback
 };
 
 using progress_callback = std::function<void(const train_progress&)>;

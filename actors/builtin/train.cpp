@@ -200,6 +200,8 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
       metrics::set_gauge("hetflow_train_samples_per_second", "Training throughput so far this epoch", l,
                          p.samples_per_s);
       metrics::set_gauge("hetflow_train_loss", "Mean training loss over the last progress window", l, p.loss);
+      metrics::set_gauge("hetflow_train_accuracy", "Training accuracy over the last progress window", l,
+                         p.accuracy);
     }
     if (!verbose || (!new_epoch && now - last_print < std::chrono::seconds(2))) return;
     last_print = now;
@@ -207,9 +209,10 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
     double elapsed = std::chrono::duration<double>(now - t0).count();
     double eta = done > 0 ? elapsed / done * (c.epochs - done) : -1;
     char line[256];
-    std::snprintf(line, sizeof line, "epoch %d/%d step %lld/%lld | %.0f samples/s | loss %.4f | ETA %s", p.epoch,
+    std::snprintf(line, sizeof line,
+                  "epoch %d/%d step %lld/%lld | %.0f samples/s | loss %.4f | accuracy %.4f | ETA %s", p.epoch,
                   c.epochs, static_cast<long long>(p.step), static_cast<long long>(p.steps_per_epoch),
-                  p.samples_per_s, p.loss, format_eta(eta).c_str());
+                  p.samples_per_s, p.loss, p.accuracy, format_eta(eta).c_str());
     log_info(line);
   };
   c.on_epoch = [&](const kernels::epoch_report& e) {

@@ -39,11 +39,14 @@ BOOST_AUTO_TEST_CASE(learns_synthetic_images) {
   train_config c = small_config();
   int calls = 0;
   int64_t last_step = 0;
+  double window_accuracy_sum[2] = {0, 0};  // per epoch; windows of 8 equal batches
   auto rep = train_single(c, [&](const train_progress& p) {
     ++calls;
     BOOST_CHECK_EQUAL(p.steps_per_epoch, 32);
     BOOST_CHECK(p.step > 0 && p.step <= 32);
     BOOST_CHECK(std::isfinite(p.loss));
+    BOOST_CHECK(p.accuracy >= 0.0 && p.accuracy <= 1.0);
+    window_accuracy_sum[p.epoch - 1] += p.accuracy;
     last_step = p.step;
   });
   BOOST_REQUIRE_MESSAGE(rep.has_value(), rep.error().to_string());
@@ -57,6 +60,10 @@ BOOST_AUTO_TEST_CASE(learns_synthetic_images) {
   BOOST_CHECK_LT(e2.loss, e1.loss);
   BOOST_CHECK_GT(e2.test_accuracy, 0.8);  // chance is 0.2
   BOOST_CHECK_EQUAL(e2.samples, 1024);
+  // The progress windows' accuracies (4 windows of 8 batches of 32) average
+  // to the epoch's training accuracy.
+  BOOST_CHECK_CLOSE(window_accuracy_sum[0] / 4, e1.train_accuracy, 1e-9);
+  BOOST_CHECK_CLOSE(window_accuracy_sum[1] / 4, e2.train_accuracy, 1e-9);
   BOOST_CHECK_GT(e2.samples_per_s, 0.0);
   BOOST_CHECK_EQUAL(rep->threads, 2);
   BOOST_CHECK_GT(rep->parameters, 0);
