@@ -506,13 +506,14 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       rep.splits.push_back(dp.full_split(batch_size));
       rep.speeds.push_back(dp.speeds());
     }
-    double loss_sum = 0.0, window_loss = 0.0, compute_seconds = 0.0;
-    int64_t correct = 0, window_steps = 0, local_rows = 0, window_correct = 0, window_samples = 0;
-    // The history's window since its last tick (this epoch's steps only).
-    double hist_loss = 0.0;
-    int64_t hist_steps = 0, hist_samples = 0;
+    double loss_sum = 0.0, compute_seconds = 0.0;
+    int64_t correct = 0, local_rows = 0;
+    // The window since the last tick (this epoch's steps only): what the
+    // progress callback and the history are told at the next one.
+    double window_loss = 0.0;
+    int64_t window_steps = 0, window_correct = 0, window_samples = 0;
     auto t0 = clock_type::now();
-    auto hist_from = t0;
+    auto window_from = t0;
     for (int64_t s = 0; s < steps; ++s) {
       if (c.stop && c.stop->load(std::memory_order_relaxed))
         return make_error(errc::cancelled, "train: stopped at epoch " + std::to_string(epoch + 1) + " step " +
@@ -581,25 +582,19 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       er.samples += bn;
       window_correct += lr_res.correct;
       window_samples += bn;
-      hist_loss += lr_res.loss;
-      ++hist_steps;
-      hist_samples += bn;
-      const bool tick = s + 1 == steps || (c.progress_every > 0 && (s + 1) % c.progress_every == 0);
-      if (tick) {
+      if (s + 1 == steps || (c.progress_every > 0 && (s + 1) % c.progress_every == 0)) {
         auto now = clock_type::now();
-        history.tick(std::chrono::duration<double>(now - t_loop).count(), epoch + 1, s + 1, hist_loss, hist_steps,
-                     hist_samples, std::chrono::duration<double>(now - hist_from).count());
-        hist_loss = 0.0;
-        hist_steps = hist_samples = 0;
-        hist_from = now;
-      }
-      if (progress && tick) {
-        double el = seconds_since(t0);
-        progress(train_progress{epoch + 1, s + 1, steps, el > 0 ? double(er.samples) / el : 0.0,
-                                window_loss / double(window_steps),
-                                window_samples > 0 ? double(window_correct) / double(window_samples) : 0.0});
+        history.tick(std::chrono::duration<double>(now - t_loop).count(), epoch + 1, s + 1, window_loss,
+                     window_steps, window_samples, std::chrono::duration<double>(now - window_from).count());
+        if (progress) {
+          double el = seconds_since(t0);
+          progress(train_progress{epoch + 1, s + 1, steps, el > 0 ? double(er.samples) / el : 0.0,
+                                  window_loss / double(window_steps),
+                                  window_samples > 0 ? double(window_correct) / double(window_samples) : 0.0});
+        }
         window_loss = 0.0;
         window_steps = window_correct = window_samples = 0;
+        window_from = now;
       }
     }
     er.train_seconds = seconds_since(t0);
