@@ -8,14 +8,20 @@
 //   // ~scope: the wait is over
 //   waits::progress();  // a step, a segment, a collective finished
 //
+// A scope can also be the wait's span on a trace track (kernels/trace.hpp),
+// so one object records the wait for both the watchdog and --trace.
+//
 // Thread-safe: begin/end take one mutex (a wait is per step or per batch,
 // never per element); progress() is one relaxed atomic increment. Open waits
 // are bounded by the number of waiting threads and actors.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "kernels/trace.hpp"
 
 namespace hetflow::kernels::waits {
 
@@ -27,19 +33,33 @@ id begin(std::string actor, std::string on, std::string what);
 // Closes a wait (unknown or 0 ids: nothing).
 void end(id w) noexcept;
 
+// The wait's trace span: an event `name` (a literal) on `track`, with one
+// integer argument; no name: no span.
+struct span {
+  trace::track_id track = 0;
+  const char* name = nullptr;
+  const char* arg_name = nullptr;
+  int64_t arg = 0;
+};
+
 class scope {
 public:
-  scope(std::string actor, std::string on, std::string what) : id_(begin(std::move(actor), std::move(on), std::move(what))) {}
+  scope(std::string actor, std::string on, std::string what, span s = {})
+      : id_(begin(std::move(actor), std::move(on), std::move(what))) {
+    if (s.name != nullptr) span_.emplace(s.name, s.track, s.arg_name, s.arg);
+  }
   ~scope() { end(); }
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
   void end() noexcept {
     waits::end(id_);
     id_ = 0;
+    span_.reset();
   }
 
 private:
   id id_;
+  std::optional<trace::scope> span_;
 };
 
 // The name of the actor this thread works for ("" if none): lets kernels

@@ -151,8 +151,8 @@ struct shard_state {
   uint64_t spills = 0, peak_table_bytes = 0;
   bool done = false;
   kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
-  int64_t vocab_wait_from = 0;      // trace: pass 1 done, waiting for the vocabularies
-  std::optional<kernels::waits::scope> vocab_wait;  // the same, for the watchdog
+  // Pass 1 done, waiting for the vocabularies (watchdog and trace).
+  std::optional<kernels::waits::scope> vocab_wait;
 };
 
 void shard_fail(caf::event_based_actor* self, shard_state& st, const std::string& why) {
@@ -199,11 +199,6 @@ pp::preprocess_options shard_options(shard_state& st) {
 void run_pass2(caf::event_based_actor* self, shard_state& st) {
   std::string part = st.cfg.output_dir + "/" + pp::part_file_name(st.index);
   st.vocab_wait.reset();
-  if (st.vocab_wait_from > 0) {
-    kernels::trace::complete(st.tk, "wait: vocabularies", st.vocab_wait_from,
-                             kernels::trace::now_us() - st.vocab_wait_from);
-    st.vocab_wait_from = 0;
-  }
   kernels::trace::scope t_apply("pass 2: apply", st.tk);
   auto r = st.counts ? pp::finish_shard(*st.counts, shard_options(st))
                      : pp::apply_shard(st.inputs, st.plan, nullptr, part, shard_options(st));
@@ -284,9 +279,9 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       auto v = st->svc->find_actor(vocab_actor);
       if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
       self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows);
-      if (kernels::trace::enabled()) st->vocab_wait_from = kernels::trace::now_us();
       st->vocab_wait.emplace(st->me, std::string(vocab_actor) + " on the head",
-                             "the vocabularies' ids (after every shard's pass 1)");
+                             "the vocabularies' ids (after every shard's pass 1)",
+                             kernels::waits::span{st->tk, "wait: vocabularies"});
     },
     [self, st](pp_pull_atom, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
       if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns))

@@ -77,8 +77,7 @@ struct shard_state : job_actor_state {
   std::unique_ptr<tbb::task_arena> arena;  // gov's current degree
   std::vector<int64_t> ids;
   kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
-  int64_t credit_wait_from = 0;     // trace: out of credits since (0: not waiting)
-  std::optional<kernels::waits::scope> credit_wait;  // the same, for the watchdog
+  std::optional<kernels::waits::scope> credit_wait;  // out of credits (watchdog and trace)
   static inline const char* name = "hetflow.stream_shard";
 };
 
@@ -188,11 +187,11 @@ void pump(shard_actor* self) {
     --st.credits;
     st.step += st.opts.step_stride(st.index);
   }
-  // Trace: out of credits, the shard waits for its consumer to take a batch.
-  if (!st.all_sent && st.credits == 0 && kernels::trace::enabled()) st.credit_wait_from = kernels::trace::now_us();
+  // Out of credits: the shard waits for its consumer to take a batch.
   if (!st.all_sent && st.credits == 0 && !st.credit_wait)
     st.credit_wait.emplace(st.me, "'" + st.trainer + "' on node '" + st.svc->node_of(st.trainer) + "'",
-                           "a credit (every batch it may send is in flight)");
+                           "a credit (every batch it may send is in flight)",
+                           kernels::waits::span{st.tk, "wait: credit (consumer busy)"});
   finish_if_done(self);
 }
 
@@ -265,11 +264,6 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
                                           std::to_string(msg->header().kind) + " from node '" + node + "'");
         st.credits += int64_t(msg->header().seq);
         st.credit_wait.reset();
-        if (st.credit_wait_from > 0) {
-          kernels::trace::complete(st.tk, "wait: credit (consumer busy)", st.credit_wait_from,
-                                   kernels::trace::now_us() - st.credit_wait_from);
-          st.credit_wait_from = 0;
-        }
         if (st.credits > st.opts.prefetch)
           return fail_job_actor(self, "stream shard '" + st.me + "': '" + st.trainer + "' returned more credits than "
                                       "batches were in flight (" + std::to_string(st.credits) + " > prefetch " +

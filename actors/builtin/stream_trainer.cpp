@@ -70,13 +70,12 @@ public:
     auto t0 = clock_type::now();
     auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opts_.timeout_s));
     auto it = buffered_.find(key);
-    // Trace: the time the consumer waits for its batch (none recorded when
-    // the batch was already here).
-    const int64_t wait_from = it == buffered_.end() && kernels::trace::enabled() ? kernels::trace::now_us() : 0;
+    // The wait for a batch that is not here yet (watchdog and trace).
     std::optional<kernels::waits::scope> waiting;
     if (it == buffered_.end())
       waiting.emplace(me_, who(shard), "the batch of epoch " + std::to_string(epoch + 1) + " step " +
-                                           std::to_string(step + 1));
+                                           std::to_string(step + 1),
+                      kernels::waits::span{tk_, "wait: batch", "shard", shard});
     while (it == buffered_.end()) {
       if (svc_->stopping().load()) return make_error(errc::cancelled, "train: stopped while waiting for a batch");
       auto now = clock_type::now();
@@ -103,8 +102,6 @@ public:
     }
     waiting.reset();
     if (stats_) stats_->wait_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
-    if (wait_from > 0)
-      kernels::trace::complete(tk_, "wait: batch", wait_from, kernels::trace::now_us() - wait_from, "shard", shard);
     pending p = std::move(it->second);
     buffered_.erase(it);
     // The credit goes back as soon as the batch is taken: the shard builds

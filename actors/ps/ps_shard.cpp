@@ -39,9 +39,8 @@ struct shard_state : builtin::job_actor_state {
     int worker = 0;
     int64_t clock = 0;
     clock_type::time_point since;
-    int64_t since_us = 0;  // trace clock
     std::vector<ps::row_request> rows;  // per sparse piece
-    std::unique_ptr<kernels::waits::scope> open;  // for the watchdog, while held
+    std::unique_ptr<kernels::waits::scope> open;  // while held (watchdog and trace)
   };
   std::map<uint64_t, waiting> waits;       // pulls held by the clock table, by ticket id
   std::vector<std::pair<int, int64_t>> finals;  // final pulls (every row): answered when every worker finished
@@ -121,14 +120,7 @@ void answer_ready(shard_actor* self, const std::vector<ps::pull_ticket>& ready) 
     auto it = st.waits.find(t.id);
     if (it != st.waits.end()) {
       st.wait_seconds += since(it->second.since);
-      // The pull waited for the slowest worker's clock (SSP bound).
-      if (kernels::trace::enabled() && t.worker >= 0) {
-        const auto w = std::size_t(t.worker);
-        if (st.held_tk.size() <= w) st.held_tk.resize(w + 1, 0);
-        if (st.held_tk[w] == 0) st.held_tk[w] = kernels::trace::track(st.me + " held pulls of " + worker_name(t.worker));
-        kernels::trace::complete(st.held_tk[w], "wait: clock (held pull)", it->second.since_us,
-                                 kernels::trace::now_us() - it->second.since_us, "clock", t.clock);
-      }
+      it->second.open.reset();  // the pull waited for the slowest worker's clock (SSP bound)
     }
     answer(self, t.worker, t.clock, it != st.waits.end() ? &it->second.rows : nullptr);
     if (it != st.waits.end()) st.waits.erase(it);
@@ -213,6 +205,15 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
         answer(self, w, t.clock, st.piece_rows.empty() ? nullptr : &rows);
       } else {
         ++st.held;
+        // Held pulls overlap one another: each worker's go on a trace track
+        // of their own.
+        kernels::trace::track_id held_tk = 0;
+        if (kernels::trace::enabled()) {
+          if (st.held_tk.size() <= std::size_t(w)) st.held_tk.resize(std::size_t(w) + 1, 0);
+          auto& tk = st.held_tk[std::size_t(w)];
+          if (tk == 0) tk = kernels::trace::track(st.me + " held pulls of " + worker_name(w));
+          held_tk = tk;
+        }
         const auto& clocks = st.core->clocks();
         const int slow = clocks.slowest();
         auto open = std::make_unique<kernels::waits::scope>(
@@ -220,10 +221,9 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
             slow < 0 ? std::string("the other workers")
                      : who_worker(st.svc, slow) + " (the slowest, at clock " + std::to_string(clocks.clock(slow)) + ")",
             "the clock that lets it answer " + worker_name(w) + "'s pull of clock " + std::to_string(t.clock) +
-                " (" + clocks.model().to_string() + ")");
-        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(),
-                                              kernels::trace::enabled() ? kernels::trace::now_us() : 0,
-                                              std::move(rows), std::move(open)};
+                " (" + clocks.model().to_string() + ")",
+            kernels::waits::span{held_tk, held_tk ? "wait: clock (held pull)" : nullptr, "clock", t.clock});
+        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(), std::move(rows), std::move(open)};
       }
       break;
     }

@@ -449,13 +449,12 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       HF_RETURN_IF_ERROR(pull_from_all(pull, asked));
       // The shards answer once their clock allows (SSP): waiting here is
       // waiting on the slowest worker.
-      trace::scope t_wait("wait: pull/clock", tk, "clock", clock);
       kernels::waits::scope w_pull(me, "the ps shards",
                                    "the weights of clock " + std::to_string(clock) +
-                                       " (a shard answers once the slowest worker's clock allows)");
+                                       " (a shard answers once the slowest worker's clock allows)",
+                                   kernels::waits::span{tk, "wait: pull/clock", "clock", clock});
       HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "pull"));
       w_pull.end();
-      t_wait.end();
       HF_RETURN_IF_ERROR(install(m, pl, replies, asked, st.rows_pulled));
       t_pull.end();
       int64_t g = ps::infinite_clock;
@@ -539,11 +538,10 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     fin.clock = clock;
     fin.flags = ps::flag_final;  // every row of every table
     HF_RETURN_IF_ERROR(link.send_all(ps::kind_pull, fin));
-    trace::scope t_final("wait: final pull", tk, "clock", clock);
-    kernels::waits::scope w_final(me, "the ps shards", "the final weights (every worker finished)");
+    kernels::waits::scope w_final(me, "the ps shards", "the final weights (every worker finished)",
+                                  kernels::waits::span{tk, "wait: final pull", "clock", clock});
     HF_ASSIGN_OR_RETURN(auto replies, link.await(ps::kind_weights, clock, "final pull"));
     w_final.end();
-    t_final.end();
     HF_RETURN_IF_ERROR(install(m, pl, replies, all_rows, st.rows_pulled));
     HF_ASSIGN_OR_RETURN(st.checksum, kernels::weights_checksum(m));
     kernels::epoch_report fin_eval;

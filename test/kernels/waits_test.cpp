@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
 
 namespace w = hetflow::kernels::waits;
@@ -60,4 +61,29 @@ BOOST_AUTO_TEST_CASE(progress_counts_from_any_thread_and_actor_scope_nests) {
     BOOST_TEST(w::current_actor() == "replica0");
   }
   BOOST_TEST(w::current_actor().empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_scope_with_a_span_is_also_the_waits_trace_event) {
+  namespace trace = hetflow::kernels::trace;
+  w::reset();
+  trace::reset();
+  trace::start("n0", 0);
+  const auto tk = trace::track("trainer");
+  {
+    w::scope traced("trainer", "stream_shard_0", "a batch", w::span{tk, "wait: test batch", "shard", 3});
+    w::scope plain("trainer", "the ring", "an all-reduce");  // no span: no event
+    BOOST_TEST(w::snapshot().size() == 2u);
+    traced.end();  // ends both the wait and the span
+    BOOST_TEST(w::snapshot().size() == 1u);
+  }
+  const std::string doc = trace::to_json();
+  auto count = [&](const std::string& needle) {
+    std::size_t n = 0;
+    for (auto at = doc.find(needle); at != std::string::npos; at = doc.find(needle, at + 1)) ++n;
+    return n;
+  };
+  BOOST_TEST(count("\"wait: test batch\"") == 1u, doc);  // once, although end() ran twice
+  BOOST_TEST(count("\"shard\":3") == 1u, doc);
+  BOOST_TEST(w::snapshot().empty());
+  trace::reset();
 }
