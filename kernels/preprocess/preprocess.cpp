@@ -54,6 +54,8 @@ struct block {
   int piece = 0;
   const mapped_file* file = nullptr;
   uint64_t begin = 0, end = 0;  // aligned: [begin, end) holds whole lines
+  // The most rows the block can hold: a good line has at least 40 bytes.
+  std::size_t max_rows() const noexcept { return static_cast<std::size_t>((end - begin) / 40 + 1); }
 };
 
 struct piece_info {
@@ -168,12 +170,6 @@ public:
 private:
   std::vector<piece_info>& pieces_;
   const preprocess_options& opt_;
-};
-
-// The degree of parallelism, chosen again at most every 0.5 s.
-class dop_governor : public parallelism_governor {
-public:
-  dop_governor(const preprocess_options& opt, uint64_t per_worker) : parallelism_governor(opt.parallelism, per_worker) {}
 };
 
 constexpr int blocks_per_worker = 4;
@@ -655,7 +651,7 @@ struct shard_counts::impl {
   int fd = -1;              // the .tmp, created at the start of pass 1
   bool staging = false;
   record_region mem;
-  bool in_memory = false;   // the staged records are mem's first `staged_records` (and the file's)
+  bool mapped = false;      // the staged records so far are mem's first `staged_records`
   uint64_t staged_records = 0;
   shard_result staged;  // rows, lines, bytes, malformed; seconds = pass 1
   int dop = 1;
@@ -830,12 +826,12 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
   // Staged records go through a shared mapping of the .tmp (up to
   // staged_memory_max): pass 2 then remaps them in place, neither reading
   // them back nor writing them twice.
-  uint64_t max_rows = 0;  // a good line has at least 40 bytes
-  for (auto& b : blocks) max_rows += (b.end - b.begin) / 40 + 1;
+  uint64_t max_rows = 0;
+  for (auto& b : blocks) max_rows += b.max_rows();
   const uint64_t mem_records = std::min(max_rows, opt.staged_memory_max / sizeof(criteo_record));
-  if (staging && mem_records > 0) im.in_memory = im.mem.reserve(im.fd, mem_records);
+  if (staging && mem_records > 0) im.mapped = im.mem.reserve(im.fd, mem_records);
   // A block's records and keys take about 3x its bytes; blocks_per_worker at once.
-  dop_governor gov(opt, opt.block_bytes * 4 * blocks_per_worker);
+  parallelism_governor gov(opt.parallelism, opt.block_bytes * 4 * blocks_per_worker);
   malformed_sink sink(pieces, opt);
   const dense_table& lut = dense_lut();
   std::vector<count_block_result> res;
@@ -855,9 +851,9 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
         const block& b = blocks[next + i];
         r.lines = r.good = 0;
         r.hits.clear();
-        // Room for every row the block can hold (a good line has at least
-        // 40 bytes), so the rows need no capacity checks.
-        const std::size_t room = (b.end - b.begin) / 40 + 1;
+        // Room for every row the block can hold, so the rows need no
+        // capacity checks.
+        const std::size_t room = b.max_rows();
         r.records.reserve(room);
         r.keys.reserve(room * sparse_columns);
         r.stride = room;
@@ -909,13 +905,13 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
           offsets[i] = im.staged_records + seg_rows;  // in records
           seg_rows += res[i].good;
         }
-        if (im.in_memory && im.staged_records + seg_rows > im.mem.capacity()) {
+        if (im.mapped && im.staged_records + seg_rows > im.mem.capacity()) {
           // Outgrown: the records so far are in the .tmp already; the rest
           // follow by write().
           im.mem.release();
-          im.in_memory = false;
+          im.mapped = false;
         }
-        if (im.in_memory) {
+        if (im.mapped) {
           if (status s = im.mem.ensure(im.staged_records + seg_rows, tmp); !s.ok()) {
             res[0].written = s;
             return;
@@ -925,7 +921,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
           auto& r = res[i];
           criteo_record* recs = r.records.data();
           const uint64_t* locals = r.keys.data();
-          if (im.in_memory) {
+          if (im.mapped) {
             criteo_record* dst = im.mem.data() + offsets[i];
             for (std::size_t row = 0; row < r.good; ++row) {
               dst[row].label = recs[row].label;
@@ -1035,7 +1031,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
                                           std::to_string(nrec) + " rows");
   constexpr uint64_t chunk_records = (1u << 20) / sizeof(criteo_record);
   const uint64_t chunks = (nrec + chunk_records - 1) / chunk_records;
-  dop_governor gov(opt, 2 * chunk_records * sizeof(criteo_record));
+  parallelism_governor gov(opt.parallelism, 2 * chunk_records * sizeof(criteo_record));
   int dop = im.dop;
   std::vector<std::vector<criteo_record>> bufs;
   std::vector<status> errs;
@@ -1053,7 +1049,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
         uint64_t n = std::min(chunk_records, nrec - first);
         uint64_t off = first * sizeof(criteo_record);
         criteo_record* buf;
-        if (im.in_memory) {
+        if (im.mapped) {
           buf = im.mem.data() + first;
         } else {
           bufs[k].resize(n);
@@ -1078,7 +1074,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
           int32_t* sp = buf[r].sparse;
           for (int c = 0; c < sparse_columns; ++c) sp[c] = map[c][static_cast<uint32_t>(sp[c])];
         }
-        if (!im.in_memory) errs[k] = write_at(im.fd, buf, n * sizeof(criteo_record), off, tmp);
+        if (!im.mapped) errs[k] = write_at(im.fd, buf, n * sizeof(criteo_record), off, tmp);
       });
     });
     for (auto& e : errs)
@@ -1162,7 +1158,7 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
   };
 
   const dense_table& lut = dense_lut();
-  dop_governor gov(opt, opt.block_bytes * 3 * blocks_per_worker);
+  parallelism_governor gov(opt.parallelism, opt.block_bytes * 3 * blocks_per_worker);
   malformed_sink sink(pieces, opt);
   std::vector<apply_block_result> res;
   std::vector<uint64_t> offsets;
