@@ -4,33 +4,40 @@
 //
 // Actors: one `pp_shard_<i>` per node i (shard i of N: a line-aligned slice of
 // the concatenated inputs, see input_split.hpp; every node computes the same
-// plan from the file sizes) and, in vocab mode, `pp_vocab` on the head.
+// plan from the file sizes) and, in vocab mode, `pp_vocab` on the head, which
+// coordinates; each node's shard spawns a merger (`pp_merge_<i>`) for the
+// columns pp_vocab gives it, so every node's cores merge.
 //
 //   vocab mode
-//   pp_shard_i                        pp_vocab (head)
+//   pp_shard_i            pp_vocab (head)          pp_merge_k (node k, its columns)
 //     start: pass 1 (count_shard)
-//     -- (ppcounted, i, rows) ------->  waits for all N
-//                                       for column c = 0..25:
-//     <-- request (pppull, c, max) ---    k-way merge of the N sorted count
-//     --- chunk (<= chunk_bytes) ---->    streams, pulled chunk by chunk;
-//         ... until an empty chunk        kept strings -> vocab-CC.tsv;
-//     <-- request (ppids, c, K, chunk) -  the id of each of shard i's
-//     --- ack ----------------------->    entries (K = the OOV id), in
-//                                         chunks, each acked before the next
-//     <-- (ppgo) ---------------------- after the last column
+//     -- (ppcounted, i, rows, column sizes) --> waits for all N; assigns the
+//                            columns to nodes by size (assign_merge_columns)
+//                            -- (ppmerge, mask) --> shard k spawns pp_merge_k
+//     <-- request (pppull, c, max) ----------------  k-way merge of the N sorted
+//     --- chunk (<= chunk_bytes) ------------------>  count streams, pulled chunk by
+//         ... until an empty chunk                    chunk; kept strings ->
+//     <-- request (ppids, c, K, chunk) ------------  vocab-CC.tsv on node k; the id
+//     --- ack ------------------------------------>  of each of shard i's entries
+//                                                     (K = the OOV id), each chunk
+//                                                     acked before the next
+//                            <-- (ppcolumn, c, distinct, kept, k, threads) per column
+//                            after all 26 columns (every id chunk acked):
+//     <-- (ppgo) -----------
 //     pass 2 (finish_shard): maps the staged part-0000i.bin; report_done
 //
 //   Pass 1 parses each line once and stages the records with shard-local ids
-//   (kernels/preprocess/preprocess.hpp); the vocabulary actor tells each shard
-//   only which id each of its own entries got, so pass 2 reads no text.
+//   (kernels/preprocess/preprocess.hpp); the mergers tell each shard only
+//   which id each of its own entries got, so pass 2 reads no text.
 //
 //   hash mode: every shard runs pass 2 at start.
 //
 // Wire: atoms, integers and std::vector<char> only (CAF built-in types); every
 // chunk is bounded by chunk_bytes (plus one record), every request has a
 // finite timeout (request_timeout), so a dead or hung node is an error naming
-// it, never a hang. Both actor types are detached: passes block for minutes
-// and must not hold a CAF scheduler thread; they poll node_services::stopping.
+// it, never a hang. Shards and the vocabulary actor are detached and mergers
+// are threads: passes and merges block for minutes and must not hold a CAF
+// scheduler thread; they poll node_services::stopping.
 #include "actors/builtin/preprocess.hpp"
 
 #include <array>
@@ -42,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "actors/builtin/job_actor.hpp"
@@ -64,6 +72,9 @@ using pp_counted_atom = caf::atom_constant<caf::atom("ppcounted")>;
 using pp_pull_atom = caf::atom_constant<caf::atom("pppull")>;
 using pp_ids_atom = caf::atom_constant<caf::atom("ppids")>;
 using pp_go_atom = caf::atom_constant<caf::atom("ppgo")>;
+using pp_merge_atom = caf::atom_constant<caf::atom("ppmerge")>;
+using pp_column_atom = caf::atom_constant<caf::atom("ppcolumn")>;
+using pp_merge_fail_atom = caf::atom_constant<caf::atom("ppmfail")>;
 
 const char* vocab_actor = "pp_vocab";
 std::string shard_actor(int i) { return "pp_shard_" + std::to_string(i); }
@@ -133,6 +144,139 @@ private:
   clock_type::time_point last_ = clock_type::now() - std::chrono::seconds(10);
 };
 
+// ---- the column mergers -------------------------------------------------------------
+
+// Every node merges some columns, so every node's cores merge (the counting
+// is already spread; a merge on the head alone was 25-40% of a 2-node job on
+// 1M rows). pp_vocab picks the columns (pp::assign_merge_columns, from each
+// column's size in every shard) and sends each node a mask of its columns.
+bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
+
+struct merge_plan {
+  job_config cfg;
+  int index = 0;                      // this node's shard
+  uint32_t columns = 0;               // bit c: merge column c here
+  std::vector<caf::actor> shards;     // every shard, in index order
+  std::vector<std::string> shard_nodes;
+  caf::actor vocab;
+  std::shared_ptr<node_services> svc;
+};
+
+struct column_outcome {
+  uint64_t distinct = 0, kept = 0;
+  std::string error;
+};
+
+// Merges one column: pulls every shard's sorted counts chunk by chunk (the
+// k-way merge), writes vocab-CC.tsv, sends each shard the ids of its entries.
+std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernels::trace::track_id tk,
+                      column_outcome& out) {
+  const auto& cfg = p.cfg;
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.request_timeout_s * 1000));
+  auto who = [&](int i) { return "shard " + std::to_string(i) + " on node '" + p.shard_nodes[i] + "'"; };
+  caf::scoped_actor blocking{sys};
+  // One span per column: the k-way merge (pulling every shard's count
+  // chunks) and the ids sent back.
+  kernels::trace::scope t_column("merge column", tk, "column", c + 1);
+  kernels::waits::progress();
+  std::vector<std::unique_ptr<pp::count_stream>> streams;
+  std::vector<pp::count_stream*> raw;
+  for (int i = 0; i < cfg.shards; ++i) {
+    auto fetch = [&, i, c]() -> expected<std::vector<char>> {
+      expected<std::vector<char>> r = make_error(errc::internal, "no reply");
+      blocking->request(p.shards[i], timeout, pp_pull_atom::value, static_cast<uint32_t>(c),
+                        static_cast<uint64_t>(cfg.chunk_bytes))
+          .receive([&](std::vector<char>& chunk) { r = std::move(chunk); },
+                   [&](caf::error& e) {
+                     r = make_error(errc::timeout, "pulling column " + std::to_string(c) + " counts from " + who(i) +
+                                                       ": " + sys.render(e));
+                   });
+      return r;
+    };
+    streams.push_back(pp::chunk_stream(fetch, who(i)));
+    raw.push_back(streams.back().get());
+  }
+  auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
+  if (!file) return file.error().message();
+  // Per shard: the id of each of its entries, delta-coded (vocabulary.hpp).
+  std::vector<std::vector<std::vector<char>>> chunks(cfg.shards, std::vector<std::vector<char>>(1));
+  std::vector<int32_t> prev(cfg.shards, -1);
+  auto stats = pp::merge_column_ids(
+      raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); },
+      [&](std::size_t i, int32_t id) {
+        auto& cs = chunks[i];
+        if (cs.back().size() + 5 > cfg.chunk_bytes) cs.emplace_back();
+        pp::append_id(cs.back(), id, prev[i]);
+      });
+  if (!stats) return stats.error().message();
+  if (auto s = file->close(); !s.ok()) return s.message();
+  // One acked chunk at a time per shard (bounded in flight).
+  for (int i = 0; i < cfg.shards; ++i) {
+    for (auto& chunk : chunks[i]) {
+      std::string err;
+      blocking->request(p.shards[i], timeout, pp_ids_atom::value, static_cast<uint32_t>(c),
+                        static_cast<int32_t>(stats->kept), chunk)
+          .receive([&](bool) {},
+                   [&](caf::error& e) {
+                     err = "sending column " + std::to_string(c) + " ids to " + who(i) + ": " + sys.render(e);
+                   });
+      if (!err.empty()) return err;
+    }
+  }
+  out.distinct = stats->distinct;
+  out.kept = stats->kept;
+  return {};
+}
+
+// The merger of one node (a thread its shard starts when every shard has
+// counted; not an actor, so nothing of it outlives the shard, which joins it):
+// merges this node's columns, as many at a time as the node's parallelism
+// allows (the free cores when it is 0), each on its own thread with its own
+// blocking handle, then reports each column to the vocabulary actor.
+void merger(caf::actor_system& sys, merge_plan p) {
+  auto tk = kernels::trace::track("pp_merge_" + std::to_string(p.index));
+  std::vector<int> mine;
+  for (int c = 0; c < pp::sparse_columns; ++c)
+    if (in_mask(p.columns, c)) mine.push_back(c);
+  const int in_flight =
+      std::clamp(pp::parallelism_governor(p.cfg.opt.parallelism, 0).current(), 1, static_cast<int>(mine.size()));
+  std::vector<column_outcome> outcome(mine.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    for (std::size_t k; !failed.load() && (k = next.fetch_add(1)) < mine.size();) {
+      auto& o = outcome[k];
+      if (p.svc->stopping()) {
+        o.error = "stopped";
+      } else {
+        // At the library boundary: a failed allocation must fail the job, not the node.
+        try {
+          o.error = merge_one(sys, p, mine[k], tk, o);
+        } catch (const std::exception& e) {
+          o.error = std::string("merging column C") + std::to_string(mine[k] + 1) + ": " + e.what();
+        }
+      }
+      if (!o.error.empty()) failed = true;
+    }
+  };
+  {
+    std::vector<std::thread> helpers;
+    for (int k = 1; k < in_flight; ++k) helpers.emplace_back(worker);
+    worker();
+    for (auto& t : helpers) t.join();
+  }
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    if (!outcome[k].error.empty()) {
+      caf::anon_send(p.vocab, pp_merge_fail_atom::value,
+                 "node '" + p.svc->node_name() + "', column C" + std::to_string(mine[k] + 1) + ": " + outcome[k].error);
+      return;
+    }
+  }
+  for (std::size_t k = 0; k < mine.size(); ++k)
+    caf::anon_send(p.vocab, pp_column_atom::value, static_cast<uint32_t>(mine[k]), outcome[k].distinct, outcome[k].kept,
+               static_cast<uint32_t>(p.index), static_cast<uint32_t>(in_flight));
+}
+
 // ---- the shard ------------------------------------------------------------------
 
 struct shard_state {
@@ -153,11 +297,21 @@ struct shard_state {
   kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
   // Pass 1 done, waiting for the vocabularies (watchdog and trace).
   std::optional<kernels::waits::scope> vocab_wait;
+  std::thread merging;  // this node's column merger (merger()), if it has columns
+
+  void join_merger() {
+    if (merging.joinable()) merging.join();
+  }
+  ~shard_state() { join_merger(); }
 };
 
 void shard_fail(caf::event_based_actor* self, shard_state& st, const std::string& why) {
   if (st.done) return;
   st.done = true;
+  // The merger (if any) is joined when the state goes, after this actor has
+  // quit: its requests to this shard then fail at once, those to others are
+  // bounded by request_timeout, and it stops between columns once the node
+  // is stopping.
   st.svc->report_done(st.me, false, why, {});
   self->quit();
 }
@@ -199,6 +353,7 @@ pp::preprocess_options shard_options(shard_state& st) {
 void run_pass2(caf::event_based_actor* self, shard_state& st) {
   std::string part = st.cfg.output_dir + "/" + pp::part_file_name(st.index);
   st.vocab_wait.reset();
+  st.join_merger();  // done: every column it merged was reported before ppgo
   kernels::trace::scope t_apply("pass 2: apply", st.tk);
   auto r = st.counts ? pp::finish_shard(*st.counts, shard_options(st))
                      : pp::apply_shard(st.inputs, st.plan, nullptr, part, shard_options(st));
@@ -278,7 +433,12 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       st->prev_kept.fill(-1);
       auto v = st->svc->find_actor(vocab_actor);
       if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
-      self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows);
+      std::vector<char> sizes(pp::sparse_columns * 8);  // u64 per column: what merging it costs
+      for (int c = 0; c < pp::sparse_columns; ++c) {
+        uint64_t n = st->counts->column_size(c);
+        std::memcpy(sizes.data() + 8 * c, &n, 8);
+      }
+      self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows, std::move(sizes));
       st->vocab_wait.emplace(st->me, std::string(vocab_actor) + " on the head",
                              "the vocabularies' ids (after every shard's pass 1)",
                              kernels::waits::span{st->tk, "wait: vocabularies"});
@@ -311,6 +471,28 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       st->counts->set_oov_id(static_cast<int>(column), oov_id);
       return true;
     },
+    [self, st](pp_merge_atom, uint32_t columns) {
+      // Every shard has counted: merge this node's columns on a merger of
+      // their own, so this actor stays free to serve pulls and ids.
+      merge_plan p;
+      p.cfg = st->cfg;
+      p.index = st->index;
+      p.columns = columns;
+      p.svc = st->svc;
+      p.vocab = st->svc->find_actor(vocab_actor);
+      if (!p.vocab) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
+      if (columns == 0 || columns >> pp::sparse_columns)
+        return shard_fail(self, *st, "bad merge request (column mask " + std::to_string(columns) + ")");
+      for (int i = 0; i < st->cfg.shards; ++i) {
+        auto a = st->svc->find_actor(shard_actor(i));
+        if (!a) return shard_fail(self, *st, "no actor " + shard_actor(i));
+        p.shards.push_back(a);
+        std::string node = st->svc->node_of(shard_actor(i));
+        p.shard_nodes.push_back(node.empty() ? "?" : node);
+      }
+      if (st->merging.joinable()) return log_warn("shard " + std::to_string(st->index) + ": a second merge request, ignored");
+      st->merging = std::thread([&sys = self->system(), p = std::move(p)]() mutable { merger(sys, std::move(p)); });
+    },
     [self, st](pp_go_atom) { run_pass2(self, *st); },
   };
 }
@@ -323,8 +505,13 @@ struct vocab_state {
   job_config cfg;
   std::vector<std::string> shard_nodes;
   std::set<uint32_t> counted;
+  std::array<uint64_t, pp::sparse_columns> cost{};  // entries per column over the shards
+  std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
+  clock_type::time_point merge_t0;
+  std::array<column_outcome, pp::sparse_columns> columns;
+  std::set<uint32_t> merged;                  // columns reported
+  std::map<uint32_t, uint32_t> merge_threads;  // merging node -> its threads
   bool done = false;
-  kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
 };
 
 void vocab_fail(caf::event_based_actor* self, vocab_state& st, const std::string& why) {
@@ -334,127 +521,31 @@ void vocab_fail(caf::event_based_actor* self, vocab_state& st, const std::string
   self->quit();
 }
 
-void merge_and_broadcast(caf::event_based_actor* self, vocab_state& st) {
-  auto t0 = clock_type::now();
+void finish_merge(caf::event_based_actor* self, vocab_state& st) {
   const auto& cfg = st.cfg;
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.request_timeout_s * 1000));
-  std::vector<caf::actor> shards;
-  for (int i = 0; i < cfg.shards; ++i) {
-    auto a = st.svc->find_actor(shard_actor(i));
-    if (!a) return vocab_fail(self, st, "no actor " + shard_actor(i));
-    shards.push_back(a);
-  }
-  auto who = [&](int i) { return "shard " + std::to_string(i) + " on node '" + st.shard_nodes[i] + "'"; };
-  // Columns are independent: as many at a time as the job's parallelism
-  // allows on this node (the free cores when it is 0), each on its own
-  // thread with its own blocking handle. A shard actor still serves one
-  // request at a time.
-  const int in_flight = std::clamp(pp::parallelism_governor(cfg.opt.parallelism, 0).current(), 1, pp::sparse_columns);
-  struct column_outcome {
-    uint64_t distinct = 0, kept = 0;
-    std::string error;
-  };
-  std::array<column_outcome, pp::sparse_columns> outcome;
-  std::atomic<int> next_column{0};
-  std::atomic<bool> failed{false};
-  auto merge_one = [&](int c) -> std::string {
-    caf::scoped_actor blocking{self->system()};
-    // One span per column: the k-way merge (pulling every shard's count
-    // chunks) and the ids sent back.
-    kernels::trace::scope t_column("merge column", st.tk, "column", c + 1);
-    kernels::waits::progress();
-    std::vector<std::unique_ptr<pp::count_stream>> streams;
-    std::vector<pp::count_stream*> raw;
-    for (int i = 0; i < cfg.shards; ++i) {
-      auto fetch = [&, i, c]() -> expected<std::vector<char>> {
-        expected<std::vector<char>> out = make_error(errc::internal, "no reply");
-        blocking->request(shards[i], timeout, pp_pull_atom::value, static_cast<uint32_t>(c),
-                          static_cast<uint64_t>(cfg.chunk_bytes))
-            .receive([&](std::vector<char>& chunk) { out = std::move(chunk); },
-                     [&](caf::error& e) {
-                       out = make_error(errc::timeout, "pulling column " + std::to_string(c) + " counts from " +
-                                                           who(i) + ": " + self->system().render(e));
-                     });
-        return out;
-      };
-      streams.push_back(pp::chunk_stream(fetch, who(i)));
-      raw.push_back(streams.back().get());
-    }
-    auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
-    if (!file) return file.error().message();
-    // Per shard: the id of each of its entries, delta-coded (vocabulary.hpp).
-    std::vector<std::vector<std::vector<char>>> chunks(cfg.shards, std::vector<std::vector<char>>(1));
-    std::vector<int32_t> prev(cfg.shards, -1);
-    auto stats = pp::merge_column_ids(
-        raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); },
-        [&](std::size_t i, int32_t id) {
-          auto& cs = chunks[i];
-          if (cs.back().size() + 5 > cfg.chunk_bytes) cs.emplace_back();
-          pp::append_id(cs.back(), id, prev[i]);
-        });
-    if (!stats) return stats.error().message();
-    if (auto s = file->close(); !s.ok()) return s.message();
-    // One acked chunk at a time per shard (bounded in flight).
-    for (int i = 0; i < cfg.shards; ++i) {
-      for (auto& chunk : chunks[i]) {
-        std::string err;
-        blocking->request(shards[i], timeout, pp_ids_atom::value, static_cast<uint32_t>(c),
-                          static_cast<int32_t>(stats->kept), chunk)
-            .receive([&](bool) {},
-                     [&](caf::error& e) {
-                       err = "sending column " + std::to_string(c) + " ids to " + who(i) + ": " +
-                             self->system().render(e);
-                     });
-        if (!err.empty()) return err;
-      }
-    }
-    outcome[std::size_t(c)].distinct = stats->distinct;
-    outcome[std::size_t(c)].kept = stats->kept;
-    return {};
-  };
-  auto worker = [&] {
-    for (int c; !failed.load() && (c = next_column.fetch_add(1)) < pp::sparse_columns;) {
-      auto& o = outcome[std::size_t(c)];
-      if (st.svc->stopping()) {
-        o.error = "stopped";
-      } else {
-        // At the library boundary: a failed allocation must fail the job, not the node.
-        try {
-          o.error = merge_one(c);
-        } catch (const std::exception& e) {
-          o.error = std::string("merging column C") + std::to_string(c + 1) + ": " + e.what();
-        }
-      }
-      if (!o.error.empty()) failed = true;
-    }
-  };
-  {
-    std::vector<std::thread> helpers;
-    for (int k = 1; k < in_flight; ++k) helpers.emplace_back(worker);
-    worker();
-    for (auto& t : helpers) t.join();
-  }
-  for (auto& o : outcome)
-    if (!o.error.empty()) return vocab_fail(self, st, o.error);
   json_writer w;
   w.begin_object().key("columns").begin_array();
   uint64_t kept_total = 0, distinct_total = 0;
   for (int c = 0; c < pp::sparse_columns; ++c) {
-    const auto& o = outcome[std::size_t(c)];
+    const auto& o = st.columns[std::size_t(c)];
     w.begin_object().field("column", "C" + std::to_string(c + 1)).field("distinct", o.distinct);
-    w.field("kept", o.kept).field("oov_id", o.kept).end_object();
+    w.field("kept", o.kept).field("oov_id", o.kept).field("node", st.shard_nodes[std::size_t(st.merger[std::size_t(c)])]);
+    w.end_object();
     kept_total += o.kept;
     distinct_total += o.distinct;
   }
   w.end_array();
-  double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  double secs = std::chrono::duration<double>(clock_type::now() - st.merge_t0).count();
+  uint64_t threads = 0;
+  for (auto& [node, t] : st.merge_threads) threads += t;
   w.field("kept", kept_total).field("distinct", distinct_total).field("merge_seconds", secs);
-  w.field("merge_threads", int64_t{in_flight});
+  w.field("merge_threads", threads).field("merge_nodes", static_cast<uint64_t>(st.merge_threads.size()));
   w.end_object();
-  for (auto& a : shards) self->send(a, pp_go_atom::value);
-  log_info("vocabularies merged from " + std::to_string(cfg.shards) + " shards: " +
-           std::to_string(kept_total) + " kept of " + std::to_string(distinct_total) + " distinct strings (" +
-           std::to_string(secs).substr(0, 5) + " s)");
+  for (int i = 0; i < cfg.shards; ++i)
+    if (auto a = st.svc->find_actor(shard_actor(i))) self->send(a, pp_go_atom::value);
+  log_info("vocabularies merged from " + std::to_string(cfg.shards) + " shards on " +
+           std::to_string(st.merge_threads.size()) + " node(s): " + std::to_string(kept_total) + " kept of " +
+           std::to_string(distinct_total) + " distinct strings (" + std::to_string(secs).substr(0, 5) + " s)");
   st.done = true;
   st.svc->report_done(st.me, true, "merged " + std::to_string(kept_total) + " vocabulary entries", w.str());
   self->quit();
@@ -465,7 +556,6 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   st->svc = env.services;
   st->me = env.spec.name;
   st->cfg = config_of(env.cluster);
-  st->tk = kernels::trace::track(st->me);
   for (auto& n : env.cluster.nodes) st->shard_nodes.push_back(n.name);
   self->set_default_handler(caf::skip);
   return {
@@ -474,13 +564,39 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       std::error_code ec;
       fs::create_directories(st->cfg.output_dir, ec);
     },
-    [self, st](pp_counted_atom, uint32_t shard_index, uint64_t rows) {
+    [self, st](pp_counted_atom, uint32_t shard_index, uint64_t rows, const std::vector<char>& sizes) {
       (void)rows;
-      if (shard_index >= static_cast<uint32_t>(st->cfg.shards))
-        return vocab_fail(self, *st, "count report from unknown shard " + std::to_string(shard_index));
-      st->counted.insert(shard_index);
-      if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) merge_and_broadcast(self, *st);
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8)
+        return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index));
+      if (!st->counted.insert(shard_index).second) return;
+      for (int c = 0; c < pp::sparse_columns; ++c) {
+        uint64_t n;
+        std::memcpy(&n, sizes.data() + 8 * c, 8);
+        st->cost[std::size_t(c)] += n;
+      }
+      if (st->counted.size() != static_cast<std::size_t>(st->cfg.shards)) return;
+      st->merge_t0 = clock_type::now();
+      st->merger = pp::assign_merge_columns(st->cost, st->cfg.shards);
+      std::vector<uint32_t> mask(static_cast<std::size_t>(st->cfg.shards), 0);
+      for (int c = 0; c < pp::sparse_columns; ++c) mask[std::size_t(st->merger[std::size_t(c)])] |= 1u << c;
+      for (int i = 0; i < st->cfg.shards; ++i) {
+        if (mask[std::size_t(i)] == 0) continue;
+        auto a = st->svc->find_actor(shard_actor(i));
+        if (!a) return vocab_fail(self, *st, "no actor " + shard_actor(i));
+        self->send(a, pp_merge_atom::value, mask[std::size_t(i)]);
+      }
     },
+    [self, st](pp_column_atom, uint32_t column, uint64_t distinct, uint64_t kept, uint32_t node, uint32_t threads) {
+      if (column >= static_cast<uint32_t>(pp::sparse_columns) || st->merger[column] != static_cast<int>(node))
+        return vocab_fail(self, *st, "column report C" + std::to_string(column + 1) + " from node index " +
+                                         std::to_string(node) + ", which does not merge it");
+      st->columns[column].distinct = distinct;
+      st->columns[column].kept = kept;
+      st->merged.insert(column);
+      st->merge_threads[node] = threads;
+      if (st->merged.size() == static_cast<std::size_t>(pp::sparse_columns)) finish_merge(self, *st);
+    },
+    [self, st](pp_merge_fail_atom, const std::string& why) { vocab_fail(self, *st, why); },
   };
 }
 

@@ -729,6 +729,10 @@ void shard_counts::add_column_ids(int c, const int32_t* ids, std::size_t n) {
   impl_->ids[c].ids.insert(impl_->ids[c].ids.end(), ids, ids + n);
 }
 
+uint64_t shard_counts::column_size(int c) const {
+  return impl_ && c >= 0 && c < sparse_columns ? impl_->next_local[std::size_t(c)] : 0;
+}
+
 void shard_counts::set_oov_id(int c, int32_t oov_id) { impl_->ids[c].oov = oov_id; }
 
 namespace {

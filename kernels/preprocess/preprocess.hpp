@@ -115,6 +115,10 @@ public:
   void add_column_ids(int c, const int32_t* ids, std::size_t n);
   void set_oov_id(int c, int32_t oov_id);
 
+  // Distinct strings of column c in this shard (its stream's length, within
+  // the local ids of spilled runs): what merging the column costs.
+  uint64_t column_size(int c) const;
+
   uint64_t rows = 0;         // good lines counted
   uint64_t spills = 0;       // run files written
   uint64_t peak_table_bytes = 0;

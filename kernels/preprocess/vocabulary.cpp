@@ -6,6 +6,22 @@
 
 namespace hetflow::kernels::preprocess {
 
+std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, sparse_columns>& cost, int nodes) {
+  std::array<int, sparse_columns> order{}, node{};
+  for (int c = 0; c < sparse_columns; ++c) order[std::size_t(c)] = c;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return cost[std::size_t(a)] > cost[std::size_t(b)]; });
+  std::vector<uint64_t> load(static_cast<std::size_t>(std::max(nodes, 1)), 0);
+  for (int c : order) {
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < load.size(); ++k)
+      if (load[k] < load[best]) best = k;
+    node[std::size_t(c)] = static_cast<int>(best);
+    load[best] += cost[std::size_t(c)] + 1;  // + 1: empty columns spread too
+  }
+  return node;
+}
+
 std::string vocab_file_name(int column) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "vocab-%02d.tsv", column);

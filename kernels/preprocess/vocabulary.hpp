@@ -198,6 +198,12 @@ void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept);
 // Appends a chunk's ids to `out`; false if it is corrupt.
 bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<int32_t>& out);
 
+// Which node merges each column: longest first onto the node with the least
+// work so far (ties: the lower column, the lower node), so one node with the
+// big columns does not hold up the rest. cost[c] = column c's entries over
+// every shard; nodes >= 1. The same inputs give the same plan on every node.
+std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, sparse_columns>& cost, int nodes);
+
 std::string vocab_file_name(int column);  // "vocab-00.tsv" .. "vocab-25.tsv"
 
 // Kept strings in id order as wire chunks: records `u16 length | bytes`.

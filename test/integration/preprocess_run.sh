@@ -43,7 +43,10 @@ for mode in vocab hash; do
     for c in $(seq -w 0 25); do
       cmp -s "$S/$mode-1-out/vocab-$c.tsv" "$S/$mode-2-out/vocab-$c.tsv" || fail "vocab-$c.tsv differs"
     done
-    grep -q "vocabularies merged from 2 shards" "$S/$mode-2.log" || { cat "$S/$mode-2.log"; fail "merge line"; }
+    grep -q "vocabularies merged from 2 shards on 2 node(s)" "$S/$mode-2.log" || { cat "$S/$mode-2.log"; fail "merge line"; }
+    # Both nodes merged columns (pp_vocab spreads them by size).
+    json_get "$S/$mode-2.json" 'd["vocabulary"]["merge_nodes"] == 2 and {c["node"] for c in d["vocabulary"]["columns"]} == {"n0", "n1"}' |
+      grep -q True || { cat "$S/$mode-2.json"; fail "vocab: the merge was not spread over both nodes"; }
   fi
   grep -Eq "rows/s \| parallelism [0-9]+ \| rss [0-9]+ MiB" "$S/$mode-2.log" ||
     { cat "$S/$mode-2.log"; fail "$mode: no progress line"; }
@@ -51,6 +54,19 @@ for mode in vocab hash; do
     grep -q True || { cat "$S/$mode-2.json"; fail "$mode: report"; }
   pass "$mode: 2 nodes == 1 node byte for byte; report $(json_get "$S/$mode-2.json" 'int(d["rows_per_s"])') rows/s"
 done
+
+# 3 nodes (26 columns do not divide by 3): the same bytes again, and every
+# node merges some of the columns.
+run vocab-3 3 7985 'categorical = { mode = "vocab", min_count = 3 }' 'chunk_bytes = "64KiB"' ||
+  { cat "$S/vocab-3.log"; fail "vocab: 3-node run"; }
+cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/vocab-3-out"/part-*.bin) ||
+  fail "vocab: 3-node records differ from the 1-node run"
+for c in $(seq -w 0 25); do
+  cmp -s "$S/vocab-1-out/vocab-$c.tsv" "$S/vocab-3-out/vocab-$c.tsv" || fail "3 nodes: vocab-$c.tsv differs"
+done
+json_get "$S/vocab-3.json" 'd["vocabulary"]["merge_nodes"] == 3 and {c["node"] for c in d["vocabulary"]["columns"]} == {"n0", "n1", "n2"}' |
+  grep -q True || { cat "$S/vocab-3.json"; fail "vocab, 3 nodes: the merge was not spread over the nodes"; }
+pass "vocab: 3 nodes == 1 node byte for byte, the columns merged on all 3"
 
 # A tiny memory cap: the count tables spill to disk, the output is the same.
 run vocab-spill 2 7920 'categorical = { mode = "vocab", min_count = 3 }' 'memory_cap = "1MiB"' ||

@@ -122,8 +122,8 @@ timeout 180 "$HETFLOW" run "$S/pre.toml" --trace "$S/pre.json" >"$S/pre.out" 2>&
 check_trace "$S/pre.json" 0,1 'names["pass 1: count"] == 2' 'names["pass 2: apply"] == 2' \
   'names["count segment"] >= 2' 'names["apply segment"] >= 2' 'names["merge column"] == 26' \
   'names["wait: vocabularies"] == 2' \
-  '{"pp_shard_0", "pp_shard_1", "pp_vocab"} <= threads' || { cat "$S/pre.out"; fail "preprocess trace"; }
-pass "preprocess, 2 shards: passes, segments, the vocabulary merge and the waits for it"
+  '{"pp_shard_0", "pp_shard_1", "pp_merge_0", "pp_merge_1"} <= threads' || { cat "$S/pre.out"; fail "preprocess trace"; }
+pass "preprocess, 2 shards: passes, segments, the vocabulary merge on both nodes and the waits for it"
 
 # --- 5. a failed job ----------------------------------------------------------------------------------
 # A stream shard duplicates a row of its first batch: the exactly-once check

@@ -911,6 +911,42 @@ BOOST_AUTO_TEST_CASE(merge_tells_each_input_the_ids_of_its_entries) {
   BOOST_CHECK(!pp::decode_ids(std::vector<char>{char(0xff), char(0xff), char(0xff), char(0xff), char(0xff), 1}, p, back));
 }
 
+BOOST_AUTO_TEST_CASE(merge_columns_are_spread_by_size) {
+  // Criteo-like: a few big columns and many small ones.
+  std::array<uint64_t, pp::sparse_columns> cost{};
+  for (int c = 0; c < pp::sparse_columns; ++c) cost[std::size_t(c)] = 100 + c;
+  cost[2] = 900000;
+  cost[4] = 800000;
+  cost[11] = 700000;
+  cost[20] = 600000;
+  for (int nodes : {1, 2, 3, 4, 26, 30}) {
+    auto a = pp::assign_merge_columns(cost, nodes);
+    std::vector<uint64_t> load(std::size_t(nodes), 0);
+    uint64_t total = 0, biggest = 0;
+    for (int c = 0; c < pp::sparse_columns; ++c) {
+      BOOST_REQUIRE(a[std::size_t(c)] >= 0 && a[std::size_t(c)] < nodes);
+      load[std::size_t(a[std::size_t(c)])] += cost[std::size_t(c)];
+      total += cost[std::size_t(c)];
+      biggest = std::max(biggest, cost[std::size_t(c)]);
+    }
+    // Longest-first: no node carries more than the even share plus the
+    // biggest column.
+    const uint64_t worst = *std::max_element(load.begin(), load.end());
+    BOOST_TEST_CONTEXT("nodes " << nodes) {
+      BOOST_CHECK_LE(worst, total / uint64_t(nodes) + biggest);
+      if (nodes == 2) BOOST_CHECK_LT(worst, total * 6 / 10);  // (c mod 2 would give node 0 columns 2, 4 and 20: 77%)
+      if (nodes >= 4) {  // each big column on its own node
+        std::set<int> big{a[2], a[4], a[11], a[20]};
+        BOOST_CHECK_EQUAL(big.size(), 4u);
+      }
+      int used = 0;
+      for (auto l : load) used += l > 0;
+      BOOST_CHECK_EQUAL(used, std::min(nodes, pp::sparse_columns));  // every node merges when it can
+    }
+    BOOST_CHECK(a == pp::assign_merge_columns(cost, nodes));  // deterministic
+  }
+}
+
 BOOST_AUTO_TEST_CASE(range_reducer_is_the_modulo) {
   uint64_t x = 12345;
   auto next = [&] {
