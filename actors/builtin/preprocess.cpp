@@ -160,6 +160,11 @@ struct merge_plan {
   std::vector<std::string> shard_nodes;
   caf::actor vocab;
   std::shared_ptr<node_services> svc;
+  // This node's shard's counts, read directly (no chunks, no messages). Safe
+  // beside the shard actor: a column is merged by one merger only, and the
+  // shard's own handlers touch only the other columns' streams and ids; the
+  // shard joins the merger before it drops its counts.
+  pp::shard_counts* local = nullptr;
 };
 
 struct column_outcome {
@@ -182,6 +187,11 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
   std::vector<std::unique_ptr<pp::count_stream>> streams;
   std::vector<pp::count_stream*> raw;
   for (int i = 0; i < cfg.shards; ++i) {
+    if (i == p.index && p.local) {
+      streams.push_back(p.local->column_stream(c));
+      raw.push_back(streams.back().get());
+      continue;
+    }
     auto fetch = [&, i, c]() -> expected<std::vector<char>> {
       expected<std::vector<char>> r = make_error(errc::internal, "no reply");
       blocking->request(p.shards[i], timeout, pp_pull_atom::value, static_cast<uint32_t>(c),
@@ -201,17 +211,27 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
   // Per shard: the id of each of its entries, delta-coded (vocabulary.hpp).
   std::vector<std::vector<std::vector<char>>> chunks(cfg.shards, std::vector<std::vector<char>>(1));
   std::vector<int32_t> prev(cfg.shards, -1);
+  std::vector<int32_t> local_ids;  // this node's shard: plain ids
   auto stats = pp::merge_column_ids(
       raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); },
       [&](std::size_t i, int32_t id) {
+        if (static_cast<int>(i) == p.index && p.local) {
+          local_ids.push_back(id);
+          return;
+        }
         auto& cs = chunks[i];
         if (cs.back().size() + 5 > cfg.chunk_bytes) cs.emplace_back();
         pp::append_id(cs.back(), id, prev[i]);
       });
   if (!stats) return stats.error().message();
   if (auto s = file->close(); !s.ok()) return s.message();
-  // One acked chunk at a time per shard (bounded in flight).
+  if (p.local) {
+    p.local->add_column_ids(c, local_ids.data(), local_ids.size());
+    p.local->set_oov_id(c, static_cast<int32_t>(stats->kept));
+  }
+  // One acked chunk at a time per other shard (bounded in flight).
   for (int i = 0; i < cfg.shards; ++i) {
+    if (i == p.index && p.local) continue;
     for (auto& chunk : chunks[i]) {
       std::string err;
       blocking->request(p.shards[i], timeout, pp_ids_atom::value, static_cast<uint32_t>(c),
@@ -478,6 +498,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       p.cfg = st->cfg;
       p.index = st->index;
       p.columns = columns;
+      p.local = st->counts ? &*st->counts : nullptr;
       p.svc = st->svc;
       p.vocab = st->svc->find_actor(vocab_actor);
       if (!p.vocab) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
