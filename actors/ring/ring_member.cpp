@@ -174,6 +174,9 @@ struct active_collective {
   // started and when this member last finished handling a chunk.
   int64_t started_us = 0;
   int64_t progress_us = 0;
+  // The watchdog's view (kernels/waits.hpp): whom this member waits on while
+  // the collective runs; ends with it.
+  std::optional<kernels::waits::scope> wait;
 };
 
 struct member_state : job_actor_state {
@@ -410,6 +413,15 @@ void start_collective(member_actor* self, const bucket& b) {
   if (kernels::trace::enabled()) a.started_us = a.progress_us = kernels::trace::now_us();
   if (st.total < 2 || a.len == 0) return finish_collective(self);  // sum / average of one: as is
   uint64_t id = a.id;
+  {
+    std::string on = !st.hier       ? who(st, st.left)
+                     : !st.leader   ? who(st, st.leader_name) + ", its host's leader"
+                     : st.locals.empty() ? who(st, st.left)
+                                    : "its host's members and " + who(st, st.left);
+    a.wait.emplace(st.me, std::move(on),
+                   "the chunks of collective " + std::to_string(id) + " (" + std::to_string(a.len) + " " +
+                       to_string(a.type) + " elements)");
+  }
   if (!st.hier) {
     a.expected = setup_ring(st, a);
     a.ring_started = true;

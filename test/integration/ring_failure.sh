@@ -15,6 +15,8 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
   write_topology "$topo" "$base" "$nodes" auto 'kind = "ring_check"' 'rounds = 1000000' \
     'lengths = [300000]' 'dtypes = ["f32"]' 'ops = ["sum"]' 'chunk_bytes = "64KiB"' "$@"
   [[ ${RC_TWO_HOSTS:-0} == 1 ]] && sed -i -E '/^name = "n[23]"$/,/^port/ s/^host = "127.0.0.1"$/host = "127.0.0.2"/' "$topo"
+  # RC_WATCHDOG=D: [cluster] watchdog = D (shorter than the 2 s collective timeout)
+  [[ -n ${RC_WATCHDOG:-} ]] && sed -i "s/^connection_timeout = \(.*\)$/connection_timeout = \1\nwatchdog = \"$RC_WATCHDOG\"/" "$topo"
   local i
   start_nodes "$topo" "$nodes"
   local pids=("${NODE_PIDS[@]}")
@@ -47,7 +49,11 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
 
 run_case kill 8210 1 "n1"
 run_case die 8220 2 "ring2" 'drill_member = "ring2"' 'drill = "die"' 'drill_after = 200'
-run_case stall 8230 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' 'drill_after = 200'
+RC_WATCHDOG=1s run_case stall 8230 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' 'drill_after = 200'
+# Before the timeout, ring2's node logged whom ring2 waits on: its left, the stalled ring1.
+grep -q "watchdog: no progress on node 'n2'.*ring2 waits on ring member 'ring1' (node 'n1') for the chunks of collective" \
+  "$HETFLOW_SCRATCH/stall.toml.n2.log" || { cat "$HETFLOW_SCRATCH/stall.toml.n2.log"; fail "stall: n2's watchdog did not name ring1"; }
+pass "stall: n2's watchdog named ring1 before the collective timed out"
 # Hierarchical ring (2 hosts x 2 members): a stalled local member (ring3, not
 # its host's leader) is probed by its leader and named.
 RC_NODES=4 RC_TWO_HOSTS=1 run_case stall-hier 8240 3 "ring3" 'drill_member = "ring3"' 'drill = "stall"' \
