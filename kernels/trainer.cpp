@@ -442,6 +442,95 @@ private:
   double sum_seconds_ = 0.0;
 };
 
+// The tensors of an epoch checkpoint: parameters, model state (batch norm
+// statistics), then the optimizer's state (none before its first step).
+std::vector<checkpoint_tensor> checkpoint_tensors(model& m, optimizer& opt, int64_t& optimizer_state) {
+  std::vector<checkpoint_tensor> v;
+  for (parameter* p : m.parameters()) v.push_back({p->name, &p->value});
+  for (state_tensor* s : m.state()) v.push_back({s->name, &s->value});
+  auto st = opt.steps() > 0 ? opt.state() : std::vector<state_tensor*>{};
+  optimizer_state = int64_t(st.size());
+  for (state_tensor* s : st) v.push_back({s->name, &s->value});
+  return v;
+}
+
+status save_epoch_checkpoint(const train_config& c, model& m, optimizer& opt, int epochs_done) {
+  trace::scope t("checkpoint", trace::current_track(), "epoch", epochs_done);
+  int64_t optimizer_state = 0;
+  auto v = checkpoint_tensors(m, opt, optimizer_state);
+  return c.checkpoints->save(epochs_done, opt.steps(), v, optimizer_state);
+}
+
+// --resume: the epochs done of the newest checkpoint (with a group: the
+// newest every replica has) restored into m and opt; 0 when there is none.
+expected<int> restore_epoch_checkpoint(const train_config& c, model& m, optimizer& opt,
+                                       std::span<parameter* const> params) {
+  std::vector<int> have;
+  for (int l : c.checkpoints->labels())
+    if (l >= 1 && l <= c.epochs) have.push_back(l);
+  int label = have.empty() ? 0 : have.back();
+  if (c.group && c.group->size() > 1) {
+    // flags[l] summed over the replicas: l is common when it reaches size().
+    std::vector<float> flags(std::size_t(c.epochs) + 1, 0.0f);
+    for (int l : have) flags[std::size_t(l)] = 1.0f;
+    std::span<float> all(flags);
+    HF_RETURN_IF_ERROR(c.group->sum(std::span<const std::span<float>>(&all, 1)));
+    label = 0;
+    for (int l = c.epochs; l >= 1 && label == 0; --l)
+      if (flags[std::size_t(l)] == float(c.group->size())) label = l;
+  }
+  if (label == 0) return 0;
+  const std::string where = c.checkpoints->describe(label);
+  HF_ASSIGN_OR_RETURN(epoch_checkpoint ck, c.checkpoints->load(label));
+  std::vector<parameter*> ps = m.parameters();
+  std::vector<state_tensor*> states = m.state();
+  const std::size_t nm = ps.size() + states.size();
+  if (ck.tensors.size() != ck.names.size() || ck.optimizer_state < 0 ||
+      ck.tensors.size() != nm + std::size_t(ck.optimizer_state))
+    return make_error(errc::invalid_argument, where + ": holds " + std::to_string(ck.tensors.size()) +
+                                                  " tensors; " + c.model + " has " + std::to_string(nm) +
+                                                  " (+ the optimizer's): not a checkpoint of this model");
+  auto target = [&](std::size_t i) -> tensor& { return i < ps.size() ? ps[i]->value : states[i - ps.size()]->value; };
+  auto name_of = [&](std::size_t i) -> const std::string& {
+    return i < ps.size() ? ps[i]->name : states[i - ps.size()]->name;
+  };
+  for (std::size_t i = 0; i < nm; ++i)
+    if (ck.names[i] != name_of(i) || !(ck.tensors[i].shape() == target(i).shape()))
+      return make_error(errc::invalid_argument, where + ": tensor " + std::to_string(i) + " is " + ck.names[i] + " " +
+                                                    ck.tensors[i].shape().to_string() + ", the model has " +
+                                                    name_of(i) + " " + target(i).shape().to_string() +
+                                                    " (the model or its options changed since the checkpoint)");
+  // The optimizer makes its state on its first step: prime it with steps of
+  // zero gradient at lr 0 (weights unchanged; Adam: as many as the
+  // checkpoint's, for its bias correction), then overwrite the state (as the
+  // PS shards do; kernels::optimizer has no set_state()).
+  if (ck.optimizer_steps > 0 && ck.optimizer_state > 0) {
+    for (parameter* p : ps)
+      if (p->sparse)
+        p->sparse_grad = {};
+      else
+        p->grad = tensor::zeros(p->value.shape());
+    const int64_t primes = c.optimizer.kind == optimizer_kind::adam ? ck.optimizer_steps : 1;
+    for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt.step(params, 0.0));
+    auto st = opt.state();
+    if (int64_t(st.size()) != ck.optimizer_state)
+      return make_error(errc::invalid_argument, where + ": " + std::to_string(ck.optimizer_state) +
+                                                    " optimizer state tensors, this optimizer has " +
+                                                    std::to_string(st.size()) + " (optimizer changed?)");
+    for (std::size_t i = 0; i < st.size(); ++i) {
+      const tensor& t = ck.tensors[nm + i];
+      if (!(t.shape() == st[i]->value.shape()))
+        return make_error(errc::invalid_argument, where + ": optimizer state " + ck.names[nm + i] + " has shape " +
+                                                      t.shape().to_string() + ", here " +
+                                                      st[i]->value.shape().to_string());
+      std::copy(t.f32(), t.f32() + t.numel(), st[i]->value.f32());
+    }
+  }
+  for (std::size_t i = 0; i < nm; ++i) std::copy(ck.tensors[i].f32(), ck.tensors[i].f32() + ck.tensors[i].numel(), target(i).f32());
+  for (parameter* p : ps) ++p->version;
+  return label;
+}
+
 expected<train_report> run(const train_config& c, const progress_callback& progress, model& m,
                            batch_source& source, const image_dataset& test, clock_type::time_point t_start) {
   device_steps dev(m);
@@ -496,9 +585,17 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(dp.update_speeds(3 * count, secs));
   }
 
+  if (c.checkpoints && m.where().kind != device_kind::cpu)
+    return make_error(errc::unsupported, "train: checkpoints (checkpoint_dir) are for cpu models only for now");
+  int first_epoch = 0;
+  if (c.checkpoints && c.resume) {
+    HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, m, *opt, params));
+    rep.resumed_epochs = first_epoch;
+  }
+
   train_history history;
   const auto t_loop = clock_type::now();
-  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < c.epochs; ++epoch) {
     HF_RETURN_IF_ERROR(source.begin_epoch(epoch));
     epoch_report er;
     er.epoch = epoch + 1;
@@ -612,6 +709,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       er.test_logloss = em.logloss;
       er.test_auc = em.auc;
     }
+    if (c.checkpoints) HF_RETURN_IF_ERROR(save_epoch_checkpoint(c, m, *opt, epoch + 1));
     rep.epochs.push_back(er);
     if (c.on_epoch) c.on_epoch(rep.epochs.back());
   }

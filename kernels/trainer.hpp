@@ -67,6 +67,35 @@ public:
   status sum(std::span<const std::span<float>> tensors) { return start_sum(tensors).get(); }
 };
 
+// Epoch checkpoints of a training run (cpu models): what the loop saves
+// after each epoch and restores with train_config::resume. The actors keep
+// them as PS-format checkpoint files (actors/ps/ps_checkpoint.hpp); tests
+// may keep them in memory.
+struct checkpoint_tensor {
+  std::string name;
+  const tensor* value = nullptr;
+};
+struct epoch_checkpoint {
+  int epochs_done = 0;
+  int64_t optimizer_steps = 0;
+  int64_t optimizer_state = 0;     // the last optimizer_state tensors are the optimizer's
+  std::vector<std::string> names;  // parameters, model state (batch norm), optimizer state
+  std::vector<tensor> tensors;
+};
+class epoch_checkpoints {
+public:
+  virtual ~epoch_checkpoints() = default;
+  // Stores the state after `epochs_done` epochs, durably (a crash leaves the
+  // previous checkpoints intact).
+  virtual status save(int epochs_done, int64_t optimizer_steps, const std::vector<checkpoint_tensor>& tensors,
+                      int64_t optimizer_state) = 0;
+  // Epochs done of the checkpoints kept here that read back whole, ascending.
+  virtual std::vector<int> labels() const = 0;
+  virtual expected<epoch_checkpoint> load(int epochs_done) const = 0;
+  // What to call checkpoint `epochs_done` in messages (a path).
+  virtual std::string describe(int epochs_done) const = 0;
+};
+
 struct dataset_config {
   dataset_kind kind = dataset_kind::fashion_mnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // fashion_mnist
@@ -167,6 +196,14 @@ struct train_config {
   // each started as soon as backward has produced it (last unit first), so
   // the sums overlap the rest of backward.
   int64_t bucket_bytes = int64_t{16} << 20;
+  // Non-null: save a checkpoint after every epoch (every replica its own).
+  std::shared_ptr<epoch_checkpoints> checkpoints;
+  // With checkpoints: start after the newest checkpoint (with a group: the
+  // newest one every replica has; they agree through the group), with its
+  // weights, batch norm statistics and optimizer state; the epochs before it
+  // are not trained again (the report lists the epochs trained in this run).
+  // None: train from the start.
+  bool resume = false;
 };
 
 
@@ -219,6 +256,7 @@ private:
 };
 
 struct train_report {
+  int resumed_epochs = 0;        // epochs restored from a checkpoint (resume)
   std::string model;
   std::string where;             // "cpu", "cuda:0"
   int threads = 0;

@@ -40,6 +40,7 @@
 #include "kernels/waits.hpp"
 #include "kernels/trainer.hpp"
 #include "topology/data_parallel.hpp"
+#include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ps/ps_job.hpp"
 #include "actors/ralp/ralp_job.hpp"
 
@@ -244,8 +245,15 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
     svc.report_done(me, false, r.error().to_string(), {});
     return;
   }
+  if (verbose && c.checkpoints && c.resume)
+    log_info(r->resumed_epochs > 0
+                 ? "resumed after epoch " + std::to_string(r->resumed_epochs) + " from " +
+                       c.checkpoints->describe(r->resumed_epochs) + "; trained epochs " +
+                       std::to_string(r->resumed_epochs + 1) + ".." + std::to_string(c.epochs)
+                 : std::string("--resume: no checkpoint (every replica's) to resume from; trained from the start"));
   json_writer w;
   w.begin_object().field("model", r->model).field("device", r->where);
+  if (c.checkpoints) w.field("resumed_epochs", int64_t{r->resumed_epochs});
   w.field("threads", int64_t{r->threads}).field("parameters", r->parameters);
   w.field("total_seconds", r->total_seconds);
   char checksum[20];
@@ -262,20 +270,34 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
   svc.report_done(me, true, summary, w.str());
 }
 
+// checkpoint_dir (strategies single and dp): epoch checkpoints of this
+// actor (`<me>.ckpt-<epochs>` in the folder) and, with --resume (the job
+// parameter "resume"), the newest one restored before training.
+kernels::train_config with_checkpoints(kernels::train_config c, const topology::settings& p, const std::string& me,
+                                       int rank, int replicas) {
+  const std::string dir = p.get_string("checkpoint_dir", "");
+  if (dir.empty()) return c;
+  c.checkpoints = ps::make_epoch_checkpoints(ps::make_directory_store(dir), me, rank, replicas);
+  c.resume = p.get_bool("resume", false);
+  return c;
+}
+
 // input = "memory": the whole run in train_single.
 caf::behavior trainer(caf::event_based_actor* self, actor_env env) {
   auto svc = env.services;
   std::string me = env.spec.name;
   auto cfg = train_config_of(env.cluster, env.spec.node);
+  const topology::settings env_params = env.cluster.job.params;
   self->set_default_handler(caf::skip);
   return {
-    [self, svc, me, cfg](start_atom) {
+    [self, svc, me, cfg, env_params](start_atom) {
       if (!cfg)
         svc->report_done(me, false, cfg.error().message(), {});
       else
-        run_and_report(*svc, me, *cfg, [](const kernels::train_config& c, const kernels::progress_callback& p) {
-          return kernels::train_single(c, p);
-        });
+        run_and_report(*svc, me, with_checkpoints(*cfg, env_params, me, 0, 1),
+                       [](const kernels::train_config& c, const kernels::progress_callback& p) {
+                         return kernels::train_single(c, p);
+                       });
       self->quit();
     },
   };
@@ -353,9 +375,10 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   auto cfg = train_config_of(env.cluster, env.spec.node, std::size_t(args.get_int("device", 0)));
   const bool measured = env.cluster.job.params.get_string("dp_split", "measured") == "measured";
   const int64_t bucket_bytes = env.cluster.job.params.get_int("bucket_bytes", int64_t{16} << 20);
+  const topology::settings env_params = env.cluster.job.params;
   self->set_default_handler(caf::skip);
   return {
-    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes](start_atom) {
+    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes, env_params](start_atom) {
       caf::actor member = svc->find_actor(member_name);
       if (!cfg) {
         svc->report_done(me, false, cfg.error().message(), {});
@@ -363,7 +386,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
         svc->report_done(me, false, "ring member '" + member_name + "' is not running", {});
       } else {
         ring_group group(member, rank, replicas);
-        kernels::train_config c = *cfg;
+        kernels::train_config c = with_checkpoints(*cfg, env_params, me, rank, replicas);
         c.group = &group;
         c.measured_split = measured;
         c.split = [](int64_t rows, std::span<const double> speeds) { return topology::split_rows(rows, speeds); };
@@ -666,6 +689,18 @@ void add_train(registry& reg) {
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
         const bool stream = c.job.params.get_string("input", "memory") == "stream";
         HF_RETURN_IF_ERROR(check_dataset_keys(c));
+        {
+          const std::string s = c.job.params.get_string("strategy", "single");
+          if (!c.job.params.get_string("checkpoint_dir", "").empty() && (s == "ralp" || (s == "single" && stream)))
+            return make_error(errc::unsupported,
+                              "[job] checkpoint_dir: strategy = \"" + s + "\"" +
+                                  (stream ? " with input = \"stream\"" : "") +
+                                  " does not checkpoint yet (ps, dp and single with input = \"memory\" do)");
+          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps")
+            return make_error(errc::invalid_argument,
+                              "[job] checkpoint_every counts ps clocks; strategy = \"" + s +
+                                  "\" checkpoints after every epoch (set checkpoint_dir only)");
+        }
         if (c.job.params.get_string("strategy", "single") == "ps") return ps_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "ralp") return ralp_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "dp") {

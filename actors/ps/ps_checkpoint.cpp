@@ -326,4 +326,69 @@ expected<loaded_checkpoint> decode_checkpoint(const wire_buffer_ref& buf, const 
 }
 }  // namespace
 
+namespace {
+
+class epoch_checkpoint_files final : public kernels::epoch_checkpoints {
+public:
+  epoch_checkpoint_files(std::shared_ptr<checkpoint_store> store, std::string actor, int rank, int replicas, int keep)
+      : store_(std::move(store)), actor_(std::move(actor)), rank_(rank), replicas_(replicas), keep_(keep) {}
+
+  status save(int epochs_done, int64_t optimizer_steps, const std::vector<kernels::checkpoint_tensor>& tensors,
+              int64_t optimizer_state) override {
+    checkpoint_meta meta;
+    meta.shard_name = actor_;
+    meta.shard = rank_;
+    meta.shards = replicas_;
+    meta.label = epochs_done;
+    meta.clocks = {epochs_done};
+    meta.optimizer_steps = optimizer_steps;
+    meta.state_tensors = optimizer_state;
+    std::vector<named_tensor> v;
+    for (const auto& t : tensors) v.push_back({t.name, t.value});
+    return write_checkpoint(*store_, meta, v, keep_);
+  }
+
+  std::vector<int> labels() const override {
+    std::vector<int> out;
+    for (int64_t l : list_checkpoints(*store_, actor_))
+      if (l >= 1 && l <= INT32_MAX && read_checkpoint(*store_, actor_, l)) out.push_back(int(l));
+    return out;
+  }
+
+  expected<kernels::epoch_checkpoint> load(int epochs_done) const override {
+    HF_ASSIGN_OR_RETURN(loaded_checkpoint ck, read_checkpoint(*store_, actor_, epochs_done));
+    const auto& m = ck.meta;
+    if (m.shard_name != actor_ || m.shard != rank_ || m.shards != replicas_)
+      return make_error(errc::invalid_argument, describe(epochs_done) + ": written by " + m.shard_name + ", replica " +
+                                                    std::to_string(m.shard) + " of " + std::to_string(m.shards) +
+                                                    "; this is " + actor_ + ", replica " + std::to_string(rank_) +
+                                                    " of " + std::to_string(replicas_) +
+                                                    " (the topology changed since the checkpoint)");
+    kernels::epoch_checkpoint out;
+    out.epochs_done = epochs_done;
+    out.optimizer_steps = m.optimizer_steps;
+    out.optimizer_state = m.state_tensors;
+    out.names = std::move(ck.names);
+    out.tensors = std::move(ck.tensors);
+    return out;
+  }
+
+  std::string describe(int epochs_done) const override {
+    return store_->describe(checkpoint_name(actor_, epochs_done));
+  }
+
+private:
+  std::shared_ptr<checkpoint_store> store_;
+  std::string actor_;
+  int rank_, replicas_, keep_;
+};
+
+}  // namespace
+
+std::shared_ptr<kernels::epoch_checkpoints> make_epoch_checkpoints(std::shared_ptr<checkpoint_store> store,
+                                                                   std::string actor, int rank, int replicas,
+                                                                   int keep) {
+  return std::make_shared<epoch_checkpoint_files>(std::move(store), std::move(actor), rank, replicas, keep);
+}
+
 }  // namespace hetflow::ps

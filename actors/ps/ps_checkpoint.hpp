@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kernels/tensor.hpp"
+#include "kernels/trainer.hpp"
 #include "schemas/error.hpp"
 #include "schemas/wire_buffer.hpp"
 
@@ -121,5 +122,14 @@ std::vector<int64_t> list_checkpoints(const checkpoint_store& store, const std::
 // The newest label present in every shard's list (what --resume restores);
 // -1 when there is none (or no lists).
 int64_t newest_common_label(const std::vector<std::vector<int64_t>>& per_shard);
+
+// Epoch checkpoints of strategies single and dp (kernels::epoch_checkpoints)
+// as files of this format: name `<actor>.ckpt-<epochs done>`, shard = the
+// replica's rank of `replicas`, clocks = {epochs done}, state = the
+// optimizer's tensors (parameters and batch norm statistics before them).
+// Every replica keeps its own (identical) files, so no storage is shared.
+std::shared_ptr<kernels::epoch_checkpoints> make_epoch_checkpoints(std::shared_ptr<checkpoint_store> store,
+                                                                   std::string actor, int rank, int replicas,
+                                                                   int keep = 3);
 
 }  // namespace hetflow::ps

@@ -40,8 +40,9 @@ void add_train_keys(topology::type_spec& job) {
       "ps: each shard writes a checkpoint when the global clock reaches a multiple of this (0: only at the end)", 0.0,
       1e9);
   key("checkpoint_dir", key_type::string, std::string(""),
-      "ps: folder of the shards' checkpoints (empty: no checkpoints); `hetflow run FILE --resume` continues from "
-      "the newest one complete on every shard");
+      "folder of checkpoints (empty: none). ps: the shards' (see checkpoint_every); dp and single (input "
+      "memory): every replica's after each epoch. `hetflow run FILE --resume` continues from the newest one "
+      "complete on every shard / replica");
   key("ps_drill_worker", key_type::integer, int64_t{-1},
       "tests only: this worker sleeps ps_drill_delay before its step at clock ps_drill_clock (-1: none)", -1.0, 1e6);
   key("ps_drill_clock", key_type::integer, int64_t{1}, "tests only: see ps_drill_worker", 0.0, 1e12);

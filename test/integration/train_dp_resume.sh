@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Epoch checkpoints and --resume of strategies "dp" and "single" (issue 9):
+#  - an uninterrupted dp run (2 processes) writes every replica's checkpoint
+#    after each epoch;
+#  - the same job with one node SIGKILLed mid-epoch 2 stops non-zero naming
+#    the node; --resume continues after epoch 1 (the newest checkpoint every
+#    replica has), trains epochs 2 and 3 with every training row once each,
+#    and ends with the uninterrupted run's weights, bit for bit;
+#  - strategy single resumes the same way; --resume with no checkpoint
+#    trains from the start and says so; keys that do not apply are refused.
+source "$(dirname "$0")/lib.sh"
+S=$HETFLOW_SCRATCH
+
+one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$1"; }
+
+job=('kind = "train"' 'model = "mlp"' 'dataset = "synthetic"' 'input_shape = [1, 12, 12]' 'classes = 5'
+  'train_size = 20000' 'test_size = 256' 'batch_size = 32' 'lr = 0.02' 'momentum = 0.9')
+dp=('strategy = "dp"' 'dp_split = "equal"')  # measured splits would differ between runs
+
+full="$S/full.toml"
+write_topology "$full" 8760 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-full\""
+one_thread "$full"
+timeout 300 "$HETFLOW" run "$full" --report "$full.json" >"$full.out" 2>&1 || { cat "$full.out"; fail "uninterrupted run failed"; }
+want=$(json_get "$full.json" 'd["weights_checksum"]')
+for r in 0 1; do
+  for e in 1 2 3; do
+    [[ -f "$S/ck-full/replica$r.ckpt-00000000000$e" ]] || { ls "$S/ck-full"; fail "no checkpoint of replica$r after epoch $e"; }
+  done
+done
+pass "uninterrupted dp: checksum $want, checkpoints of both replicas after epochs 1-3"
+
+# The same job; node n1 is SIGKILLed in epoch 2.
+cut="$S/cut.toml"
+write_topology "$cut" 8770 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-cut\""
+one_thread "$cut"
+"$HETFLOW" run "$cut" >"$cut.out" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$cut.out" "epoch 2/3 step" 120 || { cat "$cut.out"; fail "epoch 2 never started"; }
+pkill -KILL -f -- "node $cut --name n1" || fail "no node n1 to kill"
+t0=$(date +%s.%N)
+wait_exit $RUN_PID 10 || { cat "$cut.out"; fail "the run did not end within 10 s of n1's death"; }
+rc=$WAIT_RC
+t1=$(date +%s.%N)
+((rc != 0)) || { cat "$cut.out"; fail "the killed run exited 0"; }
+grep -q "node 'n1'.*is down" "$cut.out" || { cat "$cut.out"; fail "the killed run's output does not name n1"; }
+[[ -f "$S/ck-cut/replica1.ckpt-000000000001" && ! -f "$S/ck-cut/replica1.ckpt-000000000003" ]] ||
+  { ls "$S/ck-cut"; fail "want replica1's checkpoint after epoch 1 and none after epoch 3"; }
+pass "n1 killed in epoch 2: exit $rc after $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s, naming n1"
+
+timeout 300 "$HETFLOW" run "$cut" --resume --report "$cut.json" >"$cut.resume.out" 2>&1 ||
+  { cat "$cut.resume.out"; fail "resumed run failed"; }
+grep -q "resumed after epoch [12] from .*replica0.ckpt-" "$cut.resume.out" || { cat "$cut.resume.out"; fail "no resume line"; }
+/usr/bin/env python3 - "$cut.json" "$want" <<'PY' || { cat "$cut.resume.out"; fail "resumed run differs"; }
+import json, sys
+d = json.load(open(sys.argv[1])); want = sys.argv[2]
+k = d["resumed_epochs"]
+eps = [(e["epoch"], e["samples"]) for e in d["epochs"]]
+print(f"resumed after epoch {k}: trained {eps}; checksum {d['weights_checksum']} (uninterrupted {want})")
+assert k in (1, 2), k
+assert eps == [(e, 20000) for e in range(k + 1, 4)], eps   # every row once in each remaining epoch
+assert d["weights_checksum"] == want
+PY
+pass "resumed dp run: the remaining epochs, every row once, the uninterrupted run's weights"
+
+# strategy single: drop the newest two checkpoints of a full run; --resume
+# trains epochs 2-3 again and gets the same weights.
+single="$S/single.toml"
+write_topology "$single" 8780 1 auto "${job[@]}" 'epochs = 3' "checkpoint_dir = \"$S/ck-single\""
+one_thread "$single"
+timeout 300 "$HETFLOW" run "$single" --report "$single.json" >"$single.out" 2>&1 || { cat "$single.out"; fail "single run failed"; }
+want1=$(json_get "$single.json" 'd["weights_checksum"]')
+rm "$S/ck-single/trainer.ckpt-000000000003" "$S/ck-single/trainer.ckpt-000000000002"
+timeout 300 "$HETFLOW" run "$single" --resume --report "$single.r.json" >"$single.r.out" 2>&1 ||
+  { cat "$single.r.out"; fail "single --resume failed"; }
+json_get "$single.r.json" "d['resumed_epochs'] == 1 and [e['epoch'] for e in d['epochs']] == [2, 3] and d['weights_checksum'] == '$want1'" |
+  grep -q True || { cat "$single.r.out" "$single.r.json"; fail "single: resume after epoch 1 differs"; }
+pass "single: resumed after epoch 1, the uninterrupted run's weights"
+
+# --resume with no checkpoint: from the start, saying so.
+fresh="$S/fresh.toml"
+write_topology "$fresh" 8785 1 auto "${job[@]}" 'epochs = 1' "checkpoint_dir = \"$S/ck-none\""
+one_thread "$fresh"
+timeout 300 "$HETFLOW" run "$fresh" --resume --report "$fresh.json" >"$fresh.out" 2>&1 || { cat "$fresh.out"; fail "fresh --resume failed"; }
+grep -q "no checkpoint .* trained from the start" "$fresh.out" || { cat "$fresh.out"; fail "no 'from the start' line"; }
+json_get "$fresh.json" 'd["resumed_epochs"] == 0 and len(d["epochs"]) == 1' | grep -q True || fail "fresh: report"
+pass "--resume without checkpoints trains from the start"
+
+# Keys that do not apply.
+bad="$S/bad.toml"
+write_topology "$bad" 8790 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-bad\"" 'checkpoint_every = 5'
+"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_every with dp accepted"
+grep -q "checkpoint_every counts ps clocks" "$bad.out" || { cat "$bad.out"; fail "checkpoint_every: message"; }
+write_topology "$bad" 8790 1 auto "${job[@]}" 'epochs = 3' 'input = "stream"' "checkpoint_dir = \"$S/ck-bad\""
+"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_dir with a streamed single job accepted"
+grep -q "does not checkpoint yet" "$bad.out" || { cat "$bad.out"; fail "stream checkpoint_dir: message"; }
+pass "checkpoint_every with dp and checkpoint_dir with streamed input are refused"
