@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "kernels/trainer.hpp"
 #include "kernels/weights_io.hpp"
@@ -154,4 +155,86 @@ BOOST_AUTO_TEST_CASE(bad_configs_are_errors) {
   auto div = train_single(c);
   BOOST_REQUIRE(!div.has_value());
   BOOST_CHECK(div.error().message().find("learning rate") != std::string::npos);
+}
+
+namespace {
+
+// epoch_checkpoints in memory (the actors keep them as files).
+class memory_checkpoints final : public epoch_checkpoints {
+public:
+  status save(int epochs_done, int64_t optimizer_steps, const std::vector<checkpoint_tensor>& tensors,
+              int64_t optimizer_state) override {
+    epoch_checkpoint ck;
+    ck.epochs_done = epochs_done;
+    ck.optimizer_steps = optimizer_steps;
+    ck.optimizer_state = optimizer_state;
+    for (const auto& t : tensors) {
+      ck.names.push_back(t.name);
+      ck.tensors.push_back(tensor::from(t.value->view()));
+    }
+    kept[epochs_done] = std::move(ck);
+    return {};
+  }
+  std::vector<int> labels() const override {
+    std::vector<int> v;
+    for (const auto& [l, ck] : kept) v.push_back(l);
+    return v;
+  }
+  expected<epoch_checkpoint> load(int epochs_done) const override {
+    auto it = kept.find(epochs_done);
+    if (it == kept.end()) return make_error(errc::not_found, "no checkpoint " + std::to_string(epochs_done));
+    epoch_checkpoint ck;
+    ck.epochs_done = it->second.epochs_done;
+    ck.optimizer_steps = it->second.optimizer_steps;
+    ck.optimizer_state = it->second.optimizer_state;
+    ck.names = it->second.names;
+    for (const auto& t : it->second.tensors) ck.tensors.push_back(tensor::from(t.view()));
+    return ck;
+  }
+  std::string describe(int epochs_done) const override { return "memory:" + std::to_string(epochs_done); }
+  std::map<int, epoch_checkpoint> kept;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(epoch_checkpoints_resume_to_the_same_weights) {
+  // Adam: its state and step count (bias correction) must come back too.
+  train_config c = small_config();
+  c.epochs = 3;
+  c.optimizer = {optimizer_kind::adam, 0.002, 0.0};
+  auto store = std::make_shared<memory_checkpoints>();
+  c.checkpoints = store;
+  auto full = train_single(c);
+  BOOST_REQUIRE(full.has_value());
+  BOOST_CHECK_EQUAL(store->kept.size(), 3u);
+  BOOST_CHECK_EQUAL(store->kept.at(2).optimizer_steps, 2 * 1024 / 32);
+  BOOST_CHECK_GT(store->kept.at(2).optimizer_state, 0);
+
+  // Lose the last checkpoint: resume after epoch 2, train epoch 3 only.
+  store->kept.erase(3);
+  c.resume = true;
+  auto resumed = train_single(c);
+  BOOST_REQUIRE(resumed.has_value());
+  BOOST_CHECK_EQUAL(resumed->resumed_epochs, 2);
+  BOOST_REQUIRE_EQUAL(resumed->epochs.size(), 1u);
+  BOOST_CHECK_EQUAL(resumed->epochs[0].epoch, 3);
+  BOOST_CHECK_EQUAL(resumed->epochs[0].samples, 1024);
+  BOOST_CHECK_EQUAL(resumed->weights_checksum, full->weights_checksum);
+
+  // Checkpoints past the job's epochs are not resumed from; none at all:
+  // from the start.
+  c.epochs = 1;
+  store->kept.erase(1);
+  auto none = train_single(c);
+  BOOST_REQUIRE(none.has_value());
+  BOOST_CHECK_EQUAL(none->resumed_epochs, 0);
+  BOOST_CHECK_EQUAL(none->epochs.size(), 1u);
+
+  // Another model's checkpoint: an error naming it, not a crash.
+  c.epochs = 3;
+  c.width = 0.5;
+  auto other = train_single(c);
+  BOOST_REQUIRE(!other.has_value());
+  BOOST_CHECK(other.error().code() == errc::invalid_argument);
+  BOOST_CHECK(other.error().message().find("memory:") != std::string::npos);
 }
