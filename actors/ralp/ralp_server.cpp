@@ -18,6 +18,7 @@
 #include "actors/ralp/ralp_protocol.hpp"
 #include "actors/ralp/ralp_server_core.hpp"
 #include "kernels/profile.hpp"
+#include "kernels/waits.hpp"
 #include "kernels/zoo.hpp"
 #include "topology/ralp_cost.hpp"
 
@@ -45,9 +46,11 @@ struct server_state : builtin::job_actor_state {
     int64_t clock = 0;
     int32_t flags = 0;  // ralp::flag_full / flag_final
     clock_type::time_point since;
+    std::shared_ptr<kernels::waits::scope> open;  // while held (the watchdog's view)
   };
   std::map<uint64_t, waiting> waits;  // lower pulls held by the clock table, by ticket id
   std::vector<waiting> full_waits;    // pulls of every weight (evaluation, final)
+  std::unique_ptr<kernels::waits::scope> acts_wait;  // held activations wait for the missing workers
   uint64_t next_id = 1;
   int64_t pulls = 0, pulls_waited = 0, activations = 0, pushes = 0;
   int64_t bytes_in = 0, bytes_out = 0;
@@ -113,6 +116,14 @@ void answer_ready(server_actor* self, const std::vector<ps::pull_ticket>& ready)
       still.push_back(f);
   }
   st.full_waits = std::move(still);
+}
+
+// Whom a held pull waits on (the watchdog's view).
+std::string slowest_on(server_actor* self) {
+  const auto& t = self->state.core->clocks();
+  int s = t.slowest();
+  if (s < 0) return "the other workers";
+  return who_worker(self->state.svc, s) + " (the slowest, at clock " + std::to_string(t.clock(s)) + ")";
 }
 
 std::string slowest_text(server_actor* self) {
@@ -211,7 +222,11 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       ++st.pulls;
       const int32_t flags = m->info.flags;
       if (flags & (ralp::flag_full | ralp::flag_final)) {
-        st.full_waits.push_back(server_state::waiting{w, m->info.clock, flags | ralp::flag_full, clock_type::now()});
+        st.full_waits.push_back(server_state::waiting{
+            w, m->info.clock, flags | ralp::flag_full, clock_type::now(),
+            std::make_shared<kernels::waits::scope>(
+                st.me, (flags & ralp::flag_final) ? std::string("every worker finishing") : slowest_on(self),
+                "the weights of clock " + std::to_string(m->info.clock) + " that " + worker_name(w) + " pulls")});
         break;
       }
       ps::pull_ticket t{w, m->info.clock, st.next_id++};
@@ -219,7 +234,11 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
         answer(self, w, t.clock, 0);
       } else {
         ++st.pulls_waited;
-        st.waits[t.id] = server_state::waiting{w, t.clock, 0, clock_type::now()};
+        st.waits[t.id] = server_state::waiting{
+            w, t.clock, 0, clock_type::now(),
+            std::make_shared<kernels::waits::scope>(st.me, slowest_on(self),
+                                                    "the clock that lets it answer " + worker_name(w) +
+                                                        "'s pull of clock " + std::to_string(t.clock) + " (bsp)")};
       }
       break;
     }
@@ -236,6 +255,15 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       if (auto s = st.core->activations(w, m->info.clock, m->info.lr, std::move(*act), std::move(*labels), out);
           !s.ok())
         return refuse(s);
+      // Held activations wait for the missing workers' (the watchdog's view).
+      st.acts_wait.reset();
+      if (auto miss = st.core->missing_activations(); !miss.empty()) {
+        std::string on;
+        for (int mw : miss) on += (on.empty() ? "" : ", ") + who_worker(st.svc, mw);
+        st.acts_wait = std::make_unique<kernels::waits::scope>(
+            st.me, on, "activations of clock " + std::to_string(st.core->upper_clock()) + " (bsp: the upper pass runs "
+                       "once every worker's are in)");
+      }
       for (auto& r : out) {
         ralp::ralp_info info;
         info.worker = r.worker;
@@ -257,6 +285,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
         grads.push_back(std::move(*g));
       }
       if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) return refuse(s);
+      kernels::waits::progress();
       break;
     }
     case ralp::kind_bye:

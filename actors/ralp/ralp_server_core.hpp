@@ -103,6 +103,17 @@ public:
   // parameter, in order; shapes checked). Appends the pulls it releases.
   status push(int w, int64_t c, double lr, std::vector<kernels::tensor> grads, std::vector<ps::pull_ticket>& ready);
 
+  // The workers whose activations of the next upper clock have not come
+  // while others' are held (empty: nothing held). The watchdog's view.
+  std::vector<int> missing_activations() const {
+    std::vector<int> v;
+    auto it = acts_.find(next_upper_);
+    if (it == acts_.end() || it->second.empty()) return v;
+    for (int w = 0; w < int(act_clock_.size()); ++w)
+      if (!it->second.count(w) && has_step(w, next_upper_)) v.push_back(w);
+    return v;
+  }
+
   int64_t upper_clock() const noexcept { return next_upper_; }  // upper clocks processed
   int64_t lower_updates() const noexcept { return lower_updates_; }
   int64_t upper_updates() const noexcept { return upper_updates_; }

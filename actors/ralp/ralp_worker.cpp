@@ -26,6 +26,7 @@
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/ralp/ralp_protocol.hpp"
 #include "actors/ralp/ralp_worker_core.hpp"
+#include "kernels/waits.hpp"
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
 
@@ -57,6 +58,9 @@ public:
     std::optional<ralp::ralp_message> got;
     status failure;
     const auto t0 = clock_type::now();
+    std::string n = svc_->node_of(server_name);
+    kernels::waits::scope open(me_, std::string("the RALP server '") + server_name + "'" + (n.empty() ? "" : " on node '" + n + "'"),
+                               "its " + std::string(what) + " at clock " + std::to_string(clock));
     while (!got && failure.ok()) {
       if (svc_->stopping().load()) return make_error(errc::cancelled, me_ + ": stopped");
       if (clock_type::now() >= deadline) {
@@ -226,6 +230,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       st.step_bytes += link.bytes_sent + link.bytes_received - bytes_before;
       ++clock;
       ++st.steps;
+      kernels::waits::progress();
       ++my_steps;
       loss_sum += lr_res.loss;
       correct += lr_res.correct;

@@ -124,3 +124,27 @@ write_topology "$bad" 8860 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280
 out=$(timeout 60 "$HETFLOW" validate "$bad" 2>&1) && fail "validate accepted ralp_cut = 99"
 grep -q "ralp_cut = 99: model lenet5 has 8 units" <<<"$out" || { echo "$out"; fail "ralp_cut error"; }
 pass "bad ralp settings refused"
+
+# --- the watchdog (issue 9): worker n2's process stopped (SIGSTOP) for 2.5 s;
+# the server's node names ralpworker1 as whom it waits on (a held pull or
+# held activations, whichever the stop caught), n1 names the server.
+wd="$HETFLOW_SCRATCH/wd.toml"
+write_topology "$wd" 8870 3 auto "${common[@]}" 'epochs = 3' 'train_size = 12800' 'strategy = "ralp"' \
+  'ps_workers = ["n1", "n2"]' 'ralp_cut = 5' 'ps_timeout = "30s"'
+one_thread "$wd"
+sed -i 's/^connection_timeout = .*/connection_timeout = "20s"\nwatchdog = "1s"/' "$wd"
+timeout 300 "$HETFLOW" run "$wd" >"$wd.out" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$wd.out" "epoch 1/3 step" 120 || { cat "$wd.out"; fail "watchdog run: no progress line"; }
+victim=$(pgrep -f -- "node $wd --name n2") || fail "no n2 process"
+kill -STOP "$victim"
+sleep 2.5
+kill -CONT "$victim"
+wait_exit $RUN_PID 120 || { cat "$wd.out"; fail "watchdog run did not finish"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$wd.out"; fail "watchdog run failed"; }
+grep -q "\[n0\].*watchdog: no progress on node 'n0'.*ralp0 waits on worker 'ralpworker1' on node 'n2'" "$wd.out" ||
+  { cat "$wd.out"; fail "n0's watchdog did not name ralpworker1"; }
+grep -q "\[n1\].*watchdog: no progress on node 'n1'.*ralpworker0 waits on the RALP server 'ralp0' on node 'n0'" "$wd.out" ||
+  { cat "$wd.out"; fail "n1's watchdog did not name the server"; }
+pass "watchdog: a stopped worker is named by the server's node; the other worker waits on the server"
