@@ -360,7 +360,10 @@ public:
   status update_speeds(int64_t rows, double seconds) {
     if (g_ == nullptr || !c_.measured_split) return {};
     std::vector<float> v(std::size_t(g_->size()), 0.0f);
-    v[std::size_t(g_->rank())] = seconds > 0 && rows > 0 ? float(double(rows) / seconds) : 0.0f;
+    // No rows measured (a window where this replica had none): its last
+    // speed stands, so it is not starved of rows for good.
+    v[std::size_t(g_->rank())] = seconds > 0 && rows > 0 ? float(double(rows) / seconds)
+                                                          : float(speeds_[std::size_t(g_->rank())]);
     std::span<float> s(v);
     HF_RETURN_IF_ERROR(timed_sum(std::span<const std::span<float>>(&s, 1)));
     for (std::size_t i = 0; i < v.size(); ++i) speeds_[i] = double(v[i]);
@@ -605,6 +608,9 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     }
     double loss_sum = 0.0, compute_seconds = 0.0;
     int64_t correct = 0, local_rows = 0;
+    // Since the last re-split (dp, measured split, resplit_every).
+    double resplit_compute = 0.0;
+    int64_t resplit_rows = 0;
     // The window since the last tick (this epoch's steps only): what the
     // progress callback and the history are told at the next one.
     double window_loss = 0.0;
@@ -654,8 +660,11 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       } else {
         for (std::size_t i = dp.units(); i-- > 0;) HF_RETURN_IF_ERROR(dp.unit_done(i, 0, bn));
       }
-      compute_seconds += seconds_since(tc);
+      const double step_compute = seconds_since(tc);
+      compute_seconds += step_compute;
       local_rows += count;
+      resplit_compute += step_compute;
+      resplit_rows += count;
       if (dp.active()) {
         std::array<float, 2> stats{float(lr_res.loss * double(count)), float(lr_res.correct)};
         HF_RETURN_IF_ERROR(dp.finish_step(stats));
@@ -668,6 +677,15 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_RETURN_IF_ERROR(opt->step(params, er.lr));
       }
       waits::progress();
+      if (dp.active() && c.measured_split && c.resplit_every > 0 && (s + 1) % c.resplit_every == 0 && s + 1 < steps) {
+        // Speeds drift (another job on a node, thermal limits): re-split
+        // from this window's compute time. Every replica reaches this step,
+        // sums the same speeds and computes the same split.
+        HF_RETURN_IF_ERROR(dp.update_speeds(resplit_rows, resplit_compute));
+        resplit_rows = 0;
+        resplit_compute = 0.0;
+        ++rep.resplits;
+      }
       if (!std::isfinite(lr_res.loss))
         return make_error(errc::internal, "train: loss became " + std::to_string(lr_res.loss) + " at epoch " +
                                               std::to_string(epoch + 1) + " step " + std::to_string(s + 1) +

@@ -196,6 +196,9 @@ struct train_config {
   // each started as soon as backward has produced it (last unit first), so
   // the sums overlap the rest of backward.
   int64_t bucket_bytes = int64_t{16} << 20;
+  // With a group and measured_split: also re-measure the speeds and re-split
+  // every this many steps inside an epoch (0: only between epochs).
+  int64_t resplit_every = 100;
   // Non-null: save a checkpoint after every epoch (every replica its own).
   std::shared_ptr<epoch_checkpoints> checkpoints;
   // With checkpoints: start after the newest checkpoint (with a group: the
@@ -257,6 +260,7 @@ private:
 
 struct train_report {
   int resumed_epochs = 0;        // epochs restored from a checkpoint (resume)
+  int64_t resplits = 0;          // dp: re-splits inside epochs (resplit_every)
   std::string model;
   std::string where;             // "cpu", "cuda:0"
   int threads = 0;

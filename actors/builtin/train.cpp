@@ -375,10 +375,11 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   auto cfg = train_config_of(env.cluster, env.spec.node, std::size_t(args.get_int("device", 0)));
   const bool measured = env.cluster.job.params.get_string("dp_split", "measured") == "measured";
   const int64_t bucket_bytes = env.cluster.job.params.get_int("bucket_bytes", int64_t{16} << 20);
+  const int64_t resplit_every = env.cluster.job.params.get_int("dp_resplit_every", 100);
   const topology::settings env_params = env.cluster.job.params;
   self->set_default_handler(caf::skip);
   return {
-    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes, env_params](start_atom) {
+    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes, resplit_every, env_params](start_atom) {
       caf::actor member = svc->find_actor(member_name);
       if (!cfg) {
         svc->report_done(me, false, cfg.error().message(), {});
@@ -391,6 +392,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
         c.measured_split = measured;
         c.split = [](int64_t rows, std::span<const double> speeds) { return topology::split_rows(rows, speeds); };
         c.bucket_bytes = bucket_bytes;
+        c.resplit_every = resplit_every;
         if (rank != 0) c.save_weights.clear();
         kernels::train_report last;
         if (rank == 0)
@@ -405,7 +407,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
             },
             [&](json_writer& w) {
               w.field("strategy", "dp").field("rank", int64_t{rank}).field("replicas", int64_t{replicas});
-              w.field("allreduce_seconds", last.allreduce_seconds);
+              w.field("allreduce_seconds", last.allreduce_seconds).field("resplits", last.resplits);
               w.key("splits").begin_array();
               for (std::size_t e = 0; e < last.splits.size(); ++e) {
                 w.begin_object().field("epoch", int64_t(e + 1)).key("rows").begin_array();
@@ -584,8 +586,11 @@ void add_train(registry& reg) {
   key("dp_nodes", key_type::string_list, std::vector<std::string>{},
       "dp: nodes whose devices hold replicas (empty: every node)");
   key("dp_split", key_type::string, std::string("measured"),
-      "dp: split each batch by measured replica speed (re-measured every epoch) or equally", {}, {},
-      {"measured", "equal"});
+      "dp: split each batch by measured replica speed (re-measured every epoch and every dp_resplit_every "
+      "steps) or equally", {}, {}, {"measured", "equal"});
+  key("dp_resplit_every", key_type::integer, int64_t{100},
+      "dp, measured split: re-measure the speeds and re-split every this many steps inside an epoch (0: only "
+      "between epochs)", 0.0, 1e9);
   key("chunk_bytes", key_type::size, int64_t{1} << 20, "dp: ring chunk size", 1024.0);
   key("bucket_bytes", key_type::size, int64_t{16} << 20,
       "dp: gradient bucket size; each bucket's sum starts as soon as backward has produced it", 1024.0);

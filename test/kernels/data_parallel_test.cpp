@@ -279,6 +279,26 @@ BOOST_AUTO_TEST_CASE(measured_split_is_the_same_on_every_replica) {
   BOOST_CHECK_GT(reps[0]->epochs.back().test_accuracy, 0.5);
 }
 
+BOOST_AUTO_TEST_CASE(resplits_inside_epochs_keep_replicas_identical) {
+  // 300 rows / 32: 10 steps an epoch; a re-split after steps 3, 6 and 9.
+  train_config c = config("mlp");
+  c.resplit_every = 3;
+  auto reps = run_replicas(c, 3, /*measured=*/true);
+  for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+  for (int r = 0; r < 3; ++r) {
+    BOOST_CHECK_EQUAL(reps[std::size_t(r)]->resplits, 3 * c.epochs);
+    BOOST_CHECK_EQUAL(reps[std::size_t(r)]->weights_checksum, reps[0]->weights_checksum);
+  }
+  c.resplit_every = 0;  // between epochs only
+  auto per_epoch = run_replicas(c, 2, /*measured=*/true);
+  BOOST_REQUIRE(per_epoch[0].has_value());
+  BOOST_CHECK_EQUAL(per_epoch[0]->resplits, 0);
+  c.resplit_every = 3;  // equal split: nothing to re-measure
+  auto equal = run_replicas(c, 2, /*measured=*/false);
+  BOOST_REQUIRE(equal[0].has_value());
+  BOOST_CHECK_EQUAL(equal[0]->resplits, 0);
+}
+
 BOOST_AUTO_TEST_CASE(a_failing_replica_ends_every_replica_with_an_error) {
   train_config c = config("mlp");
   thread_hub hub(2);
