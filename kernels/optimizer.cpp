@@ -1,5 +1,6 @@
 #include "kernels/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/parallel.hpp"
@@ -181,6 +182,33 @@ private:
 };
 
 }  // namespace
+
+status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<parameter* const> params, int64_t steps,
+                         std::span<const tensor> state, std::span<const std::string> names, const std::string& where) {
+  if (steps <= 0 || state.empty()) return {};
+  for (parameter* p : params)
+    if (p->sparse)
+      p->sparse_grad = {};
+    else
+      p->grad = tensor::zeros(p->value.shape());
+  const int64_t primes = kind == optimizer_kind::adam ? steps : 1;
+  for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt.step(params, 0.0));
+  auto st = opt.state();
+  if (st.size() != state.size())
+    return make_error(errc::invalid_argument, where + ": " + std::to_string(state.size()) +
+                                                  " optimizer state tensors, the optimizer has " +
+                                                  std::to_string(st.size()) + " (optimizer changed?)");
+  for (std::size_t i = 0; i < st.size(); ++i) {
+    const tensor& t = state[i];
+    if (!(t.shape() == st[i]->value.shape()))
+      return make_error(errc::invalid_argument, where + ": optimizer state " +
+                                                    (i < names.size() ? names[i] : std::to_string(i)) +
+                                                    " has shape " + t.shape().to_string() + ", here " +
+                                                    st[i]->value.shape().to_string());
+    std::copy(t.f32(), t.f32() + t.numel(), st[i]->value.f32());
+  }
+  return {};
+}
 
 expected<std::unique_ptr<optimizer>> make_optimizer(const optimizer_config& c) {
   if (!(c.lr >= 0.0) || !(c.weight_decay >= 0.0))

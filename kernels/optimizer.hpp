@@ -52,4 +52,12 @@ protected:
 
 expected<std::unique_ptr<optimizer>> make_optimizer(const optimizer_config& config);
 
+// Restores a checkpointed optimizer (host tensors). The optimizer makes its
+// state on its first step, so it is primed with steps of zero gradient at lr
+// 0 (weights unchanged; Adam: `steps` of them, for its bias correction), then
+// its state tensors are overwritten with `state` (names for errors). `where`
+// names the checkpoint in errors. kernels::optimizer has no set_state().
+status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<parameter* const> params, int64_t steps,
+                         std::span<const tensor> state, std::span<const std::string> names, const std::string& where);
+
 }  // namespace hetflow::kernels

@@ -503,32 +503,9 @@ expected<int> restore_epoch_checkpoint(const train_config& c, model& m, optimize
                                                     ck.tensors[i].shape().to_string() + ", the model has " +
                                                     name_of(i) + " " + target(i).shape().to_string() +
                                                     " (the model or its options changed since the checkpoint)");
-  // The optimizer makes its state on its first step: prime it with steps of
-  // zero gradient at lr 0 (weights unchanged; Adam: as many as the
-  // checkpoint's, for its bias correction), then overwrite the state (as the
-  // PS shards do; kernels::optimizer has no set_state()).
-  if (ck.optimizer_steps > 0 && ck.optimizer_state > 0) {
-    for (parameter* p : ps)
-      if (p->sparse)
-        p->sparse_grad = {};
-      else
-        p->grad = tensor::zeros(p->value.shape());
-    const int64_t primes = c.optimizer.kind == optimizer_kind::adam ? ck.optimizer_steps : 1;
-    for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt.step(params, 0.0));
-    auto st = opt.state();
-    if (int64_t(st.size()) != ck.optimizer_state)
-      return make_error(errc::invalid_argument, where + ": " + std::to_string(ck.optimizer_state) +
-                                                    " optimizer state tensors, this optimizer has " +
-                                                    std::to_string(st.size()) + " (optimizer changed?)");
-    for (std::size_t i = 0; i < st.size(); ++i) {
-      const tensor& t = ck.tensors[nm + i];
-      if (!(t.shape() == st[i]->value.shape()))
-        return make_error(errc::invalid_argument, where + ": optimizer state " + ck.names[nm + i] + " has shape " +
-                                                      t.shape().to_string() + ", here " +
-                                                      st[i]->value.shape().to_string());
-      std::copy(t.f32(), t.f32() + t.numel(), st[i]->value.f32());
-    }
-  }
+  HF_RETURN_IF_ERROR(restore_optimizer(opt, c.optimizer.kind, params, ck.optimizer_steps,
+                                       std::span<const tensor>(ck.tensors).subspan(nm),
+                                       std::span<const std::string>(ck.names).subspan(nm), where));
   for (std::size_t i = 0; i < nm; ++i) std::copy(ck.tensors[i].f32(), ck.tensors[i].f32() + ck.tensors[i].numel(), target(i).f32());
   for (parameter* p : ps) ++p->version;
   return label;

@@ -185,31 +185,10 @@ status shard_core::restore(int64_t label) {
       return make_error(errc::invalid_argument, path + ": tensor " + std::to_string(i) + " is " + ck.names[i] +
                                                     " " + ck.tensors[i].shape().to_string() + ", the model has " +
                                                     params_[i].name + " " + params_[i].value.shape().to_string());
-  // The optimizer creates its state on its first step: prime it with steps of
-  // zero gradient at lr 0 (weights unchanged), as many as the checkpoint's
-  // step count for Adam's bias correction, then overwrite the state.
-  // TODO(robustness): a set_state() on kernels::optimizer would avoid this.
-  if (m.optimizer_steps > 0) {
-    for (auto& p : params_)
-      if (p.sparse)
-        p.sparse_grad = {};
-      else
-        p.grad = kernels::tensor::zeros(p.value.shape());
-    const int64_t primes = cfg_.optimizer.kind == kernels::optimizer_kind::adam ? m.optimizer_steps : 1;
-    for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt_->step(ptrs_, 0.0));
-    auto state = opt_->state();
-    if (int64_t(state.size()) != m.state_tensors)
-      return make_error(errc::invalid_argument, path + ": " + std::to_string(m.state_tensors) +
-                                                    " optimizer state tensors, the optimizer has " +
-                                                    std::to_string(state.size()) + " (optimizer changed?)");
-    for (std::size_t i = 0; i < state.size(); ++i) {
-      const auto& t = ck.tensors[np + i];
-      if (!(t.shape() == state[i]->value.shape()))
-        return make_error(errc::invalid_argument, path + ": optimizer state " + ck.names[np + i] + " has shape " +
-                                                      t.shape().to_string());
-      std::copy(t.f32(), t.f32() + t.numel(), state[i]->value.f32());
-    }
-  }
+  HF_RETURN_IF_ERROR(kernels::restore_optimizer(
+      *opt_, cfg_.optimizer.kind, ptrs_, m.optimizer_steps,
+      std::span<const kernels::tensor>(ck.tensors).subspan(np, std::size_t(m.state_tensors)),
+      std::span<const std::string>(ck.names).subspan(np, std::size_t(m.state_tensors)), path));
   for (std::size_t i = 0; i < np; ++i) {
     std::copy(ck.tensors[i].f32(), ck.tensors[i].f32() + ck.tensors[i].numel(), params_[i].value.f32());
     ++params_[i].version;
