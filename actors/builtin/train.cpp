@@ -188,7 +188,7 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
            std::to_string(c.batch_size) + ", on " + c.where.to_string());
   auto last_print = clock_type::now() - std::chrono::seconds(10);
   auto t0 = clock_type::now();
-  int last_epoch = 0;
+  int last_epoch = 0, first_epoch = 0;
   auto on_progress = [&](const kernels::train_progress& p) {
     auto now = clock_type::now();
     bool new_epoch = p.epoch != last_epoch;
@@ -206,9 +206,12 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
     }
     if (!verbose || (!new_epoch && now - last_print < std::chrono::seconds(2))) return;
     last_print = now;
-    double done = (p.epoch - 1) + static_cast<double>(p.step) / std::max<int64_t>(1, p.steps_per_epoch);
+    // Epochs done overall and in this run (a resumed run starts later).
+    if (first_epoch == 0) first_epoch = p.epoch;
+    const double frac = static_cast<double>(p.step) / std::max<int64_t>(1, p.steps_per_epoch);
+    double done = (p.epoch - 1) + frac, done_here = (p.epoch - first_epoch) + frac;
     double elapsed = std::chrono::duration<double>(now - t0).count();
-    double eta = done > 0 ? elapsed / done * (c.epochs - done) : -1;
+    double eta = done_here > 0 ? elapsed / done_here * (c.epochs - done) : -1;
     char line[256];
     std::snprintf(line, sizeof line,
                   "epoch %d/%d step %lld/%lld | %.0f samples/s | loss %.4f | accuracy %.4f | ETA %s", p.epoch,
