@@ -36,6 +36,7 @@
 #include "kernels/waits.hpp"
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
+#include "actors/shell_service.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
 #include "kernels/trace.hpp"
 #include "topology/parser.hpp"
@@ -192,6 +193,37 @@ private:
   std::shared_ptr<node_shared> sh_;
 };
 
+// --- the shell (shell_service.hpp) -------------------------------------------
+
+// What a shell sees of this node. Runs on the shell service's thread: reads
+// only what is immutable after start-up, atomics and the data plane's
+// counters (as the /metrics collector does).
+shell_node_snapshot shell_snapshot(const node_shared& sh) {
+  shell_node_snapshot s;
+  const auto& me = sh.cluster.nodes[static_cast<std::size_t>(sh.self)];
+  s.cluster = sh.cluster.name;
+  s.job = sh.cluster.job.kind;
+  s.strategy = sh.cluster.job.params.get_string("strategy", "");
+  s.node = sh.self_name;
+  s.index = sh.self;
+  s.host = me.host;
+  s.port = me.port;
+  s.data_plane = sh.dp ? sh.dp->name() : std::string("none");
+  s.uptime_s = seconds_since(sh.started_at);
+  s.rss_bytes = kernels::preprocess::current_rss();
+  s.job_running = !sh.stopping.load() && !sh.exit_set.load();
+  if (sh.dp) {
+    auto d = sh.dp->stats();
+    s.messages_sent = d.messages_sent;
+    s.bytes_sent = d.bytes_sent;
+    s.messages_received = d.messages_received;
+    s.bytes_received = d.bytes_received;
+  }
+  for (const auto& n : sh.cluster.nodes) s.nodes.push_back({n.name, n.host, int(n.port)});
+  for (const auto& a : sh.actors) s.actors.push_back({a.name, a.type, a.node});
+  return s;
+}
+
 // --- the node actor ----------------------------------------------------------
 
 struct node_actor_state {
@@ -206,6 +238,7 @@ struct node_actor_state {
   std::map<caf::node_id, std::vector<char>> challenges;
   std::vector<caf::node_id> challenge_order;
   std::set<std::string> local_done;
+  caf::actor shell;  // the shell service (shell_service.hpp), spawned for the first shell
   bool stopping = false;
   int exit_code = 0;
   std::string reason;
@@ -392,6 +425,91 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       return caf::make_message(hello_atom::value, true, sh.self_name, uint32_t(sh.self), sh.dp->name(),
                                std::move(addr), std::move(our_mac), caf::actor{self});
     },
+    // A shell (shell_service.hpp) after its challenge: on the cluster
+    // secret's proof, the shell service's handle (never this actor's).
+    [self](shell_atom, const std::string& client, const std::vector<char>& their_nonce,
+           const std::vector<char>& their_mac) -> caf::message {
+      auto& st = self->state;
+      auto& sh = *st.sh;
+      auto sender = self->current_sender();
+      const std::string who = "shell client '" + client.substr(0, 64) + "' (CAF node " +
+                              (sender ? caf::to_string(sender->node()) : std::string("anonymous")) + ")";
+      std::vector<char> our_nonce;
+      if (sender) {
+        if (auto it = st.challenges.find(sender->node()); it != st.challenges.end()) {
+          our_nonce = std::move(it->second);
+          st.challenges.erase(it);
+          st.challenge_order.erase(std::remove(st.challenge_order.begin(), st.challenge_order.end(), sender->node()),
+                                   st.challenge_order.end());
+        }
+      }
+      auto refuse = [&](const std::string& why) {
+        log_warn("refused " + who + ": " + why);
+        return caf::make_message(shell_atom::value, false, why, std::vector<char>{}, caf::actor{});
+      };
+      auto str = [](const std::vector<char>& v) { return std::string_view(v.data(), v.size()); };
+      if (!sh.secret.empty()) {
+        if (our_nonce.empty())
+          return refuse("authentication required: ask for a challenge first (an older or foreign client?)");
+        if (their_mac.empty())
+          return refuse("authentication required: cluster '" + sh.cluster.name +
+                        "' has a secret; give the shell --topology FILE (its secret_file / secret_env) or "
+                        "HETFLOW_SECRET_FILE");
+        if (!mac_equal(their_mac, auth_mac(sh.secret, "hetflow-shell", {client, str(our_nonce), str(their_nonce)})))
+          return refuse("authentication failed: the shell does not know the cluster secret (a different "
+                        "secret_file / secret_env / HETFLOW_SECRET_FILE?)");
+      }
+      if (!st.shell) {
+        std::weak_ptr<node_shared> weak = st.sh;
+        std::function<shell_node_snapshot()> snap = [weak] {
+          auto s = weak.lock();
+          return s ? shell_snapshot(*s) : shell_node_snapshot{};
+        };
+        st.shell = self->spawn(shell_service, std::move(snap), caf::actor{self});
+      }
+      std::vector<char> mac;
+      if (!sh.secret.empty())
+        mac = auth_mac(sh.secret, "hetflow-shell-welcome", {sh.self_name, str(their_nonce), str(our_nonce)});
+      log_info("accepted " + who);
+      return caf::make_message(shell_atom::value, true, sh.self_name, std::move(mac), st.shell);
+    },
+    // A shell's fault drill (from the shell service): exit(kill) to a local
+    // actor; its death stops the job in the down handler, as a crash does.
+    [self](shkill_atom, const std::string& name) -> caf::message {
+      auto& st = self->state;
+      auto& sh = *st.sh;
+      auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
+      auto it = sh.actor_index.find(name);
+      if (it == sh.actor_index.end()) return reply(false, "no actor named '" + name + "' in this job");
+      const auto& spec = sh.actors[it->second];
+      if (spec.node != sh.self_name)
+        return reply(false, "actor '" + name + "' runs on node '" + spec.node + "', not on '" + sh.self_name + "'");
+      if (st.stopping) return reply(false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
+      if (st.local_done.count(name))
+        return reply(false, "actor '" + name + "' on node '" + sh.self_name + "' has already finished; nothing to kill");
+      caf::actor a;
+      {
+        std::lock_guard<std::mutex> g(sh.mu);
+        if (auto lt = sh.local_actors.find(name); lt != sh.local_actors.end()) a = lt->second;
+      }
+      if (!a) return reply(false, "actor '" + name + "' has not been started on node '" + sh.self_name + "' yet");
+      log_warn("fault drill from a shell: killing actor '" + name + "' (" + spec.type + ")");
+      self->send_exit(a, caf::exit_reason::kill);
+      self->delayed_send(self, std::chrono::seconds(3), shkillchk_atom::value, name);
+      return reply(true, "sent exit(kill) to actor '" + name + "' (" + spec.type + ") on node '" + sh.self_name +
+                             "'; the job stops as for a crashed actor");
+    },
+    // A blocking actor reads exit messages only when it receives: one busy
+    // computing (or sleeping) is not gone yet. The drill stops the job anyway.
+    [self](shkillchk_atom, const std::string& name) {
+      auto& st = self->state;
+      if (st.stopping || st.local_done.count(name)) return;
+      do_stop(self, exit_job_failed,
+              "actor '" + name + "' on node '" + st.sh->self_name +
+                  "' was killed from a shell (fault drill) and had not exited 3 s later (busy, not reading its "
+                  "mailbox); stopping the job as for a crashed actor",
+              true);
+    },
     // Our main thread finished joining.
     [self](joined_atom, std::vector<caf::actor> peers) {
       auto& st = self->state;
@@ -538,6 +656,9 @@ caf::behavior gate_actor(caf::event_based_actor* self, caf::actor node) {
                    const std::vector<char>& mac) {
         return self->delegate(node, a, cluster_name, hash, from, from_index, dp_kind, nonce, mac);
       },
+      // A shell's hello (shell_service.hpp).
+      [self, node](shell_atom a, const std::string& client, const std::vector<char>& nonce,
+                   const std::vector<char>& mac) { return self->delegate(node, a, client, nonce, mac); },
   };
 }
 

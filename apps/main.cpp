@@ -4,6 +4,7 @@
 //   hetflow run FILE [--report PATH] [--plot PATH] [--trace PATH] [--join-timeout S]
 //   hetflow plot REPORT --out PATH
 //   hetflow validate FILE
+//   hetflow shell HOST:PORT [--topology FILE] [-c COMMAND] [--json]
 //   hetflow version | help
 #include <malloc.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "apps/plan_command.hpp"
 #include "apps/plot_command.hpp"
 #include "apps/profile_command.hpp"
+#include "apps/shell_command.hpp"
 #include "apps/simulate_command.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
 #include "kernels/trace.hpp"
@@ -62,6 +64,12 @@ commands:
       time every unit of a train job's model on this machine's devices
   gen-criteo --rows N --out FILE [--seed S] [--threads T]
       write deterministic synthetic Criteo-format data (tests, benchmarks)
+  shell HOST:PORT [--topology FILE] [-c COMMAND] [--json] [--timeout SECONDS]
+      the actor shell of a running job: nodes, actors, stat, waits, clocks,
+      plan, top, kill (a fault drill); interactive with history and Tab
+      completion, or one command with -c (exit 0 ok, 1 command failed,
+      3 node unreachable or refused); --topology: prove the cluster secret
+      of that file (else HETFLOW_SECRET_FILE)
   devices
       list this machine's CPU cores, memory and CUDA devices (or why there are none)
   version
@@ -69,7 +77,7 @@ commands:
   help
       print this text
 
-not implemented yet: shell; running strategy "hetpipe" (plan and simulate only; see README.md)
+not implemented yet: running strategy "hetpipe" (plan and simulate only; see README.md)
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted
@@ -291,10 +299,6 @@ int main(int argc, char** argv) {
   if (cmd == "plan") return hetflow::apps::plan_command(args, reg);
   if (cmd == "simulate") return hetflow::apps::simulate_command(args, reg);
   if (cmd == "plot") return hetflow::apps::plot_command(args);
-  if (cmd == "shell") {
-    std::fprintf(stderr, "hetflow: '%s' is not implemented yet (see README.md, 'Not done yet')\n",
-                 cmd.c_str());
-    return 2;
-  }
+  if (cmd == "shell") return hetflow::apps::shell_command(args, reg);
   return usage_error("unknown command '" + cmd + "'");
 }
