@@ -46,7 +46,8 @@ constexpr const char* help_text =
     "  actors [NODE]     every actor: type, node, state, mailbox, progress and what it waits for\n"
     "  stat ACTOR        everything known about one actor: gauges, its waits, who waits on it\n"
     "  waits             who waits on whom right now, on every node, and for how long\n"
-    "  clocks            training progress per training actor (epoch, step, loss, accuracy, samples/s)\n"
+    "  clocks            training progress per training actor; ps/ralp: each server's global clock, the\n"
+    "                    slowest/fastest worker, the spread (staleness now) and its bound; each worker's clock\n"
     "  plan              the running job's placement: every actor, its type and node\n"
     "  top               actors and waits, refreshed every second until a key (interactive only)\n"
     "  kill ACTOR        fault drill: the actor's node sends it exit(kill); the job fails as on a crash\n"
@@ -558,9 +559,21 @@ private:
   outcome clocks(const json& e, const std::vector<std::string>&, bool as_json) {
     auto all = everyone(e);
     auto rows = actor_rows(e, all);
-    json training = json::array(), clock_waits = json::array();
+    json training = json::array(), clock_waits = json::array(), ps_workers = json::array(),
+         ps_servers = json::array();
     for (auto& r : rows) {
       const json& a = r.actor;
+      // Parameter servers (ps shards, the ralp server) and their workers.
+      if (auto c = gauge(a, "ps_clock"))
+        ps_workers.push_back({{"actor", str(a, "name")}, {"node", str(a, "node")}, {"clock", *c}});
+      if (auto g = gauge(a, "ps_global_clock"))
+        ps_servers.push_back({{"actor", str(a, "name")},
+                              {"node", str(a, "node")},
+                              {"global_clock", *g},
+                              {"slowest_clock", gauge(a, "ps_slowest_clock").value_or(0)},
+                              {"fastest_clock", gauge(a, "ps_fastest_clock").value_or(0)},
+                              {"spread", gauge(a, "ps_clock_spread").value_or(0)},
+                              {"staleness_bound", gauge(a, "ps_staleness_bound").value_or(0)}});
       if (!gauge(a, "train_epoch")) continue;
       training.push_back({{"actor", str(a, "name")},
                           {"node", str(a, "node")},
@@ -586,20 +599,20 @@ private:
     const std::string strategy = str(e, "strategy");
     const bool ps_like = strategy == "ps" || strategy == "ralp";
     std::string missing;
-    if (ps_like)
-      missing = "ps workers, ps shards and ralp actors publish no clock gauges yet: their local clocks, the global "
-                "clock and the current staleness are not exposed; only the open waits that name a clock show them";
+    if (ps_like && ps_workers.empty() && ps_servers.empty())
+      missing = "no ps clock gauges yet (no worker has pushed); the open waits that name a clock:";
     outcome o;
     if (as_json) {
-      json j = {{"job", str(e, "job")}, {"strategy", strategy}, {"training", training}, {"clock_waits", clock_waits}};
+      json j = {{"job", str(e, "job")},       {"strategy", strategy},     {"training", training},
+                {"ps_workers", ps_workers},    {"ps_servers", ps_servers}, {"clock_waits", clock_waits}};
       j["missing"] = missing.empty() ? json(nullptr) : json(missing);
       o.out = j.dump(2) + "\n";
       return o;
     }
-    if (training.empty()) {
+    if (training.empty() && ps_servers.empty() && ps_workers.empty()) {
       appendf(o.out, "no actor of job '%s'%s reports training progress (no train_* gauges)\n", str(e, "job").c_str(),
               strategy.empty() ? "" : (" (strategy " + strategy + ")").c_str());
-    } else {
+    } else if (!training.empty()) {
       appendf(o.out, "%-16s %-10s %6s %11s %9s %9s %11s %7s %9s\n", "ACTOR", "NODE", "EPOCH", "STEP", "LOSS",
               "ACCURACY", "SAMPLES/S", "DONE", "TEST ACC");
       for (auto& t : training) {
@@ -610,6 +623,27 @@ private:
                 num(t, "accuracy"), num(t, "samples_per_second"), number(num(t, "epochs_done")).c_str(),
                 test.c_str());
       }
+    }
+    if (!ps_servers.empty()) {
+      appendf(o.out, "%-16s %-10s %12s %9s %9s %7s %10s\n", "PS SERVER", "NODE", "GLOBAL CLOCK", "SLOWEST", "FASTEST",
+              "SPREAD", "BOUND");
+      for (auto& v : ps_servers) {
+        const double bound = num(v, "staleness_bound");
+        appendf(o.out, "%-16s %-10s %12s %9s %9s %7s %10s\n", str(v, "actor").c_str(), str(v, "node").c_str(),
+                number(num(v, "global_clock")).c_str(), number(num(v, "slowest_clock")).c_str(),
+                number(num(v, "fastest_clock")).c_str(), number(num(v, "spread")).c_str(),
+                bound < 0 ? "none (asp)" : number(bound).c_str());
+      }
+    }
+    if (!ps_workers.empty()) {
+      appendf(o.out, "%-16s %-10s %12s\n", "WORKER", "NODE", "LOCAL CLOCK");
+      for (auto& v : ps_workers)
+        appendf(o.out, "%-16s %-10s %12s\n", str(v, "actor").c_str(), str(v, "node").c_str(),
+                number(num(v, "clock")).c_str());
+    }
+    if (ps_like && (!ps_servers.empty() || !ps_workers.empty()) && !clock_waits.empty()) {
+      appendf(o.out, "open waits that name a clock:\n");
+      for (auto& w : clock_waits) appendf(o.out, "  %-10s %s\n", str(w, "node").c_str(), wait_text(w).c_str());
     }
     if (!missing.empty()) {
       appendf(o.out, "%s\n", missing.c_str());

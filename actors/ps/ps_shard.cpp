@@ -10,6 +10,7 @@
 #include "actors/builtin/stream_job.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
+#include "actors/ps/clock_gauges.hpp"
 #include "actors/ps/ps_options.hpp"
 #include "actors/ps/ps_protocol.hpp"
 #include "actors/ps/ps_shard.hpp"
@@ -334,6 +335,7 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       return shard_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
   }
   answer_ready(self, ready);
+  ps::publish_server_clocks(st.me, st.core->clocks());
 }
 
 caf::behavior ps_shard(shard_actor* self, actor_env env) {

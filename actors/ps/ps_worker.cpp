@@ -16,6 +16,7 @@
 #include "actors/builtin/stream_job.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
+#include "actors/ps/clock_gauges.hpp"
 #include "actors/ps/ps_options.hpp"
 #include "actors/ps/ps_protocol.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
@@ -501,6 +502,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       kernels::waits::progress();
       st.compute_seconds += since(tc);
       ++clock;
+      ps::publish_worker_clock(me, clock);
       ++st.steps;
       ++my_steps;
       loss_sum += lr_res.loss;

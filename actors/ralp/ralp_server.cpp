@@ -16,6 +16,7 @@
 #include "actors/ralp/ralp_job.hpp"
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/ralp/ralp_protocol.hpp"
+#include "actors/ps/clock_gauges.hpp"
 #include "actors/ralp/ralp_server_core.hpp"
 #include "kernels/profile.hpp"
 #include "kernels/waits.hpp"
@@ -297,6 +298,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       return server_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
   }
   answer_ready(self, ready);
+  ps::publish_server_clocks(st.me, st.core->clocks());
 }
 
 // The cut: ralp_cut, or the cost model's choice from a profile of the model

@@ -21,6 +21,7 @@
 #include "actors/builtin/stream_job.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
+#include "actors/ps/clock_gauges.hpp"
 #include "actors/ps/worker_report.hpp"
 #include "actors/ralp/ralp_job.hpp"
 #include "actors/ralp/ralp_options.hpp"
@@ -231,6 +232,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       ++clock;
       ++st.steps;
       kernels::waits::progress();
+      ps::publish_worker_clock(me, clock);
       ++my_steps;
       loss_sum += lr_res.loss;
       correct += lr_res.correct;

@@ -107,13 +107,22 @@ assert any(w['actor']=='psworker0' and w['node']=='n0' and w['seconds']>0 for w 
 pass "--json output of actors, nodes and waits parses and holds the job"
 
 run_shell clocks 127.0.0.1:9870 --topology "$topo" -c clocks
-[[ $RC -eq 0 ]] && grep -q "publish no clock gauges yet" "$S/clocks.out" &&
+[[ $RC -eq 0 ]] && grep -qE "^PS SERVER +NODE +GLOBAL CLOCK" "$S/clocks.out" && grep -qE "^ps0 +n0 +3 " "$S/clocks.out" &&
+  grep -qE "^psworker1 +n1 +3$" "$S/clocks.out" &&
   grep -q "psworker0 waits on the ps shards for the weights of clock" "$S/clocks.out" ||
-  { show clocks; fail "clocks: for ps, what is missing and the clock waits"; }
+  { show clocks; fail "clocks: for ps, the shards' global clock, the workers' clocks and the clock waits"; }
+# The drill holds psworker1 at clock 3 (BSP): every shard's global clock is 3, the bound 0.
+run_shell json_clocks 127.0.0.1:9870 --topology "$topo" -c clocks --json
+python3 -c "
+import json
+d=json.load(open('$S/json_clocks.out'))
+s={v['actor']: v for v in d['ps_servers']}; w={v['actor']: v['clock'] for v in d['ps_workers']}
+assert set(s) == {'ps0', 'ps1'} and all(v['global_clock'] == 3 and v['staleness_bound'] == 0 for v in s.values()), s
+assert w['psworker1'] == 3 and w['psworker0'] in (3, 4), w" || { show json_clocks; fail "clocks --json"; }
 run_shell plan 127.0.0.1:9870 --topology "$topo" -c plan
 [[ $RC -eq 0 ]] && grep -q "^actors (4):" "$S/plan.out" && grep -qE "^  psworker1 +ps_worker +on node n1" "$S/plan.out" ||
   { show plan; fail "plan: the placement"; }
-pass "clocks says what ps does not expose and shows the clock waits; plan prints the placement"
+pass "clocks shows the shards' global clocks, the workers' clocks and the clock waits; plan prints the placement"
 
 run_shell unknown 127.0.0.1:9870 --topology "$topo" -c frobnicate
 [[ $RC -eq 1 ]] && grep -q "unknown command 'frobnicate'; try help" "$S/unknown.err" ||
