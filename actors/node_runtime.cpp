@@ -98,6 +98,13 @@ struct node_shared {
   schemas::read_limits limits;
   std::map<std::string, std::size_t, std::less<>> actor_index;  // name -> index in actors
   std::string secret;  // the cluster secret (cluster_auth.hpp); empty: no authentication
+  // Wire traffic per actor of the job (index in actors), for /metrics and the
+  // shell: messages and bytes this node sent to it (send_wire) and, for a
+  // local actor, delivered to it (from this node or over the data plane).
+  struct actor_traffic {
+    std::atomic<uint64_t> sent_messages{0}, sent_bytes{0}, received_messages{0}, received_bytes{0};
+  };
+  std::unique_ptr<actor_traffic[]> traffic;  // actors.size() entries, set with actors
 
   mutable std::mutex mu;
   std::map<std::string, caf::actor, std::less<>> directory;  // after start
@@ -154,7 +161,12 @@ public:
       return make_error(errc::not_found, "no actor named '" + std::string(target) + "' in this job");
     const auto& spec = sh_->actors[it->second];
     int node = sh_->cluster.node_index(spec.node);
+    auto& t = sh_->traffic[it->second];
+    t.sent_messages.fetch_add(1, std::memory_order_relaxed);
+    t.sent_bytes.fetch_add(msg->size(), std::memory_order_relaxed);
     if (node == sh_->self) {
+      t.received_messages.fetch_add(1, std::memory_order_relaxed);
+      t.received_bytes.fetch_add(msg->size(), std::memory_order_relaxed);
       caf::actor dest;
       {
         std::lock_guard<std::mutex> g(sh_->mu);
@@ -193,6 +205,38 @@ private:
   std::shared_ptr<node_shared> sh_;
 };
 
+// Per actor of the job: what this node sent to it and what was delivered
+// to it here (only actors with traffic), as /metrics counters; the /metrics
+// collector and the shell's snapshot call it.
+void publish_actor_traffic(const node_shared& s) {
+  std::vector<std::pair<metrics::labels, double>> sm, sb, rm, rb;
+  for (std::size_t i = 0; i < s.actors.size(); ++i) {
+    const auto& t = s.traffic[i];
+    const metrics::labels l{{"actor", s.actors[i].name}};
+    const uint64_t a = t.sent_messages.load(std::memory_order_relaxed);
+    const uint64_t r = t.received_messages.load(std::memory_order_relaxed);
+    if (a > 0) {
+      sm.push_back({l, double(a)});
+      sb.push_back({l, double(t.sent_bytes.load(std::memory_order_relaxed))});
+    }
+    if (r > 0) {
+      rm.push_back({l, double(r)});
+      rb.push_back({l, double(t.received_bytes.load(std::memory_order_relaxed))});
+    }
+  }
+  using metrics::kind;
+  metrics::replace("hetflow_actor_wire_sent_messages_total",
+                   "Wire messages this node's actors sent to this actor (it may run elsewhere)", kind::counter, sm);
+  metrics::replace("hetflow_actor_wire_sent_bytes_total",
+                   "Wire bytes this node's actors sent to this actor (it may run elsewhere)", kind::counter, sb);
+  metrics::replace("hetflow_actor_wire_received_messages_total",
+                   "Wire messages delivered to this local actor (from this node or over the data plane)",
+                   kind::counter, rm);
+  metrics::replace("hetflow_actor_wire_received_bytes_total",
+                   "Wire bytes delivered to this local actor (from this node or over the data plane)", kind::counter,
+                   rb);
+}
+
 // --- the shell (shell_service.hpp) -------------------------------------------
 
 // What a shell sees of this node. Runs on the shell service's thread: reads
@@ -211,6 +255,7 @@ shell_node_snapshot shell_snapshot(const node_shared& sh) {
   s.data_plane = sh.dp ? sh.dp->name() : std::string("none");
   s.uptime_s = seconds_since(sh.started_at);
   s.rss_bytes = kernels::preprocess::current_rss();
+  if (sh.traffic) publish_actor_traffic(sh);
   s.job_running = !sh.stopping.load() && !sh.exit_set.load();
   if (sh.dp) {
     auto d = sh.dp->stats();
@@ -908,6 +953,7 @@ int run_node(const node_options& opts, const registry& reg) {
   }
   sh->actors = std::move(*actors);
   for (std::size_t i = 0; i < sh->actors.size(); ++i) sh->actor_index[sh->actors[i].name] = i;
+  sh->traffic = std::make_unique<node_shared::actor_traffic[]>(sh->actors.size());
 
   // CPU affinity: the node's `cpus`, else what `hetflow run` chose for it
   // (HETFLOW_CPUS), set before any thread starts so every thread inherits it.
@@ -1009,6 +1055,7 @@ int run_node(const node_options& opts, const registry& reg) {
         open.push_back({{{"actor", w.actor}, {"on", w.on}, {"for", w.what}}, w.seconds});
       metrics::replace("hetflow_wait_seconds", "How long an actor has been waiting on another, for each open wait",
                        metrics::kind::gauge, open);
+      if (s->traffic) publish_actor_traffic(*s);
       if (s->dp) {
         auto d = s->dp->stats();
         using metrics::kind;
@@ -1097,6 +1144,10 @@ int run_node(const node_options& opts, const registry& reg) {
         log_error("data plane: message for unknown channel " + std::to_string(ch) +
                   " from node '" + from_name + "' dropped");
         return;
+      }
+      if (ch < s->actors.size()) {
+        s->traffic[ch].received_messages.fetch_add(1, std::memory_order_relaxed);
+        s->traffic[ch].received_bytes.fetch_add(msg.size(), std::memory_order_relaxed);
       }
       caf::anon_send(dest, wire_atom::value, from_name,
                      std::make_shared<const wire_buffer>(std::move(msg)));

@@ -152,8 +152,10 @@ caf::behavior shell_service(caf::event_based_actor* self, std::function<shell_no
   });
   return {
       [snapshot](shreq_atom, const std::string& cmd, const std::string&) -> caf::message {
-        if (cmd == "state")
-          return caf::make_message(shreq_atom::value, true, state_json(snapshot(), metrics::render({})));
+        if (cmd == "state") {
+          auto snap = snapshot();  // first: it also publishes the node's per-actor counters
+          return caf::make_message(shreq_atom::value, true, state_json(snap, metrics::render({})));
+        }
         return caf::make_message(shreq_atom::value, false,
                                  "this node does not know the shell request '" + cmd.substr(0, 64) +
                                      "' (a newer hetflow shell than node?)");

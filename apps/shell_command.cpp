@@ -162,10 +162,14 @@ std::string progress_line(const json& a, const json& waits) {
             number(gauge(a, "train_step").value_or(0)).c_str(),
             number(gauge(a, "train_steps_per_epoch").value_or(0)).c_str(), gauge(a, "train_loss").value_or(0),
             gauge(a, "train_accuracy").value_or(0), gauge(a, "train_samples_per_second").value_or(0));
+  } else if (auto c = gauge(a, "ps_clock")) {
+    appendf(s, "clock %s", number(*c).c_str());
+  } else if (auto g = gauge(a, "ps_global_clock")) {
+    appendf(s, "global clock %s, spread %s", number(*g).c_str(), number(gauge(a, "ps_clock_spread").value_or(0)).c_str());
   } else if (a.contains("gauges") && a["gauges"].is_object()) {
     int shown = 0;
     for (auto& [k, v] : a["gauges"].items()) {
-      if (!v.is_number()) continue;
+      if (!v.is_number() || k.starts_with("actor_wire_")) continue;
       if (shown++ == 3) {
         s += " ...";
         break;
@@ -173,6 +177,10 @@ std::string progress_line(const json& a, const json& waits) {
       s += (s.empty() ? "" : " ") + k + "=" + number(v.get<double>());
     }
   }
+  // Wire traffic delivered to it on its node (the node's counters).
+  if (auto m = gauge(a, "actor_wire_received_messages_total"))
+    s += std::string(s.empty() ? "" : "; ") + "in: " + number(*m) + " msgs " +
+         human_bytes(gauge(a, "actor_wire_received_bytes_total").value_or(0));
   for (auto& w : waits)
     if (str(w, "actor") == str(a, "name"))
       s += std::string(s.empty() ? "" : "; ") + "waits on " + str(w, "on") + " for " + str(w, "what") + " (" +

@@ -57,6 +57,10 @@ for i, g in enumerate(got):
     assert g["hetflow_train_samples_per_second"][0][1] > 0 and g["hetflow_train_loss"][0][1] > 0
     assert 0 <= g["hetflow_train_accuracy"][0][1] <= 1, g["hetflow_train_accuracy"]
     assert g["hetflow_train_epoch"][0][0]["actor"] == f"replica{i}"
+    # Per actor: chunks delivered to this node's ring member, sent to the other's.
+    rb = {l["actor"]: v for l, v in g["hetflow_actor_wire_received_bytes_total"]}
+    sb = {l["actor"]: v for l, v in g["hetflow_actor_wire_sent_bytes_total"]}
+    assert rb.get(f"ring{i}", 0) > 0 and sb.get(f"ring{1 - i}", 0) > 0, (i, rb, sb)
 # Byte counters only grow.
 b0 = got[0]["hetflow_data_plane_bytes_sent_total"][0][1]
 time.sleep(0.5)
