@@ -296,6 +296,20 @@ struct node_actor_state {
 
 using node_actor_type = caf::stateful_actor<node_actor_state>;
 
+// The nonce this node sent `sender`'s CAF node in its challenge, used once
+// (erased here); empty when there was none.
+std::vector<char> take_challenge(node_actor_state& st, const caf::strong_actor_ptr& sender) {
+  std::vector<char> nonce;
+  if (!sender) return nonce;
+  if (auto it = st.challenges.find(sender->node()); it != st.challenges.end()) {
+    nonce = std::move(it->second);
+    st.challenges.erase(it);
+    st.challenge_order.erase(std::remove(st.challenge_order.begin(), st.challenge_order.end(), sender->node()),
+                             st.challenge_order.end());
+  }
+  return nonce;
+}
+
 void finish(node_actor_type* self) {
   auto& st = self->state;
   st.sh->set_exit(st.exit_code, st.reason);
@@ -426,15 +440,7 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
         return caf::make_message(hello_atom::value, false, why, uint32_t(sh.self), sh.dp->name(),
                                  std::vector<char>{}, std::vector<char>{}, caf::actor{});
       };
-      std::vector<char> our_nonce;
-      if (sender) {
-        if (auto it = st.challenges.find(sender->node()); it != st.challenges.end()) {
-          our_nonce = std::move(it->second);
-          st.challenges.erase(it);
-          st.challenge_order.erase(std::remove(st.challenge_order.begin(), st.challenge_order.end(), sender->node()),
-                                   st.challenge_order.end());
-        }
-      }
+      std::vector<char> our_nonce = take_challenge(st, sender);
       auto str = [](const std::vector<char>& v) { return std::string_view(v.data(), v.size()); };
       const std::string hash_text = std::to_string(hash), idx_text = std::to_string(from_index);
       if (!sh.secret.empty()) {
@@ -479,15 +485,7 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       auto sender = self->current_sender();
       const std::string who = "shell client '" + client.substr(0, 64) + "' (CAF node " +
                               (sender ? caf::to_string(sender->node()) : std::string("anonymous")) + ")";
-      std::vector<char> our_nonce;
-      if (sender) {
-        if (auto it = st.challenges.find(sender->node()); it != st.challenges.end()) {
-          our_nonce = std::move(it->second);
-          st.challenges.erase(it);
-          st.challenge_order.erase(std::remove(st.challenge_order.begin(), st.challenge_order.end(), sender->node()),
-                                   st.challenge_order.end());
-        }
-      }
+      std::vector<char> our_nonce = take_challenge(st, sender);
       auto refuse = [&](const std::string& why) {
         log_warn("refused " + who + ": " + why);
         return caf::make_message(shell_atom::value, false, why, std::vector<char>{}, caf::actor{});
