@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
@@ -57,6 +58,9 @@ commands:
       and predicted throughput; "auto" compares the strategies and says why
   plot REPORT --out PATH
       the --plot SVG from a `run --report` file of a train job
+  trace-merge TRACE... --out PATH
+      one timeline from the --trace files of nodes on several hosts (each
+      written by `hetflow node --trace`); their clocks must be synchronised
   simulate FILE [--json] [--waves N]
       predict a train job's throughput from profiles (hetpipe: discrete-event
       simulation of the plan; dp, single: cost model)
@@ -299,6 +303,40 @@ int main(int argc, char** argv) {
   if (cmd == "plan") return hetflow::apps::plan_command(args, reg);
   if (cmd == "simulate") return hetflow::apps::simulate_command(args, reg);
   if (cmd == "plot") return hetflow::apps::plot_command(args);
+  if (cmd == "trace-merge") {
+    // The --trace files of nodes on several hosts: one document, in the
+    // order given (as `hetflow run` merges its local nodes').
+    std::vector<std::filesystem::path> inputs;
+    std::filesystem::path out;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--out") {
+        if (i + 1 >= args.size()) return usage_error("--out needs a PATH");
+        out = args[++i];
+      } else if (args[i].starts_with("--")) {
+        return usage_error("trace-merge: unknown option '" + args[i] + "'");
+      } else {
+        inputs.emplace_back(args[i]);
+      }
+    }
+    if (inputs.empty() || out.empty()) return usage_error("trace-merge takes TRACE... --out PATH");
+    auto m = hetflow::kernels::trace::merge_files(inputs, out, "merged by hetflow trace-merge");
+    if (!m) {
+      std::fprintf(stderr, "hetflow trace-merge: %s\n", m.error().message().c_str());
+      return 1;
+    }
+    for (auto& why : m->skipped) std::fprintf(stderr, "hetflow trace-merge: skipped %s\n", why.c_str());
+    if (m->files == 0) {
+      std::fprintf(stderr, "hetflow trace-merge: none of the %zu files is a trace; %s not written\n", inputs.size(),
+                   out.c_str());
+      std::filesystem::remove(out);
+      return 1;
+    }
+    std::printf("hetflow trace-merge: %zu events from %zu file%s written to %s%s\n", m->events, m->files,
+                m->files == 1 ? "" : "s", out.c_str(),
+                m->dropped > 0 ? (" (" + std::to_string(m->dropped) + " events were dropped by the nodes)").c_str()
+                               : "");
+    return m->skipped.empty() ? 0 : 1;
+  }
   if (cmd == "shell") return hetflow::apps::shell_command(args, reg);
   return usage_error("unknown command '" + cmd + "'");
 }

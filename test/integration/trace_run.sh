@@ -101,6 +101,27 @@ check_trace "$S/dp.json" 0,1 \
   { cat "$S/dp.out"; fail "dp trace"; }
 pass "dp, 2 nodes: two processes, allreduce and ring steps on both"
 
+# The same job as two `hetflow node --trace` processes (as on two hosts), then
+# `hetflow trace-merge` makes one timeline of both.
+timeout 180 "$HETFLOW" node "$S/dp.toml" --name n0 --trace "$S/dp-n0.json" >"$S/dp-n0.out" 2>&1 &
+p0=$!
+timeout 180 "$HETFLOW" node "$S/dp.toml" --name n1 --trace "$S/dp-n1.json" >"$S/dp-n1.out" 2>&1 &
+p1=$!
+PIDS+=($p0 $p1)
+wait $p0 && wait $p1 || { cat "$S/dp-n0.out" "$S/dp-n1.out"; fail "dp as two hetflow node --trace processes"; }
+"$HETFLOW" trace-merge "$S/dp-n0.json" "$S/dp-n1.json" --out "$S/dp-merged.json" >"$S/merge.out" 2>&1 ||
+  { cat "$S/merge.out"; fail "trace-merge"; }
+grep -q "events from 2 files written to $S/dp-merged.json" "$S/merge.out" || { cat "$S/merge.out"; fail "trace-merge line"; }
+check_trace "$S/dp-merged.json" 0,1 'all(any(n.startswith("ring step") for n in by_pid[p]) for p in (0, 1))' \
+  '{"replica0", "replica1", "ring0", "ring1"} <= threads' || fail "merged trace"
+"$HETFLOW" trace-merge "$S/dp.out" --out "$S/not.json" >"$S/merge-bad.out" 2>&1
+rc=$?
+[[ $rc -eq 1 && ! -e "$S/not.json" ]] && grep -q "none of the 1 files is a trace" "$S/merge-bad.out" ||
+  { cat "$S/merge-bad.out"; fail "trace-merge of a non-trace: exit $rc"; }
+"$HETFLOW" trace-merge "$S/dp-n0.json" >/dev/null 2>&1
+[[ $? -eq 2 ]] || fail "trace-merge without --out: want exit 2"
+pass "trace-merge: two nodes' own traces as one timeline; a non-trace input is refused"
+
 # --- 3. parameter servers, streamed input --------------------------------------------------------
 write_topology "$S/ps.toml" 9720 2 auto 'kind = "train"' 'model = "mlp"' 'dataset = "synthetic"' \
   'input_shape = [1, 12, 12]' 'train_size = 640' 'test_size = 128' 'classes = 5' 'epochs = 1' \
