@@ -19,6 +19,7 @@
 #include "actors/ps/clock_gauges.hpp"
 #include "actors/ralp/ralp_server_core.hpp"
 #include "kernels/profile.hpp"
+#include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
 #include "kernels/zoo.hpp"
 #include "topology/ralp_cost.hpp"
@@ -253,9 +254,11 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       auto labels = ralp::i32_values(*m, 1);
       if (!labels) return refuse(labels.error());
       std::vector<ralp::upper_result> out;
+      kernels::trace::scope t_upper("activations (upper pass when complete)", kernels::trace::track(st.me), "worker", w);
       if (auto s = st.core->activations(w, m->info.clock, m->info.lr, std::move(*act), std::move(*labels), out);
           !s.ok())
         return refuse(s);
+      t_upper.end();
       // Held activations wait for the missing workers' (the watchdog's view).
       st.acts_wait.reset();
       if (auto miss = st.core->missing_activations(); !miss.empty()) {
@@ -285,7 +288,10 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
         if (!g) return refuse(g.error());
         grads.push_back(std::move(*g));
       }
-      if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) return refuse(s);
+      {
+        kernels::trace::scope t_apply("apply", kernels::trace::track(st.me), "worker", w);
+        if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) return refuse(s);
+      }
       kernels::waits::progress();
       break;
     }

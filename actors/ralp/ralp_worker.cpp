@@ -27,6 +27,7 @@
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/ralp/ralp_protocol.hpp"
 #include "actors/ralp/ralp_worker_core.hpp"
+#include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
@@ -61,7 +62,8 @@ public:
     const auto t0 = clock_type::now();
     std::string n = svc_->node_of(server_name);
     kernels::waits::scope open(me_, std::string("the RALP server '") + server_name + "'" + (n.empty() ? "" : " on node '" + n + "'"),
-                               "its " + std::string(what) + " at clock " + std::to_string(clock));
+                               "its " + std::string(what) + " at clock " + std::to_string(clock),
+                               kernels::waits::span{tk, "wait: server", "clock", clock});
     while (!got && failure.ok()) {
       if (svc_->stopping().load()) return make_error(errc::cancelled, me_ + ": stopped");
       if (clock_type::now() >= deadline) {
@@ -100,6 +102,7 @@ public:
   }
   int64_t bytes_sent = 0, bytes_received = 0;
   double wait_seconds = 0;
+  kernels::trace::track_id tk = 0;  // the worker's trace track (0: not tracing)
 
 private:
   caf::blocking_actor* self_;
@@ -146,6 +149,8 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     return make_error(errc::internal, me + ": the data's samples are " + source->sample_shape().to_string());
   const int W = o.workers;
   server_link link(self, svc, me, w, o.timeout_s);
+  link.tk = kernels::trace::track(me);
+  const kernels::trace::track_id tk = link.tk;
   ralp::ralp_info hello;
   hello.aux = worker_clocks(plan, c.epochs, w, W);
   HF_RETURN_IF_ERROR(link.send(ralp::kind_hello, hello));
@@ -181,21 +186,26 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     auto t0 = clock_type::now();
     for (int64_t s = w; s < steps; s += W) {
       if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+      kernels::trace::scope t_step("step", tk, "clock", clock);
       HF_ASSIGN_OR_RETURN(kernels::train_batch batch, source->next(epoch, s));
       const int64_t bytes_before = link.bytes_sent + link.bytes_received;
       auto tp = clock_type::now();
+      kernels::trace::scope t_pull("pull", tk, "clock", clock);
       ralp::ralp_info pull;
       pull.clock = clock;
       HF_RETURN_IF_ERROR(link.send(ralp::kind_pull, pull));
       HF_ASSIGN_OR_RETURN(auto weights, link.await(ralp::kind_weights, clock, "pull"));
       st.weight_bytes_received += int64_t(weights.msg.buffer()->size());
       HF_RETURN_IF_ERROR(install(wc, weights, false));
+      t_pull.end();
       st.pull_seconds += since(tp);
       er.lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       auto tc = clock_type::now();
       kernels::loss_result lr_res;
       if (wc.has_upper()) {
+        kernels::trace::scope t_fwd("lower forward", tk, "clock", clock);
         HF_ASSIGN_OR_RETURN(kernels::tensor_view act, wc.forward_lower(batch.images));
+        t_fwd.end();
         ralp::ralp_info info;
         info.clock = clock;
         info.lr = er.lr;
@@ -210,11 +220,13 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
                                                 std::to_string(clock) + " does not fit its activations " +
                                                 act.shape().to_string());
         const auto& tv = g.msg.tensor(0);
+        kernels::trace::scope t_bwd("lower backward", tk, "clock", clock);
         HF_RETURN_IF_ERROR(wc.backward_lower(
             kernels::tensor_view(reinterpret_cast<const float*>(tv.data.data()), act.shape())));
         lr_res.loss = g.info.loss;
         lr_res.correct = g.info.correct;
       } else {
+        kernels::trace::scope t_whole("forward+backward", tk, "clock", clock);
         HF_ASSIGN_OR_RETURN(lr_res, wc.train_whole(batch.images, batch.labels));
       }
       if (!std::isfinite(lr_res.loss))
@@ -226,7 +238,9 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       ralp::ralp_info push;
       push.clock = clock;
       push.lr = er.lr;
+      kernels::trace::scope t_push("push", tk, "clock", clock);
       HF_RETURN_IF_ERROR(link.send(ralp::kind_push, push, grads));
+      t_push.end();
       st.compute_seconds += since(tc);
       st.step_bytes += link.bytes_sent + link.bytes_received - bytes_before;
       ++clock;

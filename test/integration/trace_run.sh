@@ -134,6 +134,19 @@ check_trace "$S/ps.json" 0,1 'names["push"] >= 20' 'names["pull"] >= 20' 'names[
   { cat "$S/ps.out"; fail "ps trace"; }
 pass "ps + stream: pull/push/apply, waits on pulls, stream shard batches"
 
+# --- 3b. RALP: worker steps (pull, lower forward/backward, push, waits on the server), server passes
+write_topology "$S/ralp.toml" 9725 3 auto 'kind = "train"' 'model = "lenet5"' 'dataset = "synthetic"' \
+  'input_shape = [1, 28, 28]' 'train_size = 640' 'test_size = 64' 'epochs = 1' 'batch_size = 32' 'lr = 0.05' \
+  'strategy = "ralp"' 'ps_workers = ["n1", "n2"]' 'ralp_cut = 5'
+one_thread "$S/ralp.toml"
+timeout 180 "$HETFLOW" run "$S/ralp.toml" --trace "$S/ralp.json" >"$S/ralp.out" 2>&1 ||
+  { cat "$S/ralp.out"; fail "ralp run with --trace"; }
+check_trace "$S/ralp.json" 0,1,2 'names["lower forward"] >= 20' 'names["lower backward"] >= 20' \
+  'names["push"] >= 20' 'names["wait: server"] >= 20' 'names["apply"] >= 20' \
+  'names["activations (upper pass when complete)"] >= 20' '{"ralpworker0", "ralpworker1", "ralp0"} <= threads' ||
+  { cat "$S/ralp.out"; fail "ralp trace"; }
+pass "ralp: worker pulls, lower passes, pushes and waits on the server; the server's passes and applies"
+
 # --- 4. preprocess ----------------------------------------------------------------------------------
 "$HETFLOW" gen-criteo --rows 20000 --out "$S/in.tsv" >/dev/null 2>&1 || fail "gen-criteo"
 write_topology "$S/pre.toml" 9730 2 auto 'kind = "preprocess"' "inputs = [\"$S/in.tsv\"]" \
