@@ -164,6 +164,8 @@ class memory_checkpoints final : public epoch_checkpoints {
 public:
   status save(int epochs_done, int64_t optimizer_steps, const std::vector<checkpoint_tensor>& tensors,
               int64_t optimizer_state) override {
+    if (fail_from > 0 && epochs_done >= fail_from)
+      return make_error(errc::io_error, "cannot write memory:" + std::to_string(epochs_done) + " (disk full?)");
     epoch_checkpoint ck;
     ck.epochs_done = epochs_done;
     ck.optimizer_steps = optimizer_steps;
@@ -193,6 +195,7 @@ public:
   }
   std::string describe(int epochs_done) const override { return "memory:" + std::to_string(epochs_done); }
   std::map<int, epoch_checkpoint> kept;
+  int fail_from = 0;  // > 0: saves of this epoch and later fail (a full disk)
 };
 
 }  // namespace
@@ -237,4 +240,24 @@ BOOST_AUTO_TEST_CASE(epoch_checkpoints_resume_to_the_same_weights) {
   BOOST_REQUIRE(!other.has_value());
   BOOST_CHECK(other.error().code() == errc::invalid_argument);
   BOOST_CHECK(other.error().message().find("memory:") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_that_cannot_be_written_ends_the_run_and_keeps_the_last_good_one) {
+  train_config c = small_config();
+  c.epochs = 3;
+  auto store = std::make_shared<memory_checkpoints>();
+  store->fail_from = 2;
+  c.checkpoints = store;
+  auto r = train_single(c);
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_CHECK(r.error().code() == errc::io_error);
+  BOOST_CHECK(r.error().message().find("memory:2") != std::string::npos);
+  BOOST_REQUIRE_EQUAL(store->kept.size(), 1u);  // epoch 1's survives
+  // ... and --resume continues from it once the disk has room again.
+  store->fail_from = 0;
+  c.resume = true;
+  auto resumed = train_single(c);
+  BOOST_REQUIRE(resumed.has_value());
+  BOOST_CHECK_EQUAL(resumed->resumed_epochs, 1);
+  BOOST_CHECK_EQUAL(resumed->epochs.size(), 2u);
 }
