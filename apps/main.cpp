@@ -42,7 +42,7 @@ commands:
   run FILE [--report PATH] [--plot PATH] [--trace PATH] [--join-timeout SECONDS] [--resume]
       start every node of FILE whose host is this machine, stream their output
       prefixed with the node name, and exit with the job's status; --resume:
-      continue from the job's newest complete checkpoint (train, strategy ps);
+      continue from the job's newest complete checkpoint (train: ps, dp, single);
       --plot: after a train job, its loss, accuracy and throughput over time
       as an SVG (other jobs: nothing written, one line says why); --trace:
       every local node's actors on one timeline, Chrome trace JSON (Perfetto)
