@@ -335,7 +335,10 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       return shard_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
   }
   answer_ready(self, ready);
-  ps::publish_server_clocks(st.me, st.core->clocks());
+  // Only what moves a clock: not per pull.
+  if (m->kind == ps::kind_push || m->kind == ps::kind_done || m->kind == ps::kind_hello ||
+      m->kind == ps::kind_restore)
+    ps::publish_server_clocks(st.me, st.core->clocks());
 }
 
 caf::behavior ps_shard(shard_actor* self, actor_env env) {

@@ -37,6 +37,7 @@ std::string who_worker(const std::shared_ptr<node_services>& svc, int w) {
 }
 
 struct server_state : builtin::job_actor_state {
+  kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
   ralp_options opts;
   kernels::train_config cfg;
   std::unique_ptr<ralp::server_core> core;
@@ -254,7 +255,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       auto labels = ralp::i32_values(*m, 1);
       if (!labels) return refuse(labels.error());
       std::vector<ralp::upper_result> out;
-      kernels::trace::scope t_upper("activations (upper pass when complete)", kernels::trace::track(st.me), "worker", w);
+      kernels::trace::scope t_upper("activations (upper pass when complete)", st.tk, "worker", w);
       if (auto s = st.core->activations(w, m->info.clock, m->info.lr, std::move(*act), std::move(*labels), out);
           !s.ok())
         return refuse(s);
@@ -289,7 +290,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
         grads.push_back(std::move(*g));
       }
       {
-        kernels::trace::scope t_apply("apply", kernels::trace::track(st.me), "worker", w);
+        kernels::trace::scope t_apply("apply", st.tk, "worker", w);
         if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) return refuse(s);
       }
       kernels::waits::progress();
@@ -304,7 +305,8 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       return server_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
   }
   answer_ready(self, ready);
-  ps::publish_server_clocks(st.me, st.core->clocks());
+  // Only what moves a clock (lower pushes, a worker's hello): not per pull or activations.
+  if (m->kind == ralp::kind_push || m->kind == ralp::kind_hello) ps::publish_server_clocks(st.me, st.core->clocks());
 }
 
 // The cut: ralp_cut, or the cost model's choice from a profile of the model
@@ -354,6 +356,7 @@ status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size
 
 caf::behavior ralp_server(server_actor* self, actor_env env) {
   builtin::init_job_actor(self, env);
+  self->state.tk = kernels::trace::track(self->state.me);
   auto cfg = builtin::train_config_of(env.cluster, env.spec.node, 0);
   auto opts = options_of(env.cluster);
   // The link for the cost model: as `hetflow plan` assumes for measured
