@@ -70,6 +70,22 @@ wait_exit() {
   return 0
 }
 
+# kill_node_and_wait TOPO NODE RUN_PID LOG: SIGKILL node NODE of `hetflow run
+# TOPO` (pid RUN_PID, output in LOG), then wait up to 10 s for the run to end;
+# fails unless it ends non-zero and LOG says the node is down. Sets KILL_RC
+# (the run's exit status) and KILL_SECS (seconds from the kill to its end).
+kill_node_and_wait() {
+  local topo=$1 node=$2 pid=$3 log=$4 t0 t1
+  pkill -KILL -f -- "node $topo --name $node" || fail "no node $node of $topo to kill"
+  t0=$(date +%s.%N)
+  wait_exit "$pid" 10 || { cat "$log"; fail "the run did not end within 10 s of $node's death"; }
+  KILL_RC=$WAIT_RC
+  t1=$(date +%s.%N)
+  KILL_SECS=$(awk "BEGIN{printf \"%.2f\", $t1 - $t0}")
+  ((KILL_RC != 0)) || { cat "$log"; fail "the run exited 0 after $node was killed"; }
+  grep -q "node '$node'.*is down" "$log" || { cat "$log"; fail "the run's output does not name $node"; }
+}
+
 # wait_for_text FILE TEXT SECONDS
 wait_for_text() {
   local f=$1 text=$2 secs=$3 t=0
