@@ -81,7 +81,8 @@ commands:
   help
       print this text
 
-not implemented yet: running strategy "hetpipe" (plan and simulate only; see README.md)
+not implemented yet: running strategy "auto" (plan only: set the strategy it
+  chooses); hetpipe runs on cpu devices only, without checkpoints (README.md)
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted

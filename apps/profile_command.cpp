@@ -21,19 +21,6 @@ std::optional<topology::cluster> load_or_report(const std::string& file, const a
   return std::move(*parsed.model);
 }
 
-expected<kernels::model_spec> train_model_spec(const topology::cluster& c) {
-  const auto& p = c.job.params;
-  kernels::zoo_options zo;
-  zo.width = p.get_number("width", 1.0);
-  zo.head_width = p.get_int("head_width", 0);
-  if (p.get_string("dataset", "fashion-mnist") == "synthetic") {
-    auto s = p.get_ints("input_shape");
-    if (s.size() == 3) zo.input = kernels::shape{s[0], s[1], s[2]};
-    zo.classes = p.get_int("classes", 10);
-  }
-  return kernels::make_model_spec(p.get_string("model", "lenet5"), zo);
-}
-
 int profile_command(const std::vector<std::string>& args, const actors::registry& reg) {
   std::string file;
   int64_t batch = 0;

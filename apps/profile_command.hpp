@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/builtin/job_profiles.hpp"
 #include "kernels/layer_spec.hpp"
 #include "schemas/error.hpp"
 #include "topology/cluster.hpp"
@@ -23,8 +24,7 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
 // FILE:LINE:COL: error: ... (what `plan` and `profile` do before their work).
 std::optional<topology::cluster> load_or_report(const std::string& file, const actors::registry& reg);
 
-// The model of a train job (model, width, and for the synthetic dataset its
-// input shape and classes), as the trainer builds it.
-expected<kernels::model_spec> train_model_spec(const topology::cluster& c);
+// The model of a train job (actors/builtin/job_profiles.hpp).
+using actors::train_model_spec;
 
 }  // namespace hetflow::apps

@@ -11,6 +11,7 @@
 #include <thread>
 #include <tuple>
 
+#include "actors/builtin/job_profiles.hpp"
 #include "actors/registry.hpp"
 #include "apps/profile_command.hpp"
 #include "kernels/model.hpp"
@@ -24,6 +25,9 @@
 
 namespace hetflow::apps {
 namespace {
+
+using actors::cpu_threads;
+using actors::profiles_at;
 
 using json = nlohmann::json;
 constexpr const char* usage = "usage: hetflow simulate FILE [--json] [--waves N]\n";
@@ -39,97 +43,11 @@ std::string device_name(const topology::cluster& c, const topology::plan_device&
   return std::string(topology::to_string(spec.kind)) + ":" + std::to_string(spec.index);
 }
 
-int cpu_threads(const topology::node_spec& n, const topology::device_spec& d) {
-  if (d.threads > 0) return d.threads;
-  if (!n.cpus.empty()) return int(n.cpus.size());
-  return int(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 // Samples in one epoch of the job's dataset (time per epoch for "auto").
 int64_t epoch_samples(const topology::cluster& c) {
   const auto& p = c.job.params;
   if (p.get_string("dataset", "fashion-mnist") == "synthetic") return p.get_int("train_size", 10000);
   return 60000;
-}
-
-// Median ms of one optimizer step (the job's optimizer) over every parameter
-// of `m`, whose gradients profile_model left in place. Changes m's weights.
-expected<double> time_update(const topology::cluster& c, kernels::model& m) {
-  const auto& p = c.job.params;
-  kernels::optimizer_config oc;
-  oc.kind = p.get_string("optimizer", "sgd") == "adam" ? kernels::optimizer_kind::adam : kernels::optimizer_kind::sgd;
-  oc.lr = p.get_number("lr", 0.05);
-  oc.momentum = p.get_number("momentum", 0.9);
-  oc.weight_decay = p.get_number("weight_decay", 0.0);
-  HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
-  auto params = m.parameters();
-  std::vector<double> times;
-  status st;
-  m.context().run([&] {
-    for (int i = 0; i < 7 && st.ok(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      st = opt->step(params, oc.lr * 1e-6);
-      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-  });
-  HF_RETURN_IF_ERROR(st);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch) {
-  HF_ASSIGN_OR_RETURN(kernels::model_spec spec, train_model_spec(c));
-  topology::profile_db db;
-  db.batch = batch;
-  db.source = "profiles measured here (" + spec.name + ", batch " + std::to_string(batch) + ")";
-  // Nodes of one machine talk through shared memory; defaults otherwise.
-  db.links.intra_node_gbps = 100;
-  db.links.inter_node_gbps = 100;
-  db.links.latency_us = 20;  // one-way tensor message through two actors (README, transport bench)
-  std::map<int, std::string> kinds;  // threads -> kind
-  for (auto& n : c.nodes)
-    for (auto& d : n.devices) {
-      if (d.kind != topology::device_kind::cpu) {
-        if (d.profile.empty())
-          return make_error(errc::unsupported, "node '" + n.name +
-                                                   "' lists a cuda device with no `profile`; without a profile_file "
-                                                   "only cpu devices are measured");
-        continue;
-      }
-      const int t = cpu_threads(n, d);
-      if (d.profile.empty()) d.profile = "cpu-t" + std::to_string(t);
-      if (kinds.count(t)) continue;
-      kinds[t] = d.profile;
-      HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), {t, 1}));
-      kernels::profile_options po;
-      po.batch = batch;
-      HF_ASSIGN_OR_RETURN(kernels::model_profile prof, kernels::profile_model(m, po));
-      if (db.units.empty())
-        for (const auto& u : prof.units) {
-          topology::profile_unit pu;
-          pu.name = u.name;
-          pu.params_bytes = u.parameter_bytes;
-          pu.activation_bytes = u.activation_bytes;
-          pu.output_bytes = u.output_bytes;
-          db.units.push_back(std::move(pu));
-        }
-      for (std::size_t i = 0; i < prof.units.size() && i < db.units.size(); ++i)
-        db.units[i].devices[d.profile] = {prof.units[i].forward_s * 1e3, prof.units[i].backward_s * 1e3};
-      db.devices[d.profile].memory_bytes = d.memory_bytes;
-      HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
-    }
-  if (db.units.empty())
-    return make_error(errc::invalid_argument,
-                      "[job] has no profile_file and the topology has no cpu device whose profile could be measured "
-                      "here: set profile_file to a JSON profile of the devices' kinds (README, \"HetPipe planner and "
-                      "simulator\")");
-  return db;
-}
-
-expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch) {
-  const auto& p = c.job.params;
-  if (p.contains("profile_file")) return topology::load_profile_db(p.get_string("profile_file"));
-  return measured_profiles(c, measure_batch);
 }
 
 // Devices of dp_nodes (every node when empty).
@@ -532,13 +450,24 @@ int refuse_plan_only_strategy(const std::string& file, const actors::registry& r
   auto parsed = topology::load_topology(file, reg.catalog());
   if (!parsed.ok() || parsed.model->job.kind != "train") return 0;
   const std::string s = parsed.model->job.params.get_string("strategy", "single");
-  if (s != "hetpipe" && s != "auto") return 0;
+  if (s == "hetpipe") {  // plan/simulate plan any devices; the runtime runs cpu stages only
+    for (const auto& n : parsed.model->nodes)
+      for (const auto& d : n.devices)
+        if (d.kind != topology::device_kind::cpu) {
+          std::fprintf(stderr,
+                       "hetflow %s: %s: [job] strategy = \"hetpipe\" runs on cpu devices only for now: node '%s' "
+                       "lists a %s device (`hetflow plan %s` and `hetflow simulate %s` plan such clusters)\n",
+                       command, file.c_str(), n.name.c_str(), topology::to_string(d.kind), file.c_str(),
+                       file.c_str());
+          return 2;
+        }
+    return 0;
+  }
+  if (s != "auto") return 0;
   std::fprintf(stderr,
-               "hetflow %s: %s: [job] strategy = \"%s\": the HetPipe runtime (pipeline stage actors, WSP parameter "
-               "servers) is not implemented yet, so this job cannot run; use `hetflow plan %s` or `hetflow "
-               "simulate %s` to see its plan and predicted throughput%s\n",
-               command, file.c_str(), s.c_str(), file.c_str(), file.c_str(),
-               s == "auto" ? ", and set the strategy it chooses (dp or single) to run it" : "");
+               "hetflow %s: %s: [job] strategy = \"auto\" only plans: `hetflow plan %s` compares the strategies "
+               "and says which it would choose; set that strategy (single, dp or hetpipe) to run the job\n",
+               command, file.c_str(), file.c_str());
   return 2;
 }
 

@@ -34,8 +34,9 @@ int plan_hetpipe_command(const topology::cluster& c, const std::string& file, bo
 expected<topology::profile_db> job_profiles(topology::cluster& c);
 
 // Exit code 2 with a message for `run` / `node` when FILE's train job asks
-// for a strategy that only plan/simulate support; 0 otherwise (also when FILE
-// does not parse: the command itself reports that).
+// for what only plan/simulate support (strategy "auto"; "hetpipe" with a
+// cuda device); 0 otherwise (also when FILE does not parse: the command
+// itself reports that).
 int refuse_plan_only_strategy(const std::string& file, const actors::registry& reg, const char* command);
 
 }  // namespace hetflow::apps

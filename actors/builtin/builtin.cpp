@@ -4,6 +4,7 @@
 #include "actors/registry.hpp"
 #include "actors/ring/ring_member.hpp"
 #include "actors/ps/ps_job.hpp"
+#include "actors/hetpipe/hp_job.hpp"
 #include "actors/ralp/ralp_job.hpp"
 
 namespace hetflow::actors::builtin {
@@ -22,6 +23,7 @@ void add_builtin_types(registry& reg) {
   builtin::add_allreduce_bench(reg);
   ps_job::add_types(reg);
   ralp_job::add_types(reg);
+  hp_job::add_types(reg);
 }
 
 }  // namespace hetflow::actors

@@ -42,6 +42,7 @@
 #include "topology/data_parallel.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ps/ps_job.hpp"
+#include "actors/hetpipe/hp_job.hpp"
 #include "actors/ralp/ralp_job.hpp"
 
 namespace hetflow::actors::builtin {
@@ -711,6 +712,7 @@ void add_train(registry& reg) {
         }
         if (c.job.params.get_string("strategy", "single") == "ps") return ps_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "ralp") return ralp_job::expand(c);
+        if (c.job.params.get_string("strategy", "single") == "hetpipe") return hp_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "dp") {
           if (!c.actors.empty())
             return make_error(errc::invalid_argument,
@@ -743,7 +745,7 @@ void add_train(registry& reg) {
         int replicas = 0;
         for (auto& r : results) {
           if ((r.name == "trainer" || r.name == "replica0" || r.name == "psworker0" ||
-               r.name == "ralpworker0") && r.metrics_json.size() > 2)
+               r.name == "ralpworker0" || r.name == hp_job::head_name) && r.metrics_json.size() > 2)
             lifted = r.metrics_json.substr(1, r.metrics_json.size() - 2);
           if (r.name.rfind("replica", 0) != 0) continue;
           ++replicas;
@@ -759,6 +761,7 @@ void add_train(registry& reg) {
           lifted += std::string(",\"replicas_identical\":") + (identical ? "true" : "false");
         if (!lifted.empty()) lifted += ps_job::summarize(results);
         if (!lifted.empty()) lifted += ralp_job::summarize(results);
+        if (!lifted.empty()) lifted += hp_job::summarize(results);
         return lifted;
       });
   topology::type_spec d{"dp_replica", "one data-parallel replica of the train job (strategy dp)", {}};

@@ -1,0 +1,37 @@
+// Profiles of a train job's model for the planners (HetPipe, dp, RALP):
+// from the job's profile_file, or measured here on each distinct cpu device
+// kind of the topology. Shared by `hetflow plan`/`simulate`/`profile` and by
+// the hetpipe runtime's head, which plans the same way `hetflow plan` does.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/layer_spec.hpp"
+#include "kernels/model.hpp"
+#include "schemas/error.hpp"
+#include "topology/cluster.hpp"
+#include "topology/profile_db.hpp"
+
+namespace hetflow::actors {
+
+// The model of a train job (model, width, and for the synthetic dataset its
+// input shape and classes), as the trainer builds it.
+expected<kernels::model_spec> train_model_spec(const topology::cluster& c);
+
+// A cpu device's thread count (threads, else the node's cpus, else every
+// hardware thread).
+int cpu_threads(const topology::node_spec& n, const topology::device_spec& d);
+
+// Median ms of one optimizer step (the job's optimizer) over every parameter
+// of `m`, whose gradients profile_model left in place. Changes m's weights.
+expected<double> time_update(const topology::cluster& c, kernels::model& m);
+
+// Every distinct cpu kind (by threads) of `c` measured at `batch`; cpu
+// devices without a `profile` get "cpu-tN" in `c`. cuda devices need a
+// profile_file.
+expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch);
+
+// The job's profile_file when it names one, else measured_profiles.
+expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch);
+
+}  // namespace hetflow::actors

@@ -1,0 +1,170 @@
+// hp_core: the state machines of HetPipe's runtime (strategy "hetpipe"), in
+// plain C++ (the hp_stage and hp_ps actors wrap them; tests drive them
+// directly, with no actor system).
+//
+// Semantics (WSP, DESIGN.md; issue 7). A virtual worker (VW) is a chain of
+// stages 0..S-1, stage j holding units [first_j, last_j] of the model. The
+// VW's minibatches 0, 1, 2, ... (its steps of every epoch, in order) form
+// waves of Nm consecutive minibatches (the last wave may be shorter):
+//
+//   - every minibatch of wave c runs forward AND backward with W(c), the
+//     weights the VW pulled at the start of wave c. So minibatch p starts
+//     with weights that include every local update of minibatches up to
+//     p - Nm (all of wave c - 1) and a minibatch's backward uses the weights
+//     of its forward; local staleness is at most Nm - 1;
+//   - each stage applies its minibatches' gradients to its local copy, in
+//     minibatch order, with the job's optimizer (local momentum/Adam state);
+//   - at the end of wave c each stage pushes u(c) = local - W(c) (one
+//     aggregated update per stage per wave) to the PS shards of its units,
+//     tagged c, and then pulls W(c + 1) from them with clock c + 1;
+//   - a PS shard's clock table has one "worker" per stage of every VW; a VW
+//     has pushed wave c when every one of its stages has. A pull at clock c
+//     is answered once the global clock g >= c - D, i.e. every VW pushed
+//     waves <= c - 1 - D (ps_clock.hpp's ssp(D)); D = 0 synchronises the VWs
+//     every wave;
+//   - D = 0: a shard adds the updates of wave t in worker order once every
+//     worker pushed t (t < g), so the weights are a deterministic function
+//     of the pushes and a run is reproducible. D > 0: it adds each update on
+//     arrival (in each worker's wave order), so a VW's pull always sees its
+//     own pushes (a VW never computes without its own last wave), whatever
+//     the other VWs did; the order of additions across VWs then varies.
+//
+// Pipelining inside a wave: stage 0 starts every minibatch of the wave at
+// once (Nm in flight); each stage keeps Nm slots, each a copy of its units
+// (a model of units [first, last]) holding one minibatch's activations, so
+// forwards of later minibatches do not overwrite what an earlier
+// minibatch's backward needs. The pipeline drains at every wave boundary
+// (the pull needs the wave's last update): a bubble of about S - 1 stage
+// times per wave.
+//
+// Thread affinity: one owner thread; stage_core's forward/backward run the
+// slot models, inside their device context (the caller's job).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/ps/ps_clock.hpp"
+#include "kernels/loss.hpp"
+#include "kernels/model.hpp"
+#include "kernels/optimizer.hpp"
+#include "schemas/error.hpp"
+
+namespace hetflow::hetpipe {
+
+// The spec of units [first, last] of `whole` as a model of its own; `input`:
+// one sample's shape entering unit `first` (model::sample_shape(first)).
+expected<kernels::model_spec> slice_spec(const kernels::model_spec& whole, std::size_t first, std::size_t last,
+                                         const kernels::shape& input);
+
+// Minibatch bookkeeping of one VW: minibatches in order, waves of nm.
+struct wave_plan {
+  int64_t minibatches = 0;  // in all epochs
+  int nm = 1;
+  int64_t waves() const noexcept { return nm > 0 ? (minibatches + nm - 1) / nm : 0; }
+  int64_t wave_of(int64_t p) const noexcept { return p / nm; }
+  int64_t first_of(int64_t c) const noexcept { return c * nm; }
+  int64_t size_of(int64_t c) const noexcept {
+    const int64_t f = first_of(c);
+    return f >= minibatches ? 0 : std::min<int64_t>(nm, minibatches - f);
+  }
+};
+
+class stage_core {
+public:
+  // `slots`: nm copies of the stage's units (built from slice_spec, any
+  // seed: install() overwrites their weights). `last`: the stage computes
+  // the loss. errc::invalid_argument for no slots or slots that differ.
+  static expected<std::unique_ptr<stage_core>> make(std::vector<kernels::model> slots, bool last,
+                                                    const kernels::optimizer_config& opt);
+
+  std::size_t slots() const noexcept { return slots_.size(); }
+  kernels::model& slot(std::size_t s) noexcept { return slots_[s]; }
+  // The stage's parameters (one slot's: every slot has the same shapes).
+  std::vector<kernels::parameter*> params() { return slots_[0].parameters(); }
+  int64_t parameter_bytes();
+
+  // W(c): copies `values` (one per parameter, in order) into every slot and
+  // into the local weights. Sizes checked.
+  status install(std::span<const kernels::tensor_view> values);
+  // Minibatch p's forward in slot p % nm (train mode) on a copy of `input`
+  // the slot keeps. The view stays valid until the slot's next forward.
+  expected<kernels::tensor_view> forward(int64_t p, kernels::tensor_view input);
+  // Last stage: forward, loss and backward of p at once; returns the loss
+  // and dL/d(input) (empty for a one-stage VW).
+  struct last_result {
+    kernels::loss_result loss;
+    kernels::tensor_view input_grad;
+  };
+  expected<last_result> forward_backward_last(int64_t p, kernels::tensor_view input, std::span<const int32_t> labels,
+                                              bool need_input_grad);
+  // p's backward from dL/d(output) in its slot; returns dL/d(input) (empty
+  // when !need_input_grad: stage 0).
+  expected<kernels::tensor_view> backward(int64_t p, kernels::tensor_view grad_output, bool need_input_grad);
+  // p's local update: one optimizer step on the local weights with the
+  // gradients of p's slot. Updates must come in minibatch order (checked).
+  status local_update(int64_t p, double lr);
+  // u = local - W(c), per parameter, in order (the wave's push).
+  std::vector<kernels::tensor> wave_update() const;
+  int64_t updates() const noexcept { return next_update_; }
+
+private:
+  stage_core() = default;
+  std::vector<kernels::model> slots_;
+  bool last_ = false;
+  std::vector<kernels::parameter> local_;   // the local weights (optimizer target)
+  std::vector<kernels::tensor> base_;       // W(c)
+  std::unique_ptr<kernels::optimizer> opt_;
+  std::vector<int64_t> slot_mb_;            // the minibatch each slot holds (-1: none)
+  std::vector<kernels::tensor> slot_in_;    // each slot's input (its own copy)
+  int64_t next_update_ = 0;
+  kernels::tensor loss_grad_;
+};
+
+// One PS shard: the parameters of some units (unit index -> its tensors, in
+// the model's order) and the WSP clock table (workers: every stage of every
+// VW).
+class ps_core {
+public:
+  ps_core(std::map<std::size_t, std::vector<kernels::tensor>> units, int workers, int64_t staleness);
+
+  const std::map<std::size_t, std::vector<kernels::tensor>>& units() const noexcept { return units_; }
+  const ps::clock_table& clocks() const noexcept { return table_; }
+  bool holds(std::size_t unit) const { return units_.count(unit) != 0; }
+  // The units of [first, last] this shard holds, in order.
+  std::vector<std::size_t> units_in(std::size_t first, std::size_t last) const;
+
+  // Worker w will push `waves` updates in all.
+  status finish(int w, int64_t waves) { return table_.finish(w, waves); }
+  // Worker w's update of wave `tag` for its units [first, last] held here
+  // (tensors in units_in order, each unit's in model order; shapes checked).
+  // Appends the pulls it releases.
+  status push(int w, int64_t tag, std::size_t first, std::size_t last, std::vector<kernels::tensor> update,
+              std::vector<ps::pull_ticket>& released);
+  bool pull(const ps::pull_ticket& t) { return table_.request(t); }
+  // Every worker's pushes of waves below this are in the weights (D > 0:
+  // some later ones may be too).
+  int64_t applied_below() const noexcept { return applied_below_; }
+  int64_t pushes() const noexcept { return pushes_; }
+
+private:
+  struct held;
+  void add(const held& h);
+  void apply_ready();
+  std::map<std::size_t, std::vector<kernels::tensor>> units_;
+  ps::clock_table table_;
+  int64_t staleness_ = 0;
+  struct held {
+    std::size_t first = 0, last = 0;
+    std::vector<kernels::tensor> update;
+  };
+  std::map<std::pair<int64_t, int>, held> held_;  // (tag, worker)
+  int64_t applied_below_ = 0, pushes_ = 0;
+};
+
+}  // namespace hetflow::hetpipe

@@ -1,0 +1,273 @@
+// hp_head: the head of a HetPipe train job (strategy "hetpipe"), on the
+// first node: a blocking actor that
+//
+//   1. plans as `hetflow plan` does: profiles from the job's profile_file,
+//      else measured here for each cpu kind of the topology; the planner
+//      (topology/hetpipe_plan.hpp) groups devices into VWs, orders and cuts
+//      their stages, picks Nm and places the PS shards;
+//   2. sends every hpstage<k> its role (VW, stage, units, neighbours; or
+//      idle) and every hpps<n> its units and the workers' wave counts;
+//   3. waits for every VW's per-epoch statistics (its last stage's);
+//   4. pulls every unit from the shards once every stage finished, builds
+//      the whole model, evaluates it, saves it (save_weights), says bye to
+//      the shards and reports.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "actors/builtin/job_profiles.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/hetpipe/hp_inbox.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "actors/ps/worker_report.hpp"
+#include "kernels/trainer.hpp"
+#include "kernels/weights_io.hpp"
+#include "kernels/zoo.hpp"
+#include "topology/hetpipe_plan.hpp"
+
+namespace hetflow::actors::hp_job {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+struct vw_epoch {
+  double loss_sum = 0, seconds = 0;
+  int64_t correct = 0, samples = 0, minibatches = 0;
+};
+
+status run_head(const std::string& me, const actor_env& env, inbox& ib, json_writer& j, std::string& summary) {
+  const auto t_start = clock_type::now();
+  topology::cluster c = env.cluster;
+  const auto& p = c.job.params;
+  HF_ASSIGN_OR_RETURN(kernels::train_config cfg, builtin::train_config_of(c, c.nodes[0].name, 0));
+  HF_ASSIGN_OR_RETURN(kernels::zoo_options zo, kernels::model_options_for(cfg));
+  HF_ASSIGN_OR_RETURN(kernels::model_spec spec, kernels::make_model_spec(cfg.model, zo));
+  // 1. the plan
+  HF_ASSIGN_OR_RETURN(topology::profile_db db, profiles_at(c, p.get_int("batch_size", 64)));
+  if (db.units.size() != spec.layers.size())
+    return make_error(errc::invalid_argument, "hetpipe: the profiles have " + std::to_string(db.units.size()) +
+                                                  " units, model " + cfg.model + " has " +
+                                                  std::to_string(spec.layers.size()) +
+                                                  " (a profile_file must profile the job's model)");
+  HF_ASSIGN_OR_RETURN(auto devices, topology::plan_devices(c, db));
+  HF_ASSIGN_OR_RETURN(auto opts, topology::hetpipe_options_of(c));
+  std::vector<std::string> node_names;
+  for (const auto& n : c.nodes) node_names.push_back(n.name);
+  HF_ASSIGN_OR_RETURN(topology::hetpipe_plan plan, topology::plan_hetpipe(devices, node_names, db, opts));
+  const double plan_seconds = since(t_start);
+  const int V = int(plan.virtual_workers.size());
+  // The stage actor of each (node, device).
+  std::map<std::pair<int, std::size_t>, int> stage_of;
+  int k = 0;
+  for (std::size_t n = 0; n < c.nodes.size(); ++n)
+    for (std::size_t d = 0; d < c.nodes[n].devices.size(); ++d) stage_of[{int(n), d}] = k++;
+  const int stage_actors = k;
+
+  HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(cfg, true, /*with_test=*/true));
+  HF_ASSIGN_OR_RETURN(kernels::epoch_plan eplan, kernels::make_epoch_plan(data.train.size(), cfg.batch_size,
+                                                                          cfg.drop_last, cfg.max_steps_per_epoch));
+  {
+    std::string line = "HetPipe: " + std::to_string(V) + " virtual worker(s) (" + to_string(plan.policy) +
+                       "), Nm = " + std::to_string(plan.nm) + ", D = " + std::to_string(plan.staleness) + ", batch " +
+                       std::to_string(cfg.batch_size) + " per VW, " + cfg.model + " for " +
+                       std::to_string(cfg.epochs) + " epochs; predicted " +
+                       std::to_string(int64_t(plan.predicted_samples_per_s)) + " samples/s";
+    log_info(line);
+    for (int v = 0; v < V; ++v) {
+      std::string s = "  VW " + std::to_string(v) + ":";
+      for (const auto& sp : plan.virtual_workers[std::size_t(v)].stages)
+        s += " [" + sp.device.node + " dev " + std::to_string(sp.device.device) + ": units " +
+             std::to_string(sp.first_unit) + ".." + std::to_string(sp.last_unit) + "]";
+      log_info(s);
+    }
+  }
+  // 2. roles
+  const double timeout = p.get_number("ps_timeout", 30.0) + 10.0;
+  std::vector<int64_t> unit_ps(plan.unit_ps_node.begin(), plan.unit_ps_node.end());
+  std::vector<int64_t> waves;       // per worker
+  std::vector<std::string> names;   // per worker
+  std::vector<bool> used(std::size_t(stage_actors), false);
+  for (int v = 0; v < V; ++v) {
+    const auto& vw = plan.virtual_workers[std::size_t(v)];
+    const int S = int(vw.stages.size());
+    const int64_t mbs = vw_minibatches(eplan.steps, cfg.epochs, v, V);
+    const int64_t w_count = (mbs + plan.nm - 1) / plan.nm;
+    std::vector<std::string> sn;
+    for (const auto& sp : vw.stages) sn.push_back(stage_name(stage_of.at({sp.device.node_index, sp.device.device})));
+    for (int s = 0; s < S; ++s) {
+      const auto& sp = vw.stages[std::size_t(s)];
+      std::map<std::string, std::string> kv{
+          {"vw", std::to_string(v)},          {"vws", std::to_string(V)},
+          {"stage", std::to_string(s)},       {"stages", std::to_string(S)},
+          {"worker", std::to_string(names.size())},
+          {"nm", std::to_string(plan.nm)},    {"first", std::to_string(sp.first_unit)},
+          {"last", std::to_string(sp.last_unit)}, {"unit_ps", join_ints(unit_ps)},
+          {"minibatches", std::to_string(mbs)}, {"timeout", std::to_string(timeout)}};
+      if (s > 0) kv["prev"] = sn[std::size_t(s - 1)];
+      if (s + 1 < S) kv["next"] = sn[std::size_t(s + 1)];
+      HF_RETURN_IF_ERROR(ib.send(sn[std::size_t(s)], kind_role, {}, {}, {}, encode_role(kv)));
+      used[std::size_t(stage_of.at({sp.device.node_index, sp.device.device}))] = true;
+      names.push_back(sn[std::size_t(s)]);
+      waves.push_back(w_count);
+    }
+  }
+  for (int s = 0; s < stage_actors; ++s)
+    if (!used[std::size_t(s)]) HF_RETURN_IF_ERROR(ib.send(stage_name(s), kind_role, {}, {}, {}, "idle=1\n"));
+  std::string all_names;
+  for (std::size_t i = 0; i < names.size(); ++i) all_names += (i ? "," : "") + names[i];
+  std::vector<int> shard_nodes;  // nodes holding units
+  for (std::size_t n = 0; n < c.nodes.size(); ++n) {
+    std::vector<int64_t> mine;
+    for (std::size_t u = 0; u < unit_ps.size(); ++u)
+      if (unit_ps[u] == int64_t(n)) mine.push_back(int64_t(u));
+    if (!mine.empty()) shard_nodes.push_back(int(n));
+    std::map<std::string, std::string> kv{{"units", join_ints(mine)},
+                                          {"waves", join_ints(waves)},
+                                          {"names", all_names},
+                                          {"staleness", std::to_string(plan.staleness)}};
+    HF_RETURN_IF_ERROR(ib.send(ps_name(int(n)), kind_role, {}, {}, {}, encode_role(kv)));
+  }
+  // 3. every VW's statistics (the training runs now)
+  const auto t_train = clock_type::now();
+  std::map<int, std::map<int, vw_epoch>> stats;  // vw -> epoch -> numbers
+  while (int(stats.size()) < V) {
+    auto m = ib.next([](const ralp::ralp_message& x) { return x.kind == kind_stats; }, 1.0, "the last stages",
+                     "statistics");
+    if (!m) {
+      if (m.error().code() == errc::timeout) continue;
+      return m.error();
+    }
+    auto& per = stats[m->info.worker];
+    std::istringstream in(m->text);
+    int e = 0;
+    vw_epoch ve;
+    long long correct = 0, samples = 0, mbs = 0;
+    while (in >> e >> ve.loss_sum >> correct >> samples >> mbs >> ve.seconds) {
+      ve.correct = correct;
+      ve.samples = samples;
+      ve.minibatches = mbs;
+      per[e] = ve;
+    }
+  }
+  const double train_seconds = since(t_train);
+  // 4. the final weights: every unit from its shard once every stage finished
+  HF_ASSIGN_OR_RETURN(kernels::model whole, kernels::build_model(spec, cfg.where, {cfg.threads, cfg.seed}));
+  for (int n : shard_nodes) {
+    ralp::ralp_info info;
+    info.flags = ralp::flag_final;
+    info.aux = 0;
+    info.reserved = int32_t(unit_ps.size() - 1);
+    HF_RETURN_IF_ERROR(ib.send(ps_name(n), kind_pull, info));
+    const std::string from = ps_name(n);
+    HF_ASSIGN_OR_RETURN(auto wm, ib.next([&](const ralp::ralp_message& x) { return x.kind == kind_weights && x.sender == from; },
+                                         timeout, "the PS shard " + ib.who(from), "final weights"));
+    std::size_t t = 0;
+    for (std::size_t u = 0; u < unit_ps.size(); ++u) {
+      if (unit_ps[u] != n) continue;
+      std::vector<kernels::parameter*> ps;
+      whole.at(u).parameters(ps);
+      for (auto* prm : ps) {
+        HF_ASSIGN_OR_RETURN(auto v, f32_view(wm, t++));
+        if (v.byte_size() != prm->value.view().byte_size())
+          return make_error(errc::internal, me + ": " + from + " sent " + std::to_string(v.byte_size()) +
+                                                " bytes for " + prm->name);
+        std::memcpy(prm->value.f32(), v.f32(), v.byte_size());
+        ++prm->version;
+      }
+    }
+  }
+  for (std::size_t n = 0; n < c.nodes.size(); ++n) (void)ib.send(ps_name(int(n)), kind_bye, {});
+  // Epochs: every VW's minibatches of that epoch.
+  std::map<int, vw_epoch> total;
+  for (auto& [v, per] : stats)
+    for (auto& [e, ve] : per) {
+      auto& t = total[e];
+      t.loss_sum += ve.loss_sum;
+      t.correct += ve.correct;
+      t.samples += ve.samples;
+      t.minibatches += ve.minibatches;
+      t.seconds = std::max(t.seconds, ve.seconds);
+    }
+  std::vector<kernels::epoch_report> epochs;
+  int64_t samples = 0;
+  for (auto& [e, t] : total) {
+    kernels::epoch_report er;
+    er.epoch = e + 1;
+    er.loss = t.minibatches > 0 ? t.loss_sum / double(t.minibatches) : 0;
+    er.train_accuracy = t.samples > 0 ? double(t.correct) / double(t.samples) : 0;
+    er.samples = t.samples;
+    er.train_seconds = t.seconds;
+    er.samples_per_s = t.seconds > 0 ? double(t.samples) / t.seconds : 0;
+    samples += t.samples;
+    epochs.push_back(er);
+  }
+  kernels::epoch_report fin;
+  const int64_t eval_batch = cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size;
+  HF_RETURN_IF_ERROR(ps_job::evaluate_into(whole, data.test, eval_batch, fin));
+  if (!epochs.empty()) {
+    epochs.back().test_accuracy = fin.test_accuracy;
+    epochs.back().test_logloss = fin.test_logloss;
+    epochs.back().test_auc = fin.test_auc;
+  }
+  for (auto& er : epochs) ps_job::log_epoch_done(er, cfg.epochs);
+  HF_ASSIGN_OR_RETURN(uint64_t checksum, kernels::weights_checksum(whole));
+  if (!cfg.save_weights.empty()) HF_RETURN_IF_ERROR(kernels::save_weights(whole, cfg.save_weights));
+  log_info("final weights (every virtual worker finished): test accuracy " + ps_job::metrics_text(fin));
+
+  j.field("model", cfg.model).field("strategy", "hetpipe").field("device", cfg.where.to_string());
+  j.field("allocation", to_string(plan.policy)).field("nm", int64_t{plan.nm});
+  j.field("staleness", int64_t{plan.staleness}).field("ps_placement", plan.ps_local ? "local" : "spread");
+  j.field("batch_size", cfg.batch_size);
+  j.key("virtual_workers").begin_array();
+  for (const auto& vw : plan.virtual_workers) {
+    j.begin_object().key("stages").begin_array();
+    for (const auto& sp : vw.stages) {
+      j.begin_object().field("node", sp.device.node).field("device", int64_t(sp.device.device));
+      j.field("actor", stage_name(stage_of.at({sp.device.node_index, sp.device.device})));
+      j.field("first_unit", int64_t(sp.first_unit)).field("last_unit", int64_t(sp.last_unit));
+      j.field("stage_ms", sp.stage_ms).end_object();
+    }
+    j.end_array().end_object();
+  }
+  j.end_array();
+  j.field("predicted_samples_per_s", plan.predicted_samples_per_s);
+  j.field("samples_per_s", train_seconds > 0 ? double(samples) / train_seconds : 0.0);
+  j.field("plan_seconds", plan_seconds).field("train_seconds", train_seconds);
+  j.field("profile_source", db.source);
+  j.field("test_accuracy", fin.test_accuracy);
+  j.field("weights_checksum", ps_job::hex64(checksum));
+  ps_job::write_epochs(j, epochs);
+  summary = std::to_string(V) + " virtual worker(s), Nm " + std::to_string(plan.nm) + ", test accuracy " +
+            std::to_string(fin.test_accuracy).substr(0, 6);
+  return {};
+}
+
+void hp_head(caf::blocking_actor* self, actor_env env) {
+  auto svc = env.services;
+  const std::string me = env.spec.name;
+  if (!builtin::await_start(self, *svc)) return;
+  inbox ib(self, svc, me);
+  json_writer j;
+  j.begin_object();
+  std::string summary;
+  auto s = run_head(me, env, ib, j, summary);
+  if (!s.ok()) return svc->report_done(me, false, s.to_string(), {});
+  j.end_object();
+  svc->report_done(me, true, summary, j.str());
+}
+
+}  // namespace
+
+void add_hp_head(registry& reg) {
+  topology::type_spec t{"hp_head", "the head of a HetPipe train job: plans, hands out roles, gathers (strategy hetpipe)",
+                        {}};
+  (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    return sys.spawn(hp_head, env);
+  });
+}
+
+}  // namespace hetflow::actors::hp_job

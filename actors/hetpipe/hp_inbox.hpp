@@ -1,0 +1,115 @@
+// hp_inbox: how the HetPipe actors (blocking, one thread each) send and wait
+// for wire messages: decoded with the node's limits, messages that the
+// current wait does not want kept in arrival order for later waits, every
+// wait bounded and polling node_services::stopping(), and an error message
+// from a peer ending the wait with its text. Include from .cpp files only
+// (pulls caf/all.hpp).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "actors/builtin/job_actor.hpp"
+#include "actors/hetpipe/hp_job.hpp"
+#include "actors/ralp/ralp_protocol.hpp"
+#include "kernels/trace.hpp"
+#include "kernels/waits.hpp"
+
+namespace hetflow::actors::hp_job {
+
+class inbox {
+public:
+  inbox(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me)
+      : self_(self), svc_(std::move(svc)), me_(std::move(me)) {}
+
+  const std::string& me() const noexcept { return me_; }
+  node_services& services() noexcept { return *svc_; }
+
+  status send(const std::string& target, uint32_t kind, const ralp::ralp_info& info,
+              std::span<const kernels::tensor_view> ts = {}, std::span<const int32_t> labels = {},
+              const std::string& text = {}) {
+    auto msg = ralp::make_message(kind, me_, target, info, ts, labels, text);
+    bytes_sent += int64_t(msg->size());
+    auto s = svc_->send_wire(target, std::move(msg));
+    if (!s.ok()) return make_error(s.code(), me_ + ": cannot send to '" + target + "': " + s.message());
+    return {};
+  }
+
+  // "actor 'x' on node 'n'"
+  std::string who(const std::string& actor) const {
+    std::string n = svc_->node_of(actor);
+    return "'" + actor + "'" + (n.empty() ? "" : " on node '" + n + "'");
+  }
+
+  // The next message `want` accepts (earlier ones it does not are kept).
+  // `from`/`what` describe the wait for the watchdog and the timeout error.
+  expected<ralp::ralp_message> next(const std::function<bool(const ralp::ralp_message&)>& want, double timeout_s,
+                                    const std::string& from, const std::string& what) {
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+      if (want(*it)) {
+        ralp::ralp_message m = std::move(*it);
+        kept_.erase(it);
+        return m;
+      }
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    const auto deadline = t0 + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+    kernels::waits::scope open(me_, from, what, kernels::waits::span{tk, "wait", "kept", int64_t(kept_.size())});
+    std::optional<ralp::ralp_message> got;
+    status failure;
+    while (!got && failure.ok()) {
+      if (svc_->stopping().load()) return make_error(errc::cancelled, me_ + ": stopped");
+      if (clock::now() >= deadline)
+        return make_error(errc::timeout, me_ + ": no " + what + " from " + from + " within " +
+                                             std::to_string(int(timeout_s)) + " s");
+      self_->receive(
+          [&](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+            bytes_received += int64_t(buf->size());
+            auto m = ralp::read_message(buf, svc_->read_limits(), "node '" + node + "'");
+            if (!m) {
+              failure = m.error();
+              return;
+            }
+            if (m->kind == kind_error) {
+              failure = make_error(errc::internal, m->text);
+              return;
+            }
+            if (want(*m))
+              got = std::move(*m);
+            else
+              kept_.push_back(std::move(*m));
+          },
+          caf::after(std::chrono::milliseconds(100)) >> [] {});
+    }
+    wait_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+    if (!failure.ok()) return failure;
+    return std::move(*got);
+  }
+
+  int64_t bytes_sent = 0, bytes_received = 0;
+  double wait_seconds = 0;
+  kernels::trace::track_id tk = 0;  // the actor's trace track (0: not tracing)
+
+private:
+  caf::blocking_actor* self_;
+  std::shared_ptr<node_services> svc_;
+  std::string me_;
+  std::deque<ralp::ralp_message> kept_;
+};
+
+// Tensor i of m as a view (f32 checked).
+inline expected<kernels::tensor_view> f32_view(const ralp::ralp_message& m, std::size_t i) {
+  if (i >= m.tensors())
+    return make_error(errc::wire_corrupt, "hetpipe message from " + m.sender + ": tensor " + std::to_string(i) +
+                                              " missing");
+  const auto& tv = m.msg.tensor(i);
+  if (tv.type != dtype::f32 || tv.shape.size() > std::size_t(kernels::shape::max_rank))
+    return make_error(errc::wire_corrupt, "hetpipe message from " + m.sender + ": tensor " + std::to_string(i) +
+                                              " is not f32");
+  return kernels::tensor_view(reinterpret_cast<const float*>(tv.data.data()), kernels::shape(tv.shape));
+}
+
+}  // namespace hetflow::actors::hp_job

@@ -1,0 +1,204 @@
+// hp_ps: the WSP parameter-server shard of one node (strategy "hetpipe"): a
+// blocking actor around a hetpipe::ps_core (hp_core.hpp).
+//
+//   role <- hphead: the units this node holds, the workers (every stage of
+//           every VW, by table index) and their waves in all, D
+//   builds the model from the job's seed and keeps its units' initial values
+//   push (worker, wave, units) -> added in (wave, worker) order once every
+//           worker pushed that wave; answers the pulls this releases
+//   pull (worker, wave c)      -> answered once the global clock >= c - D
+//   pull flag_final (head)     -> every unit held, once every worker finished
+//   bye <- hphead: reports and ends
+//
+// A pull that waits longer than ps_timeout fails the job, naming the stage
+// holding the global clock back.
+#include <chrono>
+#include <map>
+
+#include "actors/builtin/stream_job.hpp"
+#include "actors/hetpipe/hp_core.hpp"
+#include "actors/hetpipe/hp_inbox.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "actors/ps/clock_gauges.hpp"
+#include "kernels/trainer.hpp"
+#include "kernels/zoo.hpp"
+
+namespace hetflow::actors::hp_job {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct waiting_pull {
+  std::string sender;
+  int64_t clock = 0;
+  std::size_t first = 0, last = 0;
+  bool final = false;
+  clock_type::time_point since;
+};
+
+status answer(inbox& ib, const hetpipe::ps_core& core, const waiting_pull& w) {
+  std::vector<kernels::tensor_view> ts;
+  for (std::size_t u : core.units_in(w.first, w.last))
+    for (const auto& t : core.units().at(u)) ts.push_back(t.view());
+  ralp::ralp_info info;
+  info.clock = w.clock;
+  info.global = core.applied_below();
+  return ib.send(w.sender, kind_weights, info, ts);
+}
+
+status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std::map<std::string, std::string>& kv,
+              json_writer& report) {
+  const auto& cluster = env.cluster;
+  const double timeout = cluster.job.params.get_number("ps_timeout", 30.0);
+  std::vector<int64_t> units, waves;
+  std::vector<std::string> names;
+  int64_t staleness = 0;
+  try {
+    units = split_ints(kv.at("units"));
+    waves = split_ints(kv.at("waves"));
+    staleness = std::stoll(kv.at("staleness"));
+    std::string n = kv.at("names");
+    std::size_t pos = 0;
+    while (pos <= n.size()) {
+      auto comma = n.find(',', pos);
+      if (comma == std::string::npos) comma = n.size();
+      names.push_back(n.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  } catch (const std::exception& e) {
+    return make_error(errc::wire_corrupt, me + ": a malformed role from the head (" + e.what() + ")");
+  }
+  if (names.size() != waves.size())
+    return make_error(errc::wire_corrupt, me + ": an inconsistent role from the head");
+  // The initial values of its units: the whole model from the job's seed, as
+  // `single` builds it.
+  HF_ASSIGN_OR_RETURN(kernels::train_config c, builtin::train_config_of(cluster, env.spec.node, 0));
+  HF_ASSIGN_OR_RETURN(kernels::zoo_options zo, kernels::model_options_for(c));
+  HF_ASSIGN_OR_RETURN(kernels::model_spec spec, kernels::make_model_spec(c.model, zo));
+  std::map<std::size_t, std::vector<kernels::tensor>> held;
+  int64_t bytes = 0;
+  {
+    HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), {1, c.seed}));
+    for (int64_t u : units) {
+      if (u < 0 || std::size_t(u) >= m.size()) return make_error(errc::wire_corrupt, me + ": unit out of range");
+      std::vector<kernels::parameter*> ps;
+      m.at(std::size_t(u)).parameters(ps);
+      auto& v = held[std::size_t(u)];
+      for (auto* p : ps) {
+        v.push_back(kernels::tensor::from(p->value.view()));
+        bytes += int64_t(p->value.view().byte_size());
+      }
+    }
+  }
+  hetpipe::ps_core core(std::move(held), int(waves.size()), staleness);
+  for (std::size_t w = 0; w < waves.size(); ++w) HF_RETURN_IF_ERROR(core.finish(int(w), waves[w]));
+  std::map<uint64_t, waiting_pull> waits;
+  std::vector<waiting_pull> finals;
+  uint64_t next_id = 1;
+  int64_t pulls = 0, pulls_waited = 0;
+  auto release = [&](const std::vector<ps::pull_ticket>& ready) -> status {
+    for (const auto& t : ready) {
+      auto it = waits.find(t.id);
+      if (it == waits.end()) continue;
+      HF_RETURN_IF_ERROR(answer(ib, core, it->second));
+      waits.erase(it);
+    }
+    if (core.clocks().all_finished()) {
+      for (auto& f : finals) HF_RETURN_IF_ERROR(answer(ib, core, f));
+      finals.clear();
+    }
+    return {};
+  };
+  const std::string my_track = me;
+  for (;;) {
+    // Waits past ps_timeout: name the stage holding the global clock back.
+    for (auto& [id, w] : waits)
+      if (std::chrono::duration<double>(clock_type::now() - w.since).count() > timeout) {
+        const int slow = core.clocks().slowest();
+        return make_error(errc::timeout, me + ": a pull of wave " + std::to_string(w.clock) + " from '" + w.sender +
+                                             "' waited more than " + std::to_string(int(timeout)) + " s for " +
+                                             (slow >= 0 ? "stage " + ib.who(names[std::size_t(slow)]) +
+                                                              " (its wave " + std::to_string(core.clocks().clock(slow)) +
+                                                              " update has not come)"
+                                                        : std::string("the other stages")));
+      }
+    auto m = ib.next([](const ralp::ralp_message&) { return true; }, 0.25, "the stages", "pushes or pulls");
+    if (!m) {
+      if (m.error().code() == errc::timeout) continue;
+      return m.error();
+    }
+    if (m->kind == kind_bye) break;
+    if (m->kind == kind_push) {
+      const int w = m->info.worker;
+      if (w < 0 || w >= int(waves.size())) return make_error(errc::wire_corrupt, me + ": push from an unknown worker");
+      std::vector<kernels::tensor> update;
+      for (std::size_t i = 0; i < m->tensors(); ++i) {
+        HF_ASSIGN_OR_RETURN(auto t, ralp::f32_tensor(*m, i));
+        update.push_back(std::move(t));
+      }
+      std::vector<ps::pull_ticket> ready;
+      HF_RETURN_IF_ERROR(core.push(w, m->info.clock, std::size_t(m->info.aux), std::size_t(m->info.reserved),
+                                   std::move(update), ready));
+      ps::publish_server_clocks(me, core.clocks());
+      HF_RETURN_IF_ERROR(release(ready));
+    } else if (m->kind == kind_pull) {
+      ++pulls;
+      waiting_pull wp{m->sender, m->info.clock, std::size_t(m->info.aux), std::size_t(m->info.reserved),
+                      (m->info.flags & ralp::flag_final) != 0, clock_type::now()};
+      if (wp.final) {
+        if (core.clocks().all_finished())
+          HF_RETURN_IF_ERROR(answer(ib, core, wp));
+        else
+          finals.push_back(wp);
+        continue;
+      }
+      ps::pull_ticket t{m->info.worker, m->info.clock, next_id++};
+      if (core.pull(t)) {
+        HF_RETURN_IF_ERROR(answer(ib, core, wp));
+      } else {
+        ++pulls_waited;
+        waits[t.id] = wp;
+      }
+    } else {
+      return make_error(errc::internal, me + ": unexpected message kind " + std::to_string(m->kind) + " from '" +
+                                            m->sender + "'");
+    }
+  }
+  report.field("units", int64_t(units.size())).field("parameter_bytes", bytes).field("pushes", core.pushes());
+  report.field("pulls", pulls).field("pulls_waited", pulls_waited);
+  report.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);
+  return {};
+}
+
+void hp_ps(caf::blocking_actor* self, actor_env env) {
+  auto svc = env.services;
+  const std::string me = env.spec.name;
+  if (!builtin::await_start(self, *svc)) return;
+  inbox ib(self, svc, me);
+  const double timeout = env.cluster.job.params.get_number("ps_timeout", 30.0) + 10.0;
+  auto role = ib.next([](const ralp::ralp_message& m) { return m.kind == kind_role; }, timeout + 300.0,
+                      "the head " + ib.who(head_name), "role");
+  if (!role) return svc->report_done(me, false, role.error().to_string(), {});
+  json_writer j;
+  j.begin_object();
+  auto s = run_ps(me, env, ib, decode_role(role->text), j);
+  if (!s.ok()) {
+    ralp::ralp_info info;
+    (void)ib.send(head_name, kind_error, info, {}, {}, s.to_string());
+    return svc->report_done(me, false, s.to_string(), {});
+  }
+  j.end_object();
+  svc->report_done(me, true, "PS shard", j.str());
+}
+
+}  // namespace
+
+void add_hp_ps(registry& reg) {
+  topology::type_spec t{"hp_ps", "the HetPipe (WSP) parameter-server shard of one node (strategy hetpipe)", {}};
+  (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    return sys.spawn(hp_ps, env);
+  });
+}
+
+}  // namespace hetflow::actors::hp_job

@@ -1,0 +1,431 @@
+// hp_stage: one pipeline stage of a HetPipe virtual worker (strategy
+// "hetpipe"): a blocking actor (its own thread) around a
+// hetpipe::stage_core (hp_core.hpp has the semantics).
+//
+//   role <- hphead (or "idle": the plan does not use this device: it ends)
+//   for each wave c of its VW:
+//     pull(c) -> every PS shard holding its units; weights -> W(c)
+//     stage 0: starts the wave's minibatches at once (Nm in flight): batch,
+//              forward, activations + labels -> stage 1 (one stage: forward,
+//              loss, backward right away)
+//     others:  forward p -> forward, activations -> next stage; the last
+//              stage: forward, loss, backward, dL/dinput -> previous stage
+//              backward p -> backward, dL/dinput -> previous stage
+//     after each backward: the local update (minibatch order)
+//     after the wave's last update: push u(c) to every PS shard
+//   the last stage: per-epoch loss and accuracy -> hphead
+//
+// Every wait is bounded (ps_timeout + 10 s) and polls stopping().
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "actors/builtin/stream_job.hpp"
+#include "actors/hetpipe/hp_core.hpp"
+#include "actors/hetpipe/hp_inbox.hpp"
+#include "actors/json.hpp"
+#include "actors/log.hpp"
+#include "kernels/trace.hpp"
+#include "kernels/trainer.hpp"
+#include "kernels/zoo.hpp"
+
+namespace hetflow::actors::hp_job {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+struct role_info {
+  int vw = 0, vws = 1, stage = 0, stages = 1, worker = 0, nm = 1;
+  std::size_t first = 0, last = 0;
+  std::string prev, next;
+  std::vector<int64_t> unit_ps;  // node index of each unit's shard
+  int64_t minibatches = 0;
+  double timeout_s = 40;
+};
+
+expected<role_info> parse_role(const std::string& me, const std::map<std::string, std::string>& kv) {
+  role_info r;
+  try {
+    r.vw = std::stoi(kv.at("vw"));
+    r.vws = std::stoi(kv.at("vws"));
+    r.stage = std::stoi(kv.at("stage"));
+    r.stages = std::stoi(kv.at("stages"));
+    r.worker = std::stoi(kv.at("worker"));
+    r.nm = std::stoi(kv.at("nm"));
+    r.first = std::size_t(std::stoll(kv.at("first")));
+    r.last = std::size_t(std::stoll(kv.at("last")));
+    r.prev = kv.count("prev") ? kv.at("prev") : "";
+    r.next = kv.count("next") ? kv.at("next") : "";
+    r.unit_ps = split_ints(kv.at("unit_ps"));
+    r.minibatches = std::stoll(kv.at("minibatches"));
+    r.timeout_s = std::stod(kv.at("timeout"));
+  } catch (const std::exception& e) {
+    return make_error(errc::wire_corrupt, me + ": a malformed role from the head (" + e.what() + ")");
+  }
+  if (r.nm < 1 || r.first > r.last || r.last >= r.unit_ps.size())
+    return make_error(errc::wire_corrupt, me + ": an inconsistent role from the head");
+  return r;
+}
+
+struct epoch_stats {
+  double loss_sum = 0;
+  int64_t correct = 0, samples = 0, minibatches = 0;
+  clock_type::time_point t0, t1;
+  bool started = false;
+};
+
+struct stage_stats {
+  int64_t waves = 0, minibatches = 0, param_bytes = 0;
+  double compute_seconds = 0, pull_seconds = 0;
+  std::map<int, epoch_stats> epochs;
+};
+
+expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
+                                const std::string& me, const topology::cluster& cluster, const kernels::train_config& c,
+                                const role_info& r, inbox& ib) {
+  stage_stats st;
+  if (c.where.kind != kernels::device_kind::cpu)
+    return make_error(errc::unsupported, me + ": strategy \"hetpipe\" runs on cpu devices only for now");
+  const bool first_stage = r.stage == 0, last_stage = r.stage == r.stages - 1;
+  HF_ASSIGN_OR_RETURN(kernels::zoo_options zo, kernels::model_options_for(c));
+  HF_ASSIGN_OR_RETURN(kernels::model_spec spec, kernels::make_model_spec(c.model, zo));
+  if (spec.layers.size() != r.unit_ps.size())
+    return make_error(errc::internal, me + ": model " + c.model + " has " + std::to_string(spec.layers.size()) +
+                                          " units, the head's plan " + std::to_string(r.unit_ps.size()));
+  kernels::shape input = spec.input;
+  if (r.first > 0) {  // the sample shape entering `first`: build the prefix once
+    kernels::model_spec prefix = spec;
+    prefix.layers.resize(r.first);
+    HF_ASSIGN_OR_RETURN(kernels::model pm, kernels::build_model(prefix, c.where, {1, c.seed}));
+    input = pm.sample_shape(r.first);
+  }
+  HF_ASSIGN_OR_RETURN(kernels::model_spec slice, hetpipe::slice_spec(spec, r.first, r.last, input));
+  std::vector<kernels::model> slots;
+  for (int s = 0; s < r.nm; ++s) {
+    HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(slice, c.where, {c.threads, c.seed + uint64_t(s)}));
+    slots.push_back(std::move(m));
+  }
+  HF_ASSIGN_OR_RETURN(auto core, hetpipe::stage_core::make(std::move(slots), last_stage, c.optimizer));
+  st.param_bytes = core->parameter_bytes();
+  // Each unit's parameter count, to split pulled weights by unit.
+  std::vector<std::size_t> unit_params;
+  for (std::size_t u = r.first; u <= r.last; ++u) {
+    std::vector<kernels::parameter*> ps;
+    core->slot(0).at(u - r.first).parameters(ps);
+    unit_params.push_back(ps.size());
+  }
+  // The PS nodes of its units, in node order.
+  std::vector<int> shards;
+  for (std::size_t u = r.first; u <= r.last; ++u)
+    if (std::find(shards.begin(), shards.end(), int(r.unit_ps[u])) == shards.end()) shards.push_back(int(r.unit_ps[u]));
+  std::sort(shards.begin(), shards.end());
+
+  // Stage 0 reads the data.
+  std::optional<kernels::training_data> data;
+  std::unique_ptr<kernels::batch_source> source;
+  kernels::epoch_plan plan;
+  if (first_stage) {
+    HF_ASSIGN_OR_RETURN(kernels::training_data d, kernels::load_training_data(c, true, /*with_test=*/false));
+    data = std::move(d);
+    HF_ASSIGN_OR_RETURN(plan, kernels::make_epoch_plan(data->train.size(), c.batch_size, c.drop_last,
+                                                       c.max_steps_per_epoch));
+    HF_ASSIGN_OR_RETURN(source, kernels::make_memory_source(data->train, c));
+    if (!(source->sample_shape() == spec.input))
+      return make_error(errc::internal, me + ": the data's samples are " + source->sample_shape().to_string() +
+                                            ", the model's input " + spec.input.to_string());
+    if (vw_minibatches(plan.steps, c.epochs, r.vw, r.vws) != r.minibatches)
+      return make_error(errc::internal, me + ": the head counts " + std::to_string(r.minibatches) +
+                                            " minibatches for VW " + std::to_string(r.vw) + ", the data makes " +
+                                            std::to_string(vw_minibatches(plan.steps, c.epochs, r.vw, r.vws)));
+  }
+  const int64_t per_epoch = r.minibatches / std::max(1, c.epochs);
+  const hetpipe::wave_plan waves{r.minibatches, r.nm};
+  const kernels::trace::track_id tk = ib.tk;
+  std::map<int64_t, double> lr_of;  // per minibatch in flight
+  std::map<int64_t, int> epoch_of;
+  int open_epoch = -1;
+
+  auto pull = [&](int64_t wave) -> status {
+    kernels::trace::scope t("pull", tk, "wave", wave);
+    const auto t0 = clock_type::now();
+    for (int n : shards) {
+      ralp::ralp_info info;
+      info.worker = r.worker;
+      info.clock = wave;
+      info.aux = int64_t(r.first);
+      info.reserved = int32_t(r.last);
+      HF_RETURN_IF_ERROR(ib.send(ps_name(n), kind_pull, info));
+    }
+    // Each shard answers with its units of [first, last] in order.
+    std::vector<std::vector<kernels::tensor_view>> by_unit(r.last - r.first + 1);
+    std::vector<ralp::ralp_message> answers;
+    for (int n : shards) {
+      const std::string from = ps_name(n);
+      HF_ASSIGN_OR_RETURN(auto m, ib.next(
+                                      [&](const ralp::ralp_message& x) {
+                                        return x.kind == kind_weights && x.sender == from && x.info.clock == wave;
+                                      },
+                                      r.timeout_s, "the PS shard " + ib.who(from),
+                                      "weights of wave " + std::to_string(wave)));
+      answers.push_back(std::move(m));
+    }
+    for (std::size_t a = 0; a < shards.size(); ++a) {
+      std::size_t k = 0;
+      for (std::size_t u = r.first; u <= r.last; ++u) {
+        if (r.unit_ps[u] != shards[a]) continue;
+        for (std::size_t i = 0; i < unit_params[u - r.first]; ++i) {
+          HF_ASSIGN_OR_RETURN(auto v, f32_view(answers[a], k++));
+          by_unit[u - r.first].push_back(v);
+        }
+      }
+      if (k != answers[a].tensors())
+        return make_error(errc::internal, me + ": " + ps_name(shards[a]) + " sent " +
+                                              std::to_string(answers[a].tensors()) + " tensors, want " + std::to_string(k));
+    }
+    std::vector<kernels::tensor_view> all;
+    for (auto& v : by_unit) all.insert(all.end(), v.begin(), v.end());
+    HF_RETURN_IF_ERROR(core->install(all));
+    st.pull_seconds += since(t0);
+    return {};
+  };
+
+  auto push = [&](int64_t wave) -> status {
+    kernels::trace::scope t("push", tk, "wave", wave);
+    std::vector<kernels::tensor> u = core->wave_update();
+    // Every shard gets a push (empty when it holds none of these units):
+    // its clock table counts every stage of every VW.
+    const int nodes = int(cluster.nodes.size());
+    for (int n = 0; n < nodes; ++n) {
+      std::vector<kernels::tensor_view> ts;
+      std::size_t k = 0;
+      for (std::size_t un = r.first; un <= r.last; ++un)
+        for (std::size_t i = 0; i < unit_params[un - r.first]; ++i, ++k)
+          if (r.unit_ps[un] == n) ts.push_back(u[k].view());
+      ralp::ralp_info info;
+      info.worker = r.worker;
+      info.clock = wave;
+      info.aux = int64_t(r.first);
+      info.reserved = int32_t(r.last);
+      HF_RETURN_IF_ERROR(ib.send(ps_name(n), kind_push, info, ts));
+    }
+    return {};
+  };
+
+  auto account = [&](int64_t p, const kernels::loss_result& lr, int64_t rows) {
+    auto& e = st.epochs[epoch_of[p]];
+    if (!e.started) {
+      e.started = true;
+      e.t0 = clock_type::now();
+    }
+    e.loss_sum += lr.loss;
+    e.correct += lr.correct;
+    e.samples += rows;
+    ++e.minibatches;
+    e.t1 = clock_type::now();
+    if (r.vw == 0 && e.minibatches == per_epoch) {  // VW 0's epoch is over (the others' come at the end)
+      const double secs = std::chrono::duration<double>(e.t1 - e.t0).count();
+      char line[200];
+      std::snprintf(line, sizeof line, "VW 0: epoch %d/%d: loss %.4f, train accuracy %.4f, %.0f samples/s",
+                    epoch_of[p] + 1, c.epochs, e.loss_sum / double(e.minibatches),
+                    e.samples > 0 ? double(e.correct) / double(e.samples) : 0.0,
+                    secs > 0 ? double(e.samples) / secs : 0.0);
+      log_info(line);
+    } else if (r.vw == 0 && c.progress_every > 0 && e.minibatches % (c.progress_every * 5) == 0) {
+      char line[200];
+      std::snprintf(line, sizeof line, "VW 0: epoch %d/%d minibatch %lld/%lld | loss %.4f", epoch_of[p] + 1, c.epochs,
+                    static_cast<long long>(e.minibatches), static_cast<long long>(per_epoch),
+                    e.loss_sum / double(e.minibatches));
+      log_info(line);
+    }
+  };
+
+  expected<stage_stats> result = make_error(errc::internal, "did not run");
+  core->slot(0).context().run([&] { result = [&]() -> expected<stage_stats> {
+    for (int64_t wave = 0; wave < waves.waves(); ++wave) {
+      if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+      HF_RETURN_IF_ERROR(pull(wave));
+      const int64_t begin = waves.first_of(wave), end = begin + waves.size_of(wave);
+      if (first_stage) {
+        for (int64_t p = begin; p < end; ++p) {
+          const int epoch = int(p / per_epoch);
+          const int64_t step = r.vw + (p % per_epoch) * r.vws;
+          if (epoch != open_epoch) {
+            if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
+            HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
+            open_epoch = epoch;
+          }
+          HF_ASSIGN_OR_RETURN(kernels::train_batch b, source->next(epoch, step));
+          const double lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, step, plan.steps, c.epochs);
+          lr_of[p] = lr;
+          epoch_of[p] = epoch;
+          const auto tc = clock_type::now();
+          if (last_stage) {
+            kernels::trace::scope t("forward+backward", tk, "minibatch", p);
+            HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, b.images, b.labels, false));
+            if (!std::isfinite(fb.loss.loss))
+              return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) +
+                                                    " at minibatch " + std::to_string(p) + "; lower the learning rate");
+            HF_RETURN_IF_ERROR(core->local_update(p, lr));
+            account(p, fb.loss, int64_t(b.labels.size()));
+            lr_of.erase(p);
+            epoch_of.erase(p);
+          } else {
+            kernels::trace::scope t("forward", tk, "minibatch", p);
+            HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, b.images));
+            ralp::ralp_info info;
+            info.clock = p;
+            info.global = epoch;
+            info.aux = step;
+            info.lr = lr;
+            std::vector<kernels::tensor_view> ts{act};
+            HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, b.labels));
+          }
+          st.compute_seconds += since(tc);
+        }
+      }
+      while (core->updates() < end) {
+        HF_ASSIGN_OR_RETURN(auto m, ib.next(
+                                        [&](const ralp::ralp_message& x) {
+                                          return x.kind == kind_forward || x.kind == kind_backward;
+                                        },
+                                        r.timeout_s,
+                                        first_stage ? "stage " + std::to_string(r.stage + 1) + " " + ib.who(r.next)
+                                                    : "its neighbour stages",
+                                        "activations or gradients of wave " + std::to_string(wave)));
+        const int64_t p = m.info.clock;
+        if (p < begin || p >= end)
+          return make_error(errc::internal, me + ": minibatch " + std::to_string(p) + " from '" + m.sender +
+                                                "' is not in wave " + std::to_string(wave) + " [" +
+                                                std::to_string(begin) + ", " + std::to_string(end) + ")");
+        const auto tc = clock_type::now();
+        if (m.kind == kind_forward) {
+          if (first_stage || m.sender != r.prev)
+            return make_error(errc::internal, me + ": activations from '" + m.sender + "', not its previous stage");
+          lr_of[p] = m.info.lr;
+          epoch_of[p] = int(m.info.global);
+          HF_ASSIGN_OR_RETURN(kernels::tensor_view in, f32_view(m, 0));
+          HF_ASSIGN_OR_RETURN(std::vector<int32_t> labels, ralp::i32_values(m, 1));
+          if (last_stage) {
+            kernels::trace::scope t("forward+backward", tk, "minibatch", p);
+            HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, in, labels, true));
+            if (!std::isfinite(fb.loss.loss))
+              return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) +
+                                                    " at minibatch " + std::to_string(p) + "; lower the learning rate");
+            ralp::ralp_info info;
+            info.clock = p;
+            std::vector<kernels::tensor_view> ts{fb.input_grad};
+            HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
+            HF_RETURN_IF_ERROR(core->local_update(p, m.info.lr));
+            account(p, fb.loss, int64_t(labels.size()));
+          } else {
+            kernels::trace::scope t("forward", tk, "minibatch", p);
+            HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, in));
+            ralp::ralp_info info = m.info;
+            std::vector<kernels::tensor_view> ts{act};
+            HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, labels));
+          }
+        } else {
+          if (last_stage || m.sender != r.next)
+            return make_error(errc::internal, me + ": gradients from '" + m.sender + "', not its next stage");
+          HF_ASSIGN_OR_RETURN(kernels::tensor_view g, f32_view(m, 0));
+          kernels::trace::scope t("backward", tk, "minibatch", p);
+          HF_ASSIGN_OR_RETURN(kernels::tensor_view dx, core->backward(p, g, !first_stage));
+          if (!first_stage) {
+            ralp::ralp_info info;
+            info.clock = p;
+            std::vector<kernels::tensor_view> ts{dx};
+            HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
+          }
+          HF_RETURN_IF_ERROR(core->local_update(p, lr_of[p]));
+        }
+        if (core->updates() > p) {  // p is done here
+          lr_of.erase(p);
+          epoch_of.erase(p);
+        }
+        st.compute_seconds += since(tc);
+        kernels::waits::progress();
+      }
+      HF_RETURN_IF_ERROR(push(wave));
+      ++st.waves;
+    }
+    if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
+    st.minibatches = core->updates();
+    return st;
+  }(); });
+  return result;
+}
+
+void hp_stage(caf::blocking_actor* self, actor_env env) {
+  auto svc = env.services;
+  const std::string me = env.spec.name;
+  if (!builtin::await_start(self, *svc)) return;
+  inbox ib(self, svc, me);
+  const double timeout = env.cluster.job.params.get_number("ps_timeout", 30.0) + 10.0;
+  // The head plans first (it may measure profiles): wait longer for the role.
+  auto role = ib.next([](const ralp::ralp_message& m) { return m.kind == kind_role; }, timeout + 300.0,
+                      "the head " + ib.who(head_name), "role");
+  if (!role) return svc->report_done(me, false, role.error().to_string(), {});
+  auto kv = decode_role(role->text);
+  if (kv.count("idle")) return svc->report_done(me, true, "not used by the plan", "{\"used\":false}");
+  auto r = parse_role(me, kv);
+  if (!r) return svc->report_done(me, false, r.error().to_string(), {});
+  auto cfg = builtin::train_config_of(env.cluster, env.spec.node, std::size_t(env.spec.args.get_int("device", 0)));
+  if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
+  const auto t0 = clock_type::now();
+  ib.tk = kernels::trace::track(me);
+  auto st = run_stage(svc, me, env.cluster, *cfg, *r, ib);
+  if (!st) {
+    // Tell the head (it may be waiting for this VW's statistics).
+    ralp::ralp_info info;
+    (void)ib.send(head_name, kind_error, info, {}, {}, st.error().to_string());
+    return svc->report_done(me, false, st.error().to_string(), {});
+  }
+  if (r->stage == r->stages - 1) {
+    std::string text;
+    for (auto& [e, s] : st->epochs) {
+      char line[200];
+      std::snprintf(line, sizeof line, "%d %.17g %lld %lld %lld %.9g\n", e, s.loss_sum,
+                    static_cast<long long>(s.correct), static_cast<long long>(s.samples),
+                    static_cast<long long>(s.minibatches), std::chrono::duration<double>(s.t1 - s.t0).count());
+      text += line;
+    }
+    ralp::ralp_info info;
+    info.worker = r->vw;
+    info.aux = st->minibatches;
+    auto s = ib.send(head_name, kind_stats, info, {}, {}, text);
+    if (!s.ok()) return svc->report_done(me, false, s.to_string(), {});
+  }
+  json_writer j;
+  j.begin_object().field("used", true).field("vw", int64_t{r->vw}).field("stage", int64_t{r->stage});
+  j.field("first_unit", int64_t(r->first)).field("last_unit", int64_t(r->last));
+  j.field("device", cfg->where.to_string()).field("nm", int64_t{r->nm});
+  j.field("waves", st->waves).field("minibatches", st->minibatches);
+  j.field("parameter_bytes", st->param_bytes);
+  j.field("compute_seconds", st->compute_seconds).field("pull_seconds", st->pull_seconds);
+  j.field("wait_seconds", ib.wait_seconds);
+  j.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);
+  j.field("total_seconds", since(t0));
+  j.end_object();
+  svc->report_done(me, true,
+                   "VW " + std::to_string(r->vw) + " stage " + std::to_string(r->stage) + ": units " +
+                       std::to_string(r->first) + ".." + std::to_string(r->last) + ", " +
+                       std::to_string(st->minibatches) + " minibatches in " + std::to_string(st->waves) + " waves",
+                   j.str());
+}
+
+}  // namespace
+
+void add_hp_stage(registry& reg) {
+  using topology::key_spec;
+  using topology::key_type;
+  topology::type_spec t{"hp_stage", "one pipeline stage of a HetPipe virtual worker (strategy hetpipe)", {}};
+  t.keys.push_back(key_spec{"device", key_type::integer, false, int64_t{0}, "index into its node's devices", 0.0, {}, {}});
+  (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
+    return sys.spawn(hp_stage, env);
+  });
+}
+
+}  // namespace hetflow::actors::hp_job
