@@ -61,9 +61,10 @@ commands:
   trace-merge TRACE... --out PATH
       one timeline from the --trace files of nodes on several hosts (each
       written by `hetflow node --trace`); their clocks must be synchronised
-  simulate FILE [--json] [--waves N]
+  simulate FILE [--json] [--waves N] [--as-run]
       predict a train job's throughput from profiles (hetpipe: discrete-event
-      simulation of the plan; dp, single: cost model)
+      simulation of the plan, HetPipe's overlapped waves, or with --as-run
+      the waves as `hetflow run` does them; dp, single: cost model)
   profile FILE [--batch B]
       time every unit of a train job's model on this machine's devices
   gen-criteo --rows N --out FILE [--seed S] [--threads T]

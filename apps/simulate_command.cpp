@@ -30,7 +30,7 @@ using actors::cpu_threads;
 using actors::profiles_at;
 
 using json = nlohmann::json;
-constexpr const char* usage = "usage: hetflow simulate FILE [--json] [--waves N]\n";
+constexpr const char* usage = "usage: hetflow simulate FILE [--json] [--waves N] [--as-run]\n";
 
 std::string gib(uint64_t b) {
   char buf[32];
@@ -282,6 +282,8 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     const auto& a = args[i];
     if (a == "--json") {
       json_out = true;
+    } else if (a == "--as-run") {
+      so.drain_waves = true;
     } else if (a == "--waves" && i + 1 < args.size()) {
       so.waves = std::atoi(args[++i].c_str());
       if (so.waves < 2) {
@@ -356,6 +358,7 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     j["simulated_samples_per_s"] = r->samples_per_s;
     j["simulated_ms"] = r->window_ms;
     j["waves"] = so.waves;
+    j["wave_model"] = so.drain_waves ? "as-run" : "overlapped";
     json vws = json::array();
     for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {
       const auto& sv = r->virtual_workers[v];
@@ -373,9 +376,10 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
       return 0;
     }
     std::printf("simulate %s: strategy hetpipe, %zu virtual workers (%s), Nm = %d, D = %d, batch %lld, PS %s; "
-                "%d waves per VW (%d warm-up)\n",
+                "%d waves per VW (%d warm-up)%s\n",
                 file.c_str(), p.virtual_workers.size(), topology::to_string(p.policy), p.nm, p.staleness,
-                static_cast<long long>(p.batch), p.ps_local ? "local" : "spread", so.waves, so.warmup_waves);
+                static_cast<long long>(p.batch), p.ps_local ? "local" : "spread", so.waves, so.warmup_waves,
+                so.drain_waves ? "; waves as hetflow run does them (--as-run)" : "");
     if (!why.empty()) std::printf("  auto: %s\n", why.c_str());
     for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {
       const auto& sv = r->virtual_workers[v];

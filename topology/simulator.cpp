@@ -145,7 +145,12 @@ private:
     const int w = s.pull_issued + 1;  // the wave this pull is for
     if (int64_t(w) * plan_.nm >= total_mb_) return;
     if (s.next_mb < int64_t(w - 1) * plan_.nm) return;  // wave w - 1 not begun
-    if (min_clock() < w - 1 - plan_.staleness) return;  // WSP: every VW pushed waves 0 .. w - 2 - D
+    if (o_.drain_waves) {
+      if (s.pushed < w) return;                      // the runtime: its own wave w - 1 pushed first
+      if (min_clock() < w - plan_.staleness) return;  // and every VW's waves 0 .. w - 1 - D
+    } else if (min_clock() < w - 1 - plan_.staleness) {
+      return;  // WSP: every VW pushed waves 0 .. w - 2 - D
+    }
     s.pull_issued = w;
     const auto& vw = plan_.virtual_workers[std::size_t(v)];
     double last = now_;

@@ -52,6 +52,11 @@ struct simulation_options {
   // its time x (1 + U[0, jitter)), from a generator seeded with `seed`.
   double jitter = 0.0;
   uint64_t seed = 1;
+  // What hetflow's runtime does (actors/hetpipe/hp_core.hpp) rather than
+  // HetPipe's overlapped waves: a VW pulls wave w only after all its stages
+  // pushed wave w - 1 (the pipeline drains at every wave boundary), and the
+  // pull waits until every VW pushed waves 0 .. w - 1 - D (one wave stricter).
+  bool drain_waves = false;
 };
 
 struct simulated_stage {

@@ -27,6 +27,7 @@
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
 #include "topology/hetpipe_plan.hpp"
+#include "topology/simulator.hpp"
 
 namespace hetflow::actors::hp_job {
 namespace {
@@ -58,6 +59,13 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   std::vector<std::string> node_names;
   for (const auto& n : c.nodes) node_names.push_back(n.name);
   HF_ASSIGN_OR_RETURN(topology::hetpipe_plan plan, topology::plan_hetpipe(devices, node_names, db, opts));
+  // The simulator's prediction for this very plan and these profiles, with
+  // the waves as this runtime does them (bench/simulate/validate.sh compares
+  // it with the measured throughput).
+  topology::simulation_options so;
+  so.drain_waves = true;
+  auto sim = topology::simulate_hetpipe(plan, db, so);
+  const double simulated = sim ? sim->samples_per_s : -1.0;
   const double plan_seconds = since(t_start);
   const int V = int(plan.virtual_workers.size());
   // The stage actor of each (node, device).
@@ -75,7 +83,8 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
                        "), Nm = " + std::to_string(plan.nm) + ", D = " + std::to_string(plan.staleness) + ", batch " +
                        std::to_string(cfg.batch_size) + " per VW, " + cfg.model + " for " +
                        std::to_string(cfg.epochs) + " epochs; predicted " +
-                       std::to_string(int64_t(plan.predicted_samples_per_s)) + " samples/s";
+                       std::to_string(int64_t(plan.predicted_samples_per_s)) + " samples/s (planner), " +
+                       std::to_string(int64_t(simulated)) + " (simulated as run)";
     log_info(line);
     for (int v = 0; v < V; ++v) {
       std::string s = "  VW " + std::to_string(v) + ":";
@@ -213,7 +222,13 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     epochs.back().test_logloss = fin.test_logloss;
     epochs.back().test_auc = fin.test_auc;
   }
-  for (auto& er : epochs) ps_job::log_epoch_done(er, cfg.epochs);
+  for (auto& er : epochs) {
+    char line[200];
+    std::snprintf(line, sizeof line, "epoch %d/%d (every VW): loss %.4f, train accuracy %.4f, %.0f samples/s%s",
+                  er.epoch, cfg.epochs, er.loss, er.train_accuracy, er.samples_per_s,
+                  er.epoch == cfg.epochs ? ", test accuracy " : "");
+    log_info(std::string(line) + (er.epoch == cfg.epochs ? ps_job::metrics_text(er) : ""));
+  }
   HF_ASSIGN_OR_RETURN(uint64_t checksum, kernels::weights_checksum(whole));
   if (!cfg.save_weights.empty()) HF_RETURN_IF_ERROR(kernels::save_weights(whole, cfg.save_weights));
   log_info("final weights (every virtual worker finished): test accuracy " + ps_job::metrics_text(fin));
@@ -235,6 +250,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   }
   j.end_array();
   j.field("predicted_samples_per_s", plan.predicted_samples_per_s);
+  j.field("simulated_samples_per_s", simulated);
   j.field("samples_per_s", train_seconds > 0 ? double(samples) / train_seconds : 0.0);
   j.field("plan_seconds", plan_seconds).field("train_seconds", train_seconds);
   j.field("profile_source", db.source);
