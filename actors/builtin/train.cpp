@@ -561,7 +561,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
 void add_train(registry& reg) {
   using topology::key_spec;
   using topology::key_type;
-  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model; dp, ps, ralp; input from memory, or with single and ps streamed from pre-processing shards)", {}};
+  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model; dp, ps, ralp, hetpipe; input from memory, or with single and ps streamed from pre-processing shards)", {}};
   auto key = [&](std::string name, key_type t, topology::setting_value def, std::string help,
                  std::optional<double> lo = {}, std::optional<double> hi = {},
                  std::vector<std::string> one_of = {}) {
@@ -569,10 +569,10 @@ void add_train(registry& reg) {
                                 std::move(one_of)});
   };
   key("strategy", key_type::string, std::string("single"),
-      "single: one device trains the whole model; dp: data parallel, one replica per device of dp_nodes; ps: parameter servers (ps_*, consistency keys); ralp: layers after ralp_cut on the PS node (ralp_* keys)", {}, {},
+      "single: one device trains the whole model; dp: data parallel, one replica per device of dp_nodes; ps: parameter servers (ps_*, consistency keys); ralp: layers after ralp_cut on the PS node (ralp_* keys); hetpipe: virtual workers of pipeline stages, WSP (cpu devices); auto: plan only", {}, {},
       {"single", "dp", "ps", "ralp", "hetpipe", "auto"});
-  // HetPipe (plan and simulate only so far; `run` refuses it): apps/simulate_command.hpp.
-  // D of Wave Synchronous Parallel is the ps `staleness` key.
+  // HetPipe (the planner's keys; the runtime is actors/hetpipe/). D of Wave
+  // Synchronous Parallel is the ps `staleness` key.
   job.keys.push_back(key_spec{"profile_file", key_type::path, false, std::nullopt,
                               "hetpipe, auto: JSON unit profiles per device kind (README); devices name their kind "
                               "with `profile`"});
@@ -584,6 +584,8 @@ void add_train(registry& reg) {
   key("nm", key_type::integer, int64_t{0},
       "hetpipe: minibatches in flight per virtual worker (a wave); 0: auto, the best predicted that fits", 0.0, 1024.0);
   key("max_nm", key_type::integer, int64_t{16}, "hetpipe: the largest Nm that nm = 0 tries", 1.0, 1024.0);
+  key("hetpipe_drill_jitter", key_type::duration, 0.0,
+      "tests only: each hetpipe stage sleeps a random [0, this) before every forward (seeded per stage)", 0.0, 10.0);
   key("ps_placement", key_type::string, std::string("spread"),
       "hetpipe: PS shards spread over every node by bytes, or local (stage k's weights on stage k's node)", {}, {},
       {"spread", "local"});

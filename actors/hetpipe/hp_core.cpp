@@ -87,6 +87,11 @@ expected<kernels::tensor_view> stage_core::forward(int64_t p, kernels::tensor_vi
     return make_error(errc::internal, "hetpipe stage: minibatch " + std::to_string(p) + " needs slot " +
                                           std::to_string(s) + ", still held by minibatch " +
                                           std::to_string(slot_mb_[s]) + " (more than Nm in flight)");
+  // WSP's local rule: p starts only with every local update through p - Nm.
+  if (next_update_ < p - int64_t(slots_.size()) + 1)
+    return make_error(errc::internal, "hetpipe stage: minibatch " + std::to_string(p) + " would start before the " +
+                                          "local update of minibatch " + std::to_string(p - int64_t(slots_.size())) +
+                                          " (updates through " + std::to_string(next_update_ - 1) + " applied)");
   slot_mb_[s] = p;
   // The slot keeps its own copy: units may keep a view of their input for
   // the backward pass, and the caller's buffer (a batch, a message) moves on.

@@ -115,7 +115,8 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
           {"worker", std::to_string(names.size())},
           {"nm", std::to_string(plan.nm)},    {"first", std::to_string(sp.first_unit)},
           {"last", std::to_string(sp.last_unit)}, {"unit_ps", join_ints(unit_ps)},
-          {"minibatches", std::to_string(mbs)}, {"timeout", std::to_string(timeout)}};
+          {"minibatches", std::to_string(mbs)}, {"timeout", std::to_string(timeout)},
+          {"jitter", std::to_string(p.get_number("hetpipe_drill_jitter", 0.0))}};
       if (s > 0) kv["prev"] = sn[std::size_t(s - 1)];
       if (s + 1 < S) kv["next"] = sn[std::size_t(s + 1)];
       HF_RETURN_IF_ERROR(ib.send(sn[std::size_t(s)], kind_role, {}, {}, {}, encode_role(kv)));

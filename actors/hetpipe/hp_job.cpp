@@ -93,15 +93,17 @@ void add_types(registry& reg) {
 }
 
 std::string summarize(const std::vector<actor_result>& results) {
-  std::string stages;
+  std::string stages, shards;
   for (auto& r : results) {
-    if (r.name.rfind("hpstage", 0) != 0 || r.metrics_json.size() <= 2) continue;
+    const bool stage = r.name.rfind("hpstage", 0) == 0, shard = r.name.rfind("hpps", 0) == 0;
+    if ((!stage && !shard) || r.metrics_json.size() <= 2) continue;
     std::string entry = "{\"name\":\"" + r.name + "\",\"node\":\"" + r.node + "\"," +
                         r.metrics_json.substr(1, r.metrics_json.size() - 2) + "}";
-    stages += (stages.empty() ? "" : ",") + entry;
+    std::string& to = stage ? stages : shards;
+    to += (to.empty() ? "" : ",") + entry;
   }
-  if (stages.empty()) return {};
-  return ",\"hetpipe\":{\"stages\":[" + stages + "]}";
+  if (stages.empty() && shards.empty()) return {};
+  return ",\"hetpipe\":{\"stages\":[" + stages + "],\"shards\":[" + shards + "]}";
 }
 
 }  // namespace hetflow::actors::hp_job

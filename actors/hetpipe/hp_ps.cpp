@@ -37,7 +37,11 @@ struct waiting_pull {
   clock_type::time_point since;
 };
 
-status answer(inbox& ib, const hetpipe::ps_core& core, const waiting_pull& w) {
+// `max_distance`: the largest clock distance a pull was answered at, the
+// puller's clock minus the global clock (WSP bounds it by D).
+status answer(inbox& ib, const hetpipe::ps_core& core, const waiting_pull& w, int64_t& max_distance) {
+  const int64_t g = core.clocks().global();
+  if (!w.final && g != ps::infinite_clock) max_distance = std::max(max_distance, w.clock - g);
   std::vector<kernels::tensor_view> ts;
   for (std::size_t u : core.units_in(w.first, w.last))
     for (const auto& t : core.units().at(u)) ts.push_back(t.view());
@@ -96,16 +100,16 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
   std::map<uint64_t, waiting_pull> waits;
   std::vector<waiting_pull> finals;
   uint64_t next_id = 1;
-  int64_t pulls = 0, pulls_waited = 0;
+  int64_t pulls = 0, pulls_waited = 0, max_distance = 0;
   auto release = [&](const std::vector<ps::pull_ticket>& ready) -> status {
     for (const auto& t : ready) {
       auto it = waits.find(t.id);
       if (it == waits.end()) continue;
-      HF_RETURN_IF_ERROR(answer(ib, core, it->second));
+      HF_RETURN_IF_ERROR(answer(ib, core, it->second, max_distance));
       waits.erase(it);
     }
     if (core.clocks().all_finished()) {
-      for (auto& f : finals) HF_RETURN_IF_ERROR(answer(ib, core, f));
+      for (auto& f : finals) HF_RETURN_IF_ERROR(answer(ib, core, f, max_distance));
       finals.clear();
     }
     return {};
@@ -148,14 +152,14 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
                       (m->info.flags & ralp::flag_final) != 0, clock_type::now()};
       if (wp.final) {
         if (core.clocks().all_finished())
-          HF_RETURN_IF_ERROR(answer(ib, core, wp));
+          HF_RETURN_IF_ERROR(answer(ib, core, wp, max_distance));
         else
           finals.push_back(wp);
         continue;
       }
       ps::pull_ticket t{m->info.worker, m->info.clock, next_id++};
       if (core.pull(t)) {
-        HF_RETURN_IF_ERROR(answer(ib, core, wp));
+        HF_RETURN_IF_ERROR(answer(ib, core, wp, max_distance));
       } else {
         ++pulls_waited;
         waits[t.id] = wp;
@@ -166,7 +170,7 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
     }
   }
   report.field("units", int64_t(units.size())).field("parameter_bytes", bytes).field("pushes", core.pushes());
-  report.field("pulls", pulls).field("pulls_waited", pulls_waited);
+  report.field("pulls", pulls).field("pulls_waited", pulls_waited).field("max_clock_distance", max_distance);
   report.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);
   return {};
 }

@@ -21,6 +21,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <random>
+#include <thread>
 
 #include "actors/builtin/stream_job.hpp"
 #include "actors/hetpipe/hp_core.hpp"
@@ -44,6 +46,7 @@ struct role_info {
   std::vector<int64_t> unit_ps;  // node index of each unit's shard
   int64_t minibatches = 0;
   double timeout_s = 40;
+  double jitter_s = 0;  // hetpipe_drill_jitter
 };
 
 expected<role_info> parse_role(const std::string& me, const std::map<std::string, std::string>& kv) {
@@ -62,6 +65,7 @@ expected<role_info> parse_role(const std::string& me, const std::map<std::string
     r.unit_ps = split_ints(kv.at("unit_ps"));
     r.minibatches = std::stoll(kv.at("minibatches"));
     r.timeout_s = std::stod(kv.at("timeout"));
+    if (kv.count("jitter")) r.jitter_s = std::stod(kv.at("jitter"));
   } catch (const std::exception& e) {
     return make_error(errc::wire_corrupt, me + ": a malformed role from the head (" + e.what() + ")");
   }
@@ -214,6 +218,14 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     return {};
   };
 
+  // The jitter drill: a random pause before every forward.
+  std::mt19937_64 jitter_rng(std::hash<std::string>{}(me));
+  auto jitter = [&] {
+    if (r.jitter_s <= 0) return;
+    std::uniform_real_distribution<double> u(0.0, r.jitter_s);
+    std::this_thread::sleep_for(std::chrono::duration<double>(u(jitter_rng)));
+  };
+
   auto account = [&](int64_t p, const kernels::loss_result& lr, int64_t rows) {
     auto& e = st.epochs[epoch_of[p]];
     if (!e.started) {
@@ -261,6 +273,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
           const double lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, step, plan.steps, c.epochs);
           lr_of[p] = lr;
           epoch_of[p] = epoch;
+          jitter();
           const auto tc = clock_type::now();
           if (last_stage) {
             kernels::trace::scope t("forward+backward", tk, "minibatch", p);
@@ -300,6 +313,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
           return make_error(errc::internal, me + ": minibatch " + std::to_string(p) + " from '" + m.sender +
                                                 "' is not in wave " + std::to_string(wave) + " [" +
                                                 std::to_string(begin) + ", " + std::to_string(end) + ")");
+        if (m.kind == kind_forward) jitter();
         const auto tc = clock_type::now();
         if (m.kind == kind_forward) {
           if (first_stage || m.sender != r.prev)

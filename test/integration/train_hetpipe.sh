@@ -9,7 +9,8 @@
 #  - 2 VWs (allocation np: one per node) of 2 stages, Nm = 1, D = 0, plain
 #    SGD train what strategy ps (bsp, 2 workers) trains;
 #  - 2 VWs with Nm = 2 and D = 0: two runs end on the same weights (WSP with
-#    D = 0 is deterministic); with D = 1 it converges;
+#    D = 0 is deterministic), one push per stage per wave; with D = 1 and
+#    random delays the VWs stay within 1 wave of each other, and it converges;
 #  - a stage's node killed mid-run: the run exits non-zero within 10 s
 #    naming it (no hang);
 #  - what is not supported says so (dlrm, checkpoint_dir; strategy auto).
@@ -116,19 +117,35 @@ run_job "$hp3" "2-VW hetpipe run, Nm = 2 (again)"
 a=$(json_get "$hp3.first.json" 'd["weights_checksum"]')
 b=$(json_get "$hp3.json" 'd["weights_checksum"]')
 [[ "$a" == "$b" ]] || { cat "$hp3.out"; fail "two D = 0 runs end on different weights: $a $b"; }
-pass "2 VWs, Nm = 2, D = 0: two runs end on the same weights ($a)"
+/usr/bin/env python3 - "$hp3.json" <<'PY' || { cat "$hp3.out"; fail "D = 0: pushes per wave or clock distance"; }
+import json, sys
+d = json.load(open(sys.argv[1]))["hetpipe"]
+# one aggregated push per stage per wave, to every shard: 4 stages x 30 waves
+for sh in d["shards"]:
+    print(sh["name"], "pushes", sh["pushes"], "max clock distance", sh["max_clock_distance"])
+    assert sh["pushes"] == 4 * 30 and sh["max_clock_distance"] == 0, sh
+PY
+pass "2 VWs, Nm = 2, D = 0: two runs end on the same weights ($a); one push per stage per wave; clock distance 0"
 
 hp4="$HETFLOW_SCRATCH/hp4.toml"
 # lr 0.02: two VWs' summed momentum updates at 0.05 are at the edge of
 # stability, and staleness pushes them over it (README: momentum and WSP)
 write_topology "$hp4" 8900 2 auto "${common[@]}" 'epochs = 4' 'strategy = "hetpipe"' 'allocation = "np"' 'nm = 1' \
-  'staleness = 1' 'lr = 0.02'
+  'staleness = 1' 'lr = 0.02' 'hetpipe_drill_jitter = "4ms"'
 sed -i '/^lr = 0.05$/d' "$hp4"
 two_devices "$hp4"
 run_job "$hp4" "2-VW hetpipe run, D = 1"
+/usr/bin/env python3 - "$hp4.json" <<'PY' || { cat "$hp4.out"; fail "D = 1 under random delays"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+dist = [sh["max_clock_distance"] for sh in d["hetpipe"]["shards"]]
+print("test accuracy", d["test_accuracy"], "max clock distance per shard", dist)
+assert max(dist) <= 1, dist  # WSP: never more than D waves apart
+assert all(sh["pushes"] == 4 * 80 for sh in d["hetpipe"]["shards"])  # 4 stages x 80 waves (Nm = 1)
+assert d["test_accuracy"] > 0.8
+PY
 acc=$(json_get "$hp4.json" 'd["test_accuracy"]')
-python3 -c "import sys; sys.exit(0 if $acc > 0.8 else 1)" || { cat "$hp4.out"; fail "D = 1: test accuracy $acc"; }
-pass "2 VWs, D = 1 (SGD lr 0.02, momentum 0.9): test accuracy $acc"
+pass "2 VWs, D = 1 (SGD lr 0.02, momentum 0.9), random delays of up to 4 ms per forward: clock distance <= 1, test accuracy $acc"
 
 # --- a stage's node dies mid-run
 kill="$HETFLOW_SCRATCH/kill.toml"
