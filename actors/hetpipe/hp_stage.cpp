@@ -5,9 +5,12 @@
 //   role <- hphead (or "idle": the plan does not use this device: it ends)
 //   for each wave c of its VW:
 //     pull(c) -> every PS shard holding its units; weights -> W(c)
-//     stage 0: starts the wave's minibatches at once (Nm in flight): batch,
-//              forward, activations + labels -> stage 1 (one stage: forward,
-//              loss, backward right away)
+//     stage 0: starts the wave's minibatches (batch, forward, activations +
+//              labels -> stage 1; one stage: forward, loss, backward right
+//              away) while it keeps fewer than min(Nm, S) of them
+//     stage j: keeps at most min(Nm, S - j) minibatches between forward and
+//              backward (1F1B, the planner's memory model): a forward waits
+//              in the mailbox until a backward frees a slot
 //     others:  forward p -> forward, activations -> next stage; the last
 //              stage: forward, loss, backward, dL/dinput -> previous stage
 //              backward p -> backward, dL/dinput -> previous stage
@@ -108,7 +111,10 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   }
   HF_ASSIGN_OR_RETURN(kernels::model_spec slice, hetpipe::slice_spec(spec, r.first, r.last, input));
   std::vector<kernels::model> slots;
-  for (int s = 0; s < r.nm; ++s) {
+  // 1F1B: stage j keeps at most min(Nm, S - j) minibatches between forward
+  // and backward (what the planner's memory model counts), so that many slots.
+  const int keep = std::min(r.nm, r.stages - r.stage);
+  for (int s = 0; s < keep; ++s) {
     HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(slice, c.where, {c.threads, c.seed + uint64_t(s)}));
     slots.push_back(std::move(m));
   }
@@ -260,49 +266,59 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
       HF_RETURN_IF_ERROR(pull(wave));
       const int64_t begin = waves.first_of(wave), end = begin + waves.size_of(wave);
-      if (first_stage) {
-        for (int64_t p = begin; p < end; ++p) {
-          const int epoch = int(p / per_epoch);
-          const int64_t step = r.vw + (p % per_epoch) * r.vws;
-          if (epoch != open_epoch) {
-            if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
-            HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
-            open_epoch = epoch;
-          }
-          HF_ASSIGN_OR_RETURN(kernels::train_batch b, source->next(epoch, step));
-          const double lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, step, plan.steps, c.epochs);
-          lr_of[p] = lr;
-          epoch_of[p] = epoch;
-          jitter();
-          const auto tc = clock_type::now();
-          if (last_stage) {
-            kernels::trace::scope t("forward+backward", tk, "minibatch", p);
-            HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, b.images, b.labels, false));
-            if (!std::isfinite(fb.loss.loss))
-              return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) +
-                                                    " at minibatch " + std::to_string(p) + "; lower the learning rate");
-            HF_RETURN_IF_ERROR(core->local_update(p, lr));
-            account(p, fb.loss, int64_t(b.labels.size()));
-            lr_of.erase(p);
-            epoch_of.erase(p);
-          } else {
-            kernels::trace::scope t("forward", tk, "minibatch", p);
-            HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, b.images));
-            ralp::ralp_info info;
-            info.clock = p;
-            info.global = epoch;
-            info.aux = step;
-            info.lr = lr;
-            std::vector<kernels::tensor_view> ts{act};
-            HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, b.labels));
-          }
-          st.compute_seconds += since(tc);
+      int kept = 0;               // forwarded here, backward not yet
+      int64_t next_start = begin;  // stage 0: the next minibatch to start
+      auto start_one = [&](int64_t p) -> status {
+        const int epoch = int(p / per_epoch);
+        const int64_t step = r.vw + (p % per_epoch) * r.vws;
+        if (epoch != open_epoch) {
+          if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
+          HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
+          open_epoch = epoch;
         }
-      }
+        HF_ASSIGN_OR_RETURN(kernels::train_batch b, source->next(epoch, step));
+        const double lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, step, plan.steps, c.epochs);
+        lr_of[p] = lr;
+        epoch_of[p] = epoch;
+        jitter();
+        const auto tc = clock_type::now();
+        if (last_stage) {
+          kernels::trace::scope t("forward+backward", tk, "minibatch", p);
+          HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, b.images, b.labels, false));
+          if (!std::isfinite(fb.loss.loss))
+            return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) +
+                                                  " at minibatch " + std::to_string(p) + "; lower the learning rate");
+          HF_RETURN_IF_ERROR(core->local_update(p, lr));
+          account(p, fb.loss, int64_t(b.labels.size()));
+          lr_of.erase(p);
+          epoch_of.erase(p);
+        } else {
+          kernels::trace::scope t("forward", tk, "minibatch", p);
+          HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, b.images));
+          ralp::ralp_info info;
+          info.clock = p;
+          info.global = epoch;
+          info.aux = step;
+          info.lr = lr;
+          std::vector<kernels::tensor_view> ts{act};
+          HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, b.labels));
+        }
+        st.compute_seconds += since(tc);
+        return {};
+      };
       while (core->updates() < end) {
+        if (first_stage) {  // start what the limit allows (a one-stage VW: all of the wave)
+          while (next_start < end && kept < keep) {
+            HF_RETURN_IF_ERROR(start_one(next_start++));
+            if (!last_stage) ++kept;
+          }
+          if (core->updates() >= end) break;
+        }
+        // A forward only while fewer than `keep` minibatches wait for their
+        // backward here; backwards always.
         HF_ASSIGN_OR_RETURN(auto m, ib.next(
                                         [&](const ralp::ralp_message& x) {
-                                          return x.kind == kind_forward || x.kind == kind_backward;
+                                          return x.kind == kind_backward || (x.kind == kind_forward && kept < keep);
                                         },
                                         r.timeout_s,
                                         first_stage ? "stage " + std::to_string(r.stage + 1) + " " + ib.who(r.next)
@@ -340,6 +356,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
             ralp::ralp_info info = m.info;
             std::vector<kernels::tensor_view> ts{act};
             HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, labels));
+            ++kept;
           }
         } else {
           if (last_stage || m.sender != r.next)
@@ -354,6 +371,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
             HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
           }
           HF_RETURN_IF_ERROR(core->local_update(p, lr_of[p]));
+          --kept;
         }
         if (core->updates() > p) {  // p is done here
           lr_of.erase(p);
@@ -416,6 +434,7 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   j.begin_object().field("used", true).field("vw", int64_t{r->vw}).field("stage", int64_t{r->stage});
   j.field("first_unit", int64_t(r->first)).field("last_unit", int64_t(r->last));
   j.field("device", cfg->where.to_string()).field("nm", int64_t{r->nm});
+  j.field("slots", int64_t{std::min(r->nm, r->stages - r->stage)});
   j.field("waves", st->waves).field("minibatches", st->minibatches);
   j.field("parameter_bytes", st->param_bytes);
   j.field("compute_seconds", st->compute_seconds).field("pull_seconds", st->pull_seconds);

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# HetPipe runtime vs data parallelism on a local heterogeneous setup (issue 7):
+# two nodes of one cpu thread each, n1's device capped at `memory = 40MiB`, too
+# small for the whole VGG-11 (width 0.25, Fashion-MNIST, batch 64) but big
+# enough for a stage. Data parallelism can only use the devices that hold the
+# whole model (n0: `hetflow plan` says so), so its baseline is n0 alone
+# (strategy single); HetPipe pipelines one VW over both devices.
+#
+#   bench/hetpipe/run.sh            # uses build/bin/hetflow; STEPS=300 NMS="4 8 16"
+#
+# Prints per config the measured samples/s (the last epoch, training only),
+# the planner's bound, the simulator's prediction for the waves as the runtime
+# runs them, and the ratio to the DP baseline. Timings on a busy machine are
+# noise: run it on a quiet one.
+set -euo pipefail
+src="$(cd "$(dirname "$0")/../.." && pwd)"
+hetflow="${HETFLOW:-$src/build/bin/hetflow}"
+steps="${STEPS:-300}"
+nms="${NMS:-4 8 16}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+topo() {  # topo FILE STRATEGY_LINES...
+  local f=$1
+  shift
+  {
+    echo '[cluster]'
+    echo 'name = "bench-hetpipe"'
+    echo '[[nodes]]'
+    echo 'name = "n0"'
+    echo 'host = "127.0.0.1"'
+    echo 'port = 7610'
+    echo 'devices = [ { kind = "cpu", threads = 1 } ]'
+    echo '[[nodes]]'
+    echo 'name = "n1"'
+    echo 'host = "127.0.0.1"'
+    echo 'port = 7611'
+    echo 'devices = [ { kind = "cpu", threads = 1, memory = "40MiB" } ]'
+    echo '[job]'
+    echo 'kind = "train"'
+    echo 'model = "vgg11"'
+    echo 'width = 0.25'
+    echo 'dataset = "fashion-mnist"'
+    echo 'epochs = 1'
+    echo "max_steps_per_epoch = $steps"
+    echo 'eval_each_epoch = false'
+    echo 'batch_size = 64'
+    echo 'lr = 0.01'
+    local l
+    for l in "$@"; do echo "$l"; done
+  } >"$f"
+}
+
+echo "machine: $(nproc) cpus, $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$src" rev-parse --short HEAD)"
+topo "$tmp/plan.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' 'nm = 8'
+"$hetflow" plan "$tmp/plan.toml" 2>&1 | grep -E '^ +[0-9]+ +n[0-9]|virtual worker 0:|data parallel' | sed 's/^/  plan: /'
+topo "$tmp/single.toml" 'strategy = "single"'
+"$hetflow" run "$tmp/single.toml" --report "$tmp/single.json" >"$tmp/single.out" 2>&1 || { cat "$tmp/single.out"; exit 1; }
+base=$(python3 -c "import json; print(json.load(open('$tmp/single.json'))['epochs'][-1]['samples_per_s'])")
+echo
+echo "| config | measured samples/s | planner bound | measured / bound | simulated (as run) | vs DP baseline |"
+echo "|---|---:|---:|---:|---:|---:|"
+printf "| DP baseline: single on n0 (the only device that holds the model) | %.0f | | | | 1.00x |\n" "$base"
+for nm in $nms; do
+  topo "$tmp/hp$nm.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' "nm = $nm"
+  "$hetflow" run "$tmp/hp$nm.toml" --report "$tmp/hp$nm.json" >"$tmp/hp$nm.out" 2>&1 || { cat "$tmp/hp$nm.out"; exit 1; }
+  python3 - "$tmp/hp$nm.json" "$base" "$nm" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); base = float(sys.argv[2]); nm = sys.argv[3]
+m = d["epochs"][-1]["samples_per_s"]
+st = " + ".join(f"{s['node']} units {s['first_unit']}-{s['last_unit']}" for s in d["virtual_workers"][0]["stages"])
+print(f"| hetpipe 1 VW ({st}), Nm = {nm} | {m:.0f} | {d['predicted_samples_per_s']:.0f} | "
+      f"{m / d['predicted_samples_per_s']:.2f}x | {d['simulated_samples_per_s']:.0f} | {m / base:.2f}x |")
+PY
+done
