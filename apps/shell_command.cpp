@@ -572,8 +572,12 @@ private:
     for (auto& r : rows) {
       const json& a = r.actor;
       // Parameter servers (ps shards, the ralp server) and their workers.
-      if (auto c = gauge(a, "ps_clock"))
-        ps_workers.push_back({{"actor", str(a, "name")}, {"node", str(a, "node")}, {"clock", *c}});
+      if (auto c = gauge(a, "ps_clock")) {
+        json w = {{"actor", str(a, "name")}, {"node", str(a, "node")}, {"clock", *c}};
+        // HetPipe stages: minibatches between forward and backward there now.
+        if (auto f = gauge(a, "hetpipe_in_flight")) w["in_flight"] = *f;
+        ps_workers.push_back(w);
+      }
       if (auto g = gauge(a, "ps_global_clock"))
         ps_servers.push_back({{"actor", str(a, "name")},
                               {"node", str(a, "node")},
@@ -605,7 +609,7 @@ private:
         }
     }
     const std::string strategy = str(e, "strategy");
-    const bool ps_like = strategy == "ps" || strategy == "ralp";
+    const bool ps_like = strategy == "ps" || strategy == "ralp" || strategy == "hetpipe";
     std::string missing;
     if (ps_like && ps_workers.empty() && ps_servers.empty())
       missing = "no ps clock gauges yet (no worker has pushed); the open waits that name a clock:";
@@ -644,10 +648,10 @@ private:
       }
     }
     if (!ps_workers.empty()) {
-      appendf(o.out, "%-16s %-10s %12s\n", "WORKER", "NODE", "LOCAL CLOCK");
+      appendf(o.out, "%-16s %-10s %12s %10s\n", "WORKER", "NODE", "LOCAL CLOCK", "IN FLIGHT");
       for (auto& v : ps_workers)
-        appendf(o.out, "%-16s %-10s %12s\n", str(v, "actor").c_str(), str(v, "node").c_str(),
-                number(num(v, "clock")).c_str());
+        appendf(o.out, "%-16s %-10s %12s %10s\n", str(v, "actor").c_str(), str(v, "node").c_str(),
+                number(num(v, "clock")).c_str(), v.contains("in_flight") ? number(num(v, "in_flight")).c_str() : "-");
     }
     if (ps_like && (!ps_servers.empty() || !ps_workers.empty()) && !clock_waits.empty()) {
       appendf(o.out, "open waits that name a clock:\n");

@@ -245,7 +245,8 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
       j.begin_object().field("node", sp.device.node).field("device", int64_t(sp.device.device));
       j.field("actor", stage_name(stage_of.at({sp.device.node_index, sp.device.device})));
       j.field("first_unit", int64_t(sp.first_unit)).field("last_unit", int64_t(sp.last_unit));
-      j.field("stage_ms", sp.stage_ms).end_object();
+      j.field("stage_ms", sp.stage_ms).field("memory_bytes", int64_t(sp.memory_bytes));
+      j.field("device_memory_bytes", int64_t(sp.device.memory_bytes)).end_object();
     }
     j.end_array().end_object();
   }

@@ -32,6 +32,8 @@
 #include "actors/hetpipe/hp_inbox.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
+#include "actors/metrics.hpp"
+#include "actors/ps/clock_gauges.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/trainer.hpp"
 #include "kernels/zoo.hpp"
@@ -379,9 +381,13 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         }
         st.compute_seconds += since(tc);
         kernels::waits::progress();
+        actors::metrics::set_gauge("hetflow_hetpipe_in_flight",
+                                   "Minibatches between forward and backward at a HetPipe stage",
+                                   {{"actor", me}}, double(kept));
       }
       HF_RETURN_IF_ERROR(push(wave));
       ++st.waves;
+      ps::publish_worker_clock(me, wave + 1);  // waves pushed (the shell's `clocks`)
     }
     if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
     st.minibatches = core->updates();
