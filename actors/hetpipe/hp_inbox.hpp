@@ -9,6 +9,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -99,6 +100,15 @@ private:
   std::string me_;
   std::deque<ralp::ralp_message> kept_;
 };
+
+// A stage's or shard's role from the head ("key=value" lines). The head
+// plans first and may measure profiles, so the wait is ps_timeout + 310 s.
+inline expected<std::map<std::string, std::string>> await_role(inbox& ib, const topology::cluster& c) {
+  const double timeout = c.job.params.get_number("ps_timeout", 30.0) + 310.0;
+  HF_ASSIGN_OR_RETURN(auto role, ib.next([](const ralp::ralp_message& m) { return m.kind == kind_role; }, timeout,
+                                         "the head " + ib.who(head_name), "role"));
+  return decode_role(role.text);
+}
 
 // Tensor i of m as a view (f32 checked).
 inline expected<kernels::tensor_view> f32_view(const ralp::ralp_message& m, std::size_t i) {

@@ -180,13 +180,11 @@ void hp_ps(caf::blocking_actor* self, actor_env env) {
   const std::string me = env.spec.name;
   if (!builtin::await_start(self, *svc)) return;
   inbox ib(self, svc, me);
-  const double timeout = env.cluster.job.params.get_number("ps_timeout", 30.0) + 10.0;
-  auto role = ib.next([](const ralp::ralp_message& m) { return m.kind == kind_role; }, timeout + 300.0,
-                      "the head " + ib.who(head_name), "role");
+  auto role = await_role(ib, env.cluster);
   if (!role) return svc->report_done(me, false, role.error().to_string(), {});
   json_writer j;
   j.begin_object();
-  auto s = run_ps(me, env, ib, decode_role(role->text), j);
+  auto s = run_ps(me, env, ib, *role, j);
   if (!s.ok()) {
     ralp::ralp_info info;
     (void)ib.send(head_name, kind_error, info, {}, {}, s.to_string());

@@ -401,12 +401,9 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   const std::string me = env.spec.name;
   if (!builtin::await_start(self, *svc)) return;
   inbox ib(self, svc, me);
-  const double timeout = env.cluster.job.params.get_number("ps_timeout", 30.0) + 10.0;
-  // The head plans first (it may measure profiles): wait longer for the role.
-  auto role = ib.next([](const ralp::ralp_message& m) { return m.kind == kind_role; }, timeout + 300.0,
-                      "the head " + ib.who(head_name), "role");
+  auto role = await_role(ib, env.cluster);
   if (!role) return svc->report_done(me, false, role.error().to_string(), {});
-  auto kv = decode_role(role->text);
+  const auto& kv = *role;
   if (kv.count("idle")) return svc->report_done(me, true, "not used by the plan", "{\"used\":false}");
   auto r = parse_role(me, kv);
   if (!r) return svc->report_done(me, false, r.error().to_string(), {});
