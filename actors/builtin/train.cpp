@@ -707,10 +707,12 @@ void add_train(registry& reg) {
                               "[job] checkpoint_dir: strategy = \"" + s + "\"" +
                                   (stream ? " with input = \"stream\"" : "") +
                                   " does not checkpoint yet (ps, dp and single with input = \"memory\" do)");
-          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps")
+          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps" && s != "hetpipe")
             return make_error(errc::invalid_argument,
-                              "[job] checkpoint_every counts ps clocks; strategy = \"" + s +
+                              "[job] checkpoint_every counts ps clocks (hetpipe: waves); strategy = \"" + s +
                                   "\" checkpoints after every epoch (set checkpoint_dir only)");
+          if (c.job.params.get_int("checkpoint_every", 0) > 0 && c.job.params.get_string("checkpoint_dir", "").empty())
+            return make_error(errc::invalid_argument, "[job] checkpoint_every needs checkpoint_dir");
         }
         if (c.job.params.get_string("strategy", "single") == "ps") return ps_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "ralp") return ralp_job::expand(c);

@@ -139,6 +139,16 @@ status stage_core::local_update(int64_t p, double lr) {
   return {};
 }
 
+status stage_core::restore(kernels::optimizer_kind kind, int64_t steps, std::span<const kernels::tensor> state,
+                           std::span<const std::string> names, int64_t next, const std::string& where) {
+  std::vector<kernels::parameter*> targets;
+  for (auto& p : local_) targets.push_back(&p);
+  HF_RETURN_IF_ERROR(kernels::restore_optimizer(*opt_, kind, targets, steps, state, names, where));
+  next_update_ = next;
+  std::fill(slot_mb_.begin(), slot_mb_.end(), -1);
+  return {};
+}
+
 std::vector<kernels::tensor> stage_core::wave_update() const {
   std::vector<kernels::tensor> u;
   for (std::size_t i = 0; i < local_.size(); ++i) {
@@ -187,15 +197,8 @@ status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last, st
   HF_ASSIGN_OR_RETURN(auto in_order, table_.on_push(w, tag));
   held_[{tag, w}] = held{first, last, std::move(update)};
   ++pushes_;
-  if (staleness_ == 0) {
-    apply_ready();
-  } else {  // on arrival, in each worker's tag order
-    for (int64_t t : in_order) {
-      auto node = held_.extract({t, w});
-      if (!node.empty()) add(node.mapped());
-    }
-    applied_below_ = table_.global();
-  }
+  (void)in_order;
+  apply_ready();
   for (auto& t : table_.released()) released.push_back(t);
   return {};
 }
@@ -213,11 +216,74 @@ void ps_core::add(const held& h) {
 
 void ps_core::apply_ready() {
   const int64_t g = table_.global();
-  while (!held_.empty() && held_.begin()->first.first < g) {
-    auto node = held_.extract(held_.begin());
-    add(node.mapped());
+  const int64_t limit = barrier_ >= 0 ? std::min(g, barrier_) : g;
+  if (staleness_ == 0) {  // waves < g in (wave, worker) order
+    while (!held_.empty() && held_.begin()->first.first < limit) {
+      auto node = held_.extract(held_.begin());
+      add(node.mapped());
+    }
+    applied_below_ = limit;
+    return;
   }
-  applied_below_ = g;
+  // D > 0: on arrival, in each worker's wave order (below the barrier).
+  for (auto it = held_.begin(); it != held_.end();) {
+    const auto [tag, w] = it->first;
+    if (tag < table_.clock(w) && (barrier_ < 0 || tag < barrier_)) {
+      add(it->second);
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  applied_below_ = limit;
+}
+
+void ps_core::set_barrier(int64_t label) {
+  barrier_ = label;
+  apply_ready();
+}
+
+bool ps_core::at_barrier() const {
+  if (barrier_ < 0 || table_.global() < barrier_) return false;
+  // Past the end (every VW finished below it): no more checkpoints.
+  int64_t top = 0;
+  for (int64_t c : table_.clocks()) top = std::max(top, c);
+  if (barrier_ > top) return false;
+  for (const auto& [key, h] : held_)
+    if (key.first < barrier_) return false;
+  return true;
+}
+
+std::vector<int64_t> ps_core::barrier_clocks() const {
+  std::vector<int64_t> v;
+  for (int64_t c : table_.clocks()) v.push_back(barrier_ >= 0 ? std::min(c, barrier_) : c);
+  return v;
+}
+
+status ps_core::restore(std::map<std::size_t, std::vector<kernels::tensor>> units, const std::vector<int64_t>& clocks) {
+  if (units.size() != units_.size())
+    return make_error(errc::invalid_argument, "hetpipe ps: a checkpoint with " + std::to_string(units.size()) +
+                                                  " units, this shard holds " + std::to_string(units_.size()));
+  for (auto& [u, ts] : units) {
+    auto it = units_.find(u);
+    if (it == units_.end() || it->second.size() != ts.size())
+      return make_error(errc::invalid_argument, "hetpipe ps: the checkpoint's unit " + std::to_string(u) +
+                                                    " is not this shard's (the plan changed?)");
+    for (std::size_t i = 0; i < ts.size(); ++i)
+      if (!(ts[i].shape() == it->second[i].shape()))
+        return make_error(errc::invalid_argument, "hetpipe ps: the checkpoint's unit " + std::to_string(u) +
+                                                      " tensor " + std::to_string(i) + " is " +
+                                                      ts[i].shape().to_string() + ", here " +
+                                                      it->second[i].shape().to_string());
+  }
+  if (int(clocks.size()) != table_.workers())
+    return make_error(errc::invalid_argument, "hetpipe ps: a checkpoint of " + std::to_string(clocks.size()) +
+                                                  " workers, the plan has " + std::to_string(table_.workers()));
+  units_ = std::move(units);
+  table_.restore(clocks);
+  held_.clear();
+  applied_below_ = table_.global();
+  return {};
 }
 
 }  // namespace hetflow::hetpipe

@@ -113,6 +113,14 @@ public:
   std::vector<kernels::tensor> wave_update() const;
   int64_t updates() const noexcept { return next_update_; }
 
+  // Checkpoints: the local optimizer's state and step count, and restoring
+  // them (kernels::restore_optimizer) with the minibatch counter at `next`
+  // (the first minibatch of the wave the run resumes at).
+  std::vector<kernels::state_tensor*> optimizer_state() { return opt_->state(); }
+  int64_t optimizer_steps() const noexcept { return opt_->steps(); }
+  status restore(kernels::optimizer_kind kind, int64_t steps, std::span<const kernels::tensor> state,
+                 std::span<const std::string> names, int64_t next, const std::string& where);
+
 private:
   stage_core() = default;
   std::vector<kernels::model> slots_;
@@ -152,6 +160,19 @@ public:
   int64_t applied_below() const noexcept { return applied_below_; }
   int64_t pushes() const noexcept { return pushes_; }
 
+  // Checkpoints: updates of waves >= `label` are held (not added) until the
+  // barrier moves, so the weights can hold exactly the waves < label of
+  // every VW (a consistent cut). -1: no barrier.
+  void set_barrier(int64_t label);
+  int64_t barrier() const noexcept { return barrier_; }
+  // True when the weights hold exactly every update of waves < barrier()
+  // (every VW pushed them): the moment to write checkpoint barrier().
+  bool at_barrier() const;
+  // Each worker's clock as of the barrier: min(its clock, barrier).
+  std::vector<int64_t> barrier_clocks() const;
+  // A checkpoint's units (same shapes) and clocks; held updates dropped.
+  status restore(std::map<std::size_t, std::vector<kernels::tensor>> units, const std::vector<int64_t>& clocks);
+
 private:
   struct held;
   void add(const held& h);
@@ -165,6 +186,7 @@ private:
   };
   std::map<std::pair<int64_t, int>, held> held_;  // (tag, worker)
   int64_t applied_below_ = 0, pushes_ = 0;
+  int64_t barrier_ = -1;
 };
 
 }  // namespace hetflow::hetpipe

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "actors/builtin/job_profiles.hpp"
@@ -22,6 +24,7 @@
 #include "actors/hetpipe/hp_inbox.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
+#include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ps/worker_report.hpp"
 #include "kernels/trainer.hpp"
 #include "kernels/weights_io.hpp"
@@ -39,6 +42,60 @@ struct vw_epoch {
   double loss_sum = 0, seconds = 0;
   int64_t correct = 0, samples = 0, minibatches = 0;
 };
+
+// The plan's cuts in `checkpoint_dir/hphead.plan`, so that a resumed run
+// cuts the stages as the checkpointed one did (fresh profiles could move
+// them). Text: "nm D", the unit -> PS node list, then one line per VW of
+// "node_index:device:first:last" per stage.
+std::string plan_text(const topology::hetpipe_plan& p) {
+  std::string t = std::to_string(p.nm) + " " + std::to_string(p.staleness) + "\n";
+  std::vector<int64_t> ups(p.unit_ps_node.begin(), p.unit_ps_node.end());
+  t += join_ints(ups) + "\n";
+  for (const auto& vw : p.virtual_workers) {
+    for (const auto& sp : vw.stages)
+      t += std::to_string(sp.device.node_index) + ":" + std::to_string(sp.device.device) + ":" +
+           std::to_string(sp.first_unit) + ":" + std::to_string(sp.last_unit) + " ";
+    t += "\n";
+  }
+  return t;
+}
+
+// Puts the saved cuts into `p` (a plan of the same devices); errors name
+// the file.
+status apply_plan_text(const std::string& text, const std::string& file, const topology::cluster& c,
+                       topology::hetpipe_plan& p) {
+  std::istringstream in(text);
+  std::string line;
+  auto bad = [&](const std::string& why) { return make_error(errc::invalid_argument, file + ": " + why); };
+  if (!(in >> p.nm >> p.staleness) || p.nm < 1) return bad("no 'nm D' line");
+  std::getline(in, line);
+  if (!std::getline(in, line)) return bad("no unit list");
+  p.unit_ps_node.clear();
+  for (int64_t u : split_ints(line)) p.unit_ps_node.push_back(int(u));
+  p.virtual_workers.clear();
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string st;
+    topology::virtual_worker_plan vw;
+    while (ls >> st) {
+      int n = 0;
+      long long d = 0, f = 0, l = 0;
+      if (std::sscanf(st.c_str(), "%d:%lld:%lld:%lld", &n, &d, &f, &l) != 4 || n < 0 || n >= int(c.nodes.size()) ||
+          d < 0 || std::size_t(d) >= c.nodes[std::size_t(n)].devices.size())
+        return bad("a stage '" + st + "' that is not a device of this topology");
+      topology::stage_plan sp;
+      sp.device.node = c.nodes[std::size_t(n)].name;
+      sp.device.node_index = n;
+      sp.device.device = std::size_t(d);
+      sp.first_unit = std::size_t(f);
+      sp.last_unit = std::size_t(l);
+      vw.stages.push_back(sp);
+    }
+    if (!vw.stages.empty()) p.virtual_workers.push_back(std::move(vw));
+  }
+  if (p.virtual_workers.empty()) return bad("no virtual worker");
+  return {};
+}
 
 status run_head(const std::string& me, const actor_env& env, inbox& ib, json_writer& j, std::string& summary) {
   const auto t_start = clock_type::now();
@@ -59,12 +116,36 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   std::vector<std::string> node_names;
   for (const auto& n : c.nodes) node_names.push_back(n.name);
   HF_ASSIGN_OR_RETURN(topology::hetpipe_plan plan, topology::plan_hetpipe(devices, node_names, db, opts));
+  const std::string ckpt_dir = p.get_string("checkpoint_dir", "");
+  const bool resume = p.get_bool("resume", false);
+  const std::string plan_file = ckpt_dir.empty() ? "" : (std::filesystem::path(ckpt_dir) / "hphead.plan").string();
+  bool plan_restored = false;
+  if (resume && !plan_file.empty() && std::filesystem::exists(plan_file)) {
+    std::ifstream in(plan_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    HF_RETURN_IF_ERROR(apply_plan_text(text.str(), plan_file, c, plan));
+    plan_restored = true;
+    log_info("--resume: the stages as cut by the checkpointed run (" + plan_file + ")");
+  } else if (!plan_file.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(ckpt_dir, ec);
+    const std::string tmp = plan_file + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << plan_text(plan);
+      if (!out.flush()) return make_error(errc::io_error, me + ": cannot write " + tmp);
+    }
+    std::filesystem::rename(tmp, plan_file, ec);
+    if (ec) return make_error(errc::io_error, me + ": cannot write " + plan_file + ": " + ec.message());
+  }
   // The simulator's prediction for this very plan and these profiles, with
   // the waves as this runtime does them (bench/simulate/validate.sh compares
   // it with the measured throughput).
   topology::simulation_options so;
   so.drain_waves = true;
-  auto sim = topology::simulate_hetpipe(plan, db, so);
+  auto sim = plan_restored ? expected<topology::simulation_result>(make_error(errc::unsupported, "restored plan"))
+                           : topology::simulate_hetpipe(plan, db, so);
   const double simulated = sim ? sim->samples_per_s : -1.0;
   const double plan_seconds = since(t_start);
   const int V = int(plan.virtual_workers.size());
@@ -96,6 +177,13 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   }
   // 2. roles
   const double timeout = p.get_number("ps_timeout", 30.0) + 10.0;
+  // Checkpoints every checkpoint_every waves; 0: about one epoch's (VW 0's).
+  int64_t ckpt_every = 0;
+  if (!ckpt_dir.empty()) {
+    ckpt_every = p.get_int("checkpoint_every", 0);
+    if (ckpt_every <= 0)
+      ckpt_every = std::max<int64_t>(1, (vw_minibatches(eplan.steps, 1, 0, V) + plan.nm - 1) / plan.nm);
+  }
   std::vector<int64_t> unit_ps(plan.unit_ps_node.begin(), plan.unit_ps_node.end());
   std::vector<int64_t> waves;       // per worker
   std::vector<std::string> names;   // per worker
@@ -116,7 +204,9 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
           {"nm", std::to_string(plan.nm)},    {"first", std::to_string(sp.first_unit)},
           {"last", std::to_string(sp.last_unit)}, {"unit_ps", join_ints(unit_ps)},
           {"minibatches", std::to_string(mbs)}, {"timeout", std::to_string(timeout)},
-          {"jitter", std::to_string(p.get_number("hetpipe_drill_jitter", 0.0))}};
+          {"jitter", std::to_string(p.get_number("hetpipe_drill_jitter", 0.0))},
+          {"ckpt_every", std::to_string(ckpt_every)},
+          {"resume", resume ? "1" : "0"}};
       if (s > 0) kv["prev"] = sn[std::size_t(s - 1)];
       if (s + 1 < S) kv["next"] = sn[std::size_t(s + 1)];
       HF_RETURN_IF_ERROR(ib.send(sn[std::size_t(s)], kind_role, {}, {}, {}, encode_role(kv)));
@@ -138,8 +228,30 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     std::map<std::string, std::string> kv{{"units", join_ints(mine)},
                                           {"waves", join_ints(waves)},
                                           {"names", all_names},
-                                          {"staleness", std::to_string(plan.staleness)}};
+                                          {"staleness", std::to_string(plan.staleness)},
+                                          {"ckpt_every", std::to_string(ckpt_every)},
+                                          {"resume", resume ? "1" : "0"}};
     HF_RETURN_IF_ERROR(ib.send(ps_name(int(n)), kind_role, {}, {}, {}, encode_role(kv)));
+  }
+  // --resume: the newest checkpoint every used stage and every shard can read.
+  int64_t resumed = -1;
+  if (resume) {
+    std::map<std::string, std::vector<int64_t>> lists;
+    const std::size_t want = names.size() + c.nodes.size();
+    while (lists.size() < want) {
+      HF_ASSIGN_OR_RETURN(auto m, ib.next([](const ralp::ralp_message& x) { return x.kind == kind_labels; }, timeout,
+                                          "the stages and shards", "their checkpoint labels"));
+      lists[m.sender] = split_ints(m.text);
+    }
+    std::vector<std::vector<int64_t>> all;
+    for (auto& [n, l] : lists) all.push_back(l);
+    resumed = ckpt_every > 0 ? ps::newest_common_label(all) : -1;
+    ralp::ralp_info info;
+    info.clock = resumed;
+    for (auto& [n, l] : lists) HF_RETURN_IF_ERROR(ib.send(n, kind_restore, info));
+    log_info(resumed >= 0 ? "--resume: every stage and shard restores checkpoint " + std::to_string(resumed) +
+                                " (waves 0.." + std::to_string(resumed - 1) + " done)"
+                          : std::string("--resume: no checkpoint every stage and shard has; training from the start"));
   }
   // 3. every VW's statistics (the training runs now)
   const auto t_train = clock_type::now();
@@ -255,6 +367,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   j.field("simulated_samples_per_s", simulated);
   j.field("samples_per_s", train_seconds > 0 ? double(samples) / train_seconds : 0.0);
   j.field("plan_seconds", plan_seconds).field("train_seconds", train_seconds);
+  j.field("resumed_wave", resumed);
   j.field("profile_source", db.source);
   j.field("test_accuracy", fin.test_accuracy);
   j.field("weights_checksum", ps_job::hex64(checksum));

@@ -15,6 +15,7 @@
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/hetpipe/hp_job.hpp"
+#include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ralp/ralp_protocol.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
@@ -109,6 +110,10 @@ inline expected<std::map<std::string, std::string>> await_role(inbox& ib, const 
                                          "the head " + ib.who(head_name), "role"));
   return decode_role(role.text);
 }
+
+// --resume (hp_ps.cpp): sends the head this actor's readable checkpoint
+// labels and returns the one the head chose for everyone (-1: none).
+expected<int64_t> agree_on_label(inbox& ib, const ps::checkpoint_store* store, const std::string& me);
 
 // Tensor i of m as a view (f32 checked).
 inline expected<kernels::tensor_view> f32_view(const ralp::ralp_message& m, std::size_t i) {

@@ -54,8 +54,6 @@ expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c) {
   if (p.get_string("model", "lenet5") == "dlrm")
     return make_error(errc::unsupported, "[job] strategy = \"hetpipe\" cannot train dlrm yet (sparse embedding "
                                          "updates); use strategy = \"single\" or \"ps\"");
-  if (!p.get_string("checkpoint_dir", "").empty())
-    return make_error(errc::unsupported, "[job] strategy = \"hetpipe\" does not checkpoint yet; remove checkpoint_dir");
   if (!c.actors.empty())
     return make_error(errc::invalid_argument, "[job] strategy = \"hetpipe\" places its own actors (hphead, "
                                               "hpstage*, hpps*); remove the [[actors]] tables");

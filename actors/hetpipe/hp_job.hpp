@@ -34,6 +34,17 @@
 //                              seconds" line per epoch
 //   bye       head -> hpps     the job is over
 //   error     anyone           text: why
+//   labels    stage/shard -> head   (--resume) text: its readable checkpoint
+//                              labels (waves), comma separated
+//   restore   head -> stage/shard   clock = the newest label every one of
+//                              them has (-1: none: train from the start)
+//
+// Checkpoints (checkpoint_dir; checkpoint_every waves, 0: one epoch's
+// waves): a shard writes `hpps<n>.ckpt-<K>` once every VW pushed the waves
+// < K (its units then hold exactly those: later pushes wait), a stage writes
+// `hpstage<k>.ckpt-<K>` (its local optimizer state) before it pulls wave K,
+// and the head keeps the plan in `hphead.plan` on the first node, so a
+// resumed run cuts the stages the same way.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +73,8 @@ enum : uint32_t {
   kind_stats = 0x48500007,
   kind_bye = 0x48500008,
   kind_error = 0x48500009,
+  kind_labels = 0x4850000a,   // stage/shard -> head (--resume): text = its checkpoint labels, comma separated
+  kind_restore = 0x4850000b,  // head -> stage/shard: clock = the label to restore (-1: none, from the start)
 };
 
 inline const std::string head_name = "hphead";

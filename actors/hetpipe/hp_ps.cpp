@@ -21,6 +21,7 @@
 #include "actors/json.hpp"
 #include "actors/log.hpp"
 #include "actors/ps/clock_gauges.hpp"
+#include "actors/ps/ps_checkpoint.hpp"
 #include "kernels/trainer.hpp"
 #include "kernels/zoo.hpp"
 
@@ -50,6 +51,23 @@ status answer(inbox& ib, const hetpipe::ps_core& core, const waiting_pull& w, in
   info.global = core.applied_below();
   return ib.send(w.sender, kind_weights, info, ts);
 }
+
+}  // namespace
+
+// --resume: tells the head which checkpoints this actor can read, returns
+// the label the head chose (-1: none).
+expected<int64_t> agree_on_label(inbox& ib, const ps::checkpoint_store* store, const std::string& me) {
+  std::vector<int64_t> labels;
+  if (store != nullptr)
+    for (int64_t l : ps::list_checkpoints(*store, me))
+      if (ps::read_checkpoint(*store, me, l)) labels.push_back(l);  // only those that read back
+  HF_RETURN_IF_ERROR(ib.send(head_name, kind_labels, {}, {}, {}, join_ints(labels)));
+  HF_ASSIGN_OR_RETURN(auto m, ib.next([](const ralp::ralp_message& x) { return x.kind == kind_restore; }, 120.0,
+                                      "the head " + ib.who(head_name), "the checkpoint to restore"));
+  return m.info.clock;
+}
+
+namespace {
 
 status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std::map<std::string, std::string>& kv,
               json_writer& report) {
@@ -96,7 +114,56 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
     }
   }
   hetpipe::ps_core core(std::move(held), int(waves.size()), staleness);
+  // Checkpoints and --resume.
+  const int64_t every = kv.count("ckpt_every") ? std::stoll(kv.at("ckpt_every")) : 0;
+  const std::string ckpt_dir = cluster.job.params.get_string("checkpoint_dir", "");
+  std::shared_ptr<ps::checkpoint_store> store;
+  if (every > 0) store = ps::make_directory_store(ckpt_dir);
+  int64_t restored = -1;
+  if (kv.count("resume") && kv.at("resume") == "1") {
+    HF_ASSIGN_OR_RETURN(restored, agree_on_label(ib, store.get(), me));
+    if (restored >= 0) {
+      HF_ASSIGN_OR_RETURN(ps::loaded_checkpoint ck, ps::read_checkpoint(*store, me, restored));
+      std::map<std::size_t, std::vector<kernels::tensor>> units_ck;
+      for (std::size_t i = 0; i < ck.names.size() && i < ck.tensors.size(); ++i) {
+        const auto& n = ck.names[i];  // "u<unit>.<i>"
+        auto dot = n.find('.');
+        if (n.size() < 2 || n[0] != 'u' || dot == std::string::npos)
+          return make_error(errc::wire_corrupt, me + ": checkpoint " + std::to_string(restored) + " has tensor '" + n +
+                                                    "', not a unit's");
+        units_ck[std::size_t(std::stoll(n.substr(1, dot - 1)))].push_back(std::move(ck.tensors[i]));
+      }
+      for (const auto& [u, v] : core.units())  // units without parameters (pooling) have no tensors
+        if (v.empty()) units_ck.try_emplace(u);
+      HF_RETURN_IF_ERROR(core.restore(std::move(units_ck), ck.meta.clocks));
+      log_info(me + ": restored checkpoint " + std::to_string(restored) + " (" +
+               ps::checkpoint_path(ckpt_dir, me, restored) + ")");
+    }
+  }
   for (std::size_t w = 0; w < waves.size(); ++w) HF_RETURN_IF_ERROR(core.finish(int(w), waves[w]));
+  if (every > 0) core.set_barrier(std::max<int64_t>(restored, 0) + every);
+  int64_t checkpoints = 0;
+  // Writes every checkpoint the pushes so far completed (before any pull is
+  // answered: a pull past the barrier needs the updates held behind it).
+  auto checkpoint_due = [&]() -> status {
+    while (core.at_barrier()) {
+      const int64_t label = core.barrier();
+      ps::checkpoint_meta meta;
+      meta.shard_name = me;
+      meta.shard = env.services->node_index();
+      meta.shards = int(cluster.nodes.size());
+      meta.label = label;
+      meta.clocks = core.barrier_clocks();
+      std::vector<ps::named_tensor> ts;
+      for (const auto& [u, v] : core.units())
+        for (std::size_t i = 0; i < v.size(); ++i)
+          ts.push_back({"u" + std::to_string(u) + "." + std::to_string(i), &v[i]});
+      HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
+      ++checkpoints;
+      core.set_barrier(label + every);
+    }
+    return {};
+  };
   std::map<uint64_t, waiting_pull> waits;
   std::vector<waiting_pull> finals;
   uint64_t next_id = 1;
@@ -144,6 +211,7 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
       std::vector<ps::pull_ticket> ready;
       HF_RETURN_IF_ERROR(core.push(w, m->info.clock, std::size_t(m->info.aux), std::size_t(m->info.reserved),
                                    std::move(update), ready));
+      HF_RETURN_IF_ERROR(checkpoint_due());
       ps::publish_server_clocks(me, core.clocks());
       HF_RETURN_IF_ERROR(release(ready));
     } else if (m->kind == kind_pull) {
@@ -171,6 +239,7 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
   }
   report.field("units", int64_t(units.size())).field("parameter_bytes", bytes).field("pushes", core.pushes());
   report.field("pulls", pulls).field("pulls_waited", pulls_waited).field("max_clock_distance", max_distance);
+  report.field("checkpoints", checkpoints).field("restored_label", restored);
   report.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);
   return {};
 }

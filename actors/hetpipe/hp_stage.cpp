@@ -34,6 +34,7 @@
 #include "actors/log.hpp"
 #include "actors/metrics.hpp"
 #include "actors/ps/clock_gauges.hpp"
+#include "actors/ps/ps_checkpoint.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/trainer.hpp"
 #include "kernels/zoo.hpp"
@@ -52,6 +53,8 @@ struct role_info {
   int64_t minibatches = 0;
   double timeout_s = 40;
   double jitter_s = 0;  // hetpipe_drill_jitter
+  int64_t ckpt_every = 0;  // waves between checkpoints (0: none)
+  bool resume = false;
 };
 
 expected<role_info> parse_role(const std::string& me, const std::map<std::string, std::string>& kv) {
@@ -71,6 +74,8 @@ expected<role_info> parse_role(const std::string& me, const std::map<std::string
     r.minibatches = std::stoll(kv.at("minibatches"));
     r.timeout_s = std::stod(kv.at("timeout"));
     if (kv.count("jitter")) r.jitter_s = std::stod(kv.at("jitter"));
+    if (kv.count("ckpt_every")) r.ckpt_every = std::stoll(kv.at("ckpt_every"));
+    r.resume = kv.count("resume") && kv.at("resume") == "1";
   } catch (const std::exception& e) {
     return make_error(errc::wire_corrupt, me + ": a malformed role from the head (" + e.what() + ")");
   }
@@ -87,7 +92,7 @@ struct epoch_stats {
 };
 
 struct stage_stats {
-  int64_t waves = 0, minibatches = 0, param_bytes = 0;
+  int64_t waves = 0, minibatches = 0, param_bytes = 0, checkpoints = 0, resumed_wave = -1;
   double compute_seconds = 0, pull_seconds = 0;
   std::map<int, epoch_stats> epochs;
 };
@@ -264,8 +269,40 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
 
   expected<stage_stats> result = make_error(errc::internal, "did not run");
   core->slot(0).context().run([&] { result = [&]() -> expected<stage_stats> {
-    for (int64_t wave = 0; wave < waves.waves(); ++wave) {
+    // Checkpoints of the local optimizer state (the shards keep the weights).
+    std::shared_ptr<ps::checkpoint_store> store;
+    if (r.ckpt_every > 0) store = ps::make_directory_store(cluster.job.params.get_string("checkpoint_dir", ""));
+    int64_t first_wave = 0;
+    if (r.resume) {
+      HF_ASSIGN_OR_RETURN(int64_t label, agree_on_label(ib, store.get(), me));
+      if (label >= 0) {
+        HF_ASSIGN_OR_RETURN(ps::loaded_checkpoint ck, ps::read_checkpoint(*store, me, label));
+        HF_RETURN_IF_ERROR(core->restore(c.optimizer.kind, ck.meta.optimizer_steps, ck.tensors, ck.names,
+                                         waves.first_of(label), me + ": checkpoint " + std::to_string(label)));
+        first_wave = label;
+        st.resumed_wave = label;
+      }
+    }
+    for (int64_t wave = first_wave; wave < waves.waves(); ++wave) {
       if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+      if (store && wave > first_wave && wave % r.ckpt_every == 0) {  // before the pull: waves < `wave` are in
+        kernels::trace::scope t("checkpoint", tk, "wave", wave);
+        ps::checkpoint_meta meta;
+        meta.shard_name = me;
+        meta.shard = r.worker;
+        meta.label = wave;
+        meta.clocks = {wave};
+        meta.optimizer_steps = core->optimizer_steps();
+        std::vector<ps::named_tensor> ts;
+        std::vector<kernels::tensor> copies;
+        auto state = core->optimizer_state();
+        copies.reserve(state.size());
+        for (auto* t : state) copies.push_back(kernels::tensor::from(t->value.view()));
+        for (std::size_t i = 0; i < state.size(); ++i) ts.push_back({state[i]->name, &copies[i]});
+        meta.state_tensors = int64_t(ts.size());
+        HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
+        ++st.checkpoints;
+      }
       HF_RETURN_IF_ERROR(pull(wave));
       const int64_t begin = waves.first_of(wave), end = begin + waves.size_of(wave);
       int kept = 0;               // forwarded here, backward not yet
@@ -390,7 +427,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       ps::publish_worker_clock(me, wave + 1);  // waves pushed (the shell's `clocks`)
     }
     if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
-    st.minibatches = core->updates();
+    st.minibatches = core->updates() - waves.first_of(first_wave);
     return st;
   }(); });
   return result;
@@ -440,6 +477,7 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   j.field("slots", int64_t{std::min(r->nm, r->stages - r->stage)});
   j.field("waves", st->waves).field("minibatches", st->minibatches);
   j.field("parameter_bytes", st->param_bytes);
+  j.field("checkpoints", st->checkpoints).field("resumed_wave", st->resumed_wave);
   j.field("compute_seconds", st->compute_seconds).field("pull_seconds", st->pull_seconds);
   j.field("wait_seconds", ib.wait_seconds);
   j.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);

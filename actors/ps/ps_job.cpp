@@ -37,11 +37,12 @@ void add_train_keys(topology::type_spec& job) {
   key("ps_timeout", key_type::duration, 30.0,
       "ps: a pull waiting longer than this fails the job, naming the slowest worker", 0.1, 86400.0);
   key("checkpoint_every", key_type::integer, int64_t{0},
-      "ps: each shard writes a checkpoint when the global clock reaches a multiple of this (0: only at the end)", 0.0,
+      "ps: each shard writes a checkpoint when the global clock reaches a multiple of this (0: only at the end); "
+      "hetpipe: every this many waves (0: about one epoch's)", 0.0,
       1e9);
   key("checkpoint_dir", key_type::string, std::string(""),
-      "folder of checkpoints (empty: none). ps: the shards' (see checkpoint_every); dp and single (input "
-      "memory): every replica's after each epoch. `hetflow run FILE --resume` continues from the newest one "
+      "folder of checkpoints (empty: none). ps: the shards' (see checkpoint_every); hetpipe: the shards' and "
+      "stages' (see checkpoint_every); dp and single (input memory): every replica's after each epoch. `hetflow run FILE --resume` continues from the newest one "
       "complete on every shard / replica");
   key("ps_drill_worker", key_type::integer, int64_t{-1},
       "tests only: this worker sleeps ps_drill_delay before its step at clock ps_drill_clock (-1: none)", -1.0, 1e6);

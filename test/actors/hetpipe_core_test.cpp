@@ -656,3 +656,51 @@ BOOST_AUTO_TEST_CASE(ps_finished_worker_stops_holding_back) {
   check_all(ps.units().at(3)[0], 5.75f, "wave 2");
   BOOST_CHECK(ps.pull({0, 3, 5}));
 }
+
+// Checkpoints: with a barrier at wave 1, the weights hold exactly wave 0 of
+// every worker when at_barrier() says so (wave 1 pushes wait behind it),
+// with D = 0 and D = 1; moving the barrier adds them; no barrier past the end.
+BOOST_AUTO_TEST_CASE(ps_barrier_is_a_consistent_cut) {
+  for (int64_t d : {0, 1}) {
+    ps_core ps(shard_units(), 2, d);
+    BOOST_REQUIRE(ps.finish(0, 2).ok());
+    BOOST_REQUIRE(ps.finish(1, 2).ok());
+    ps.set_barrier(1);
+    std::vector<ps::pull_ticket> released;
+    BOOST_REQUIRE(ps.push(0, 0, 0, 3, update_of(1.0f, 1.0f, 1.0f), released).ok());
+    BOOST_REQUIRE(ps.push(0, 1, 0, 3, update_of(10.0f, 10.0f, 10.0f), released).ok());
+    BOOST_CHECK(!ps.at_barrier());  // worker 1's wave 0 is missing
+    BOOST_REQUIRE(ps.push(1, 0, 0, 3, update_of(2.0f, 2.0f, 2.0f), released).ok());
+    BOOST_CHECK(ps.at_barrier());
+    check_all(ps.units().at(3)[0], 3.0f + 1.0f + 2.0f, "the cut holds wave 0 only, D = " + std::to_string(d));
+    BOOST_CHECK((ps.barrier_clocks() == std::vector<int64_t>{1, 1}));
+    ps.set_barrier(2);
+    BOOST_CHECK(!ps.at_barrier());
+    // D = 1 adds worker 0's wave 1 at once now; D = 0 once worker 1's comes too.
+    check_all(ps.units().at(3)[0], d == 1 ? 16.0f : 6.0f, "after the barrier moved, D = " + std::to_string(d));
+    BOOST_REQUIRE(ps.push(1, 1, 0, 3, update_of(20.0f, 20.0f, 20.0f), released).ok());
+    check_all(ps.units().at(3)[0], 36.0f, "every wave in, D = " + std::to_string(d));
+    BOOST_CHECK(ps.at_barrier());  // the end: waves 0 and 1 of both
+    ps.set_barrier(3);
+    BOOST_CHECK(!ps.at_barrier());  // nothing past the end
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ps_restore_checks_the_checkpoint) {
+  ps_core ps(shard_units(), 2, 0);
+  auto units = shard_units();
+  units[3][0] = filled({3}, 7.0f);
+  BOOST_REQUIRE(ps.restore(std::move(units), {4, 4}).ok());
+  check_all(ps.units().at(3)[0], 7.0f, "restored unit 3");
+  BOOST_CHECK_EQUAL(ps.clocks().global(), 4);
+  BOOST_CHECK(ps.pull({0, 4, 1}));
+  std::vector<ps::pull_ticket> released;
+  BOOST_CHECK(!ps.push(0, 3, 0, 3, update_of(1.0f, 1.0f, 1.0f), released).ok());  // a wave before the checkpoint
+  auto wrong = shard_units();
+  wrong.erase(3);
+  BOOST_CHECK(!ps.restore(std::move(wrong), {4, 4}).ok());
+  auto bad_shape = shard_units();
+  bad_shape[3][0] = filled({4}, 1.0f);
+  BOOST_CHECK(!ps.restore(std::move(bad_shape), {4, 4}).ok());
+  BOOST_CHECK(!ps.restore(shard_units(), {4}).ok());  // a checkpoint of another number of workers
+}
