@@ -648,10 +648,22 @@ private:
       }
     }
     if (!ps_workers.empty()) {
-      appendf(o.out, "%-16s %-10s %12s %10s\n", "WORKER", "NODE", "LOCAL CLOCK", "IN FLIGHT");
-      for (auto& v : ps_workers)
-        appendf(o.out, "%-16s %-10s %12s %10s\n", str(v, "actor").c_str(), str(v, "node").c_str(),
-                number(num(v, "clock")).c_str(), v.contains("in_flight") ? number(num(v, "in_flight")).c_str() : "-");
+      // HetPipe stages also say how many minibatches they hold.
+      bool stages = false;
+      for (auto& v : ps_workers) stages = stages || v.contains("in_flight");
+      if (stages)
+        appendf(o.out, "%-16s %-10s %12s %10s\n", "WORKER", "NODE", "LOCAL CLOCK", "IN FLIGHT");
+      else
+        appendf(o.out, "%-16s %-10s %12s\n", "WORKER", "NODE", "LOCAL CLOCK");
+      for (auto& v : ps_workers) {
+        if (stages)
+          appendf(o.out, "%-16s %-10s %12s %10s\n", str(v, "actor").c_str(), str(v, "node").c_str(),
+                  number(num(v, "clock")).c_str(),
+                  v.contains("in_flight") ? number(num(v, "in_flight")).c_str() : "-");
+        else
+          appendf(o.out, "%-16s %-10s %12s\n", str(v, "actor").c_str(), str(v, "node").c_str(),
+                  number(num(v, "clock")).c_str());
+      }
     }
     if (ps_like && (!ps_servers.empty() || !ps_workers.empty()) && !clock_waits.empty()) {
       appendf(o.out, "open waits that name a clock:\n");
