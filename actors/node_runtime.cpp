@@ -36,6 +36,7 @@
 #include "kernels/waits.hpp"
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
+#include "actors/control_board.hpp"
 #include "actors/shell_service.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
 #include "kernels/trace.hpp"
@@ -541,6 +542,29 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       self->delayed_send(self, std::chrono::seconds(3), shkillchk_atom::value, name);
       return reply(true, "sent exit(kill) to actor '" + name + "' (" + spec.type + ") on node '" + sh.self_name +
                              "'; the job stops as for a crashed actor");
+    },
+    // A shell's pause / resume of a local actor that honours it (HetPipe
+    // stages): a flag the actor polls (control_board.hpp).
+    [self](shpause_atom, const std::string& name, bool pause) -> caf::message {
+      auto& st = self->state;
+      auto& sh = *st.sh;
+      auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
+      auto it = sh.actor_index.find(name);
+      if (it == sh.actor_index.end()) return reply(false, "no actor named '" + name + "' in this job");
+      const auto& spec = sh.actors[it->second];
+      if (spec.node != sh.self_name)
+        return reply(false, "actor '" + name + "' runs on node '" + spec.node + "', not on '" + sh.self_name + "'");
+      if (st.stopping) return reply(false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
+      if (!control::pausable(name))
+        return reply(false, "actor '" + name + "' (" + spec.type + ") does not honour pause" +
+                                (st.local_done.count(name) ? " (it has finished)" : "") +
+                                "; HetPipe stages (hp_stage) do");
+      control::set_paused(name, pause);
+      log_warn(std::string("shell: ") + (pause ? "pausing" : "resuming") + " actor '" + name + "' (" + spec.type + ")");
+      return reply(true, pause ? "paused actor '" + name + "' on node '" + sh.self_name +
+                                     "': it starts no new minibatch until `resume " + name +
+                                     "`; its neighbours' waits time out after ps_timeout"
+                               : "resumed actor '" + name + "' on node '" + sh.self_name + "'");
     },
     // A blocking actor reads exit messages only when it receives: one busy
     // computing (or sleeping) is not gone yet. The drill stops the job anyway.

@@ -236,4 +236,8 @@ expected<shell_reply> shell_client::kill(const std::string& host, int port, cons
   return impl_->ask(host, port, shkill_atom::value, actor);
 }
 
+expected<shell_reply> shell_client::pause(const std::string& host, int port, const std::string& actor, bool pause) {
+  return impl_->ask(host, port, shpause_atom::value, actor, pause);
+}
+
 }  // namespace hetflow::actors

@@ -39,6 +39,8 @@ public:
   // says why), the connection broke, a request timed out.
   expected<shell_reply> state(const std::string& host, int port);
   expected<shell_reply> kill(const std::string& host, int port, const std::string& actor);
+  // pause (true) or resume (false) an actor that honours it.
+  expected<shell_reply> pause(const std::string& host, int port, const std::string& actor, bool pause);
 
   struct impl;
 

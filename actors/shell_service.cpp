@@ -161,6 +161,9 @@ caf::behavior shell_service(caf::event_based_actor* self, std::function<shell_no
                                      "' (a newer hetflow shell than node?)");
       },
       [self, node](shkill_atom a, const std::string& actor) { return self->delegate(node, a, actor); },
+      [self, node](shpause_atom a, const std::string& actor, bool pause) {
+        return self->delegate(node, a, actor, pause);
+      },
   };
 }
 

@@ -18,10 +18,13 @@
 //   shkill(ACTOR)                      --->   shell service -> node actor:
 //                                             exit(kill) to a local actor;
 //                                             shreq(ok, what was done)
+//   shpause(ACTOR, pause?)             --->   shell service -> node actor:
+//                                             pause / resume a local actor
+//                                             that honours it (control_board)
 //
-// A shell never holds the node actor: the service answers these two
-// requests and nothing else, so a shell cannot join or stop the job except
-// through `kill` (a fault drill, logged). With no cluster secret, every
+// A shell never holds the node actor: the service answers these requests
+// and nothing else, so a shell cannot join or stop the job except through
+// `kill` (a fault drill, logged) or by pausing a stage past ps_timeout. With no cluster secret, every
 // shell is accepted (as every node is).
 //
 // Wire: only CAF built-in types (strings, byte vectors, bools, actors).
@@ -44,6 +47,7 @@ using shell_atom = caf::atom_constant<caf::atom("shell")>;    // shell hello / i
 using shreq_atom = caf::atom_constant<caf::atom("shreq")>;    // (shreq, cmd, arg) -> (shreq, ok, body)
 using shkill_atom = caf::atom_constant<caf::atom("shkill")>;  // (shkill, actor) -> (shreq, ok, text)
 using shkillchk_atom = caf::atom_constant<caf::atom("shkillchk")>;  // node actor: did the killed actor go?
+using shpause_atom = caf::atom_constant<caf::atom("shpause")>;  // (shpause, actor, pause?) -> (shreq, ok, text)
 
 // What a node knows about itself and its job when a shell asks; filled by
 // node_runtime (thread-safe to call from any thread).

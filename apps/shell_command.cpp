@@ -51,9 +51,11 @@ constexpr const char* help_text =
     "  plan              the running job's placement: every actor, its type and node\n"
     "  top               actors and waits, refreshed every second until a key (interactive only)\n"
     "  kill ACTOR        fault drill: the actor's node sends it exit(kill); the job fails as on a crash\n"
+    "  pause ACTOR       a HetPipe stage starts no new minibatch until resume (past ps_timeout the job fails)\n"
+    "  resume ACTOR      undo pause\n"
     "  help              this text\n"
     "  quit, exit        leave (also Ctrl-D)\n"
-    "not implemented yet: pause STAGE, resume STAGE, set staleness D, checkpoint\n";
+    "not implemented yet: set staleness D, checkpoint\n";
 
 const std::vector<std::string> command_names = {"nodes", "actors", "stat", "waits",      "clocks", "plan", "top",
                                                 "kill",  "help",   "quit", "exit",       "pause",  "resume",
@@ -265,9 +267,9 @@ public:
     const std::vector<std::string> args(w.begin() + 1, w.end());
     if (cmd == "help" || cmd == "?") return outcome{0, help_text, {}};
     if (cmd == "quit" || cmd == "exit") return {};
-    if (cmd == "pause" || cmd == "resume" || cmd == "set" || cmd == "checkpoint")
-      return failure(1, "'" + cmd + "' is not implemented yet (this shell's v1 offers nodes, actors, stat, waits, "
-                                    "clocks, plan, top, kill)");
+    if (cmd == "set" || cmd == "checkpoint")
+      return failure(1, "'" + cmd + "' is not implemented yet (this shell offers nodes, actors, stat, waits, "
+                                    "clocks, plan, top, kill, pause, resume)");
     if (cmd == "top") return failure(1, "top is interactive only (it refreshes until a key); with -c use actors or waits");
     auto takes = [&](std::size_t lo, std::size_t hi, const char* form) -> std::optional<outcome> {
       if (args.size() < lo || args.size() > hi) return failure(1, std::string("usage: ") + form);
@@ -285,6 +287,8 @@ public:
         {"stat", 1, 1, "stat ACTOR", &session::stat},      {"waits", 0, 0, "waits", &session::waits},
         {"clocks", 0, 0, "clocks", &session::clocks},     {"plan", 0, 0, "plan", &session::plan},
         {"kill", 1, 1, "kill ACTOR", &session::kill_actor},
+        {"pause", 1, 1, "pause ACTOR", &session::pause_actor},
+        {"resume", 1, 1, "resume ACTOR", &session::resume_actor},
     };
     for (auto& c : table) {
       if (cmd != c.name) continue;
@@ -699,9 +703,10 @@ private:
     return o;
   }
 
-  outcome kill_actor(const json& e, const std::vector<std::string>& args, bool as_json) {
+  // kill, pause, resume: one request to the node the actor runs on.
+  outcome to_actor_node(const json& e, const std::string& what, const std::string& actor, bool as_json) {
     outcome fail;
-    auto p = find_actor(e, args[0], fail);
+    auto p = find_actor(e, actor, fail);
     if (!p) return fail;
     const std::string node = str(*p, "node");
     std::string host;
@@ -711,19 +716,28 @@ private:
         host = str(n, "host");
         port = int(num(n, "port"));
       }
-    auto r = client_.kill(host, port, args[0]);
-    if (!r) return failure(3, "hetflow shell: kill " + args[0] + ": " + r.error().message());
+    auto r = what == "kill" ? client_.kill(host, port, actor) : client_.pause(host, port, actor, what == "pause");
+    if (!r) return failure(3, "hetflow shell: " + what + " " + actor + ": " + r.error().message());
     outcome o;
     o.rc = r->ok ? 0 : 1;
     if (as_json) {
-      o.out = json{{"actor", args[0]}, {"node", node}, {"ok", r->ok}, {"message", r->body}}.dump(2) + "\n";
-      if (!r->ok) o.err = "kill " + args[0] + ": " + r->body + "\n";
+      o.out = json{{"actor", actor}, {"node", node}, {"ok", r->ok}, {"message", r->body}}.dump(2) + "\n";
+      if (!r->ok) o.err = what + " " + actor + ": " + r->body + "\n";
     } else if (r->ok) {
       o.out = r->body + "\n";
     } else {
-      o.err = "kill " + args[0] + ": " + r->body + "\n";
+      o.err = what + " " + actor + ": " + r->body + "\n";
     }
     return o;
+  }
+  outcome kill_actor(const json& e, const std::vector<std::string>& args, bool as_json) {
+    return to_actor_node(e, "kill", args[0], as_json);
+  }
+  outcome pause_actor(const json& e, const std::vector<std::string>& args, bool as_json) {
+    return to_actor_node(e, "pause", args[0], as_json);
+  }
+  outcome resume_actor(const json& e, const std::vector<std::string>& args, bool as_json) {
+    return to_actor_node(e, "resume", args[0], as_json);
   }
 
   struct sample {
@@ -769,7 +783,8 @@ char** complete(const char* text, int start, int) {
   candidates.clear();
   if (words.empty())
     candidates = command_names;
-  else if (words.size() == 1 && active && (words[0] == "stat" || words[0] == "kill"))
+  else if (words.size() == 1 && active &&
+           (words[0] == "stat" || words[0] == "kill" || words[0] == "pause" || words[0] == "resume"))
     candidates = active->actor_names();
   else if (words.size() == 1 && active && words[0] == "actors")
     candidates = active->node_names();

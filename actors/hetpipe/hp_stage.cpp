@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "actors/builtin/stream_job.hpp"
+#include "actors/control_board.hpp"
 #include "actors/hetpipe/hp_core.hpp"
 #include "actors/hetpipe/hp_inbox.hpp"
 #include "actors/json.hpp"
@@ -346,6 +347,14 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         return {};
       };
       while (core->updates() < end) {
+        // `hetflow shell`'s pause: no new work until resume.
+        if (control::paused(me)) {
+          kernels::waits::scope w(me, "the shell", "resume (paused by `hetflow shell`)");
+          while (control::paused(me)) {
+            if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        }
         if (first_stage) {  // start what the limit allows (a one-stage VW: all of the wave)
           while (next_start < end && kept < keep) {
             HF_RETURN_IF_ERROR(start_one(next_start++));
@@ -448,7 +457,9 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
   const auto t0 = clock_type::now();
   ib.tk = kernels::trace::track(me);
+  control::allow_pause(me);
   auto st = run_stage(svc, me, env.cluster, *cfg, *r, ib);
+  control::forget(me);
   if (!st) {
     // Tell the head (it may be waiting for this VW's statistics).
     ralp::ralp_info info;

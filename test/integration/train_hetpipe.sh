@@ -11,6 +11,7 @@
 #  - 2 VWs with Nm = 2 and D = 0: two runs end on the same weights (WSP with
 #    D = 0 is deterministic), one push per stage per wave; with D = 1 and
 #    random delays the VWs stay within 1 wave of each other, and it converges;
+#  - `hetflow shell` pause / resume of a stage holds / releases its waves;
 #  - a stage's node killed mid-run: the run exits non-zero within 10 s
 #    naming it (no hang);
 #  - checkpoints: a stage's node killed, --resume ends on the uninterrupted
@@ -148,6 +149,34 @@ assert d["test_accuracy"] > 0.8
 PY
 acc=$(json_get "$hp4.json" 'd["test_accuracy"]')
 pass "2 VWs, D = 1 (SGD lr 0.02, momentum 0.9), random delays of up to 4 ms per forward: clock distance <= 1, test accuracy $acc"
+
+# --- the shell's pause / resume of a stage
+pz="$HETFLOW_SCRATCH/pause.toml"
+write_topology "$pz" 8880 2 auto "${common[@]}" 'epochs = 400' 'strategy = "hetpipe"' 'virtual_workers = 1' 'nm = 2'
+one_thread "$pz"
+start_run "$pz" "VW 0: epoch 2/400:" 120
+clock_of() {  # clock_of ACTOR: its wave clock in `clocks --json`
+  "$HETFLOW" shell 127.0.0.1:8880 -c clocks --json |
+    python3 -c "import json,sys; d=json.load(sys.stdin); print(int(next(w['clock'] for w in d['ps_workers'] if w['actor'] == '$1')))"
+}
+out=$("$HETFLOW" shell 127.0.0.1:8880 -c "pause hpstage0" 2>&1) || { echo "$out"; fail "pause hpstage0"; }
+grep -q "paused actor 'hpstage0'" <<<"$out" || { echo "$out"; fail "pause's answer: $out"; }
+sleep 0.5
+a=$(clock_of hpstage0)
+sleep 1.5
+b=$(clock_of hpstage0)
+[[ "$a" == "$b" ]] || fail "hpstage0 went on while paused: wave $a then $b"
+"$HETFLOW" shell 127.0.0.1:8880 -c waits 2>&1 | grep -q "hpstage0 waits on the shell for resume" ||
+  fail "waits does not show the paused stage"
+"$HETFLOW" shell 127.0.0.1:8880 -c "resume hpstage0" >/dev/null 2>&1 || fail "resume hpstage0"
+sleep 1
+c=$(clock_of hpstage0)
+((c > b)) || fail "hpstage0 did not go on after resume: wave $b then $c"
+out=$("$HETFLOW" shell 127.0.0.1:8880 -c "pause hpps0" 2>&1) && fail "pause of a PS shard succeeded"
+grep -q "does not honour pause" <<<"$out" || { echo "$out"; fail "pause hpps0's error: $out"; }
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 20 || fail "the run did not stop on SIGINT"
+pass "shell: pause hpstage0 holds its wave clock at $a for 1.5 s (waits names the shell), resume moves it to $c; a shard refuses pause"
 
 # --- a stage's node dies mid-run
 kill="$HETFLOW_SCRATCH/kill.toml"

@@ -1,0 +1,52 @@
+#include "actors/control_board.hpp"
+
+#include <map>
+#include <mutex>
+
+namespace hetflow::actors::control {
+namespace {
+
+struct board {
+  std::mutex mu;
+  std::map<std::string, bool> actors;  // pausable actor -> paused
+};
+
+board& the_board() {
+  static board b;
+  return b;
+}
+
+}  // namespace
+
+void allow_pause(const std::string& actor) {
+  auto& b = the_board();
+  std::lock_guard<std::mutex> g(b.mu);
+  b.actors.try_emplace(actor, false);
+}
+
+void forget(const std::string& actor) {
+  auto& b = the_board();
+  std::lock_guard<std::mutex> g(b.mu);
+  b.actors.erase(actor);
+}
+
+bool pausable(const std::string& actor) {
+  auto& b = the_board();
+  std::lock_guard<std::mutex> g(b.mu);
+  return b.actors.count(actor) != 0;
+}
+
+void set_paused(const std::string& actor, bool paused) {
+  auto& b = the_board();
+  std::lock_guard<std::mutex> g(b.mu);
+  if (auto it = b.actors.find(actor); it != b.actors.end()) it->second = paused;
+}
+
+bool paused(const std::string& actor) {
+  auto& b = the_board();
+  std::lock_guard<std::mutex> g(b.mu);
+  auto it = b.actors.find(actor);
+  return it != b.actors.end() && it->second;
+}
+
+}  // namespace hetflow::actors::control
