@@ -1,5 +1,6 @@
 #include "actors/control_board.hpp"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -41,6 +42,13 @@ void set_paused(const std::string& actor, bool paused) {
   std::lock_guard<std::mutex> g(b.mu);
   if (auto it = b.actors.find(actor); it != b.actors.end()) it->second = paused;
 }
+
+namespace {
+std::atomic<int64_t> asked_staleness{-1};
+}
+
+void set_staleness(int64_t d) { asked_staleness.store(d); }
+int64_t staleness() { return asked_staleness.load(); }
 
 bool paused(const std::string& actor) {
   auto& b = the_board();

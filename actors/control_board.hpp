@@ -18,4 +18,9 @@ bool pausable(const std::string& actor);
 void set_paused(const std::string& actor, bool paused);
 bool paused(const std::string& actor);
 
+// `set staleness D` for this process's job (HetPipe shards poll it); -1:
+// none asked.
+void set_staleness(int64_t d);
+int64_t staleness();
+
 }  // namespace hetflow::actors::control

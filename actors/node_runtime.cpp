@@ -566,6 +566,24 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
                                      "`; its neighbours' waits time out after ps_timeout"
                                : "resumed actor '" + name + "' on node '" + sh.self_name + "'");
     },
+    // A shell's `set staleness D`: the HetPipe shards of this node take it.
+    [self](shstale_atom, int64_t d) -> caf::message {
+      auto& st = self->state;
+      auto& sh = *st.sh;
+      auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
+      if (d < 0 || d > 1000000) return reply(false, "staleness must be in [0, 1000000], got " + std::to_string(d));
+      std::vector<std::string> shards;
+      for (const auto& a : sh.actors)
+        if (a.node == sh.self_name && a.type == "hp_ps") shards.push_back(a.name);
+      if (shards.empty())
+        return reply(false, "node '" + sh.self_name + "' runs no HetPipe shard (hp_ps): only strategy hetpipe takes a "
+                                                      "new staleness");
+      if (st.stopping) return reply(false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
+      control::set_staleness(d);
+      log_warn("shell: staleness D = " + std::to_string(d) + " for the HetPipe shard(s) of node '" + sh.self_name + "'");
+      return reply(true, "node '" + sh.self_name + "': " + shards.front() + " takes D = " + std::to_string(d) +
+                             " from its next message");
+    },
     // A blocking actor reads exit messages only when it receives: one busy
     // computing (or sleeping) is not gone yet. The drill stops the job anyway.
     [self](shkillchk_atom, const std::string& name) {

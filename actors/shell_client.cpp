@@ -236,6 +236,10 @@ expected<shell_reply> shell_client::kill(const std::string& host, int port, cons
   return impl_->ask(host, port, shkill_atom::value, actor);
 }
 
+expected<shell_reply> shell_client::set_staleness(const std::string& host, int port, int64_t d) {
+  return impl_->ask(host, port, shstale_atom::value, d);
+}
+
 expected<shell_reply> shell_client::pause(const std::string& host, int port, const std::string& actor, bool pause) {
   return impl_->ask(host, port, shpause_atom::value, actor, pause);
 }

@@ -41,6 +41,8 @@ public:
   expected<shell_reply> kill(const std::string& host, int port, const std::string& actor);
   // pause (true) or resume (false) an actor that honours it.
   expected<shell_reply> pause(const std::string& host, int port, const std::string& actor, bool pause);
+  // `set staleness D` on one node.
+  expected<shell_reply> set_staleness(const std::string& host, int port, int64_t d);
 
   struct impl;
 

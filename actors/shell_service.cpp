@@ -164,6 +164,7 @@ caf::behavior shell_service(caf::event_based_actor* self, std::function<shell_no
       [self, node](shpause_atom a, const std::string& actor, bool pause) {
         return self->delegate(node, a, actor, pause);
       },
+      [self, node](shstale_atom a, int64_t d) { return self->delegate(node, a, d); },
   };
 }
 

@@ -21,6 +21,8 @@
 //   shpause(ACTOR, pause?)             --->   shell service -> node actor:
 //                                             pause / resume a local actor
 //                                             that honours it (control_board)
+//   shstale(D)                         --->   shell service -> node actor:
+//                                             HetPipe shards here take D
 //
 // A shell never holds the node actor: the service answers these requests
 // and nothing else, so a shell cannot join or stop the job except through
@@ -48,6 +50,7 @@ using shreq_atom = caf::atom_constant<caf::atom("shreq")>;    // (shreq, cmd, ar
 using shkill_atom = caf::atom_constant<caf::atom("shkill")>;  // (shkill, actor) -> (shreq, ok, text)
 using shkillchk_atom = caf::atom_constant<caf::atom("shkillchk")>;  // node actor: did the killed actor go?
 using shpause_atom = caf::atom_constant<caf::atom("shpause")>;  // (shpause, actor, pause?) -> (shreq, ok, text)
+using shstale_atom = caf::atom_constant<caf::atom("shstale")>;  // (shstale, D) -> (shreq, ok, text)
 
 // What a node knows about itself and its job when a shell asks; filled by
 // node_runtime (thread-safe to call from any thread).

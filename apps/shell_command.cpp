@@ -53,9 +53,10 @@ constexpr const char* help_text =
     "  kill ACTOR        fault drill: the actor's node sends it exit(kill); the job fails as on a crash\n"
     "  pause ACTOR       a HetPipe stage starts no new minibatch until resume (past ps_timeout the job fails)\n"
     "  resume ACTOR      undo pause\n"
+    "  set staleness D   HetPipe: every WSP shard takes the bound D from its next message\n"
     "  help              this text\n"
     "  quit, exit        leave (also Ctrl-D)\n"
-    "not implemented yet: set staleness D, checkpoint\n";
+    "not implemented yet: checkpoint\n";
 
 const std::vector<std::string> command_names = {"nodes", "actors", "stat", "waits",      "clocks", "plan", "top",
                                                 "kill",  "help",   "quit", "exit",       "pause",  "resume",
@@ -267,9 +268,9 @@ public:
     const std::vector<std::string> args(w.begin() + 1, w.end());
     if (cmd == "help" || cmd == "?") return outcome{0, help_text, {}};
     if (cmd == "quit" || cmd == "exit") return {};
-    if (cmd == "set" || cmd == "checkpoint")
+    if (cmd == "checkpoint")
       return failure(1, "'" + cmd + "' is not implemented yet (this shell offers nodes, actors, stat, waits, "
-                                    "clocks, plan, top, kill, pause, resume)");
+                                    "clocks, plan, top, kill, pause, resume, set staleness)");
     if (cmd == "top") return failure(1, "top is interactive only (it refreshes until a key); with -c use actors or waits");
     auto takes = [&](std::size_t lo, std::size_t hi, const char* form) -> std::optional<outcome> {
       if (args.size() < lo || args.size() > hi) return failure(1, std::string("usage: ") + form);
@@ -289,6 +290,7 @@ public:
         {"kill", 1, 1, "kill ACTOR", &session::kill_actor},
         {"pause", 1, 1, "pause ACTOR", &session::pause_actor},
         {"resume", 1, 1, "resume ACTOR", &session::resume_actor},
+        {"set", 2, 2, "set staleness D", &session::set_value},
     };
     for (auto& c : table) {
       if (cmd != c.name) continue;
@@ -730,6 +732,29 @@ private:
     }
     return o;
   }
+  // `set staleness D`: every node that is up; ok when some node's HetPipe
+  // shards took it.
+  outcome set_value(const json& e, const std::vector<std::string>& args, bool as_json) {
+    char* end = nullptr;
+    const long long d = std::strtoll(args[1].c_str(), &end, 10);
+    if (args[0] != "staleness" || end == args[1].c_str() || *end != '\0' || d < 0)
+      return failure(1, "usage: set staleness D (D an integer >= 0)");
+    outcome o;
+    json answers = json::array();
+    bool any = false;
+    for (auto& n : e.value("nodes", json::array())) {
+      auto r = client_.set_staleness(str(n, "host"), int(num(n, "port")), d);
+      const bool ok = r && r->ok;
+      const std::string text = r ? r->body : r.error().message();
+      any = any || ok;
+      answers.push_back({{"node", str(n, "name")}, {"ok", ok}, {"message", text}});
+      if (!as_json) appendf(ok ? o.out : o.err, "%s\n", text.c_str());
+    }
+    o.rc = any ? 0 : 1;
+    if (as_json) o.out = json{{"staleness", d}, {"ok", any}, {"nodes", answers}}.dump(2) + "\n";
+    return o;
+  }
+
   outcome kill_actor(const json& e, const std::vector<std::string>& args, bool as_json) {
     return to_actor_node(e, "kill", args[0], as_json);
   }

@@ -238,6 +238,13 @@ void ps_core::apply_ready() {
   applied_below_ = limit;
 }
 
+std::vector<ps::pull_ticket> ps_core::set_staleness(int64_t d) {
+  staleness_ = d;
+  table_.set_model(ps::consistency_model::ssp(d));
+  apply_ready();
+  return table_.released();
+}
+
 void ps_core::set_barrier(int64_t label) {
   barrier_ = label;
   apply_ready();

@@ -155,6 +155,10 @@ public:
   status push(int w, int64_t tag, std::size_t first, std::size_t last, std::vector<kernels::tensor> update,
               std::vector<ps::pull_ticket>& released);
   bool pull(const ps::pull_ticket& t) { return table_.request(t); }
+  // A new D from now on (`hetflow shell`'s `set staleness`); returns the
+  // waiting pulls it releases. D = 0 adds later waves in worker order again.
+  std::vector<ps::pull_ticket> set_staleness(int64_t d);
+  int64_t staleness() const noexcept { return staleness_; }
   // Every worker's pushes of waves below this are in the weights (D > 0:
   // some later ones may be too).
   int64_t applied_below() const noexcept { return applied_below_; }

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "actors/builtin/stream_job.hpp"
+#include "actors/control_board.hpp"
 #include "actors/hetpipe/hp_core.hpp"
 #include "actors/hetpipe/hp_inbox.hpp"
 #include "actors/json.hpp"
@@ -194,6 +195,14 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
                                                               " update has not come)"
                                                         : std::string("the other stages")));
       }
+    // `hetflow shell`'s `set staleness D`.
+    if (const int64_t d = control::staleness(); d >= 0 && d != core.staleness()) {
+      log_info(me + ": staleness D = " + std::to_string(d) + " from now on (was " + std::to_string(core.staleness()) +
+               ", set by `hetflow shell`)");
+      auto ready = core.set_staleness(d);
+      ps::publish_server_clocks(me, core.clocks());
+      HF_RETURN_IF_ERROR(release(ready));
+    }
     auto m = ib.next([](const ralp::ralp_message&) { return true; }, 0.25, "the stages", "pushes or pulls");
     if (!m) {
       if (m.error().code() == errc::timeout) continue;

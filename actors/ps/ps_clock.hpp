@@ -85,6 +85,9 @@ public:
 
   int workers() const noexcept { return int(clocks_.size()); }
   const consistency_model& model() const noexcept { return model_; }
+  // A new bound from now on (`hetflow shell`'s `set staleness`): waiting
+  // pulls it allows come out of the next released().
+  void set_model(consistency_model m) noexcept { model_ = m; }
 
   // Sets every local clock (a restore from a checkpoint). Clears held pushes.
   void restore(const std::vector<int64_t>& clocks);

@@ -704,3 +704,16 @@ BOOST_AUTO_TEST_CASE(ps_restore_checks_the_checkpoint) {
   BOOST_CHECK(!ps.restore(std::move(bad_shape), {4, 4}).ok());
   BOOST_CHECK(!ps.restore(shard_units(), {4}).ok());  // a checkpoint of another number of workers
 }
+
+// `set staleness D` at run time: a pull the old bound held comes out.
+BOOST_AUTO_TEST_CASE(ps_set_staleness_releases_waiting_pulls) {
+  ps_core ps(shard_units(), 2, 0);
+  BOOST_CHECK(!ps.pull({0, 2, 5}));  // D = 0: needs g >= 2
+  auto ready = ps.set_staleness(1);
+  BOOST_CHECK(ready.empty());  // g = 0 < 2 - 1
+  ready = ps.set_staleness(2);
+  BOOST_REQUIRE_EQUAL(ready.size(), 1u);
+  BOOST_CHECK_EQUAL(ready[0].id, 5u);
+  BOOST_CHECK_EQUAL(ps.staleness(), 2);
+  BOOST_CHECK_EQUAL(ps.clocks().model().staleness, 2);
+}

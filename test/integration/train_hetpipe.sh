@@ -11,7 +11,8 @@
 #  - 2 VWs with Nm = 2 and D = 0: two runs end on the same weights (WSP with
 #    D = 0 is deterministic), one push per stage per wave; with D = 1 and
 #    random delays the VWs stay within 1 wave of each other, and it converges;
-#  - `hetflow shell` pause / resume of a stage holds / releases its waves;
+#  - `hetflow shell` pause / resume of a stage holds / releases its waves,
+#    and `set staleness 2` changes both shards' bound;
 #  - a stage's node killed mid-run: the run exits non-zero within 10 s
 #    naming it (no hang);
 #  - checkpoints: a stage's node killed, --resume ends on the uninterrupted
@@ -172,11 +173,17 @@ b=$(clock_of hpstage0)
 sleep 1
 c=$(clock_of hpstage0)
 ((c > b)) || fail "hpstage0 did not go on after resume: wave $b then $c"
+"$HETFLOW" shell 127.0.0.1:8880 -c "set staleness 2" >"$pz.set.out" 2>&1 || { cat "$pz.set.out"; fail "set staleness 2"; }
+sleep 1
+bounds=$("$HETFLOW" shell 127.0.0.1:8880 -c clocks --json |
+  python3 -c "import json,sys; d=json.load(sys.stdin); print(sorted((s['actor'], int(s['staleness_bound'])) for s in d['ps_servers']))")
+[[ "$bounds" == "[('hpps0', 2), ('hpps1', 2)]" ]] || { cat "$pz.set.out"; fail "after set staleness 2 the shards' bounds are $bounds"; }
+out=$("$HETFLOW" shell 127.0.0.1:8880 -c "set staleness x" 2>&1) && fail "set staleness x succeeded"
 out=$("$HETFLOW" shell 127.0.0.1:8880 -c "pause hpps0" 2>&1) && fail "pause of a PS shard succeeded"
 grep -q "does not honour pause" <<<"$out" || { echo "$out"; fail "pause hpps0's error: $out"; }
 kill -INT "$RUN_PID"
 wait_exit "$RUN_PID" 20 || fail "the run did not stop on SIGINT"
-pass "shell: pause hpstage0 holds its wave clock at $a for 1.5 s (waits names the shell), resume moves it to $c; a shard refuses pause"
+pass "shell: pause hpstage0 holds its wave clock at $a for 1.5 s (waits names the shell), resume moves it to $c; set staleness 2 reaches both shards; a shard refuses pause"
 
 # --- a stage's node dies mid-run
 kill="$HETFLOW_SCRATCH/kill.toml"
