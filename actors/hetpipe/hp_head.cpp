@@ -351,8 +351,20 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   j.field("staleness", int64_t{plan.staleness}).field("ps_placement", plan.ps_local ? "local" : "spread");
   j.field("batch_size", cfg.batch_size);
   j.key("virtual_workers").begin_array();
-  for (const auto& vw : plan.virtual_workers) {
-    j.begin_object().key("stages").begin_array();
+  for (std::size_t v = 0; v < plan.virtual_workers.size(); ++v) {
+    const auto& vw = plan.virtual_workers[v];
+    j.begin_object();
+    // This VW's own epochs (its last stage's numbers): loss, accuracy, samples/s.
+    j.key("epochs").begin_array();
+    for (auto& [e, ve] : stats[int(v)]) {
+      j.begin_object().field("epoch", int64_t{e + 1});
+      j.field("loss", ve.minibatches > 0 ? ve.loss_sum / double(ve.minibatches) : 0.0);
+      j.field("train_accuracy", ve.samples > 0 ? double(ve.correct) / double(ve.samples) : 0.0);
+      j.field("samples", ve.samples).field("samples_per_s", ve.seconds > 0 ? double(ve.samples) / ve.seconds : 0.0);
+      j.end_object();
+    }
+    j.end_array();
+    j.key("stages").begin_array();
     for (const auto& sp : vw.stages) {
       j.begin_object().field("node", sp.device.node).field("device", int64_t(sp.device.device));
       j.field("actor", stage_name(stage_of.at({sp.device.node_index, sp.device.device})));

@@ -107,6 +107,9 @@ for x in h["hetpipe"]["stages"]:  # 40 steps an epoch, 20 per VW
 print("test accuracy ps", p["epochs"][-1]["test_accuracy"], "hetpipe", h["test_accuracy"])
 assert abs(p["epochs"][-1]["test_accuracy"] - h["test_accuracy"]) <= 0.0025
 assert sum(e["samples"] for e in h["epochs"]) == 3 * 1280
+# each VW's own epochs: 20 minibatches of 32 an epoch
+for v in vws:
+    assert [e["samples"] for e in v["epochs"]] == [640, 640, 640], v["epochs"]
 PY
 pass "2 VWs x 2 stages, Nm = 1, D = 0: what ps bsp with 2 workers trains"
 
