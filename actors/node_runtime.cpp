@@ -297,6 +297,28 @@ struct node_actor_state {
 
 using node_actor_type = caf::stateful_actor<node_actor_state>;
 
+// A shell's kill / pause of actor `name`: its spec when it is this node's and
+// the job runs, else null with `why` (no such actor, another node's, the job
+// stopping).
+const topology::actor_spec* shell_target(node_actor_state& st, const std::string& name, std::string& why) {
+  auto& sh = *st.sh;
+  auto it = sh.actor_index.find(name);
+  if (it == sh.actor_index.end()) {
+    why = "no actor named '" + name + "' in this job";
+    return nullptr;
+  }
+  const auto& spec = sh.actors[it->second];
+  if (spec.node != sh.self_name) {
+    why = "actor '" + name + "' runs on node '" + spec.node + "', not on '" + sh.self_name + "'";
+    return nullptr;
+  }
+  if (st.stopping) {
+    why = "the job is already stopping on node '" + sh.self_name + "': " + st.reason;
+    return nullptr;
+  }
+  return &spec;
+}
+
 // The nonce this node sent `sender`'s CAF node in its challenge, used once
 // (erased here); empty when there was none.
 std::vector<char> take_challenge(node_actor_state& st, const caf::strong_actor_ptr& sender) {
@@ -523,12 +545,10 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       auto& st = self->state;
       auto& sh = *st.sh;
       auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
-      auto it = sh.actor_index.find(name);
-      if (it == sh.actor_index.end()) return reply(false, "no actor named '" + name + "' in this job");
-      const auto& spec = sh.actors[it->second];
-      if (spec.node != sh.self_name)
-        return reply(false, "actor '" + name + "' runs on node '" + spec.node + "', not on '" + sh.self_name + "'");
-      if (st.stopping) return reply(false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
+      std::string why;
+      const auto* target = shell_target(st, name, why);
+      if (target == nullptr) return reply(false, why);
+      const auto& spec = *target;
       if (st.local_done.count(name))
         return reply(false, "actor '" + name + "' on node '" + sh.self_name + "' has already finished; nothing to kill");
       caf::actor a;
@@ -549,12 +569,10 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       auto& st = self->state;
       auto& sh = *st.sh;
       auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
-      auto it = sh.actor_index.find(name);
-      if (it == sh.actor_index.end()) return reply(false, "no actor named '" + name + "' in this job");
-      const auto& spec = sh.actors[it->second];
-      if (spec.node != sh.self_name)
-        return reply(false, "actor '" + name + "' runs on node '" + spec.node + "', not on '" + sh.self_name + "'");
-      if (st.stopping) return reply(false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
+      std::string why;
+      const auto* target = shell_target(st, name, why);
+      if (target == nullptr) return reply(false, why);
+      const auto& spec = *target;
       if (!control::pausable(name))
         return reply(false, "actor '" + name + "' (" + spec.type + ") does not honour pause" +
                                 (st.local_done.count(name) ? " (it has finished)" : "") +
