@@ -14,8 +14,8 @@ class registry;
 namespace hetflow::apps {
 
 // Exit status: 0 ok, 1 a command failed (unknown command or actor, a
-// refused kill), 2 bad usage, 3 the node at HOST:PORT is unreachable or
-// refused the shell.
+// refused kill or pause, `set staleness` with no HetPipe shard), 2 bad
+// usage, 3 the node at HOST:PORT is unreachable or refused the shell.
 int shell_command(const std::vector<std::string>& args, actors::registry& reg);
 
 }  // namespace hetflow::apps
