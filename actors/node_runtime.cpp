@@ -297,6 +297,11 @@ struct node_actor_state {
 
 using node_actor_type = caf::stateful_actor<node_actor_state>;
 
+// A shell request's answer: (shreq, ok, text).
+caf::message shell_reply(bool ok, std::string text) {
+  return caf::make_message(shreq_atom::value, ok, std::move(text));
+}
+
 // A shell's kill / pause of actor `name`: its spec when it is this node's and
 // the job runs, else null with `why` (no such actor, another node's, the job
 // stopping).
@@ -544,23 +549,22 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
     [self](shkill_atom, const std::string& name) -> caf::message {
       auto& st = self->state;
       auto& sh = *st.sh;
-      auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
       std::string why;
       const auto* target = shell_target(st, name, why);
-      if (target == nullptr) return reply(false, why);
+      if (target == nullptr) return shell_reply(false, why);
       const auto& spec = *target;
       if (st.local_done.count(name))
-        return reply(false, "actor '" + name + "' on node '" + sh.self_name + "' has already finished; nothing to kill");
+        return shell_reply(false, "actor '" + name + "' on node '" + sh.self_name + "' has already finished; nothing to kill");
       caf::actor a;
       {
         std::lock_guard<std::mutex> g(sh.mu);
         if (auto lt = sh.local_actors.find(name); lt != sh.local_actors.end()) a = lt->second;
       }
-      if (!a) return reply(false, "actor '" + name + "' has not been started on node '" + sh.self_name + "' yet");
+      if (!a) return shell_reply(false, "actor '" + name + "' has not been started on node '" + sh.self_name + "' yet");
       log_warn("fault drill from a shell: killing actor '" + name + "' (" + spec.type + ")");
       self->send_exit(a, caf::exit_reason::kill);
       self->delayed_send(self, std::chrono::seconds(3), shkillchk_atom::value, name);
-      return reply(true, "sent exit(kill) to actor '" + name + "' (" + spec.type + ") on node '" + sh.self_name +
+      return shell_reply(true, "sent exit(kill) to actor '" + name + "' (" + spec.type + ") on node '" + sh.self_name +
                              "'; the job stops as for a crashed actor");
     },
     // A shell's pause / resume of a local actor that honours it (HetPipe
@@ -568,18 +572,17 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
     [self](shpause_atom, const std::string& name, bool pause) -> caf::message {
       auto& st = self->state;
       auto& sh = *st.sh;
-      auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
       std::string why;
       const auto* target = shell_target(st, name, why);
-      if (target == nullptr) return reply(false, why);
+      if (target == nullptr) return shell_reply(false, why);
       const auto& spec = *target;
       if (!control::pausable(name))
-        return reply(false, "actor '" + name + "' (" + spec.type + ") does not honour pause" +
+        return shell_reply(false, "actor '" + name + "' (" + spec.type + ") does not honour pause" +
                                 (st.local_done.count(name) ? " (it has finished)" : "") +
                                 "; HetPipe stages (hp_stage) do");
       control::set_paused(name, pause);
       log_warn(std::string("shell: ") + (pause ? "pausing" : "resuming") + " actor '" + name + "' (" + spec.type + ")");
-      return reply(true, pause ? "paused actor '" + name + "' on node '" + sh.self_name +
+      return shell_reply(true, pause ? "paused actor '" + name + "' on node '" + sh.self_name +
                                      "': it starts no new minibatch until `resume " + name +
                                      "`; its neighbours' waits time out after ps_timeout"
                                : "resumed actor '" + name + "' on node '" + sh.self_name + "'");
@@ -588,18 +591,17 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
     [self](shstale_atom, int64_t d) -> caf::message {
       auto& st = self->state;
       auto& sh = *st.sh;
-      auto reply = [](bool ok, std::string text) { return caf::make_message(shreq_atom::value, ok, std::move(text)); };
-      if (d < 0 || d > 1000000) return reply(false, "staleness must be in [0, 1000000], got " + std::to_string(d));
+      if (d < 0 || d > 1000000) return shell_reply(false, "staleness must be in [0, 1000000], got " + std::to_string(d));
       std::vector<std::string> shards;
       for (const auto& a : sh.actors)
         if (a.node == sh.self_name && a.type == "hp_ps") shards.push_back(a.name);
       if (shards.empty())
-        return reply(false, "node '" + sh.self_name + "' runs no HetPipe shard (hp_ps): only strategy hetpipe takes a "
+        return shell_reply(false, "node '" + sh.self_name + "' runs no HetPipe shard (hp_ps): only strategy hetpipe takes a "
                                                       "new staleness");
-      if (st.stopping) return reply(false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
+      if (st.stopping) return shell_reply(false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
       control::set_staleness(d);
       log_warn("shell: staleness D = " + std::to_string(d) + " for the HetPipe shard(s) of node '" + sh.self_name + "'");
-      return reply(true, "node '" + sh.self_name + "': " + shards.front() + " takes D = " + std::to_string(d) +
+      return shell_reply(true, "node '" + sh.self_name + "': " + shards.front() + " takes D = " + std::to_string(d) +
                              " from its next message");
     },
     // A blocking actor reads exit messages only when it receives: one busy

@@ -86,8 +86,9 @@ expected<kernels::tensor_view> stage_core::forward(int64_t p, kernels::tensor_vi
   if (slot_mb_[s] >= 0)
     return make_error(errc::internal, "hetpipe stage: minibatch " + std::to_string(p) + " needs slot " +
                                           std::to_string(s) + ", still held by minibatch " +
-                                          std::to_string(slot_mb_[s]) + " (more than Nm in flight)");
-  // WSP's local rule: p starts only with every local update through p - Nm.
+                                          std::to_string(slot_mb_[s]) + " (more in flight than the stage's slots)");
+  // p starts only with every local update through p - slots (1F1B); as
+  // slots <= Nm, this implies WSP's local rule (updates through p - Nm).
   if (next_update_ < p - int64_t(slots_.size()) + 1)
     return make_error(errc::internal, "hetpipe stage: minibatch " + std::to_string(p) + " would start before the " +
                                           "local update of minibatch " + std::to_string(p - int64_t(slots_.size())) +
@@ -105,7 +106,7 @@ expected<stage_core::last_result> stage_core::forward_backward_last(int64_t p, k
                                                                     bool need_input_grad) {
   if (!last_) return make_error(errc::internal, "hetpipe stage: the loss belongs to the last stage");
   HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, forward(p, input));
-  loss_grad_ = kernels::tensor::empty(logits.shape());
+  if (loss_grad_.empty() || !(loss_grad_.shape() == logits.shape())) loss_grad_ = kernels::tensor::empty(logits.shape());
   HF_ASSIGN_OR_RETURN(kernels::loss_result r, kernels::softmax_cross_entropy(logits, labels, loss_grad_.mutable_view()));
   HF_ASSIGN_OR_RETURN(kernels::tensor_view g, backward(p, loss_grad_.view(), need_input_grad));
   return last_result{r, g};
@@ -194,10 +195,9 @@ status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last, st
     return make_error(errc::invalid_argument, "hetpipe ps: push of worker " + std::to_string(w) + " wave " +
                                                   std::to_string(tag) + " has " + std::to_string(update.size()) +
                                                   " tensors, want " + std::to_string(want));
-  HF_ASSIGN_OR_RETURN(auto in_order, table_.on_push(w, tag));
+  HF_RETURN_IF_ERROR(table_.on_push(w, tag).error());
   held_[{tag, w}] = held{first, last, std::move(update)};
   ++pushes_;
-  (void)in_order;
   apply_ready();
   for (auto& t : table_.released()) released.push_back(t);
   return {};
@@ -268,25 +268,30 @@ std::vector<int64_t> ps_core::barrier_clocks() const {
 }
 
 status ps_core::restore(std::map<std::size_t, std::vector<kernels::tensor>> units, const std::vector<int64_t>& clocks) {
-  if (units.size() != units_.size())
-    return make_error(errc::invalid_argument, "hetpipe ps: a checkpoint with " + std::to_string(units.size()) +
-                                                  " units, this shard holds " + std::to_string(units_.size()));
-  for (auto& [u, ts] : units) {
-    auto it = units_.find(u);
-    if (it == units_.end() || it->second.size() != ts.size())
+  for (auto& [u, ts] : units)
+    if (!units_.count(u))
       return make_error(errc::invalid_argument, "hetpipe ps: the checkpoint's unit " + std::to_string(u) +
                                                     " is not this shard's (the plan changed?)");
-    for (std::size_t i = 0; i < ts.size(); ++i)
-      if (!(ts[i].shape() == it->second[i].shape()))
+  // Every unit with parameters must be there, tensor for tensor; a unit
+  // without (pooling, flatten) has nothing to restore.
+  for (auto& [u, mine] : units_) {
+    auto it = units.find(u);
+    const std::size_t have = it == units.end() ? 0 : it->second.size();
+    if (have != mine.size())
+      return make_error(errc::invalid_argument, "hetpipe ps: the checkpoint has " + std::to_string(have) +
+                                                    " tensors of unit " + std::to_string(u) + ", this shard holds " +
+                                                    std::to_string(mine.size()) + " (the plan changed?)");
+    for (std::size_t i = 0; i < have; ++i)
+      if (!(it->second[i].shape() == mine[i].shape()))
         return make_error(errc::invalid_argument, "hetpipe ps: the checkpoint's unit " + std::to_string(u) +
                                                       " tensor " + std::to_string(i) + " is " +
-                                                      ts[i].shape().to_string() + ", here " +
-                                                      it->second[i].shape().to_string());
+                                                      it->second[i].shape().to_string() + ", here " +
+                                                      mine[i].shape().to_string());
   }
   if (int(clocks.size()) != table_.workers())
     return make_error(errc::invalid_argument, "hetpipe ps: a checkpoint of " + std::to_string(clocks.size()) +
                                                   " workers, the plan has " + std::to_string(table_.workers()));
-  units_ = std::move(units);
+  for (auto& [u, ts] : units) units_[u] = std::move(ts);
   table_.restore(clocks);
   held_.clear();
   applied_below_ = table_.global();

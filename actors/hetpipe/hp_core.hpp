@@ -29,11 +29,11 @@
 //     own pushes (a VW never computes without its own last wave), whatever
 //     the other VWs did; the order of additions across VWs then varies.
 //
-// Pipelining inside a wave: stage 0 starts every minibatch of the wave at
-// once (Nm in flight); each stage keeps Nm slots, each a copy of its units
-// (a model of units [first, last]) holding one minibatch's activations, so
-// forwards of later minibatches do not overwrite what an earlier
-// minibatch's backward needs. The pipeline drains at every wave boundary
+// Pipelining inside a wave (1F1B): stage j of S keeps at most
+// min(Nm, S - j) minibatches between forward and backward, each in its own
+// slot, a copy of its units (a model of units [first, last]) holding that
+// minibatch's activations, so forwards of later minibatches do not
+// overwrite what an earlier minibatch's backward needs. The pipeline drains at every wave boundary
 // (the pull needs the wave's last update): a bubble of about S - 1 stage
 // times per wave.
 //
@@ -77,7 +77,7 @@ struct wave_plan {
 
 class stage_core {
 public:
-  // `slots`: nm copies of the stage's units (built from slice_spec, any
+  // `slots`: min(Nm, S - j) copies of the stage's units (built from slice_spec, any
   // seed: install() overwrites their weights). `last`: the stage computes
   // the loss. errc::invalid_argument for no slots or slots that differ.
   static expected<std::unique_ptr<stage_core>> make(std::vector<kernels::model> slots, bool last,
@@ -92,7 +92,7 @@ public:
   // W(c): copies `values` (one per parameter, in order) into every slot and
   // into the local weights. Sizes checked.
   status install(std::span<const kernels::tensor_view> values);
-  // Minibatch p's forward in slot p % nm (train mode) on a copy of `input`
+  // Minibatch p's forward in slot p % slots() (train mode) on a copy of `input`
   // the slot keeps. The view stays valid until the slot's next forward.
   expected<kernels::tensor_view> forward(int64_t p, kernels::tensor_view input);
   // Last stage: forward, loss and backward of p at once; returns the loss
@@ -174,7 +174,8 @@ public:
   bool at_barrier() const;
   // Each worker's clock as of the barrier: min(its clock, barrier).
   std::vector<int64_t> barrier_clocks() const;
-  // A checkpoint's units (same shapes) and clocks; held updates dropped.
+  // A checkpoint's units (same shapes; units without parameters may be
+  // missing) and clocks; held updates dropped.
   status restore(std::map<std::size_t, std::vector<kernels::tensor>> units, const std::vector<int64_t>& clocks);
 
 private:

@@ -66,7 +66,11 @@ status apply_plan_text(const std::string& text, const std::string& file, const t
                        topology::hetpipe_plan& p) {
   std::istringstream in(text);
   std::string line;
-  auto bad = [&](const std::string& why) { return make_error(errc::invalid_argument, file + ": " + why); };
+  auto bad = [&](const std::string& why) {
+    return make_error(errc::invalid_argument,
+                      file + ": " + why + " (this run's checkpoints need the cuts it holds; to train from the start, "
+                                          "run without --resume)");
+  };
   if (!(in >> p.nm >> p.staleness) || p.nm < 1) return bad("no 'nm D' line");
   std::getline(in, line);
   if (!std::getline(in, line)) return bad("no unit list");

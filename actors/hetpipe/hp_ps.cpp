@@ -134,8 +134,6 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
                                                     "', not a unit's");
         units_ck[std::size_t(std::stoll(n.substr(1, dot - 1)))].push_back(std::move(ck.tensors[i]));
       }
-      for (const auto& [u, v] : core.units())  // units without parameters (pooling) have no tensors
-        if (v.empty()) units_ck.try_emplace(u);
       HF_RETURN_IF_ERROR(core.restore(std::move(units_ck), ck.meta.clocks));
       log_info(me + ": restored checkpoint " + std::to_string(restored) + " (" +
                ps::checkpoint_path(ckpt_dir, me, restored) + ")");
@@ -182,7 +180,6 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
     }
     return {};
   };
-  const std::string my_track = me;
   for (;;) {
     // Waits past ps_timeout: name the stage holding the global clock back.
     for (auto& [id, w] : waits)

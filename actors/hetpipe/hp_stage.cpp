@@ -4,16 +4,17 @@
 //
 //   role <- hphead (or "idle": the plan does not use this device: it ends)
 //   for each wave c of its VW:
+//     (checkpoint_every: its optimizer state, before the pull)
 //     pull(c) -> every PS shard holding its units; weights -> W(c)
-//     stage 0: starts the wave's minibatches (batch, forward, activations +
-//              labels -> stage 1; one stage: forward, loss, backward right
-//              away) while it keeps fewer than min(Nm, S) of them
-//     stage j: keeps at most min(Nm, S - j) minibatches between forward and
-//              backward (1F1B, the planner's memory model): a forward waits
-//              in the mailbox until a backward frees a slot
-//     others:  forward p -> forward, activations -> next stage; the last
-//              stage: forward, loss, backward, dL/dinput -> previous stage
-//              backward p -> backward, dL/dinput -> previous stage
+//     stage j keeps at most min(Nm, S - j) minibatches between forward and
+//     backward (1F1B, the planner's memory model):
+//       stage 0: starts minibatches (batch, forward, activations + labels
+//                -> stage 1; one stage: forward, loss, backward at once)
+//                while it has a free slot
+//       others:  forward p (taken from the mailbox only with a free slot) ->
+//                forward, activations -> next stage; the last stage:
+//                forward, loss, backward, dL/dinput -> previous stage
+//       backward p -> backward, dL/dinput -> previous stage
 //     after each backward: the local update (minibatch order)
 //     after the wave's last update: push u(c) to every PS shard
 //   the last stage: per-epoch loss and accuracy -> hphead
@@ -268,6 +269,26 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     }
   };
 
+  // The last stage's minibatch p: forward, loss, backward; dL/d(input) to
+  // the previous stage (before the local update, which is off the critical
+  // path), the local update, the statistics.
+  auto last_step = [&](int64_t p, kernels::tensor_view in, std::span<const int32_t> labels, double lr) -> status {
+    kernels::trace::scope t("forward+backward", tk, "minibatch", p);
+    HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, in, labels, !first_stage));
+    if (!std::isfinite(fb.loss.loss))
+      return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) + " at minibatch " +
+                                            std::to_string(p) + "; lower the learning rate");
+    if (!first_stage) {
+      ralp::ralp_info info;
+      info.clock = p;
+      std::vector<kernels::tensor_view> ts{fb.input_grad};
+      HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
+    }
+    HF_RETURN_IF_ERROR(core->local_update(p, lr));
+    account(p, fb.loss, int64_t(labels.size()));
+    return {};
+  };
+
   expected<stage_stats> result = make_error(errc::internal, "did not run");
   core->slot(0).context().run([&] { result = [&]() -> expected<stage_stats> {
     // Checkpoints of the local optimizer state (the shards keep the weights).
@@ -295,11 +316,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         meta.clocks = {wave};
         meta.optimizer_steps = core->optimizer_steps();
         std::vector<ps::named_tensor> ts;
-        std::vector<kernels::tensor> copies;
-        auto state = core->optimizer_state();
-        copies.reserve(state.size());
-        for (auto* t : state) copies.push_back(kernels::tensor::from(t->value.view()));
-        for (std::size_t i = 0; i < state.size(); ++i) ts.push_back({state[i]->name, &copies[i]});
+        for (auto* t : core->optimizer_state()) ts.push_back({t->name, &t->value});
         meta.state_tensors = int64_t(ts.size());
         HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
         ++st.checkpoints;
@@ -322,14 +339,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         epoch_of[p] = epoch;
         jitter();
         const auto tc = clock_type::now();
-        if (last_stage) {
-          kernels::trace::scope t("forward+backward", tk, "minibatch", p);
-          HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, b.images, b.labels, false));
-          if (!std::isfinite(fb.loss.loss))
-            return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) +
-                                                  " at minibatch " + std::to_string(p) + "; lower the learning rate");
-          HF_RETURN_IF_ERROR(core->local_update(p, lr));
-          account(p, fb.loss, int64_t(b.labels.size()));
+        if (last_stage) {  // a one-stage VW
+          HF_RETURN_IF_ERROR(last_step(p, b.images, b.labels, lr));
           lr_of.erase(p);
           epoch_of.erase(p);
         } else {
@@ -387,17 +398,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
           HF_ASSIGN_OR_RETURN(kernels::tensor_view in, f32_view(m, 0));
           HF_ASSIGN_OR_RETURN(std::vector<int32_t> labels, ralp::i32_values(m, 1));
           if (last_stage) {
-            kernels::trace::scope t("forward+backward", tk, "minibatch", p);
-            HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, in, labels, true));
-            if (!std::isfinite(fb.loss.loss))
-              return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) +
-                                                    " at minibatch " + std::to_string(p) + "; lower the learning rate");
-            ralp::ralp_info info;
-            info.clock = p;
-            std::vector<kernels::tensor_view> ts{fb.input_grad};
-            HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
-            HF_RETURN_IF_ERROR(core->local_update(p, m.info.lr));
-            account(p, fb.loss, int64_t(labels.size()));
+            HF_RETURN_IF_ERROR(last_step(p, in, labels, m.info.lr));
           } else {
             kernels::trace::scope t("forward", tk, "minibatch", p);
             HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, in));

@@ -717,3 +717,19 @@ BOOST_AUTO_TEST_CASE(ps_set_staleness_releases_waiting_pulls) {
   BOOST_CHECK_EQUAL(ps.staleness(), 2);
   BOOST_CHECK_EQUAL(ps.clocks().model().staleness, 2);
 }
+
+// A unit without parameters (pooling) has no tensors in a checkpoint: the
+// restore does not need it, but every unit with parameters must be there.
+BOOST_AUTO_TEST_CASE(ps_restore_without_parameterless_units) {
+  auto units = shard_units();
+  units[2];  // a pooling unit: held, no tensors
+  ps_core ps(std::move(units), 2, 0);
+  auto ck = shard_units();
+  ck[1][1] = filled({2}, 9.0f);
+  BOOST_REQUIRE(ps.restore(std::move(ck), {2, 2}).ok());
+  check_all(ps.units().at(1)[1], 9.0f, "restored unit 1 bias");
+  BOOST_CHECK(ps.holds(2) && ps.units().at(2).empty());
+  auto missing = shard_units();
+  missing.erase(1);
+  BOOST_CHECK(!ps.restore(std::move(missing), {2, 2}).ok());
+}

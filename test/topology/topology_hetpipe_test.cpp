@@ -364,6 +364,24 @@ BOOST_AUTO_TEST_CASE(staleness_zero_overlaps_one_wave) {
   BOOST_TEST(r0->virtual_workers[0].pushes == 40 * 2);  // one aggregated push per stage per wave
 }
 
+BOOST_AUTO_TEST_CASE(drained_waves_pay_a_bubble_per_wave) {
+  // simulate --as-run (the runtime): a wave's pull waits for the VW's own
+  // previous wave, so the pipeline empties at every boundary: slower than
+  // the overlapped waves (3 ms per minibatch), faster than Nm = 1 (6 ms).
+  auto db = uniform_db(2, {{"a", 1.0}});
+  auto p = one_vw_plan(db, {dev(0, 0, "a"), dev(0, 1, "a")}, 4, 0);
+  simulation_options drained{40, 4};
+  drained.drain_waves = true;
+  auto ro = simulate_hetpipe(p, db, {40, 4});
+  auto rd = simulate_hetpipe(p, db, drained);
+  BOOST_REQUIRE(ro.has_value());
+  BOOST_REQUIRE(rd.has_value());
+  BOOST_TEST(rd->samples_per_s < 0.95 * ro->samples_per_s);
+  BOOST_TEST(rd->samples_per_s > 1.1 * 32 * 1000.0 / 6.0);
+  BOOST_TEST(rd->max_wave_lead == 0);  // never starts a wave before its own last one is pushed
+  BOOST_TEST(rd->virtual_workers[0].pushes == 40 * 2);
+}
+
 BOOST_AUTO_TEST_CASE(parameter_server_bandwidth_bounds_waves) {
   // Two VWs (one per node) of 2 stages, 1 MB of weights per unit, compute
   // nearly free, 8 Gbps NICs (1 MB per ms): the PS traffic bounds the waves.
