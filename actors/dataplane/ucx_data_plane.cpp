@@ -1241,8 +1241,26 @@ private:
     for (auto& [tag, q] : recv_queues_)
       for (auto& op : q) op->abandoned = true;
     for (auto& [raw, op] : side_recvs_) op->abandoned = true;
-    // TODO(robustness): leaked close requests are reclaimed by worker destroy.
     completed_recvs_.clear();
+    if (recvs_in_flight_ > 0) {
+      // UCX still holds a receive after the force-close (a rendezvous whose
+      // sender went away mid-transfer). UCX 1.13 does not purge it: its CMA
+      // get stays queued on the closed endpoint and ucp_worker_destroy then
+      // aborts the process (arbiter.c assertion). Leak the worker and context instead,
+      // and the receive buffers UCX may still write: shutdown happens once,
+      // at the end of a node's life.
+      std::fprintf(stderr,
+                   "hetflow ucx data plane: %zu receive(s) not returned by UCX at shutdown; "
+                   "leaving its worker in place\n",
+                   recvs_in_flight_);
+      for (auto& [tag, q] : recv_queues_)
+        for (auto& op : q) op.release();
+      for (auto& [raw, op] : side_recvs_) op.release();
+      for (auto& op : abandoned_recvs_) op.release();
+      worker_ = nullptr;
+      context_ = nullptr;
+    }
+    // TODO(robustness): leaked close requests are reclaimed by worker destroy.
     teardown_ucx();
     recv_queues_.clear();
     side_recvs_.clear();
