@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <string_view>
 #include <memory>
 
 #include "kernels/device.hpp"
@@ -21,6 +22,21 @@
 #include "schemas/error.hpp"
 
 namespace hetflow::kernels {
+
+// How a cuda device may compute f32 convolutions and matmuls. Tensors stay
+// f32 in memory in every mode; the narrower ones convert inside the library
+// call, on tensor cores, and accumulate in f32. cpu devices compute f32.
+//   f32   strict f32 (cuDNN FMA math, cuBLAS f32)
+//   tf32  TF32 convolutions, f32 matmuls: PyTorch's defaults, and ours
+//   bf16  bf16 matmuls (cuBLAS CUBLAS_COMPUTE_32F_FAST_16BF); convolutions as
+//         tf32, since cuDNN converts f32 only to f16
+//   f16   f16 convolutions (cuDNN CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) and
+//         matmuls (CUBLAS_COMPUTE_32F_FAST_16F); gradients below f16's range
+//         vanish unless the loss is scaled (the trainer does, dynamically)
+enum class math_mode : int32_t { f32 = 0, tf32 = 1, bf16 = 2, f16 = 3 };
+const char* to_string(math_mode m) noexcept;
+// "f32", "tf32", "bf16", "f16"; false for anything else.
+bool parse_math_mode(std::string_view text, math_mode& out) noexcept;
 
 class device_context {
 public:

@@ -11,6 +11,25 @@
 
 namespace hetflow::kernels {
 
+const char* to_string(math_mode m) noexcept {
+  switch (m) {
+    case math_mode::f32: return "f32";
+    case math_mode::tf32: return "tf32";
+    case math_mode::bf16: return "bf16";
+    case math_mode::f16: return "f16";
+  }
+  return "?";
+}
+
+bool parse_math_mode(std::string_view text, math_mode& out) noexcept {
+  for (math_mode m : {math_mode::f32, math_mode::tf32, math_mode::bf16, math_mode::f16})
+    if (text == to_string(m)) {
+      out = m;
+      return true;
+    }
+  return false;
+}
+
 expected<std::shared_ptr<device_context>> make_device_context(device where, int threads) {
   if (where.kind == device_kind::cpu) return std::shared_ptr<device_context>(std::make_shared<cpu::cpu_context>(threads));
   // cuda: errc::unsupported naming what is missing (module, driver, device).

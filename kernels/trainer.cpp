@@ -136,6 +136,15 @@ public:
     if (cuda_ == nullptr) return make_optimizer(c);
     return cuda_->make_optimizer(c);
   }
+  std::string precision() const { return cuda_ == nullptr ? "f32" : to_string(cuda_->math()); }
+  // Loss scaling (cuda f16 only): the loss gradient times `s` before
+  // backward; the parameter gradients times 1 / s after, true when all are
+  // finite.
+  bool scales_loss() const { return cuda_ != nullptr && cuda_->math() == math_mode::f16; }
+  status scale(mutable_tensor_view g, float s) { return cuda_->scale(g, s); }
+  expected<bool> unscale(std::span<parameter* const> params, float s) {
+    return cuda_->scale_gradients(params, 1.0f / s);
+  }
 
 private:
   model& m_;
@@ -522,6 +531,12 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   train_report rep;
   rep.model = c.model;
   rep.where = m.where().to_string();
+  rep.precision = dev.precision();
+  // f16: dynamic loss scaling (train_config::loss_scale_init). Data-parallel
+  // replicas are cpu models, so never scale.
+  const bool scaling = dev.scales_loss() && !dp.active();
+  double loss_scale = scaling ? c.loss_scale_init : 1.0;
+  int64_t clean_steps = 0;
   rep.threads = m.context().threads();
   rep.parameters = m.parameter_count();
 
@@ -620,6 +635,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
         grad.resize(logits.shape());
         HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
+        if (scaling) HF_RETURN_IF_ERROR(dev.scale(grad.mutable_view(), float(loss_scale)));
         t_fwd.end();
         // Data parallel: the gradient sums start during backward (buckets).
         trace::scope t_bwd("backward", trace::current_track(), "step", s + 1);
@@ -649,7 +665,21 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         lr_res.correct = int64_t(stats[1]);
       }
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
-      {
+      bool apply = true;
+      if (scaling && count > 0) {
+        HF_ASSIGN_OR_RETURN(bool finite, dev.unscale(params, float(loss_scale)));
+        if (!finite) {
+          // Overflow: skip the step, halve the scale.
+          apply = false;
+          ++rep.overflow_steps;
+          loss_scale = std::max(1.0, loss_scale / 2);
+          clean_steps = 0;
+        } else if (++clean_steps == c.loss_scale_growth_interval) {
+          loss_scale = std::min(loss_scale * 2, 16777216.0);
+          clean_steps = 0;
+        }
+      }
+      if (apply) {
         trace::scope t_opt("optimizer", trace::current_track(), "step", s + 1);
         HF_RETURN_IF_ERROR(opt->step(params, er.lr));
       }
@@ -710,6 +740,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   }
   HF_ASSIGN_OR_RETURN(rep.weights_checksum, weights_checksum(m));
   rep.allreduce_seconds = dp.sum_seconds();
+  rep.loss_scale = loss_scale;
   history.finish();
   rep.history = std::move(history).take();
   // Replicas hold the same weights: rank 0 writes them.
@@ -731,6 +762,15 @@ expected<train_report> train_with(const train_config& c, batch_source& source, c
                                                   " in " + std::to_string(zo.classes) + " classes");
   HF_ASSIGN_OR_RETURN(model_spec spec, make_model_spec(c.model, zo));
   HF_ASSIGN_OR_RETURN(model m, build_model(spec, c.where, build_options{c.threads, c.seed}));
+  if (c.precision) {
+    if (m.where().kind == device_kind::cuda) {
+      static_cast<cuda::context&>(m.context()).set_math(*c.precision);
+    } else if (*c.precision == math_mode::bf16 || *c.precision == math_mode::f16) {
+      return make_error(errc::invalid_argument, std::string("train: precision \"") + to_string(*c.precision) +
+                                                    "\" needs a cuda device; " + m.where().to_string() +
+                                                    " computes f32");
+    }
+  }
   expected<train_report> result = make_error(errc::internal, "train: did not run");
   // The device context may run the loop on another thread: the caller's
   // trace track goes with it (a caller without one gets a "trainer" track).

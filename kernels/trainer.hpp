@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <future>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 
 #include "kernels/dataset.hpp"
 #include "kernels/device.hpp"
+#include "kernels/device_context.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/random.hpp"
 #include "kernels/shape.hpp"
@@ -165,6 +167,17 @@ struct train_config {
   lr_schedule schedule;
   uint64_t seed = 1;             // weights, shuffling, dropout, synthetic data
   device where = device::cpu();
+  // cuda only: how convolutions and matmuls compute (device_context.hpp);
+  // unset: the context's default (tf32; f32 with HETFLOW_CUDA_TF32=0). cpu
+  // devices refuse bf16 and f16.
+  std::optional<math_mode> precision;
+  // f16: dynamic loss scaling (PyTorch GradScaler's rules): the loss
+  // gradient is multiplied by the scale before backward and the parameter
+  // gradients divided by it after; a step whose gradients overflow is
+  // skipped and halves the scale, loss_scale_growth_interval clean steps in
+  // a row double it.
+  double loss_scale_init = 65536.0;
+  int64_t loss_scale_growth_interval = 2000;
   int threads = 0;               // <= 0: all hardware threads
   bool eval_each_epoch = true;   // else only after the last epoch
   int64_t eval_batch_size = 0;   // 0: batch_size (bounds activation memory)
@@ -273,6 +286,9 @@ struct train_report {
   std::vector<std::vector<int64_t>> splits;
   std::vector<std::vector<double>> speeds;
   double allreduce_seconds = 0.0;  // time in group->sum (waits included)
+  std::string precision;           // cuda: the math mode trained with; cpu: "f32"
+  int64_t overflow_steps = 0;      // f16: steps skipped for non-finite gradients
+  double loss_scale = 1.0;         // f16: the scale at the end (else 1)
   // Loss and throughput over time (train_history, at most 2048 points); the
   // last point is each run's last step.
   std::vector<history_point> history;

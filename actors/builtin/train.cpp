@@ -129,6 +129,13 @@ expected<kernels::train_config> train_config_of(const topology::cluster& c, cons
   cfg.max_steps_per_epoch = p.get_int("max_steps_per_epoch", 0);
   cfg.save_weights = p.get_string("save_weights", "");
   cfg.progress_every = 20;
+  if (p.contains("precision")) {
+    kernels::math_mode m{};
+    if (!kernels::parse_math_mode(p.get_string("precision", "tf32"), m))
+      return make_error(errc::invalid_argument, "[job] precision must be f32, tf32, bf16 or f16");
+    cfg.precision = m;
+  }
+  cfg.loss_scale_init = p.get_number("loss_scale", 65536.0);
 
   const auto* node = c.find_node(node_name);
   if (node == nullptr) return make_error(errc::not_found, "train: no node '" + node_name + "' in the topology");
@@ -259,6 +266,8 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
   w.begin_object().field("model", r->model).field("device", r->where);
   if (c.checkpoints) w.field("resumed_epochs", int64_t{r->resumed_epochs});
   w.field("threads", int64_t{r->threads}).field("parameters", r->parameters);
+  w.field("precision", r->precision);
+  if (r->precision == "f16") w.field("loss_scale", r->loss_scale).field("overflow_steps", r->overflow_steps);
   w.field("total_seconds", r->total_seconds);
   char checksum[20];
   std::snprintf(checksum, sizeof checksum, "%016llx", static_cast<unsigned long long>(r->weights_checksum));
@@ -670,6 +679,13 @@ void add_train(registry& reg) {
   key("lr_gamma", key_type::number, 0.1, "step schedule: factor per step", 0.0, 1.0);
   key("lr_min", key_type::number, 0.0, "cosine schedule: final learning rate", 0.0);
   key("seed", key_type::integer, int64_t{1}, "seed of weights, shuffling and synthetic data", 0.0);
+  key("precision", key_type::string, std::string("tf32"),
+      "cuda devices (strategy single): how convolutions and matmuls compute, tensors staying f32 in memory: f32 "
+      "(strict), tf32 (TF32 convolutions, f32 matmuls: PyTorch's defaults), bf16 (bf16 matmuls, TF32 "
+      "convolutions), f16 (f16 convolutions and matmuls, dynamic loss scaling); cpu devices compute f32 and "
+      "refuse bf16 and f16", {}, {}, {"f32", "tf32", "bf16", "f16"});
+  key("loss_scale", key_type::number, 65536.0,
+      "precision f16: the first loss scale (halved on overflow, doubled after 2000 clean steps)", 1.0, 16777216.0);
   key("eval_each_epoch", key_type::boolean, true, "evaluate on the test set after every epoch");
   key("max_steps_per_epoch", key_type::integer, int64_t{0}, "cut epochs short (0: full epochs)", 0.0);
   key("save_weights", key_type::string, std::string(""), "write the trained weights to this file");
@@ -713,6 +729,11 @@ void add_train(registry& reg) {
                                   "\" checkpoints after every epoch (set checkpoint_dir only)");
           if (c.job.params.get_int("checkpoint_every", 0) > 0 && c.job.params.get_string("checkpoint_dir", "").empty())
             return make_error(errc::invalid_argument, "[job] checkpoint_every needs checkpoint_dir");
+          const std::string prec = c.job.params.get_string("precision", "tf32");
+          if ((prec == "bf16" || prec == "f16") && s != "single")
+            return make_error(errc::unsupported, "[job] precision = \"" + prec + "\" applies to cuda devices, which "
+                                                 "strategy = \"single\" alone trains on; strategy = \"" + s +
+                                                 "\" computes f32 (remove precision)");
         }
         if (c.job.params.get_string("strategy", "single") == "ps") return ps_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "ralp") return ralp_job::expand(c);

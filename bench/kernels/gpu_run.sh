@@ -20,11 +20,13 @@
 #   /work/shared/tools/gpu-bundle.sh build-gpu
 #   then there (carry .gpu and build-gpu): bash .gpu/run.sh 'bench/kernels/gpu_run.sh build-gpu'
 # Environment: MODELS="vgg16 resnet50" BATCH=64 STEPS=30 (timed steps per side)
+# PRECISION=tf32 (hetflow's [job] precision: tf32, bf16 or f16; the PyTorch
+# side runs its nearest setting, see gpu_torch_bench.py --precision)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-build-cuda}"
 hetflow="$build/bin/hetflow"
-MODELS="${MODELS:-vgg16 resnet50}"; BATCH="${BATCH:-64}"; STEPS="${STEPS:-30}"
+MODELS="${MODELS:-vgg16 resnet50}"; BATCH="${BATCH:-64}"; STEPS="${STEPS:-30}"; PRECISION="${PRECISION:-tf32}"
 py="${PYTHON:-python3}"
 
 die() { echo "gpu_run.sh: $*" >&2; exit 2; }
@@ -42,7 +44,7 @@ field() { "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" 
 echo "# bench/kernels/gpu_run.sh $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# device: $(grep '^cuda 0:' <<<"$devices" | sed 's/^cuda 0: //')"
 echo "# torch $("$py" -c 'import torch; print(torch.__version__, "cuDNN", torch.backends.cudnn.version())')"
-echo "# recipe: synthetic 3x224x224, batch $BATCH, SGD momentum 0.9, $STEPS timed steps per side; images/s = training images / training wall time"
+echo "# recipe: synthetic 3x224x224, batch $BATCH, SGD momentum 0.9, precision $PRECISION, $STEPS timed steps per side; images/s = training images / training wall time"
 printf '%-9s | %-14s | %-14s | %s\n' model "hetflow img/s" "pytorch img/s" "ratio"
 status=0
 for m in $MODELS; do
@@ -70,13 +72,15 @@ optimizer = "sgd"
 lr = 0.01
 momentum = 0.9
 eval_each_epoch = false
+precision = "$PRECISION"
 TOML
   if ! "$hetflow" run "$topo" --report "$topo.json" >"$topo.out" 2>&1; then
     echo "gpu_run.sh: hetflow failed on $m:" >&2; tail -20 "$topo.out" >&2; status=1; continue
   fi
   ours=$(field "$topo.json" 'd["epochs"][-1]["samples_per_s"]') ||
     { echo "gpu_run.sh: no epochs in $topo.json" >&2; status=1; continue; }
-  theirs_json=$("$py" "$here/gpu_torch_bench.py" --model "$m" --batch "$BATCH" --steps "$STEPS" --json) ||
+  theirs_json=$("$py" "$here/gpu_torch_bench.py" --model "$m" --batch "$BATCH" --steps "$STEPS" \
+                 --precision "$PRECISION" --json) ||
     { echo "gpu_run.sh: PyTorch failed on $m" >&2; status=1; continue; }
   theirs=$("$py" -c "import json,sys; print(json.loads(sys.argv[1])['images_per_s'])" "$theirs_json")
   ratio=$("$py" -c "print(f'{$ours / $theirs:.2f}x')")

@@ -71,7 +71,16 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--json", action="store_true")
+    # hetflow's [job] precision and its nearest PyTorch setting:
+    #   tf32 -> PyTorch's defaults (TF32 convolutions, f32 matmuls)
+    #   bf16 -> also torch.set_float32_matmul_precision("medium"): bf16
+    #           matmuls inside f32 tensors, as hetflow's bf16
+    #   f16  -> torch.autocast(float16) + GradScaler: PyTorch's AMP, which
+    #           also keeps activations in f16 (hetflow keeps them f32)
+    ap.add_argument("--precision", choices=["tf32", "bf16", "f16"], default="tf32")
     a = ap.parse_args()
+    if a.precision == "bf16":
+        torch.set_float32_matmul_precision("medium")
     if not torch.cuda.is_available():
         raise SystemExit("gpu_torch_bench.py: torch sees no CUDA device")
     torch.backends.cudnn.benchmark = True
@@ -85,14 +94,19 @@ def main():
     images = torch.randn(n, 3, 224, 224)
     labels = torch.randint(0, a.classes, (n,))
 
+    amp = a.precision == "f16"
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+
     def step(i):
         j = (i % 4) * a.batch
         x = images[j:j + a.batch].to(dev)
         y = labels[j:j + a.batch].to(dev)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss.item()
 
     for i in range(a.warmup):
@@ -103,7 +117,8 @@ def main():
         step(i)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    out = {"model": a.model, "batch": a.batch, "steps": a.steps, "images_per_s": a.batch * a.steps / dt,
+    out = {"model": a.model, "batch": a.batch, "steps": a.steps, "precision": a.precision,
+           "images_per_s": a.batch * a.steps / dt,
            "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version()}
     print(json.dumps(out) if a.json else out)

@@ -7,8 +7,10 @@
 // cudnnFind*Algorithm (what PyTorch's cudnn.benchmark does), or with the
 // cudnnGet*_v7 heuristics when HETFLOW_CUDNN_FIND=0 or Find fails, under the
 // context's workspace limit; the shared workspace is then grown once to the
-// largest of the three. TF32 tensor cores are allowed when the context says so
-// (PyTorch's default for cuDNN convolutions), else FMA math only.
+// largest of the three. The context's math mode picks the math: FMA only
+// (f32), TF32 tensor cores (tf32, the default, like PyTorch's; bf16 too,
+// since cuDNN converts f32 only to f16), or f32 converted to f16 on tensor
+// cores (f16: CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -37,10 +39,20 @@ template <class Perf> const Perf* pick(const std::vector<Perf>& perf, int count,
   return nullptr;
 }
 
-// The math type to run a chosen algorithm with: its own when TF32 is allowed
-// (it may need tensor ops), else strictly FMA (CUDNN_DEFAULT_MATH would
-// still allow TF32 on Ampere and later).
-cudnnMathType_t math_for(cudnnMathType_t chosen, bool tf32) { return tf32 ? chosen : CUDNN_FMA_MATH; }
+// The math type the descriptors allow while searching.
+cudnnMathType_t search_math(math_mode m) {
+  switch (m) {
+    case math_mode::f32: return CUDNN_FMA_MATH;
+    case math_mode::f16: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    default: return CUDNN_TENSOR_OP_MATH;
+  }
+}
+
+// The math type to run a chosen algorithm with: its own unless the mode is
+// strict f32 (CUDNN_DEFAULT_MATH would still allow TF32 on Ampere and later).
+cudnnMathType_t math_for(cudnnMathType_t chosen, math_mode m) {
+  return m == math_mode::f32 ? CUDNN_FMA_MATH : chosen;
+}
 
 class conv2d_unit final : public unit {
 public:
@@ -124,8 +136,8 @@ private:
     HF_CUDNN_CHECK(cudnnCreateFilterDescriptor(w_desc_.out()));
     HF_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(out_c_),
                                               int(in_c_), int(k_), int(k_)));
-    const bool tf32 = ctx_.tf32();
-    const cudnnMathType_t math = tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    const math_mode mode = ctx_.math();
+    const cudnnMathType_t math = search_math(mode);
     for (conv_desc* d : {&fwd_conv_, &bwd_data_conv_, &bwd_filter_conv_}) {
       HF_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d->out()));
       HF_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d->get(), int(pad_), int(pad_), int(stride_), int(stride_), 1,
@@ -141,7 +153,7 @@ private:
     // Shapes seen before (a last partial batch, eval batches) reuse their
     // choice: no second search each epoch.
     for (const choice& c : choices_) {
-      if (!(c.input == input) || c.tf32 != tf32) continue;
+      if (!(c.input == input) || c.mode != mode) continue;
       fwd_algo_ = c.fwd;
       bwd_data_algo_ = c.bwd_data;
       bwd_filter_algo_ = c.bwd_filter;
@@ -158,7 +170,7 @@ private:
     const bool find = use_find();
     choice made;
     made.input = input;
-    made.tf32 = tf32;
+    made.mode = mode;
 
     // Forward.
     {
@@ -177,7 +189,7 @@ private:
         return make_error(errc::unsupported, "no cuDNN forward algorithm fits a " + std::to_string(limit >> 20) +
                                                  " MiB workspace for input " + input.to_string());
       fwd_algo_ = p->algo;
-      made.fwd_math = math_for(p->mathType, tf32);
+      made.fwd_math = math_for(p->mathType, mode);
       HF_CUDNN_CHECK(cudnnSetConvolutionMathType(fwd_conv_.get(), made.fwd_math));
       HF_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_.get(), w_desc_.get(), fwd_conv_.get(),
                                                              y_desc_.get(), fwd_algo_, &fwd_ws_));
@@ -201,7 +213,7 @@ private:
         return make_error(errc::unsupported, "no cuDNN backward-data algorithm fits a " +
                                                  std::to_string(limit >> 20) + " MiB workspace");
       bwd_data_algo_ = p->algo;
-      made.bwd_data_math = math_for(p->mathType, tf32);
+      made.bwd_data_math = math_for(p->mathType, mode);
       HF_CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data_conv_.get(), made.bwd_data_math));
       HF_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_.get(), y_desc_.get(),
                                                                   bwd_data_conv_.get(), x_desc_.get(),
@@ -226,7 +238,7 @@ private:
         return make_error(errc::unsupported, "no cuDNN backward-filter algorithm fits a " +
                                                  std::to_string(limit >> 20) + " MiB workspace");
       bwd_filter_algo_ = p->algo;
-      made.bwd_filter_math = math_for(p->mathType, tf32);
+      made.bwd_filter_math = math_for(p->mathType, mode);
       HF_CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter_conv_.get(), made.bwd_filter_math));
       HF_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_.get(), y_desc_.get(),
                                                                     bwd_filter_conv_.get(), w_desc_.get(),
@@ -293,7 +305,7 @@ private:
   // Algorithms chosen per input shape (and math policy).
   struct choice {
     shape input;
-    bool tf32 = false;
+    math_mode mode = math_mode::tf32;
     cudnnConvolutionFwdAlgo_t fwd{};
     cudnnConvolutionBwdDataAlgo_t bwd_data{};
     cudnnConvolutionBwdFilterAlgo_t bwd_filter{};

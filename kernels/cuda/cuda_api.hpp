@@ -43,7 +43,7 @@
 namespace hetflow::kernels::cuda {
 
 // Bump on any change to the classes below or the types they share.
-inline constexpr uint32_t api_version = 2;
+inline constexpr uint32_t api_version = 3;
 
 struct abi_stamp {
   uint32_t version = 0;
@@ -81,12 +81,22 @@ public:
   // "NVIDIA H100 80GB HBM3, cc 9.0, CUDA runtime 13000, cuDNN 91900"
   virtual std::string description() const = 0;
 
-  // TF32 tensor cores for f32 convolutions (on by default, like PyTorch's
-  // cudnn.allow_tf32; off when the environment has HETFLOW_CUDA_TF32=0).
-  // Read when a unit prepares a shape: set it before the first forward. Linear layers always compute in full f32 (PyTorch's
-  // default for matmul).
-  virtual void set_tf32(bool on) noexcept = 0;
-  virtual bool tf32() const noexcept = 0;
+  // How convolutions and matmuls compute (device_context.hpp's math_mode):
+  // tf32 by default, like PyTorch; f32 when the environment has
+  // HETFLOW_CUDA_TF32=0. Read when a unit prepares a shape: set it before
+  // the first forward.
+  virtual void set_math(math_mode m) noexcept = 0;
+  virtual math_mode math() const noexcept = 0;
+  // Shorthands: strict f32 or tf32; whether tensor cores may run convolutions.
+  void set_tf32(bool on) noexcept { set_math(on ? math_mode::tf32 : math_mode::f32); }
+  bool tf32() const noexcept { return math() != math_mode::f32; }
+
+  // Loss scaling: multiplies every dense gradient of `params` by `factor`
+  // (and the values of sparse ones) in place, and says whether all of them
+  // are finite afterwards. Waits for the answer.
+  virtual expected<bool> scale_gradients(std::span<parameter* const> params, float factor) = 0;
+  // t *= factor (t on this device).
+  virtual status scale(mutable_tensor_view t, float factor) = 0;
 
   // The cuda counterpart of cpu::make_unit: same specs, same checks, same
   // parameter names, layouts and initialisation draws from `init`.

@@ -79,7 +79,7 @@ expected<std::shared_ptr<context_impl>> context_impl::create(int ordinal) {
   HF_CUDA_CHECK(cudaMallocHost(&c->pinned_, 16));
   // HETFLOW_CUDA_TF32=0: strict f32 convolutions for contexts made by
   // make_device_context (train_single, the train job), e.g. to compare runs.
-  if (const char* e = std::getenv("HETFLOW_CUDA_TF32"); e != nullptr && std::strcmp(e, "0") == 0) c->tf32_ = false;
+  if (const char* e = std::getenv("HETFLOW_CUDA_TF32"); e != nullptr && std::strcmp(e, "0") == 0) c->math_ = math_mode::f32;
   cudaDeviceProp p{};
   HF_CUDA_CHECK(cudaGetDeviceProperties(&p, ordinal));
   int rt = 0;
@@ -217,6 +217,32 @@ expected<loss_result> context_impl::softmax_cross_entropy(tensor_view logits, st
   r.loss = sum / double(n);
   r.correct = int64_t(correct);
   return r;
+}
+
+status context_impl::scale(mutable_tensor_view t, float factor) {
+  HF_RETURN_IF_ERROR(check_here(t, "scaled tensor"));
+  HF_RETURN_IF_ERROR(activate());
+  int* flag = reinterpret_cast<int*>(totals_.bytes());
+  HF_CUDA_CHECK(ops::scale_check(t.f32(), t.numel(), factor, flag, stream()));
+  return {};
+}
+
+expected<bool> context_impl::scale_gradients(std::span<parameter* const> params, float factor) {
+  HF_RETURN_IF_ERROR(activate());
+  // totals_ holds 16 bytes; its first int is the flag.
+  int* flag = reinterpret_cast<int*>(totals_.bytes());
+  HF_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream()));
+  for (parameter* p : params) {
+    if (p == nullptr) continue;
+    tensor& g = p->sparse ? p->sparse_grad.values : p->grad;
+    if (g.numel() == 0 || g.memory() == nullptr) continue;
+    HF_CUDA_CHECK(ops::scale_check(g.f32(), g.numel(), factor, flag, stream()));
+  }
+  HF_CUDA_CHECK(cudaMemcpyAsync(pinned_, flag, sizeof(int), cudaMemcpyDeviceToHost, stream()));
+  HF_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  int bad = 0;
+  std::memcpy(&bad, pinned_, sizeof(int));
+  return bad == 0;
 }
 
 }  // namespace hetflow::kernels::cuda

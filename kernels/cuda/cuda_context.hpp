@@ -67,8 +67,10 @@ public:
   // cuda::context
   int ordinal() const noexcept override { return ordinal_; }
   std::string description() const override { return description_; }
-  void set_tf32(bool on) noexcept override { tf32_ = on; }
-  bool tf32() const noexcept override { return tf32_; }
+  void set_math(math_mode m) noexcept override { math_ = m; }
+  math_mode math() const noexcept override { return math_; }
+  expected<bool> scale_gradients(std::span<parameter* const> params, float factor) override;
+  status scale(mutable_tensor_view t, float factor) override;
   expected<built_unit> make_unit(const layer_spec& spec, const shape& sample_input, rng& init,
                                  const std::string& prefix) override;
   expected<loss_result> softmax_cross_entropy(tensor_view logits, std::span<const int32_t> labels,
@@ -111,7 +113,7 @@ private:
   std::shared_ptr<stream_memory> memory_;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
-  bool tf32_ = true;
+  math_mode math_ = math_mode::tf32;
   std::string description_;
   tensor workspace_;
   tensor ones_;

@@ -1,4 +1,5 @@
-// linear on cuBLAS (full f32): y = x W^T + b with W in PyTorch's (out, in)
+// linear on cuBLAS (f32 buffers; the context's math mode picks f32 math, or
+// bf16 / f16 tensor cores with f32 accumulation): y = x W^T + b with W in PyTorch's (out, in)
 // layout, then our bias (+ ReLU) epilogue. Row-major buffers are read by
 // column-major cuBLAS as their transposes:
 //
@@ -13,6 +14,22 @@
 
 namespace hetflow::kernels::cuda {
 namespace {
+
+// C = op(A) op(B) on f32 buffers (column-major, as cublasSgemm). bf16 and f16
+// let cuBLAS convert the inputs for tensor cores and accumulate in f32.
+status gemm(context_impl& ctx, math_mode mode, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a,
+            int lda, const float* b, int ldb, float* c, int ldc) {
+  const float one = 1.0f, zero = 0.0f;
+  if (mode == math_mode::f32 || mode == math_mode::tf32) {
+    HF_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), ta, tb, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc));
+    return {};
+  }
+  const cublasComputeType_t compute =
+      mode == math_mode::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
+  HF_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &zero, c,
+                               CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+  return {};
+}
 
 class linear_unit final : public unit {
 public:
@@ -60,6 +77,7 @@ public:
       return {};
     }));
     in_shape_ = input;
+    math_ = ctx_.math();  // as conv2d: the mode when the shape is prepared
     prepared_ = true;
     return out_shape;
   }
@@ -94,9 +112,8 @@ private:
     HF_RETURN_IF_ERROR(ctx_.activate());
     x_ = x;
     const int n = int(in_shape_[0]), in = int(in_), out = int(out_);
-    const float one = 1.0f, zero = 0.0f;
-    HF_CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, weight_.value.f32(), in,
-                                x.f32(), in, &zero, y_.f32(), out));
+    HF_RETURN_IF_ERROR(gemm(ctx_, math_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, weight_.value.f32(), in, x.f32(), in,
+                            y_.f32(), out));
     HF_CUDA_CHECK(ops::bias_relu(y_.f32(), has_bias_ ? bias_.value.f32() : nullptr, y_.numel(), out_, 1, relu_,
                                  ctx_.stream()));
     return {};
@@ -107,20 +124,21 @@ private:
     HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu(ctx_, "linear", name(), dy, y_, relu_, dpre_));
     const int n = int(in_shape_[0]), in = int(in_), out = int(out_);
     const float one = 1.0f, zero = 0.0f;
-    HF_CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x_.f32(), in, g.f32(),
-                                out, &zero, weight_.grad.f32(), in));
+    HF_RETURN_IF_ERROR(
+        gemm(ctx_, math_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x_.f32(), in, g.f32(), out, weight_.grad.f32(), in));
     if (has_bias_) {
       HF_ASSIGN_OR_RETURN(const float* ones, ctx_.ones(n));
       HF_CUBLAS_CHECK(cublasSgemv(ctx_.cublas(), CUBLAS_OP_N, out, n, &one, g.f32(), out, ones, 1, &zero,
                                   bias_.grad.f32(), 1));
     }
     if (!need_input_grad) return tensor_view{};
-    HF_CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, weight_.value.f32(), in,
-                                g.f32(), out, &zero, dx_.f32(), in));
+    HF_RETURN_IF_ERROR(
+        gemm(ctx_, math_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, weight_.value.f32(), in, g.f32(), out, dx_.f32(), in));
     return dx_.view();
   }
 
   context_impl& ctx_;
+  math_mode math_ = math_mode::tf32;
   int64_t in_, out_;
   bool has_bias_, relu_;
   parameter weight_, bias_;

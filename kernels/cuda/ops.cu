@@ -25,6 +25,16 @@ __global__ void fill_k(float* p, float v, int64_t n) {
   HF_GRID_STRIDE(i, n) p[i] = v;
 }
 
+__global__ void scale_check_k(float* p, int64_t n, float factor, int* nonfinite) {
+  bool bad = false;
+  HF_GRID_STRIDE(i, n) {
+    const float v = p[i] * factor;
+    p[i] = v;
+    bad |= !isfinite(v);
+  }
+  if (bad) *nonfinite = 1;
+}
+
 __global__ void bias_relu_k(float* y, const float* bias, int64_t n, int64_t channels, int64_t inner, bool relu) {
   HF_GRID_STRIDE(i, n) {
     float v = y[i];
@@ -308,6 +318,10 @@ __global__ void affine_k(const float* x, float* y, int64_t n, float a, float b) 
   } while (0)
 
 cudaError_t fill(float* p, float value, int64_t n, cudaStream_t s) { HF_LAUNCH(fill_k, n, p, value, n); }
+
+cudaError_t scale_check(float* p, int64_t n, float factor, int* nonfinite, cudaStream_t s) {
+  HF_LAUNCH(scale_check_k, n, p, n, factor, nonfinite);
+}
 
 cudaError_t bias_relu(float* y, const float* bias, int64_t n, int64_t channels, int64_t inner, bool relu,
                       cudaStream_t s) {

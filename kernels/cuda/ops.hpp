@@ -15,6 +15,10 @@ namespace hetflow::kernels::cuda::ops {
 
 cudaError_t fill(float* p, float value, int64_t n, cudaStream_t s);
 
+// p[i] *= factor; sets *nonfinite (a device int) to 1 when a result is inf or
+// NaN, leaves it otherwise (loss scaling's unscale and overflow check).
+cudaError_t scale_check(float* p, int64_t n, float factor, int* nonfinite, cudaStream_t s);
+
 // y[i] = act(y[i] + bias[(i / inner) % channels]); bias may be null (no add).
 // Linear: channels = out, inner = 1. NCHW conv: channels = C, inner = H*W.
 cudaError_t bias_relu(float* y, const float* bias, int64_t n, int64_t channels, int64_t inner, bool relu,

@@ -123,7 +123,9 @@ void check_parity(const std::string& name, unit_pair& u, const shape& in, parity
       for (std::size_t i = 0; i < sc.size(); ++i)
         check_close(sc[i]->name, sc[i]->value.view(), sg[i]->value.view(), o.atol, o.rtol);
     }
-    BOOST_CHECK_GT(u.gpu->activation_bytes(), 0u);
+    // A unit that keeps activations for its backward on one device keeps
+    // them on the other (flatten keeps none on either).
+    BOOST_CHECK_EQUAL(u.gpu->activation_bytes() > 0, u.cpu->activation_bytes() > 0);
     BOOST_CHECK(gpu().synchronize().ok());
   }
 }
@@ -145,6 +147,68 @@ BOOST_AUTO_TEST_CASE(linear) {
   parity("linear relu", layer_spec::linear("fc", 33, true), shape{2, 3, 4}, 9, {.spaced = true});
   parity("linear no bias", layer_spec::linear("fc", 4, false, false), shape{10}, 3, {.need_input_grad = false});
   parity("linear wide", layer_spec::linear("fc", 256), shape{784}, 64, {.atol = 3e-4});
+}
+
+// precision bf16 and f16 (the context's math mode): forward and gradients
+// near the cpu's f32 at the narrower format's precision, relative to each
+// tensor's largest value; and linear's results differ from strict f32 on the
+// same device (the narrower tensor-core math ran).
+BOOST_AUTO_TEST_CASE(reduced_precision) {
+  struct mode_case {
+    math_mode mode;
+    double frac;
+  };
+  struct unit_case {
+    std::string name;
+    layer_spec spec;
+    shape sample;
+    int64_t batch;
+  };
+  const std::vector<unit_case> units = {
+      {"linear", layer_spec::linear("fc", 256), shape{784}, 64},
+      {"conv2d", layer_spec::conv2d("c", 64, 3, 1, 1), shape{32, 16, 16}, 8},
+  };
+  for (mode_case mc : {mode_case{math_mode::bf16, 3e-2}, mode_case{math_mode::f16, 1e-2}}) {
+    for (const unit_case& uc : units) {
+      const std::string what = std::string(to_string(mc.mode)) + " " + uc.name;
+      shape in{uc.batch};
+      for (int64_t d : uc.sample.dims()) in.push_back(d);
+      gpu().set_math(math_mode::f32);
+      unit_pair strict = build_both(uc.spec, uc.sample);
+      BOOST_REQUIRE(strict.gpu->prepare(in).has_value());
+      gpu().set_math(mc.mode);
+      unit_pair u = build_both(uc.spec, uc.sample);
+      auto oc = u.cpu->prepare(in);
+      auto og = u.gpu->prepare(in);
+      gpu().set_math(math_mode::f32);
+      BOOST_REQUIRE_MESSAGE(oc.has_value(), oc.error().to_string());
+      BOOST_REQUIRE_MESSAGE(og.has_value(), og.error().to_string());
+      tensor x = normal_host(in, 21);
+      tensor xg = to_gpu(x.view());
+      auto yc = u.cpu->forward(x.view(), mode::train);
+      auto yg = u.gpu->forward(xg.view(), mode::train);
+      auto ys = strict.gpu->forward(xg.view(), mode::train);
+      BOOST_REQUIRE(yc.has_value() && yg.has_value() && ys.has_value());
+      check_close_scaled(what + " forward", *yc, *yg, mc.frac);
+      auto [vs_strict, scale] = max_difference(*ys, *yg);
+      BOOST_TEST_MESSAGE(what << " forward: worst difference from strict f32 on the gpu " << vs_strict << " of max "
+                              << scale);
+      if (uc.name == "linear") BOOST_CHECK_GT(vs_strict, 0.0);
+      tensor dy = normal_host(*oc, 22);
+      tensor dyg = to_gpu(dy.view());
+      auto dc = u.cpu->backward(dy.view(), true);
+      auto dg = u.gpu->backward(dyg.view(), true);
+      BOOST_REQUIRE_MESSAGE(dc.has_value(), dc.error().to_string());
+      BOOST_REQUIRE_MESSAGE(dg.has_value(), dg.error().to_string());
+      check_close_scaled(what + " input gradient", *dc, *dg, mc.frac);
+      std::vector<parameter*> pc, pg;
+      u.cpu->parameters(pc);
+      u.gpu->parameters(pg);
+      for (std::size_t i = 0; i < pc.size(); ++i)
+        check_close_scaled(what + " " + pc[i]->name + " gradient", pc[i]->grad.view(), pg[i]->grad.view(), mc.frac);
+      BOOST_CHECK(gpu().synchronize().ok());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(conv2d) {

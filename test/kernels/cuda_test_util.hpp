@@ -7,10 +7,12 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
@@ -76,15 +78,41 @@ inline void check_close(const std::string& what, tensor_view a, tensor_view b, d
   int64_t at = -1;
   for (int64_t i = 0; i < ha.numel(); ++i) {
     const double x = ha.f32()[i], y = hb.f32()[i];
-    const double r = std::fabs(x - y) / (atol + rtol * std::fabs(x));
+    // Equal values pass even with zero tolerance (0 / 0 would be NaN); a
+    // NaN on either side still fails.
+    const double d = std::fabs(x - y);
+    const double r = d == 0.0 ? 0.0 : d / (atol + rtol * std::fabs(x));
     if (!(r <= worst)) {  // also catches NaN
       worst = r;
       at = i;
     }
   }
+  BOOST_TEST_MESSAGE(what << ": worst error " << worst << "x tolerance");
   BOOST_CHECK_MESSAGE(worst <= 1.0, what << ": worst error " << worst << "x tolerance at element " << at
                                          << " (cpu " << (at >= 0 ? ha.f32()[at] : 0.0f) << ", cuda "
                                          << (at >= 0 ? hb.f32()[at] : 0.0f) << ")");
+}
+
+// Worst |a - b| over all elements, and the largest |a|; `a` is the reference.
+inline std::pair<double, double> max_difference(tensor_view a, tensor_view b) {
+  tensor ha = to_cpu(a), hb = to_cpu(b);
+  double diff = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < ha.numel(); ++i) {
+    const double d = std::fabs(double(ha.f32()[i]) - double(hb.f32()[i]));
+    if (!(d <= diff)) diff = d;  // NaN sticks
+    scale = std::max(scale, std::fabs(double(ha.f32()[i])));
+  }
+  return {diff, scale};
+}
+
+// For reduced-precision math: every |a - b| <= frac * max |a|.
+inline void check_close_scaled(const std::string& what, tensor_view a, tensor_view b, double frac) {
+  BOOST_REQUIRE_MESSAGE(a.numel() == b.numel(), what << ": " << a.shape().to_string() << " vs "
+                                                     << b.shape().to_string());
+  auto [diff, scale] = max_difference(a, b);
+  BOOST_TEST_MESSAGE(what << ": worst difference " << diff << " of max " << scale);
+  BOOST_CHECK_MESSAGE(diff <= frac * scale, what << ": worst difference " << diff << " above " << frac
+                                                 << " x max |reference| " << scale);
 }
 
 }  // namespace hetflow::kernels::testing

@@ -121,7 +121,12 @@ BOOST_AUTO_TEST_CASE(resnet_and_vgg_steps_match_cpu) {
       model g = build(name, o, device::cuda(0));
       check_same_parameters("initial", c, g, 0.0, 0.0);
       train_both(c, g, 8, 3, 5e-3);
-      check_same_parameters("after 3 steps", c, g, 1e-3, 2e-2);
+      // resnet18's stem gradient comes back through eight batch norms at
+      // batch 8, which amplify the different summation orders of oneDNN and
+      // cuDNN: on an H200 one stem weight of 0.006 differed by 0.0012 after
+      // 3 steps (weights of that layer are ~0.3). Absolute 2e-3 there.
+      const double atol = std::string(name) == "resnet18" ? 2e-3 : 1e-3;
+      check_same_parameters("after 3 steps", c, g, atol, 2e-2);
     }
   }
 }
@@ -170,4 +175,48 @@ BOOST_AUTO_TEST_CASE(train_single_on_cuda_matches_cpu) {
   BOOST_REQUIRE_MESSAGE(st.ok(), st.to_string());
   check_same_parameters("saved weights", *mc, *mg, 2e-3, 2e-2);
   std::filesystem::remove_all(dir);
+}
+
+// precision bf16 and f16 train like f32 on the same device: close losses and
+// accuracies (f16's skipped overflow steps and both formats' rounding move
+// the trajectory a little), the report names the precision, and f16's
+// dynamic loss scale stays usable.
+BOOST_AUTO_TEST_CASE(train_single_in_bf16_and_f16) {
+  train_config cfg;
+  cfg.model = "lenet5";
+  cfg.data.kind = dataset_kind::synthetic;
+  cfg.data.sample = {1, 28, 28};
+  cfg.data.train_size = 1000;
+  cfg.data.test_size = 200;
+  cfg.epochs = 2;
+  cfg.batch_size = 50;
+  cfg.where = device::cuda(0);
+  cfg.precision = math_mode::f32;
+  auto ref = train_single(cfg);
+  BOOST_REQUIRE_MESSAGE(ref.has_value(), ref.error().to_string());
+  BOOST_CHECK_EQUAL(ref->precision, "f32");
+  for (math_mode m : {math_mode::bf16, math_mode::f16}) {
+    BOOST_TEST_CONTEXT(to_string(m)) {
+      cfg.precision = m;
+      auto r = train_single(cfg);
+      BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+      BOOST_CHECK_EQUAL(r->precision, to_string(m));
+      BOOST_REQUIRE_EQUAL(r->epochs.size(), ref->epochs.size());
+      for (std::size_t e = 0; e < r->epochs.size(); ++e) {
+        BOOST_TEST_MESSAGE(to_string(m) << " epoch " << e + 1 << ": loss " << r->epochs[e].loss << " (f32 "
+                                        << ref->epochs[e].loss << "), test accuracy " << r->epochs[e].test_accuracy
+                                        << " (f32 " << ref->epochs[e].test_accuracy << "), "
+                                        << r->epochs[e].samples_per_s << " samples/s; overflow steps "
+                                        << r->overflow_steps << ", loss scale " << r->loss_scale);
+        BOOST_CHECK_CLOSE(r->epochs[e].loss, ref->epochs[e].loss, 10.0);  // percent
+        BOOST_CHECK_LE(std::fabs(r->epochs[e].test_accuracy - ref->epochs[e].test_accuracy), 0.1);
+      }
+      if (m == math_mode::f16) {
+        BOOST_CHECK_LT(r->overflow_steps, 10);
+        BOOST_CHECK_GE(r->loss_scale, 1.0);
+      } else {
+        BOOST_CHECK_EQUAL(r->overflow_steps, 0);
+      }
+    }
+  }
 }

@@ -128,6 +128,31 @@ BOOST_AUTO_TEST_CASE(stop_flag_cancels) {
   BOOST_CHECK(rep.error().code() == errc::cancelled);
 }
 
+// precision: cpu devices compute f32; bf16 and f16 are refused with a
+// message, f32 and tf32 (the default's name) train as before and the report
+// says "f32".
+BOOST_AUTO_TEST_CASE(precision_on_cpu) {
+  for (math_mode m : {math_mode::bf16, math_mode::f16}) {
+    train_config c = small_config();
+    c.precision = m;
+    auto r = train_single(c);
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_CHECK(r.error().code() == errc::invalid_argument);
+    BOOST_CHECK_MESSAGE(r.error().to_string().find("needs a cuda device") != std::string::npos, r.error().to_string());
+  }
+  train_config c = small_config();
+  c.epochs = 1;
+  auto plain = train_single(c);
+  c.precision = math_mode::tf32;
+  auto tf32 = train_single(c);
+  BOOST_REQUIRE(plain.has_value() && tf32.has_value());
+  BOOST_CHECK_EQUAL(tf32->precision, "f32");
+  BOOST_CHECK_EQUAL(tf32->weights_checksum, plain->weights_checksum);
+  math_mode parsed{};
+  BOOST_CHECK(parse_math_mode("bf16", parsed) && parsed == math_mode::bf16);
+  BOOST_CHECK(!parse_math_mode("fp16", parsed));
+}
+
 BOOST_AUTO_TEST_CASE(bad_configs_are_errors) {
   train_config c = small_config();
   c.model = "nope";
