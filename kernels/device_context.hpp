@@ -23,16 +23,17 @@
 
 namespace hetflow::kernels {
 
-// How a cuda device may compute f32 convolutions and matmuls. Tensors stay
-// f32 in memory in every mode; the narrower ones convert inside the library
-// call, on tensor cores, and accumulate in f32. cpu devices compute f32.
+// How a cuda device computes convolutions and matmuls. Parameters,
+// activations and gradients stay f32 in memory in every mode; bf16 and f16
+// convert each product's inputs to 16-bit copies, run it on tensor cores
+// with f32 accumulation and convert the result back. cpu devices compute
+// f32.
 //   f32   strict f32 (cuDNN FMA math, cuBLAS f32)
 //   tf32  TF32 convolutions, f32 matmuls: PyTorch's defaults, and ours
-//   bf16  bf16 matmuls (cuBLAS CUBLAS_COMPUTE_32F_FAST_16BF); convolutions as
-//         tf32, since cuDNN converts f32 only to f16
-//   f16   f16 convolutions (cuDNN CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) and
-//         matmuls (CUBLAS_COMPUTE_32F_FAST_16F); gradients below f16's range
-//         vanish unless the loss is scaled (the trainer does, dynamically)
+//   bf16  bf16 convolutions and matmuls
+//   f16   f16 convolutions and matmuls; gradients below f16's range vanish
+//         and large ones overflow unless the loss is scaled (the trainer
+//         does, dynamically)
 enum class math_mode : int32_t { f32 = 0, tf32 = 1, bf16 = 2, f16 = 3 };
 const char* to_string(math_mode m) noexcept;
 // "f32", "tf32", "bf16", "f16"; false for anything else.

@@ -681,9 +681,9 @@ void add_train(registry& reg) {
   key("seed", key_type::integer, int64_t{1}, "seed of weights, shuffling and synthetic data", 0.0);
   key("precision", key_type::string, std::string("tf32"),
       "cuda devices (strategy single): how convolutions and matmuls compute, tensors staying f32 in memory: f32 "
-      "(strict), tf32 (TF32 convolutions, f32 matmuls: PyTorch's defaults), bf16 (bf16 matmuls, TF32 "
-      "convolutions), f16 (f16 convolutions and matmuls, dynamic loss scaling); cpu devices compute f32 and "
-      "refuse bf16 and f16", {}, {}, {"f32", "tf32", "bf16", "f16"});
+      "(strict), tf32 (TF32 convolutions, f32 matmuls: PyTorch's defaults), bf16 or f16 (on 16-bit copies of "
+      "their inputs, f32 accumulation; f16 with dynamic loss scaling); cpu devices compute f32 and refuse bf16 "
+      "and f16", {}, {}, {"f32", "tf32", "bf16", "f16"});
   key("loss_scale", key_type::number, 65536.0,
       "precision f16: the first loss scale (halved on overflow, doubled after 2000 clean steps)", 1.0, 16777216.0);
   key("eval_each_epoch", key_type::boolean, true, "evaluate on the test set after every epoch");

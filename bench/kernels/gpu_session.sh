@@ -18,7 +18,7 @@
 # PRECISIONS ([job] precision of each benchmark run, default "tf32"; e.g.
 # "tf32 bf16 f16"), REPEATS (benchmark runs each, default 1), MEMCHECK=1 (the parity suite under
 # compute-sanitizer too), LIMIT_PARITY, LIMIT_TRAINING, LIMIT_BENCH,
-# LIMIT_MEMCHECK (seconds per step).
+# LIMIT_MEMCHECK (seconds per step), PROFILE=0 (skip the profile step).
 set -u
 build="${1:-build-gpu}"
 out="${OUT:-/tmp/hetflow-gpu-session}"
@@ -56,7 +56,7 @@ input_shape = [3, 224, 224]
 classes = 10
 batch_size = 64
 TOML
-step profile 120 "$build/bin/hetflow" profile "$topo"
+[[ "${PROFILE:-1}" == 0 ]] || step profile 120 "$build/bin/hetflow" profile "$topo"
 rm -f "$topo"
 for p in ${PRECISIONS:-tf32}; do
   for r in $(seq 1 "${REPEATS:-1}"); do

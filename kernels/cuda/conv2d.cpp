@@ -8,9 +8,9 @@
 // cudnnGet*_v7 heuristics when HETFLOW_CUDNN_FIND=0 or Find fails, under the
 // context's workspace limit; the shared workspace is then grown once to the
 // largest of the three. The context's math mode picks the math: FMA only
-// (f32), TF32 tensor cores (tf32, the default, like PyTorch's; bf16 too,
-// since cuDNN converts f32 only to f16), or f32 converted to f16 on tensor
-// cores (f16: CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION).
+// (f32), TF32 tensor cores (tf32, the default, like PyTorch's), or bf16 / f16
+// tensor cores on 16-bit copies of the inputs, accumulating in f32 and
+// converting the results back (x, W -> y; dy, W -> dx; x, dy -> dW).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -40,13 +40,9 @@ template <class Perf> const Perf* pick(const std::vector<Perf>& perf, int count,
 }
 
 // The math type the descriptors allow while searching.
-cudnnMathType_t search_math(math_mode m) {
-  switch (m) {
-    case math_mode::f32: return CUDNN_FMA_MATH;
-    case math_mode::f16: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    default: return CUDNN_TENSOR_OP_MATH;
-  }
-}
+cudnnMathType_t search_math(math_mode m) { return m == math_mode::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH; }
+
+bool is_16bit(math_mode m) { return m == math_mode::bf16 || m == math_mode::f16; }
 
 // The math type to run a chosen algorithm with: its own unless the mode is
 // strict f32 (CUDNN_DEFAULT_MATH would still allow TF32 on Ampere and later).
@@ -124,20 +120,26 @@ public:
   }
 
   uint64_t activation_bytes() const override {
-    return y_.byte_size() + dx_.byte_size() + (relu_ ? dpre_.byte_size() : 0) + workspace_need_;
+    return y_.byte_size() + dx_.byte_size() + (relu_ ? dpre_.byte_size() : 0) + x16_.byte_size() +
+           y16_.byte_size() + w16_.byte_size() + dw16_.byte_size() + workspace_need_;
   }
 
 private:
   status plan(const shape& input, const shape& out_shape) {
     HF_RETURN_IF_ERROR(ctx_.activate());
-    HF_RETURN_IF_ERROR(make_nchw(x_desc_, input));
-    HF_RETURN_IF_ERROR(make_nchw(y_desc_, out_shape));
-    HF_RETURN_IF_ERROR(make_nchw(b_desc_, shape{1, out_c_, 1, 1}));
-    HF_CUDNN_CHECK(cudnnCreateFilterDescriptor(w_desc_.out()));
-    HF_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(out_c_),
-                                              int(in_c_), int(k_), int(k_)));
     const math_mode mode = ctx_.math();
     const cudnnMathType_t math = search_math(mode);
+    half_ = is_16bit(mode);
+    bf16_ = mode == math_mode::bf16;
+    // The convolutions' own types: f32, or the 16-bit copies'.
+    const cudnnDataType_t ct = !half_ ? CUDNN_DATA_FLOAT : bf16_ ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+    HF_RETURN_IF_ERROR(make_nchw(x_desc_, input, ct));
+    HF_RETURN_IF_ERROR(make_nchw(y_desc_, out_shape, ct));
+    HF_RETURN_IF_ERROR(make_nchw(y32_desc_, out_shape));
+    HF_RETURN_IF_ERROR(make_nchw(b_desc_, shape{1, out_c_, 1, 1}));
+    HF_CUDNN_CHECK(cudnnCreateFilterDescriptor(w_desc_.out()));
+    HF_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), ct, CUDNN_TENSOR_NCHW, int(out_c_), int(in_c_), int(k_),
+                                              int(k_)));
     for (conv_desc* d : {&fwd_conv_, &bwd_data_conv_, &bwd_filter_conv_}) {
       HF_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d->out()));
       HF_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d->get(), int(pad_), int(pad_), int(stride_), int(stride_), 1,
@@ -149,6 +151,14 @@ private:
     ensure(ctx_, y_, out_shape);
     ensure(ctx_, dx_, input);
     if (relu_) ensure(ctx_, dpre_, out_shape);
+    if (half_) {
+      // x16_ also takes dx before conversion, y16_ the gradient dy.
+      const dtype t = bf16_ ? dtype::bf16 : dtype::f16;
+      ensure(ctx_, x16_, input, t);
+      ensure(ctx_, y16_, out_shape, t);
+      ensure(ctx_, w16_, weight_.value.shape(), t);
+      ensure(ctx_, dw16_, weight_.value.shape(), t);
+    }
     cudnnHandle_t h = ctx_.cudnn();
     // Shapes seen before (a last partial batch, eval batches) reuse their
     // choice: no second search each epoch.
@@ -260,9 +270,19 @@ private:
     HF_RETURN_IF_ERROR(ctx_.activate());
     x_ = x;
     const float one = 1.0f, zero = 0.0f;
-    HF_CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &one, x_desc_.get(), x.raw(), w_desc_.get(),
-                                           weight_.value.f32(), fwd_conv_.get(), fwd_algo_, ctx_.workspace(),
-                                           fwd_ws_, &zero, y_desc_.get(), y_.f32()));
+    if (!half_) {
+      HF_CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &one, x_desc_.get(), x.raw(), w_desc_.get(),
+                                             weight_.value.f32(), fwd_conv_.get(), fwd_algo_, ctx_.workspace(),
+                                             fwd_ws_, &zero, y_desc_.get(), y_.f32()));
+    } else {
+      cudaStream_t s = ctx_.stream();
+      HF_CUDA_CHECK(ops::to_16bit(x.f32(), x16_.bytes(), x.numel(), bf16_, s));
+      HF_CUDA_CHECK(ops::to_16bit(weight_.value.f32(), w16_.bytes(), weight_.value.numel(), bf16_, s));
+      HF_CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &one, x_desc_.get(), x16_.bytes(), w_desc_.get(),
+                                             w16_.bytes(), fwd_conv_.get(), fwd_algo_, ctx_.workspace(), fwd_ws_,
+                                             &zero, y_desc_.get(), y16_.bytes()));
+      HF_CUDA_CHECK(ops::from_16bit(y16_.bytes(), y_.f32(), y_.numel(), bf16_, s));
+    }
     const shape& ys = y_.shape();
     HF_CUDA_CHECK(ops::bias_relu(y_.f32(), has_bias_ ? bias_.value.f32() : nullptr, y_.numel(), out_c_,
                                  ys[2] * ys[3], relu_, ctx_.stream()));
@@ -274,16 +294,31 @@ private:
     HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu(ctx_, "conv2d", name(), dy, y_, relu_, dpre_));
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = ctx_.cudnn();
-    HF_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_desc_.get(), x_.raw(), y_desc_.get(), g.raw(),
+    cudaStream_t s = ctx_.stream();
+    // 16-bit: the gradient's copy in y16_; x16_ and w16_ still hold forward's.
+    const void* gs = g.raw();
+    if (half_) {
+      HF_CUDA_CHECK(ops::to_16bit(g.f32(), y16_.bytes(), g.numel(), bf16_, s));
+      gs = y16_.bytes();
+    }
+    const void* xs = half_ ? static_cast<const void*>(x16_.bytes()) : x_.raw();
+    const void* ws = half_ ? static_cast<const void*>(w16_.bytes()) : static_cast<const void*>(weight_.value.f32());
+    void* dws = half_ ? static_cast<void*>(dw16_.bytes()) : static_cast<void*>(weight_.grad.f32());
+    HF_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_desc_.get(), xs, y_desc_.get(), gs,
                                                   bwd_filter_conv_.get(), bwd_filter_algo_, ctx_.workspace(),
-                                                  bwd_filter_ws_, &zero, w_desc_.get(), weight_.grad.f32()));
+                                                  bwd_filter_ws_, &zero, w_desc_.get(), dws));
+    if (half_)
+      HF_CUDA_CHECK(ops::from_16bit(dw16_.bytes(), weight_.grad.f32(), weight_.grad.numel(), bf16_, s));
     if (has_bias_)
-      HF_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, y_desc_.get(), g.raw(), &zero, b_desc_.get(),
+      HF_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, y32_desc_.get(), g.raw(), &zero, b_desc_.get(),
                                                   bias_.grad.f32()));
     if (!need_input_grad) return tensor_view{};
-    HF_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_desc_.get(), weight_.value.f32(), y_desc_.get(), g.raw(),
-                                                bwd_data_conv_.get(), bwd_data_algo_, ctx_.workspace(),
-                                                bwd_data_ws_, &zero, x_desc_.get(), dx_.f32()));
+    // 16-bit: dx lands in x16_ (x is no longer needed), then converts.
+    void* dxs = half_ ? static_cast<void*>(x16_.bytes()) : static_cast<void*>(dx_.f32());
+    HF_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_desc_.get(), ws, y_desc_.get(), gs, bwd_data_conv_.get(),
+                                                bwd_data_algo_, ctx_.workspace(), bwd_data_ws_, &zero,
+                                                x_desc_.get(), dxs));
+    if (half_) HF_CUDA_CHECK(ops::from_16bit(x16_.bytes(), dx_.f32(), dx_.numel(), bf16_, s));
     return dx_.view();
   }
 
@@ -295,7 +330,11 @@ private:
   shape in_shape_;
   tensor y_, dx_, dpre_;
   tensor_view x_;
-  tensor_desc x_desc_, y_desc_, b_desc_;
+  // Math modes bf16 and f16: the convolutions run on these 16-bit copies.
+  bool half_ = false, bf16_ = false;
+  tensor x16_, y16_, w16_, dw16_;
+  // x, y, w: the convolutions' types (f32 or 16-bit); y32, b: f32 (bias).
+  tensor_desc x_desc_, y_desc_, y32_desc_, b_desc_;
   filter_desc w_desc_;
   conv_desc fwd_conv_, bwd_data_conv_, bwd_filter_conv_;
   cudnnConvolutionFwdAlgo_t fwd_algo_{};

@@ -81,7 +81,8 @@ public:
   // "NVIDIA H100 80GB HBM3, cc 9.0, CUDA runtime 13000, cuDNN 91900"
   virtual std::string description() const = 0;
 
-  // How convolutions and matmuls compute (device_context.hpp's math_mode):
+  // How convolutions and matmuls compute (device_context.hpp's math_mode;
+  // bf16 and f16 units keep 16-bit copies of their inputs):
   // tf32 by default, like PyTorch; f32 when the environment has
   // HETFLOW_CUDA_TF32=0. Read when a unit prepares a shape: set it before
   // the first forward.

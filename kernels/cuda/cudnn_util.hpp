@@ -35,11 +35,11 @@ using conv_desc = cudnn_handle<cudnnConvolutionDescriptor_t, cudnnDestroyConvolu
 using pool_desc = cudnn_handle<cudnnPoolingDescriptor_t, cudnnDestroyPoolingDescriptor>;
 
 // NCHW f32; rank-2 (N, C) becomes (N, C, 1, 1).
-inline status make_nchw(tensor_desc& d, const shape& s) {
+inline status make_nchw(tensor_desc& d, const shape& s, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
   int n = int(s[0]), c = s.rank() > 1 ? int(s[1]) : 1, h = s.rank() > 2 ? int(s[2]) : 1,
       w = s.rank() > 3 ? int(s[3]) : 1;
   HF_CUDNN_CHECK(cudnnCreateTensorDescriptor(d.out()));
-  HF_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  HF_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, type, n, c, h, w));
   return {};
 }
 

@@ -1,5 +1,5 @@
-// linear on cuBLAS (f32 buffers; the context's math mode picks f32 math, or
-// bf16 / f16 tensor cores with f32 accumulation): y = x W^T + b with W in PyTorch's (out, in)
+// linear on cuBLAS (f32 activations and weights; in math modes bf16 and f16
+// the products run on 16-bit copies, on tensor cores): y = x W^T + b with W in PyTorch's (out, in)
 // layout, then our bias (+ ReLU) epilogue. Row-major buffers are read by
 // column-major cuBLAS as their transposes:
 //
@@ -15,21 +15,25 @@
 namespace hetflow::kernels::cuda {
 namespace {
 
-// C = op(A) op(B) on f32 buffers (column-major, as cublasSgemm). bf16 and f16
-// let cuBLAS convert the inputs for tensor cores and accumulate in f32.
-status gemm(context_impl& ctx, math_mode mode, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a,
-            int lda, const float* b, int ldb, float* c, int ldc) {
+// C (f32) = op(A) op(B), column-major as cublasSgemm. f32 and tf32: f32
+// A and B, full f32 math (PyTorch's default for matmuls). bf16 and f16: A
+// and B are 16-bit copies (the unit converts), on tensor cores with f32
+// accumulation.
+status gemm(context_impl& ctx, math_mode mode, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+            const void* a, int lda, const void* b, int ldb, float* c, int ldc) {
   const float one = 1.0f, zero = 0.0f;
   if (mode == math_mode::f32 || mode == math_mode::tf32) {
-    HF_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), ta, tb, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc));
+    HF_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), ta, tb, m, n, k, &one, static_cast<const float*>(a), lda,
+                                static_cast<const float*>(b), ldb, &zero, c, ldc));
     return {};
   }
-  const cublasComputeType_t compute =
-      mode == math_mode::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
-  HF_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &zero, c,
-                               CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+  const cudaDataType_t t = mode == math_mode::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  HF_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), ta, tb, m, n, k, &one, a, t, lda, b, t, ldb, &zero, c, CUDA_R_32F, ldc,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return {};
 }
+
+bool is_16bit(math_mode m) { return m == math_mode::bf16 || m == math_mode::f16; }
 
 class linear_unit final : public unit {
 public:
@@ -70,6 +74,12 @@ public:
       ensure(ctx_, y_, out_shape);
       ensure(ctx_, dx_, input);
       if (relu_) ensure(ctx_, dpre_, out_shape);
+      if (is_16bit(ctx_.math())) {
+        const dtype t = ctx_.math() == math_mode::bf16 ? dtype::bf16 : dtype::f16;
+        ensure(ctx_, x16_, input, t);
+        ensure(ctx_, w16_, weight_.value.shape(), t);
+        ensure(ctx_, g16_, out_shape, t);
+      }
       if (has_bias_) {
         auto ones = ctx_.ones(input[0]);
         if (!ones) return ones.error();
@@ -103,7 +113,8 @@ public:
   }
 
   uint64_t activation_bytes() const override {
-    return y_.byte_size() + dx_.byte_size() + (relu_ ? dpre_.byte_size() : 0);
+    return y_.byte_size() + dx_.byte_size() + (relu_ ? dpre_.byte_size() : 0) + x16_.byte_size() +
+           w16_.byte_size() + g16_.byte_size();
   }
 
 private:
@@ -112,8 +123,17 @@ private:
     HF_RETURN_IF_ERROR(ctx_.activate());
     x_ = x;
     const int n = int(in_shape_[0]), in = int(in_), out = int(out_);
-    HF_RETURN_IF_ERROR(gemm(ctx_, math_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, weight_.value.f32(), in, x.f32(), in,
-                            y_.f32(), out));
+    const void* w = weight_.value.f32();
+    const void* xs = x.f32();
+    if (is_16bit(math_)) {
+      // 16-bit copies of x and W, kept for backward.
+      const bool bf16 = math_ == math_mode::bf16;
+      HF_CUDA_CHECK(ops::to_16bit(x.f32(), x16_.bytes(), x.numel(), bf16, ctx_.stream()));
+      HF_CUDA_CHECK(ops::to_16bit(weight_.value.f32(), w16_.bytes(), weight_.value.numel(), bf16, ctx_.stream()));
+      w = w16_.bytes();
+      xs = x16_.bytes();
+    }
+    HF_RETURN_IF_ERROR(gemm(ctx_, math_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, xs, in, y_.f32(), out));
     HF_CUDA_CHECK(ops::bias_relu(y_.f32(), has_bias_ ? bias_.value.f32() : nullptr, y_.numel(), out_, 1, relu_,
                                  ctx_.stream()));
     return {};
@@ -124,16 +144,23 @@ private:
     HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu(ctx_, "linear", name(), dy, y_, relu_, dpre_));
     const int n = int(in_shape_[0]), in = int(in_), out = int(out_);
     const float one = 1.0f, zero = 0.0f;
-    HF_RETURN_IF_ERROR(
-        gemm(ctx_, math_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x_.f32(), in, g.f32(), out, weight_.grad.f32(), in));
+    const void* xs = x_.f32();
+    const void* gs = g.f32();
+    const void* w = weight_.value.f32();
+    if (is_16bit(math_)) {
+      HF_CUDA_CHECK(ops::to_16bit(g.f32(), g16_.bytes(), g.numel(), math_ == math_mode::bf16, ctx_.stream()));
+      xs = x16_.bytes();
+      gs = g16_.bytes();
+      w = w16_.bytes();
+    }
+    HF_RETURN_IF_ERROR(gemm(ctx_, math_, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, xs, in, gs, out, weight_.grad.f32(), in));
     if (has_bias_) {
       HF_ASSIGN_OR_RETURN(const float* ones, ctx_.ones(n));
       HF_CUBLAS_CHECK(cublasSgemv(ctx_.cublas(), CUBLAS_OP_N, out, n, &one, g.f32(), out, ones, 1, &zero,
                                   bias_.grad.f32(), 1));
     }
     if (!need_input_grad) return tensor_view{};
-    HF_RETURN_IF_ERROR(
-        gemm(ctx_, math_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, weight_.value.f32(), in, g.f32(), out, dx_.f32(), in));
+    HF_RETURN_IF_ERROR(gemm(ctx_, math_, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, gs, out, dx_.f32(), in));
     return dx_.view();
   }
 
@@ -146,6 +173,7 @@ private:
   shape in_shape_;
   tensor y_, dx_, dpre_;
   tensor_view x_;
+  tensor x16_, w16_, g16_;  // math modes bf16 and f16: 16-bit copies of x, W and the gradient
 };
 
 }  // namespace

@@ -6,6 +6,9 @@
 // the same bits on every run.
 #include "kernels/cuda/ops.hpp"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 
 namespace hetflow::kernels::cuda::ops {
@@ -23,6 +26,19 @@ int blocks_for(int64_t n) {
 
 __global__ void fill_k(float* p, float v, int64_t n) {
   HF_GRID_STRIDE(i, n) p[i] = v;
+}
+
+__global__ void to_bf16_k(const float* x, __nv_bfloat16* y, int64_t n) {
+  HF_GRID_STRIDE(i, n) y[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ void to_half_k(const float* x, __half* y, int64_t n) {
+  HF_GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
+}
+__global__ void from_bf16_k(const __nv_bfloat16* x, float* y, int64_t n) {
+  HF_GRID_STRIDE(i, n) y[i] = __bfloat162float(x[i]);
+}
+__global__ void from_half_k(const __half* x, float* y, int64_t n) {
+  HF_GRID_STRIDE(i, n) y[i] = __half2float(x[i]);
 }
 
 __global__ void scale_check_k(float* p, int64_t n, float factor, int* nonfinite) {
@@ -318,6 +334,16 @@ __global__ void affine_k(const float* x, float* y, int64_t n, float a, float b) 
   } while (0)
 
 cudaError_t fill(float* p, float value, int64_t n, cudaStream_t s) { HF_LAUNCH(fill_k, n, p, value, n); }
+
+cudaError_t to_16bit(const float* x, void* y, int64_t n, bool bf16, cudaStream_t s) {
+  if (bf16) HF_LAUNCH(to_bf16_k, n, x, static_cast<__nv_bfloat16*>(y), n);
+  HF_LAUNCH(to_half_k, n, x, static_cast<__half*>(y), n);
+}
+
+cudaError_t from_16bit(const void* x, float* y, int64_t n, bool bf16, cudaStream_t s) {
+  if (bf16) HF_LAUNCH(from_bf16_k, n, static_cast<const __nv_bfloat16*>(x), y, n);
+  HF_LAUNCH(from_half_k, n, static_cast<const __half*>(x), y, n);
+}
 
 cudaError_t scale_check(float* p, int64_t n, float factor, int* nonfinite, cudaStream_t s) {
   HF_LAUNCH(scale_check_k, n, p, n, factor, nonfinite);

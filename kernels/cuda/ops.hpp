@@ -15,6 +15,11 @@ namespace hetflow::kernels::cuda::ops {
 
 cudaError_t fill(float* p, float value, int64_t n, cudaStream_t s);
 
+// f32 -> 16-bit (bf16 when `bf16`, else IEEE half; round to nearest even)
+// and back. The 16-bit buffers hold n elements of 2 bytes.
+cudaError_t to_16bit(const float* x, void* y, int64_t n, bool bf16, cudaStream_t s);
+cudaError_t from_16bit(const void* x, float* y, int64_t n, bool bf16, cudaStream_t s);
+
 // p[i] *= factor; sets *nonfinite (a device int) to 1 when a result is inf or
 // NaN, leaves it otherwise (loss scaling's unscale and overflow check).
 cudaError_t scale_check(float* p, int64_t n, float factor, int* nonfinite, cudaStream_t s);
