@@ -22,6 +22,7 @@
 # Environment: MODELS="vgg16 resnet50" BATCH=64 STEPS=30 (timed steps per side)
 # PRECISION=tf32 (hetflow's [job] precision: tf32, bf16 or f16; the PyTorch
 # side runs its nearest setting, see gpu_torch_bench.py --precision)
+# PROFILE_ONLY=1: print `hetflow profile` of each model's job instead.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-build-cuda}"
@@ -74,6 +75,10 @@ momentum = 0.9
 eval_each_epoch = false
 precision = "$PRECISION"
 TOML
+  if [[ -n "${PROFILE_ONLY:-}" ]]; then
+    "$hetflow" profile "$topo" || status=1
+    continue
+  fi
   if ! "$hetflow" run "$topo" --report "$topo.json" >"$topo.out" 2>&1; then
     echo "gpu_run.sh: hetflow failed on $m:" >&2; tail -20 "$topo.out" >&2; status=1; continue
   fi

@@ -37,27 +37,9 @@ step() {  # step NAME LIMIT COMMAND...
 step probe 60 "$build/bin/cuda_probe_test"
 step parity "${LIMIT_PARITY:-120}" "$build/test-bin/kernels_cuda_parity_test" --color_output=no --log_level=test_suite
 step training "${LIMIT_TRAINING:-180}" "$build/test-bin/kernels_cuda_training_test" --color_output=no --log_level=message
-# `hetflow profile` of ResNet-50 on the GPU (and the machine's CPU).
-topo=$(mktemp /tmp/hetflow-gpu-profile.XXXXXX.toml)
-cat >"$topo" <<TOML
-[cluster]
-name = "gpu-profile"
-[[nodes]]
-name = "n0"
-host = "127.0.0.1"
-port = 7951
-devices = [ { kind = "cuda", index = 0 } ]
-[job]
-kind = "train"
-strategy = "single"
-model = "resnet50"
-dataset = "synthetic"
-input_shape = [3, 224, 224]
-classes = 10
-batch_size = 64
-TOML
-[[ "${PROFILE:-1}" == 0 ]] || step profile 120 "$build/bin/hetflow" profile "$topo"
-rm -f "$topo"
+# `hetflow profile` of ResNet-50 on the GPU, on the benchmark's topology.
+[[ "${PROFILE:-1}" == 0 ]] ||
+  MODELS=resnet50 PROFILE_ONLY=1 step profile 120 bash "$(dirname "$0")/gpu_run.sh" "$build"
 for p in ${PRECISIONS:-tf32}; do
   for r in $(seq 1 "${REPEATS:-1}"); do
     PRECISION=$p STEPS="${STEPS:-30}" step "bench-$p-$r" "${LIMIT_BENCH:-240}" bash "$(dirname "$0")/gpu_run.sh" "$build"

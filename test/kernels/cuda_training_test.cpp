@@ -92,6 +92,19 @@ void train_both(model& c, model& g, int64_t batch, int steps, double loss_rtol) 
   }
 }
 
+// LeNet-5 on 1000 synthetic 28x28 images, 2 epochs of batch 50.
+train_config small_lenet_config() {
+  train_config cfg;
+  cfg.model = "lenet5";
+  cfg.data.kind = dataset_kind::synthetic;
+  cfg.data.sample = {1, 28, 28};
+  cfg.data.train_size = 1000;
+  cfg.data.test_size = 200;
+  cfg.epochs = 2;
+  cfg.batch_size = 50;
+  return cfg;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(lenet5_steps_match_cpu) {
@@ -134,14 +147,7 @@ BOOST_AUTO_TEST_CASE(resnet_and_vgg_steps_match_cpu) {
 BOOST_AUTO_TEST_CASE(train_single_on_cuda_matches_cpu) {
   // train_single makes its own context: strict f32 through the environment.
   setenv("HETFLOW_CUDA_TF32", "0", 1);
-  train_config cfg;
-  cfg.model = "lenet5";
-  cfg.data.kind = dataset_kind::synthetic;
-  cfg.data.sample = {1, 28, 28};
-  cfg.data.train_size = 1000;
-  cfg.data.test_size = 200;
-  cfg.epochs = 2;
-  cfg.batch_size = 50;
+  train_config cfg = small_lenet_config();
   cfg.threads = 2;
   const auto dir = std::filesystem::temp_directory_path() / "hetflow_cuda_training_test";
   std::filesystem::create_directories(dir);
@@ -182,14 +188,7 @@ BOOST_AUTO_TEST_CASE(train_single_on_cuda_matches_cpu) {
 // the trajectory a little), the report names the precision, and f16's
 // dynamic loss scale stays usable.
 BOOST_AUTO_TEST_CASE(train_single_in_bf16_and_f16) {
-  train_config cfg;
-  cfg.model = "lenet5";
-  cfg.data.kind = dataset_kind::synthetic;
-  cfg.data.sample = {1, 28, 28};
-  cfg.data.train_size = 1000;
-  cfg.data.test_size = 200;
-  cfg.epochs = 2;
-  cfg.batch_size = 50;
+  train_config cfg = small_lenet_config();
   cfg.where = device::cuda(0);
   cfg.precision = math_mode::f32;
   auto ref = train_single(cfg);
