@@ -9,6 +9,7 @@
 #include <caf/io/all.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -106,6 +107,16 @@ struct node_shared {
     std::atomic<uint64_t> sent_messages{0}, sent_bytes{0}, received_messages{0}, received_bytes{0};
   };
   std::unique_ptr<actor_traffic[]> traffic;  // actors.size() entries, set with actors
+  // The same per second, over the last sample_rates() window (the node actor
+  // samples every second): messages and bytes delivered to each local actor
+  // and sent by this node to each actor.
+  struct traffic_rate {
+    double sent_messages = 0, sent_bytes = 0, received_messages = 0, received_bytes = 0;
+  };
+  mutable std::mutex rates_mu;
+  std::vector<traffic_rate> rates;               // guarded by rates_mu
+  std::vector<std::array<uint64_t, 4>> counted;  // the counters at rates_at, guarded by rates_mu
+  clock_type::time_point rates_at{};
 
   mutable std::mutex mu;
   std::map<std::string, caf::actor, std::less<>> directory;  // after start
@@ -206,11 +217,57 @@ private:
   std::shared_ptr<node_shared> sh_;
 };
 
+// The node actor's own tick for sample_rates (never crosses the wire).
+using rates_atom = caf::atom_constant<caf::atom("rates")>;
+
+// The node actor's once-a-second sample: each actor's traffic per second
+// since the previous sample.
+void sample_rates(node_shared& s) {
+  if (!s.traffic) return;
+  const auto now = clock_type::now();
+  std::lock_guard<std::mutex> g(s.rates_mu);
+  const std::size_t n = s.actors.size();
+  const bool first = s.counted.size() != n;
+  const double dt = first ? 0.0 : std::chrono::duration<double>(now - s.rates_at).count();
+  s.counted.resize(n);
+  s.rates.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& t = s.traffic[i];
+    const std::array<uint64_t, 4> c{t.sent_messages.load(std::memory_order_relaxed),
+                                    t.sent_bytes.load(std::memory_order_relaxed),
+                                    t.received_messages.load(std::memory_order_relaxed),
+                                    t.received_bytes.load(std::memory_order_relaxed)};
+    if (dt > 0) {
+      const auto& p = s.counted[i];
+      s.rates[i] = {double(c[0] - p[0]) / dt, double(c[1] - p[1]) / dt, double(c[2] - p[2]) / dt,
+                    double(c[3] - p[3]) / dt};
+    }
+    s.counted[i] = c;
+  }
+  s.rates_at = now;
+}
+
 // Per actor of the job: what this node sent to it and what was delivered
-// to it here (only actors with traffic), as /metrics counters; the /metrics
-// collector and the shell's snapshot call it.
+// to it here (only actors with traffic), as /metrics counters, and their
+// rates over the last second as gauges; the /metrics collector and the
+// shell's snapshot call it.
 void publish_actor_traffic(const node_shared& s) {
-  std::vector<std::pair<metrics::labels, double>> sm, sb, rm, rb;
+  std::vector<std::pair<metrics::labels, double>> sm, sb, rm, rb, rms, rbs, sms, sbs;
+  {
+    std::lock_guard<std::mutex> g(s.rates_mu);
+    for (std::size_t i = 0; i < s.rates.size() && i < s.actors.size(); ++i) {
+      const auto& r = s.rates[i];
+      const metrics::labels l{{"actor", s.actors[i].name}};
+      if (s.counted[i][0] > 0) {
+        sms.push_back({l, r.sent_messages});
+        sbs.push_back({l, r.sent_bytes});
+      }
+      if (s.counted[i][2] > 0) {
+        rms.push_back({l, r.received_messages});
+        rbs.push_back({l, r.received_bytes});
+      }
+    }
+  }
   for (std::size_t i = 0; i < s.actors.size(); ++i) {
     const auto& t = s.traffic[i];
     const metrics::labels l{{"actor", s.actors[i].name}};
@@ -236,6 +293,16 @@ void publish_actor_traffic(const node_shared& s) {
   metrics::replace("hetflow_actor_wire_received_bytes_total",
                    "Wire bytes delivered to this local actor (from this node or over the data plane)", kind::counter,
                    rb);
+  metrics::replace("hetflow_actor_wire_sent_messages_per_second",
+                   "Wire messages per second this node's actors sent to this actor, over the last second",
+                   kind::gauge, sms);
+  metrics::replace("hetflow_actor_wire_sent_bytes_per_second",
+                   "Wire bytes per second this node's actors sent to this actor, over the last second", kind::gauge,
+                   sbs);
+  metrics::replace("hetflow_actor_wire_received_messages_per_second",
+                   "Wire messages per second delivered to this local actor, over the last second", kind::gauge, rms);
+  metrics::replace("hetflow_actor_wire_received_bytes_per_second",
+                   "Wire bytes per second delivered to this local actor, over the last second", kind::gauge, rbs);
 }
 
 // --- the shell (shell_service.hpp) -------------------------------------------
@@ -433,6 +500,7 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       }
     }
   });
+  self->send(self, rates_atom::value);  // the first traffic sample; then every second
   return {
     // A peer's main thread introduces itself. Reply: ok, text, index, data plane, address.
     // A joining node asks for a fresh nonce to answer (cluster_auth.hpp).
@@ -724,6 +792,10 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       if (!self->state.stopping) do_stop(self, exit_peer, what, true);
     },
     [self](grace_atom) { finish(self); },
+    [self](rates_atom) {
+      sample_rates(*self->state.sh);
+      if (!self->state.stopping) self->delayed_send(self, std::chrono::seconds(1), rates_atom::value);
+    },
     [self](left_atom, int32_t idx) {
       if (self->state.stopping) return;
       do_stop(self, exit_peer,

@@ -43,7 +43,8 @@ constexpr const char* usage =
 constexpr const char* help_text =
     "commands (each node answers about itself; the shell asks every node):\n"
     "  nodes             every node: address, up/unreachable, uptime, memory, data-plane bytes\n"
-    "  actors [NODE]     every actor: type, node, state, mailbox, progress and what it waits for\n"
+    "  actors [NODE]     every actor: type, node, state, mailbox, progress, wire traffic in (total and per\n"
+    "                    second over the last second) and what it waits for\n"
     "  stat ACTOR        everything known about one actor: gauges, its waits, who waits on it\n"
     "  waits             who waits on whom right now, on every node, and for how long\n"
     "  clocks            training progress per training actor; ps/ralp: each server's global clock, the\n"
@@ -180,10 +181,15 @@ std::string progress_line(const json& a, const json& waits) {
       s += (s.empty() ? "" : " ") + k + "=" + number(v.get<double>());
     }
   }
-  // Wire traffic delivered to it on its node (the node's counters).
-  if (auto m = gauge(a, "actor_wire_received_messages_total"))
+  // Wire traffic delivered to it on its node (the node's counters), and its
+  // rate over the node's last one-second sample.
+  if (auto m = gauge(a, "actor_wire_received_messages_total")) {
     s += std::string(s.empty() ? "" : "; ") + "in: " + number(*m) + " msgs " +
          human_bytes(gauge(a, "actor_wire_received_bytes_total").value_or(0));
+    if (auto r = gauge(a, "actor_wire_received_messages_per_second"))
+      appendf(s, " (%.1f msgs/s, %s/s)", *r,
+              human_bytes(gauge(a, "actor_wire_received_bytes_per_second").value_or(0)).c_str());
+  }
   for (auto& w : waits)
     if (str(w, "actor") == str(a, "name"))
       s += std::string(s.empty() ? "" : "; ") + "waits on " + str(w, "on") + " for " + str(w, "what") + " (" +

@@ -66,6 +66,13 @@ b0 = got[0]["hetflow_data_plane_bytes_sent_total"][0][1]
 time.sleep(0.5)
 b1 = samples(scrape(mp))["hetflow_data_plane_bytes_sent_total"][0][1]
 assert b1 >= b0, (b0, b1)
+# Rates over each node's last one-second sample: the ring is busy.
+time.sleep(2.2)
+for i in (0, 1):
+    g = samples(scrape(mp + i))
+    rr = {l["actor"]: v for l, v in g.get("hetflow_actor_wire_received_bytes_per_second", [])}
+    rm = {l["actor"]: v for l, v in g.get("hetflow_actor_wire_received_messages_per_second", [])}
+    assert rr.get(f"ring{i}", 0) > 0 and rm.get(f"ring{i}", 0) > 0, (i, rr, rm)
 # Other paths and methods.
 for path, code in (("/", 404), ("/metrics/x", 404)):
     try:

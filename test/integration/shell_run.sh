@@ -92,6 +92,25 @@ assert names["ps0"]["type"] == "ps_shard" and names["ps0"]["node"] == "n0", name
 assert names["psworker0"]["mailbox"] is None
 assert any("the ps shards" == w["on"] for w in names["psworker0"]["waits"]), names["psworker0"]
 PY
+# Per-actor rates cover the node's last one-second sample: during the stall
+# ps0 receives nothing (0 msgs/s) though its total is above 0.
+deadline=$((SECONDS + 6))
+rate_zero=0
+while ((SECONDS < deadline)); do
+  run_shell json_rates 127.0.0.1:9870 --topology "$topo" -c actors --json
+  python3 - "$S/json_rates.out" <<'PY' && { rate_zero=1; break; }
+import json, sys
+g = {a["name"]: a for a in json.load(open(sys.argv[1]))["actors"]}["ps0"]["gauges"]
+ok = g.get("actor_wire_received_messages_total", 0) > 0 and g.get("actor_wire_received_messages_per_second") == 0
+sys.exit(0 if ok else 1)
+PY
+  sleep 0.5
+done
+((rate_zero)) || { show json_rates; fail "actors --json: ps0's message rate is not 0 during the stall"; }
+run_shell actors_rates 127.0.0.1:9870 --topology "$topo" -c actors
+grep -qE "^ps0 .*in: [0-9]+ msgs [0-9.]+ [KMG]?i?B \(0\.0 msgs/s, 0 B/s\)" "$S/actors_rates.out" ||
+  { show actors_rates; fail "actors: ps0's wire traffic in, with its rate"; }
+pass "actors shows each actor's wire traffic per second over the last second (0 for ps0 in the stall)"
 run_shell json_nodes 127.0.0.1:9870 --topology "$topo" -c nodes --json
 python3 -c "
 import json,sys
