@@ -752,6 +752,17 @@ void add_train(registry& reg) {
                               "remove the [[actors]] tables or use input = \"memory\"");
           return std::vector<topology::actor_spec>{};
         }
+        // The trainer runs on the first node's first device: bf16 and f16
+        // need it to be a cuda device (train_single checks again for
+        // [[actors]] placements).
+        if (const std::string prec = c.job.params.get_string("precision", "tf32"); prec == "bf16" || prec == "f16") {
+          const auto& devs = c.nodes[0].devices;
+          if (devs.empty() || devs[0].kind != topology::device_kind::cuda)
+            return make_error(errc::invalid_argument,
+                              "[job] precision = \"" + prec + "\" needs a cuda device, but the trainer's device (node '" +
+                                  c.nodes[0].name + "', first device) is a cpu device, which computes f32; use "
+                                  "precision = \"tf32\" or list a cuda device first");
+        }
         std::vector<topology::actor_spec> v(1);
         v[0].name = v[0].type = "trainer";
         v[0].node = c.nodes[0].name;

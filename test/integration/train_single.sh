@@ -47,13 +47,16 @@ rc=$?
 [[ $rc -eq 2 ]] && grep -q "lists cuda device 7" "$gpu.out" || { cat "$gpu.out"; fail "missing cuda device: exit $rc"; }
 pass "a missing cuda device is a clear error"
 
-# [job] precision: bf16 and f16 are cuda-only. A cpu device refuses them at
-# run time, other strategies at validate time; a wrong value names the choices.
+# [job] precision: bf16 and f16 are cuda-only. validate refuses them for a
+# trainer on a cpu device and for other strategies (train_single itself
+# refuses a cpu device too: kernels_trainer_test); a wrong value names the
+# choices.
 prec="$HETFLOW_SCRATCH/prec.toml"
 write_topology "$prec" 7840 1 auto 'kind = "train"' 'model = "mlp"' 'epochs = 1' 'max_steps_per_epoch = 5' \
   'precision = "bf16"'
-timeout 60 "$HETFLOW" run "$prec" >"$prec.out" 2>&1 && { cat "$prec.out"; fail "bf16 on a cpu device ran"; }
-grep -q 'precision "bf16" needs a cuda device' "$prec.out" || { cat "$prec.out"; fail "bf16 on cpu: no reason"; }
+"$HETFLOW" validate "$prec" >"$prec.out" 2>&1 && { cat "$prec.out"; fail "bf16 on a cpu device validated"; }
+grep -q 'precision = "bf16" needs a cuda device, but the trainer.s device .* is a cpu device' "$prec.out" ||
+  { cat "$prec.out"; fail "bf16 on cpu: no reason"; }
 sed -i 's/^precision = "bf16"$/precision = "f16"\nstrategy = "ps"/' "$prec"
 "$HETFLOW" validate "$prec" >"$prec.v" 2>&1 && { cat "$prec.v"; fail "f16 with strategy ps validated"; }
 grep -q 'precision = "f16" applies to cuda devices' "$prec.v" || { cat "$prec.v"; fail "f16 with ps: no reason"; }
