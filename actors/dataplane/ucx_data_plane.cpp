@@ -1194,6 +1194,8 @@ private:
       discard_control_messages();
     }
     // Drain probed-but-unstarted messages, then cancel posted receives.
+    // (A drained rendezvous is pulled into scratch: UCX work of its own.)
+    bool ucx_may_hold_work = !deferred_receives_.empty();
     while (!deferred_receives_.empty()) {
       recv_op* op = deferred_receives_.front();
       deferred_receives_.pop_front();
@@ -1242,17 +1244,27 @@ private:
       for (auto& op : q) op->abandoned = true;
     for (auto& [raw, op] : side_recvs_) op->abandoned = true;
     completed_recvs_.clear();
-    if (recvs_in_flight_ > 0) {
-      // UCX still holds a receive after the force-close (a rendezvous whose
-      // sender went away mid-transfer). UCX 1.13 does not purge it: its CMA
-      // get stays queued on the closed endpoint and ucp_worker_destroy then
-      // aborts the process (arbiter.c assertion). Leak the worker and context instead,
-      // and the receive buffers UCX may still write: shutdown happens once,
-      // at the end of a node's life.
+    // Receives UCX has not returned, or gave up on because their peer went
+    // away mid-transfer (abandoned), and sends it did not return: UCX 1.13
+    // does not purge a rendezvous's queued work (a CMA get, its ack) when
+    // the endpoint is force-closed, and ucp_worker_destroy then aborts the
+    // process (an arbiter.c assertion; seen 2 in ~140 loaded runs of
+    // data_plane_contract_test, and in CI). Such a worker is left in place
+    // with its context and the buffers UCX may still touch: a node shuts
+    // its data plane down once, at the end of its life.
+    for (auto& [tag, q] : recv_queues_)
+      for (auto& op : q)
+        if (op->request != nullptr) ucx_may_hold_work = true;
+    for (auto& [raw, op] : side_recvs_)
+      if (op->request != nullptr) ucx_may_hold_work = true;
+    ucx_may_hold_work = ucx_may_hold_work || recvs_in_flight_ > 0 || !abandoned_recvs_.empty() ||
+                        !abandoned_sends_.empty();
+    if (ucx_may_hold_work) {
       std::fprintf(stderr,
-                   "hetflow ucx data plane: %zu receive(s) not returned by UCX at shutdown; "
-                   "leaving its worker in place\n",
-                   recvs_in_flight_);
+                   "hetflow ucx data plane: transfers were cut off at shutdown (%zu receive(s), %zu abandoned "
+                   "receive(s), %zu abandoned send(s)); leaving the UCX worker in place\n",
+                   recvs_in_flight_, abandoned_recvs_.size(), abandoned_sends_.size());
+      for (auto& op : abandoned_sends_) op.release();
       for (auto& [tag, q] : recv_queues_)
         for (auto& op : q) op.release();
       for (auto& [raw, op] : side_recvs_) op.release();
