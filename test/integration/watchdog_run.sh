@@ -37,7 +37,8 @@ while True:
     time.sleep(0.2)
 PY
 wait "$run_pid" || { cat "$topo.out"; fail "the stalled ps job failed"; }
-grep -q "\[n0\].*watchdog: no progress on node 'n0' for [0-9.]* s (watchdog 1.0 s): psworker0 waits on the ps shards for the weights of clock" "$topo.out" ||
+# (The line lists every open wait on the node; ps0's may come first.)
+grep -q "\[n0\].*watchdog: no progress on node 'n0' for [0-9.]* s (watchdog 1.0 s): .*psworker0 waits on the ps shards for the weights of clock" "$topo.out" ||
   { cat "$topo.out"; fail "n0: no watchdog line naming psworker0's pull"; }
 # ... and each shard names the worker it waits on: the sleeping one.
 grep -q "\[n0\].*watchdog: .*ps0 waits on worker 'psworker1' on node 'n1' (the slowest, at clock 3) for the clock that lets it answer psworker0's pull of clock 4" "$topo.out" ||
