@@ -535,8 +535,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   // f16: dynamic loss scaling (train_config::loss_scale_init). Data-parallel
   // replicas are cpu models, so never scale.
   const bool scaling = dev.scales_loss() && !dp.active();
-  double loss_scale = scaling ? c.loss_scale_init : 1.0;
-  int64_t clean_steps = 0;
+  loss_scaler scaler{scaling ? c.loss_scale_init : 1.0, c.loss_scale_growth_interval};
   rep.threads = m.context().threads();
   rep.parameters = m.parameter_count();
 
@@ -635,7 +634,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_ASSIGN_OR_RETURN(tensor_view logits, m.forward(x, mode::train));
         grad.resize(logits.shape());
         HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
-        if (scaling) HF_RETURN_IF_ERROR(dev.scale(grad.mutable_view(), float(loss_scale)));
+        if (scaling) HF_RETURN_IF_ERROR(dev.scale(grad.mutable_view(), float(scaler.scale)));
         t_fwd.end();
         // Data parallel: the gradient sums start during backward (buckets).
         trace::scope t_bwd("backward", trace::current_track(), "step", s + 1);
@@ -667,17 +666,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       bool apply = true;
       if (scaling && count > 0) {
-        HF_ASSIGN_OR_RETURN(bool finite, dev.unscale(params, float(loss_scale)));
-        if (!finite) {
-          // Overflow: skip the step, halve the scale.
-          apply = false;
-          ++rep.overflow_steps;
-          loss_scale = std::max(1.0, loss_scale / 2);
-          clean_steps = 0;
-        } else if (++clean_steps == c.loss_scale_growth_interval) {
-          loss_scale = std::min(loss_scale * 2, 16777216.0);
-          clean_steps = 0;
-        }
+        HF_ASSIGN_OR_RETURN(bool finite, dev.unscale(params, float(scaler.scale)));
+        apply = scaler.update(finite);
       }
       if (apply) {
         trace::scope t_opt("optimizer", trace::current_track(), "step", s + 1);
@@ -740,7 +730,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   }
   HF_ASSIGN_OR_RETURN(rep.weights_checksum, weights_checksum(m));
   rep.allreduce_seconds = dp.sum_seconds();
-  rep.loss_scale = loss_scale;
+  rep.loss_scale = scaler.scale;
+  rep.overflow_steps = scaler.overflow_steps;
   history.finish();
   rep.history = std::move(history).take();
   // Replicas hold the same weights: rank 0 writes them.

@@ -155,6 +155,31 @@ struct epoch_report {
   int64_t samples = 0;
 };
 
+// Dynamic loss scaling's rules (PyTorch GradScaler's): after a step whose
+// unscaled gradients are all finite, count it and double the scale after
+// growth_interval such steps in a row (at most 2^24); after one with an inf
+// or NaN, skip the step, halve the scale (at least 1) and start counting
+// again. update() says whether to apply the step.
+struct loss_scaler {
+  double scale = 65536.0;
+  int64_t growth_interval = 2000;
+  int64_t clean_steps = 0;
+  int64_t overflow_steps = 0;
+  bool update(bool finite) noexcept {
+    if (!finite) {
+      ++overflow_steps;
+      scale = scale / 2 < 1.0 ? 1.0 : scale / 2;
+      clean_steps = 0;
+      return false;
+    }
+    if (++clean_steps == growth_interval) {
+      scale = scale * 2 > 16777216.0 ? 16777216.0 : scale * 2;
+      clean_steps = 0;
+    }
+    return true;
+  }
+};
+
 struct train_config {
   std::string model = "lenet5";  // a zoo model; dlrm trains on (and only on) dataset_kind::criteo
   double width = 1.0;            // zoo width multiplier

@@ -153,6 +153,28 @@ BOOST_AUTO_TEST_CASE(precision_on_cpu) {
   BOOST_CHECK(!parse_math_mode("fp16", parsed));
 }
 
+// f16's loss scaling rules (the cuda trainer applies them; its GPU test saw
+// no overflow, so they are checked here).
+BOOST_AUTO_TEST_CASE(loss_scaler_rules) {
+  loss_scaler s{8.0, 3};
+  BOOST_CHECK(s.update(true) && s.update(true));
+  BOOST_CHECK_EQUAL(s.scale, 8.0);
+  BOOST_CHECK(s.update(true));  // third clean step in a row: doubles
+  BOOST_CHECK_EQUAL(s.scale, 16.0);
+  BOOST_CHECK(s.update(true) && s.update(true));
+  BOOST_CHECK(!s.update(false));  // overflow: skipped, halved, count restarts
+  BOOST_CHECK_EQUAL(s.scale, 8.0);
+  BOOST_CHECK_EQUAL(s.overflow_steps, 1);
+  BOOST_CHECK(s.update(true) && s.update(true));
+  BOOST_CHECK_EQUAL(s.scale, 8.0);
+  for (int i = 0; i < 10; ++i) s.update(false);
+  BOOST_CHECK_EQUAL(s.scale, 1.0);  // never below 1
+  BOOST_CHECK_EQUAL(s.overflow_steps, 11);
+  loss_scaler top{16777216.0, 1};
+  top.update(true);
+  BOOST_CHECK_EQUAL(top.scale, 16777216.0);  // never above 2^24
+}
+
 BOOST_AUTO_TEST_CASE(bad_configs_are_errors) {
   train_config c = small_config();
   c.model = "nope";
