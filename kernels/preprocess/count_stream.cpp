@@ -76,7 +76,7 @@ private:
   struct greater {
     const std::vector<head>* cur;
     bool operator()(std::size_t a, std::size_t b) const {
-      int c = (*cur)[a].s.compare((*cur)[b].s);
+      int c = key_compare((*cur)[a].s, (*cur)[b].s);
       return c != 0 ? c > 0 : a > b;
     }
   };
@@ -121,7 +121,7 @@ public:
     std::string_view v(chunk_.data() + pos_ + 2, len);
     std::memcpy(&count, chunk_.data() + pos_ + 2 + len, 8);
     pos_ += record_overhead + len;
-    if (have_last_ && !(last_ < v)) return corrupt();
+    if (have_last_ && key_compare(last_, v) >= 0) return corrupt();
     // The previous string stays a view into the chunk; it is copied only
     // when the chunk is about to be replaced (above).
     last_ = v;

@@ -33,6 +33,32 @@ public:
 
 using count_entries = std::vector<std::pair<std::string, uint64_t>>;
 
+// memcmp order of two strings (<0, 0, >0), with the first 8 bytes compared as
+// one big-endian word: Criteo's ids are 8 hex digits, and the merge compares
+// every entry with its neighbours (a call to memcmp per compare was ~6% of a
+// 2-node vocab job).
+inline int key_compare(std::string_view a, std::string_view b) noexcept {
+  if (a.size() >= 8 && b.size() >= 8) {
+    uint64_t x, y;
+    __builtin_memcpy(&x, a.data(), 8);
+    __builtin_memcpy(&y, b.data(), 8);
+    if (x != y) return __builtin_bswap64(x) < __builtin_bswap64(y) ? -1 : 1;
+    if (a.size() == 8 && b.size() == 8) return 0;
+    return a.substr(8).compare(b.substr(8));
+  }
+  return a.compare(b);
+}
+inline bool key_equal(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  if (a.size() == 8) {
+    uint64_t x, y;
+    __builtin_memcpy(&x, a.data(), 8);
+    __builtin_memcpy(&y, b.data(), 8);
+    return x == y;
+  }
+  return a == b;
+}
+
 // The map's entries sorted by string.
 count_entries sorted_entries(const string_key_map<uint64_t>& m);
 

@@ -496,7 +496,7 @@ public:
     uint64_t total = cur_[i].count;
     note(cur_[i].local);
     advance(i);
-    while (!heap_.empty() && cur_[heap_.front()].s == out_) {
+    while (!heap_.empty() && key_equal(cur_[heap_.front()].s, out_)) {
       std::pop_heap(heap_.begin(), heap_.end(), greater{&cur_});
       std::size_t j = heap_.back();
       heap_.pop_back();
@@ -525,7 +525,7 @@ private:
   struct greater {
     const std::vector<head>* cur;
     bool operator()(std::size_t a, std::size_t b) const {
-      int c = (*cur)[a].s.compare((*cur)[b].s);
+      int c = key_compare((*cur)[a].s, (*cur)[b].s);
       return c != 0 ? c > 0 : a > b;
     }
   };

@@ -140,14 +140,47 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
       if (auto e = take(s, c, id); !e.ok()) return e;
       assign(std::size_t{0}, id);
     }
-  } else if (n > 1) {
+  } else if (n > 1 && n <= 8) {
+    // Few inputs (one per shard: usually a handful): the smallest head by a
+    // linear scan, no heap and no copies - each head is its input's view,
+    // valid until that input's next(), which is called only after the
+    // merged entry has been taken.
+    struct head {
+      std::string_view s;
+      uint64_t count = 0;
+      bool live = false;
+    };
+    head cur[8];
+    auto advance = [&](std::size_t i) { cur[i].live = inputs[i]->next(cur[i].s, cur[i].count); };
+    for (std::size_t i = 0; i < n; ++i) advance(i);
+    std::size_t from[8];
+    for (;;) {
+      std::size_t m = n;
+      for (std::size_t i = 0; i < n; ++i)
+        if (cur[i].live && (m == n || key_compare(cur[i].s, cur[m].s) < 0)) m = i;
+      if (m == n) break;
+      std::size_t k = 0;
+      uint64_t total = 0;
+      for (std::size_t i = m; i < n; ++i)
+        if (cur[i].live && (i == m || key_equal(cur[i].s, cur[m].s))) {
+          total += cur[i].count;
+          from[k++] = i;
+        }
+      int32_t id;
+      if (auto e = take(cur[m].s, total, id); !e.ok()) return e;
+      for (std::size_t j = 0; j < k; ++j) {
+        assign(from[j], id);
+        advance(from[j]);
+      }
+    }
+  } else if (n > 8) {
     struct head {
       std::string s;  // a copy: the input's view dies on its next()
       uint64_t count = 0;
     };
     std::vector<head> cur(n);
     auto greater = [&](std::size_t a, std::size_t b) {
-      int c = cur[a].s.compare(cur[b].s);
+      int c = key_compare(cur[a].s, cur[b].s);
       return c != 0 ? c > 0 : a > b;
     };
     std::vector<std::size_t> heap;
@@ -172,7 +205,7 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
       uint64_t total = cur[i].count;
       from.assign(1, i);
       advance(i);
-      while (!heap.empty() && cur[heap.front()].s == out) {
+      while (!heap.empty() && key_equal(cur[heap.front()].s, out)) {
         std::pop_heap(heap.begin(), heap.end(), greater);
         std::size_t j = heap.back();
         heap.pop_back();

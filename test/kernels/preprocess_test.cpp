@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -909,6 +911,77 @@ BOOST_AUTO_TEST_CASE(merge_tells_each_input_the_ids_of_its_entries) {
   p = INT32_MAX - 1;
   BOOST_CHECK(!pp::decode_ids(std::vector<char>{5}, p, back));
   BOOST_CHECK(!pp::decode_ids(std::vector<char>{char(0xff), char(0xff), char(0xff), char(0xff), char(0xff), 1}, p, back));
+}
+
+BOOST_AUTO_TEST_CASE(key_compare_is_memcmp_order) {
+  // Strings around the 8-byte fast path: hex ids, prefixes of each other,
+  // high bytes (unsigned order), NULs, lengths 0..12.
+  std::mt19937 rng(7);
+  const char alphabet[] = {'0', '9', 'a', 'f', 'g', '\0', '\x7f', '\x80', '\xff'};
+  std::vector<std::string> v{"", "0", "00000000", "000000000", "0000000", "ffffffff", "fffffffe", "ffffffff0"};
+  for (int i = 0; i < 3000; ++i) {
+    std::string s(rng() % 13, '0');
+    for (char& c : s) c = alphabet[rng() % sizeof alphabet];
+    v.push_back(s);
+  }
+  auto ref = [](std::string_view a, std::string_view b) {
+    int c = std::memcmp(a.data(), b.data(), std::min(a.size(), b.size()));
+    if (c != 0) return c < 0 ? -1 : 1;
+    return a.size() == b.size() ? 0 : (a.size() < b.size() ? -1 : 1);
+  };
+  for (std::size_t i = 0; i < v.size(); ++i)
+    for (std::size_t j = i; j < std::min(v.size(), i + 40); ++j) {
+      int k = pp::key_compare(v[i], v[j]);
+      BOOST_REQUIRE_EQUAL((k > 0) - (k < 0), ref(v[i], v[j]));
+      BOOST_REQUIRE_EQUAL(pp::key_equal(v[i], v[j]), v[i] == v[j]);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(merge_ids_of_1_to_12_inputs_match_a_map) {
+  // Both merge paths (a linear scan up to 8 inputs, a heap above), through
+  // chunked streams whose views die on the next call.
+  std::mt19937 rng(11);
+  for (std::size_t n = 1; n <= 12; ++n) {
+    std::vector<std::map<std::string, uint64_t>> in(n);
+    for (auto& m : in)
+      for (int k = 0; k < 300; ++k) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rng() % 500));
+        std::string s = rng() % 7 == 0 ? std::string(buf, rng() % 10) : std::string(buf);
+        m[s] += 1 + rng() % 3;
+      }
+    std::map<std::string, uint64_t> total;
+    for (auto& m : in)
+      for (auto& [s, c] : m) total[s] += c;
+    std::vector<std::unique_ptr<pp::count_stream>> owned;
+    std::vector<pp::count_stream*> raw;
+    for (auto& m : in) {
+      auto mem = std::make_shared<std::unique_ptr<pp::count_stream>>(
+          pp::memory_stream(pp::count_entries(m.begin(), m.end())));
+      owned.push_back(pp::chunk_stream([mem]() { return pp::next_count_chunk(**mem, 64); }, "test"));
+      raw.push_back(owned.back().get());
+    }
+    std::vector<std::string> kept;
+    std::vector<std::vector<int32_t>> ids(n);
+    auto st = pp::merge_column_ids(
+        raw, 4, [&](std::string_view s, uint64_t c) { kept.push_back(std::string(s) + ":" + std::to_string(c)); },
+        [&](std::size_t i, int32_t id) { ids[i].push_back(id); });
+    BOOST_REQUIRE(st.has_value());
+    std::vector<std::string> want;
+    std::map<std::string, int32_t> id_of;
+    for (auto& [s, c] : total)
+      if (c >= 4) {
+        id_of[s] = static_cast<int32_t>(want.size());
+        want.push_back(s + ":" + std::to_string(c));
+      }
+    BOOST_CHECK(kept == want);
+    BOOST_CHECK_EQUAL(st->distinct, total.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<int32_t> w;
+      for (auto& [s, c] : in[i]) w.push_back(id_of.count(s) ? id_of[s] : -1);
+      BOOST_CHECK_MESSAGE(ids[i] == w, "input " << i << " of " << n);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(merge_columns_are_spread_by_size) {
