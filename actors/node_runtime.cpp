@@ -126,6 +126,12 @@ struct node_shared {
   std::map<std::string, std::string> refused_hellos;
   std::map<dataplane::channel_id, caf::actor> local_by_channel;
   caf::actor node_actor;
+  std::set<int> expendable;  // nodes whose loss the job survives (immutable after start)
+  std::set<std::string, std::less<>> lost;  // those of them that went down, guarded by mu
+  bool is_lost(int node) const {
+    std::lock_guard<std::mutex> g(mu);
+    return lost.count(cluster.nodes[std::size_t(node)].name) > 0;
+  }
 
   // Exit: set exactly once.
   std::promise<std::pair<int, std::string>> exit_promise;
@@ -197,11 +203,16 @@ public:
                          [weak = std::weak_ptr<node_shared>(sh_), node](status s) {
                            if (s.ok() || s.code() == errc::cancelled) return;
                            if (auto sh = weak.lock())
-                             caf::anon_send(sh->node_actor, dperr_atom::value,
+                             caf::anon_send(sh->node_actor, dperr_atom::value, int32_t{node},
                                             "data plane send to node '" +
                                                 sh->cluster.nodes[node].name +
                                                 "' failed: " + s.to_string());
                          });
+  }
+
+  bool node_lost(std::string_view node) const override {
+    std::lock_guard<std::mutex> g(sh_->mu);
+    return sh_->lost.count(node) > 0;
   }
 
   const schemas::read_limits& read_limits() const override { return sh_->limits; }
@@ -436,6 +447,42 @@ void do_stop(node_actor_type* self, int code, std::string reason, bool tell_peer
   }
 }
 
+// Head: the job is done when every actor has finished (or was lost with
+// its node, lose_node).
+void finish_if_all_done(node_actor_type* self) {
+  auto& st = self->state;
+  auto& sh = *st.sh;
+  if (!sh.is_head() || st.stopping || st.done_names.size() != sh.actors.size()) return;
+  sh.run_s = seconds_since(sh.job_started_at);
+  do_stop(self, exit_ok, "job finished", true);
+}
+
+// A node whose loss the job survives went down (registry.hpp's
+// expendable_nodes): note it for node_services::node_lost (the actors that
+// take over its work poll it) and, on the head, count its unfinished actors
+// as lost rather than waiting for them.
+void lose_node(node_actor_type* self, int idx, const std::string& why) {
+  auto& st = self->state;
+  auto& sh = *st.sh;
+  const std::string& name = sh.cluster.nodes[std::size_t(idx)].name;
+  {
+    std::lock_guard<std::mutex> g(sh.mu);
+    if (!sh.lost.insert(name).second) return;
+  }
+  log_warn("node " + node_label(sh.cluster.nodes[std::size_t(idx)]) + " is down (" + why +
+           "); the job goes on without it: its stream shards' steps go to the other shards");
+  metrics::set_gauge("hetflow_nodes_lost", "nodes that went down while the job went on without them", {},
+                     double(sh.lost.size()));
+  if (!sh.is_head()) return;
+  for (const auto& a : sh.actors) {
+    if (a.node != name || st.done_names.count(a.name)) continue;
+    st.done_names.insert(a.name);
+    sh.all_results.push_back(
+        actor_result{a.name, a.node, false, "lost with node '" + name + "' (" + why + "); its work was taken over", ""});
+  }
+  finish_if_all_done(self);
+}
+
 void spawn_local_actors(node_actor_type* self) {
   auto& st = self->state;
   auto& sh = *st.sh;
@@ -480,6 +527,8 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
         // on its way. Crashes and hangs arrive as remote_link_unreachable and
         // stop the job at once (below); a clean exit gets 2 s for the stop.
         self->delayed_send(self, std::chrono::seconds(2), left_atom::value, int32_t{idx});
+      } else if (!st.stopping && sh.expendable.count(idx)) {
+        lose_node(self, idx, self->system().render(dm.reason));
       } else if (!st.stopping) {
         do_stop(self, exit_peer,
                 "node " + node_label(sh.cluster.nodes[idx]) +
@@ -760,9 +809,8 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       if (!ok) {
         do_stop(self, exit_job_failed,
                 "actor '" + actor + "' on node '" + node + "' failed: " + summary, true);
-      } else if (st.done_names.size() == sh.actors.size()) {
-        sh.run_s = seconds_since(sh.job_started_at);
-        do_stop(self, exit_ok, "job finished", true);
+      } else {
+        finish_if_all_done(self);
       }
     },
     [self](stop_atom, int32_t code, const std::string& reason) {
@@ -784,12 +832,14 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
     // down in order (it got the head's stop) fails our sends before that
     // stop reaches us. So wait out the same 2 s grace as for a clean exit,
     // and stop with the send's error only if nothing explained it by then.
-    [self](dperr_atom, const std::string& what) {
+    [self](dperr_atom, int32_t node, const std::string& what) {
       if (self->state.stopping) return;
-      self->delayed_send(self, std::chrono::seconds(2), dperrlate_atom::value, what);
+      self->delayed_send(self, std::chrono::seconds(2), dperrlate_atom::value, node, what);
     },
-    [self](dperrlate_atom, const std::string& what) {
-      if (!self->state.stopping) do_stop(self, exit_peer, what, true);
+    [self](dperrlate_atom, int32_t node, const std::string& what) {
+      // Sends to a lost node that the job goes on without fail by design.
+      if (self->state.stopping || self->state.sh->is_lost(node)) return;
+      do_stop(self, exit_peer, what, true);
     },
     [self](grace_atom) { finish(self); },
     [self](rates_atom) {
@@ -1084,6 +1134,7 @@ int run_node(const node_options& opts, const registry& reg) {
     return exit_usage;
   }
   sh->actors = std::move(*actors);
+  sh->expendable = expendable_nodes(sh->cluster, sh->actors);
   for (std::size_t i = 0; i < sh->actors.size(); ++i) sh->actor_index[sh->actors[i].name] = i;
   sh->traffic = std::make_unique<node_shared::actor_traffic[]>(sh->actors.size());
 

@@ -45,6 +45,12 @@ public:
   // naming the peer.
   virtual status send_wire(std::string_view target, wire_buffer_ref msg) = 0;
 
+  // True once node `node` went down and the job goes on without it (only
+  // nodes whose loss the job survives: registry.hpp's expendable_nodes; the
+  // loss of any other node stops the job). Polled by the actors that take
+  // over its work.
+  virtual bool node_lost(std::string_view node) const = 0;
+
   // Becomes true when the job is stopping (a failure elsewhere, a signal).
   // Long computations that cannot read their mailbox poll it.
   virtual const std::atomic<bool>& stopping() const = 0;

@@ -1,5 +1,6 @@
 #include "actors/registry.hpp"
 
+#include <map>
 #include <set>
 
 #include "actors/log.hpp"
@@ -67,6 +68,19 @@ expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& 
                         "actor '" + a.name + "' is placed on unknown node '" + a.node + "'");
   }
   return all;
+}
+
+std::set<int> expendable_nodes(const topology::cluster& c, const std::vector<topology::actor_spec>& actors) {
+  std::set<int> out;
+  if (!c.job.params.get_bool("stream_failover", true)) return out;
+  std::map<std::string, bool> only_shards;  // node -> all its actors are stream shards
+  for (const auto& a : actors) {
+    auto [it, fresh] = only_shards.emplace(a.node, true);
+    if (a.type != "stream_shard") it->second = false;
+  }
+  for (std::size_t i = 1; i < c.nodes.size(); ++i)
+    if (auto it = only_shards.find(c.nodes[i].name); it != only_shards.end() && it->second) out.insert(int(i));
+  return out;
 }
 
 }  // namespace hetflow::actors

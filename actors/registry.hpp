@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,5 +89,12 @@ void add_builtin_types(registry& reg);
 // and nodes.
 expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& c,
                                                       const registry& reg);
+
+// The nodes whose loss the job survives (indices into c.nodes): every node
+// but the first whose actors are all stream shards (type "stream_shard"), a
+// streamed train job's input: the shards that are left take over a lost
+// shard's steps (stream_trainer.cpp). Empty with [job] stream_failover =
+// false. The same on every node and in the launcher.
+std::set<int> expendable_nodes(const topology::cluster& c, const std::vector<topology::actor_spec>& actors);
 
 }  // namespace hetflow::actors

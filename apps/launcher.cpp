@@ -157,6 +157,10 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
     return 2;
   }
   const auto& cl = *parsed.model;
+  // Nodes the job survives losing (a streamed job's shard-only nodes): their
+  // failure does not fail the run when the head finishes the job.
+  std::set<int> expendable;
+  if (auto all = actors::job_actors(cl, reg)) expendable = actors::expendable_nodes(cl, *all);
   std::vector<child> children;
   std::size_t width = 0;
   std::size_t remote = 0;
@@ -352,7 +356,7 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
         c.exited = true;
         c.exit_code = decode_wait_status(status);
         c.exited_at = clock_type::now();
-        if (c.exit_code != 0 && !failure_seen) {
+        if (c.exit_code != 0 && !failure_seen && !expendable.count(c.index)) {
           failure_seen = true;
           first_failure = c.exited_at;
         }
@@ -383,12 +387,20 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
   for (auto& c : children)
     if (c.index == 0) head = &c;
   if (head != nullptr) code = head->exit_code;
+  std::string lost;
   if (code == 0)
-    for (auto& c : children)
-      if (c.exit_code != 0) {
-        code = c.exit_code;
-        break;
+    for (auto& c : children) {
+      if (c.exit_code == 0) continue;
+      if (head != nullptr && expendable.count(c.index)) {
+        // The head finished the job without it (its shards' steps were taken over).
+        lost += (lost.empty() ? "" : ", ") + c.name + " (exit " + std::to_string(c.exit_code) + ")";
+        continue;
       }
+      code = c.exit_code;
+      break;
+    }
+  if (code == 0 && !lost.empty())
+    std::fprintf(stderr, "hetflow run: nodes lost during the job, which finished without them: %s\n", lost.c_str());
   if (signals_seen > 0 && code == 0) code = 130;
 
   std::string failed;

@@ -58,6 +58,8 @@ expected<stream_options> stream_options_of(const topology::cluster& c) {
   }
   o.timeout_s = p.get_number("stream_timeout", 60.0);
   o.fault = p.get_string("stream_fault", "");
+  o.epochs = int(std::max<int64_t>(1, p.get_int("epochs", 3)));  // train.cpp's default
+  o.failover = p.get_bool("stream_failover", true);
   return o;
 }
 
@@ -85,6 +87,14 @@ void write_stream_report(json_writer& w, const stream_options& opts, const std::
   w.field("wait_seconds", stats.wait_seconds);
   if (!stats.input_json.empty()) w.key("criteo_text").raw(stats.input_json);
   w.field("exactly_once", stats.epochs.size() == std::size_t(epochs));
+  w.field("failover", opts.failover);
+  w.key("takeovers").begin_array();
+  for (const auto& t : stats.takeovers) {
+    w.begin_object().field("shard", int64_t{t.shard}).field("node", t.node).field("taken_over_by", int64_t{t.taker});
+    w.field("epoch", int64_t{t.epoch}).field("step", t.step).field("at_s", t.at_s).end_object();
+  }
+  w.end_array();
+  w.field("dropped_late", stats.dropped_late);
   w.key("epochs").begin_array();
   for (const auto& e : stats.epochs) {
     char hex[20];

@@ -51,6 +51,10 @@ struct stream_options {
   kernels::preprocess::augment_options augment;
   double timeout_s = 60;                 // the longest wait for one batch
   std::string fault;                     // tests only: "", "duplicate", "drop"
+  int epochs = 1;                        // the job's epochs
+  // A lost shard's steps go to a surviving shard of the same consumer
+  // ([job] stream_failover, default true; registry.hpp's expendable_nodes).
+  bool failover = true;
   // The actors that consume the batches: {"trainer"}, or the ps workers
   // "psworker<w>" in rank order (strategy "ps").
   std::vector<std::string> consumers{"trainer"};
@@ -100,8 +104,19 @@ struct stream_epoch_stats {
   int64_t rows = 0;         // distinct rows received (== the plan's used rows)
   uint64_t checksum = 0;    // sample_ledger checksum of those rows
 };
+// A lost shard's steps taken over by another (failover).
+struct stream_takeover {
+  int shard = 0;        // the lost shard
+  std::string node;     // its node (down)
+  int taker = 0;        // the shard that builds its steps from here on
+  int epoch = 0;        // 1-based, where it resumed
+  int64_t step = 0;     // 1-based
+  double at_s = 0;      // seconds into the stream when it was noticed
+};
 struct stream_stats {
   std::vector<stream_epoch_stats> epochs;
+  std::vector<stream_takeover> takeovers;
+  int64_t dropped_late = 0;  // batches of a lost shard that arrived after its takeover (rebuilt by the taker)
   int64_t batches = 0;
   int64_t max_buffered = 0;   // most batches waiting in the trainer at once
   double wait_seconds = 0;    // training thread time spent waiting for batches

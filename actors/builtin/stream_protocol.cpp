@@ -76,8 +76,42 @@ expected<batch_view> read_batch(const schemas::decoded_message& msg, const std::
   return v;
 }
 
-wire_buffer_ref make_credit(const std::string& sender, const std::string& target, uint64_t credits) {
+wire_buffer_ref make_credit(const std::string& sender, const std::string& target, uint64_t credits,
+                            int32_t stream) {
   schemas::envelope_header h{kind_credit, credits, sender, target};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>{}, stream >= 0 ? sizeof stream : 0);
+  if (stream >= 0) std::memcpy(b.payload().data(), &stream, sizeof stream);
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+expected<int32_t> credit_stream(const schemas::decoded_message& msg) {
+  if (msg.payload().empty()) return int32_t{-1};
+  int32_t k;
+  if (msg.payload().size() != sizeof k) return make_error(errc::wire_corrupt, "credit with a bad payload");
+  std::memcpy(&k, msg.payload().data(), sizeof k);
+  if (k < 0) return make_error(errc::wire_corrupt, "credit for stream " + std::to_string(k));
+  return k;
+}
+
+wire_buffer_ref make_takeover(const std::string& sender, const std::string& target, const takeover_info& t) {
+  schemas::envelope_header h{kind_takeover, uint64_t(t.shard), sender, target};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>{}, sizeof t);
+  std::memcpy(b.payload().data(), &t, sizeof t);
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+expected<takeover_info> read_takeover(const schemas::decoded_message& msg, const std::string& peer) {
+  takeover_info t;
+  if (msg.header().kind != kind_takeover || msg.payload().size() != sizeof t)
+    return make_error(errc::wire_corrupt, "takeover from " + peer + ": bad kind or payload");
+  std::memcpy(&t, msg.payload().data(), sizeof t);
+  if (t.version != protocol_version || t.shard < 0 || t.epoch < 0 || t.step < 0 || t.shard_rows < 0)
+    return make_error(errc::wire_corrupt, "takeover from " + peer + ": bad values");
+  return t;
+}
+
+wire_buffer_ref make_release(const std::string& sender, const std::string& target) {
+  schemas::envelope_header h{kind_release, 0, sender, target};
   schemas::message_builder b(h, std::span<const schemas::tensor_meta>{});
   return std::make_shared<const wire_buffer>(std::move(b).finish());
 }

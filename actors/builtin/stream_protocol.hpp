@@ -9,6 +9,14 @@
 //      |<------------------------ credit (n = 1) ----|  when (e, j) is taken
 //      |-- batch (e, j + 2S) ----------------------->|  for training
 //
+//      ...                                           |
+//   shard t (when k's node is lost)                  |  steps of k after the last
+//      |<------------- takeover (k, e', j', books) --|  one received
+//      |-- batch of k (e', j'), sender t ----------->|  fresh credits, which come
+//      |<------------------ credit (n = 1, k) -------|  back naming stream k
+//      ...                                           |
+//      |<---------------------------------- release -|  at the end (every shard)
+//
 // The trainer consumes steps strictly in order (e, 0), (e, 1), ..., so the
 // training sequence does not depend on S or on arrival order, and its buffer
 // never holds more than S * prefetch batches. A shard starts with `prefetch`
@@ -37,6 +45,8 @@ namespace hetflow::actors::builtin::stream {
 
 inline constexpr uint32_t kind_batch = 0x53540001;   // "ST" 1
 inline constexpr uint32_t kind_credit = 0x53540002;  // "ST" 2
+inline constexpr uint32_t kind_takeover = 0x53540003;  // "ST" 3
+inline constexpr uint32_t kind_release = 0x53540004;   // "ST" 4
 inline constexpr uint32_t protocol_version = 1;
 
 // What a batch says about itself. shard_rows / shard_checksum: the shard's
@@ -96,6 +106,35 @@ struct batch_view {
 // nothing about the plan: the trainer does.
 expected<batch_view> read_batch(const schemas::decoded_message& msg, const std::string& peer);
 
-wire_buffer_ref make_credit(const std::string& sender, const std::string& target, uint64_t credits);
+// credit: `credits` more batches of stream `stream` (the shard index whose
+// steps they are; payload i32, absent = the receiver's own stream).
+wire_buffer_ref make_credit(const std::string& sender, const std::string& target, uint64_t credits,
+                            int32_t stream = -1);
+// The stream a credit is for (-1: the receiver's own); errc::wire_corrupt
+// for a bad payload.
+expected<int32_t> credit_stream(const schemas::decoded_message& msg);
+
+// Failover (the node of shard k went down, registry.hpp's expendable_nodes).
+// The consumer asks a surviving shard of its own to build k's steps from
+// (epoch, step) on, with k's books as of the last batch of k it received;
+// the taker sends them as shard k's batches (batch_info::shard = k, its own
+// name as sender) with `prefetch` fresh credits, which come back as credits
+// for stream k. takeover message: kind_takeover, seq = k, payload:
+struct takeover_info {
+  uint32_t version = protocol_version;
+  int32_t shard = 0;   // the lost stream
+  int32_t epoch = 0;   // where it resumes
+  int32_t reserved = 0;
+  int64_t step = 0;
+  int64_t shard_rows = 0;        // k's books in `epoch` before `step`
+  uint64_t shard_checksum = 0;
+};
+static_assert(sizeof(takeover_info) == 40);
+wire_buffer_ref make_takeover(const std::string& sender, const std::string& target, const takeover_info& t);
+expected<takeover_info> read_takeover(const schemas::decoded_message& msg, const std::string& peer);
+// release (kind_release, no payload): the consumer has every batch it will
+// take; a shard that has sent all its streams' batches may finish. Until
+// then a finished shard stays, in case a lost shard's steps come to it.
+wire_buffer_ref make_release(const std::string& sender, const std::string& target);
 
 }  // namespace hetflow::actors::builtin::stream

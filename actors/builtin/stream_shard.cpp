@@ -17,6 +17,12 @@
 // No augmentation or normalisation: the values are a hash-mode preprocess
 // job's records, bit for bit.
 //
+// Failover (stream_protocol.hpp, takeover): when another shard's node is
+// lost, the consumer may hand this shard that shard's remaining steps; it
+// then builds several streams of steps (`feeds`, one batch of each in turn,
+// each with its own credits, epoch order and books). With failover on, a
+// shard that has sent everything stays until the consumer's release.
+//
 // A detached actor: building batches is CPU work that must not hold a CAF
 // scheduler thread. It never waits with a deadline of its own: it only waits
 // for credits, and the trainer either returns them, fails the job, or times
@@ -64,13 +70,21 @@ struct shard_state : job_actor_state {
   std::optional<kernels::criteo_text> text;
   kernels::shape features;  // one sample's shape in the batch message
   kernels::epoch_plan plan;
-  std::unique_ptr<kernels::epoch_order> order;
-  int epoch = 0;
-  int64_t step = 0;  // next step to send in `epoch`
-  int64_t credits = 0;
-  bool all_sent = false;
-  int64_t shard_rows = 0;  // this epoch
-  uint64_t shard_checksum = 0;
+  int64_t order_rows = 0;   // rows the epoch orders permute
+  // The streams of steps this shard builds: its own (feeds[0]) and those of
+  // lost shards it took over (stream_protocol.hpp, takeover).
+  struct feed {
+    int shard = 0;  // whose steps
+    std::unique_ptr<kernels::epoch_order> order;
+    int epoch = 0;
+    int64_t step = 0;  // next step to send in `epoch`
+    int64_t credits = 0;
+    bool all_sent = false;
+    int64_t shard_rows = 0;  // this epoch
+    uint64_t shard_checksum = 0;
+  };
+  std::vector<feed> feeds;
+  bool released = false;  // the consumer needs nothing more (kind_release)
   int64_t batches_sent = 0, rows_sent = 0;
   double build_seconds = 0;
   std::optional<pp::parallelism_governor> gov;
@@ -83,41 +97,41 @@ struct shard_state : job_actor_state {
 
 using shard_actor = caf::stateful_actor<shard_state>;
 
-// Moves (epoch, step) to this shard's next step, across epochs; false when
+// Moves (epoch, step) to the feed's next step, across epochs; false when
 // every epoch is done.
-bool advance(shard_state& st) {
+bool advance(shard_state& st, shard_state::feed& f) {
   for (;;) {
-    if (st.step < st.plan.steps) return true;
-    if (++st.epoch >= st.cfg.epochs) return false;
-    st.order->next_epoch();
-    st.step = st.opts.first_step(st.index);
-    st.shard_rows = 0;
-    st.shard_checksum = 0;
+    if (f.step < st.plan.steps) return true;
+    if (++f.epoch >= st.cfg.epochs) return false;
+    f.order->next_epoch();
+    f.step = st.opts.first_step(f.shard);
+    f.shard_rows = 0;
+    f.shard_checksum = 0;
   }
 }
 
-wire_buffer_ref build_batch(shard_state& st) {
+wire_buffer_ref build_batch(shard_state& st, shard_state::feed& f) {
   auto t0 = std::chrono::steady_clock::now();
-  kernels::trace::scope t_build("build batch", st.tk, "step", st.step + 1);
-  const int64_t b0 = st.plan.batch_begin(st.step);
-  int64_t bn = st.plan.batch_rows(st.step);
-  auto order = st.order->order();
+  kernels::trace::scope t_build("build batch", st.tk, "step", f.step + 1);
+  const int64_t b0 = st.plan.batch_begin(f.step);
+  int64_t bn = st.plan.batch_rows(f.step);
+  auto order = f.order->order();
   st.ids.assign(order.begin() + b0, order.begin() + b0 + bn);
   // Fault drills for the exactly-once check (tests only), first batch only.
-  if (st.epoch == 0 && st.step == st.opts.first_step(st.index) && !st.opts.fault.empty()) {
+  if (f.shard == st.index && f.epoch == 0 && f.step == st.opts.first_step(st.index) && !st.opts.fault.empty()) {
     if (st.opts.fault == "duplicate" && bn > 1) st.ids[1] = st.ids[0];
     if (st.opts.fault == "drop" && bn > 1) st.ids.pop_back(), --bn;
   }
-  st.shard_rows += bn;
-  st.shard_checksum += kernels::sample_ledger::checksum_of(st.ids);
+  f.shard_rows += bn;
+  f.shard_checksum += kernels::sample_ledger::checksum_of(st.ids);
   stream::batch_info info;
-  info.epoch = st.epoch;
-  info.shard = st.index;
+  info.epoch = f.epoch;
+  info.shard = f.shard;
   info.shards = st.opts.shards();
-  info.step = st.step;
+  info.step = f.step;
   info.rows = st.plan.rows;
-  info.shard_rows = st.shard_rows;
-  info.shard_checksum = st.shard_checksum;
+  info.shard_rows = f.shard_rows;
+  info.shard_checksum = f.shard_checksum;
   stream::batch_writer w(st.me, st.trainer, info, bn, st.features.dims());
   std::copy(st.ids.begin(), st.ids.end(), w.ids().begin());
   const int dop = st.gov->update();
@@ -129,7 +143,7 @@ wire_buffer_ref build_batch(shard_state& st) {
       for (int64_t j = 0; j < bn; ++j)
         w.labels()[std::size_t(j)] = st.data.train.labels[std::size_t(st.ids[std::size_t(j)])];
       pp::transform_batch(st.data.train.images.view().f32_span(), st.sample, st.ids, w.images(), st.opts.augment,
-                          st.norm, st.cfg.seed, st.epoch);
+                          st.norm, st.cfg.seed, f.epoch);
     }
   });
   st.build_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -141,7 +155,11 @@ wire_buffer_ref build_batch(shard_state& st) {
 
 void finish_if_done(shard_actor* self) {
   auto& st = self->state;
-  if (!st.all_sent || st.credits != st.opts.prefetch) return;
+  for (const auto& f : st.feeds)
+    if (!f.all_sent || f.credits != st.opts.prefetch) return;
+  // With failover a shard stays until its consumer has every batch: a lost
+  // shard's steps may still come to it.
+  if (st.opts.failover && !st.released) return;
   char line[300];
   std::snprintf(line, sizeof line,
                 "sent %lld batches (%lld rows) in %d epochs; %.2f s building batches, parallelism %d (%d-%d)",
@@ -149,7 +167,14 @@ void finish_if_done(shard_actor* self) {
                 st.build_seconds, st.gov->current(), st.gov->min_seen(), st.gov->max_seen());
   std::string summary = line;
   json_writer w;
+  if (st.feeds.size() > 1) {
+    summary += "; took over the steps of shard";
+    for (std::size_t i = 1; i < st.feeds.size(); ++i) summary += " " + std::to_string(st.feeds[i].shard);
+  }
   w.begin_object().field("batches", st.batches_sent).field("rows", st.rows_sent);
+  w.key("took_over").begin_array();
+  for (std::size_t i = 1; i < st.feeds.size(); ++i) w.value(int64_t{st.feeds[i].shard});
+  w.end_array();
   w.field("build_seconds", st.build_seconds);
   w.key("parallelism").begin_object().field("last", int64_t{st.gov->current()});
   w.field("min", int64_t{st.gov->min_seen()}).field("max", int64_t{st.gov->max_seen()}).end_object();
@@ -169,30 +194,73 @@ void finish_if_done(shard_actor* self) {
 
 void pump(shard_actor* self) {
   auto& st = self->state;
-  while (!st.all_sent && st.credits > 0) {
-    if (!advance(st)) {
-      st.all_sent = true;
-      break;
+  // One batch per feed in turn, while any has credits.
+  for (bool sent = true; sent;) {
+    sent = false;
+    for (auto& f : st.feeds) {
+      if (f.all_sent || f.credits <= 0) continue;
+      if (!advance(st, f)) {
+        f.all_sent = true;
+        continue;
+      }
+      wire_buffer_ref msg;
+      try {
+        msg = build_batch(st, f);
+      } catch (const std::exception& e) {
+        return fail_job_actor(self, "stream shard '" + st.me + "': cannot build batch " + std::to_string(f.step) +
+                                        " of epoch " + std::to_string(f.epoch + 1) + ": " + e.what());
+      }
+      if (auto s = st.svc->send_wire(st.trainer, std::move(msg)); !s.ok())
+        return fail_job_actor(self, "stream shard '" + st.me + "': cannot send to '" + st.trainer + "' on node '" +
+                                        st.svc->node_of(st.trainer) + "': " + s.to_string());
+      --f.credits;
+      f.step += st.opts.step_stride(f.shard);
+      sent = true;
     }
-    wire_buffer_ref msg;
-    try {
-      msg = build_batch(st);
-    } catch (const std::exception& e) {
-      return fail_job_actor(self, "stream shard '" + st.me + "': cannot build batch " + std::to_string(st.step) +
-                                      " of epoch " + std::to_string(st.epoch + 1) + ": " + e.what());
-    }
-    if (auto s = st.svc->send_wire(st.trainer, std::move(msg)); !s.ok())
-      return fail_job_actor(self, "stream shard '" + st.me + "': cannot send to '" + st.trainer + "' on node '" +
-                                      st.svc->node_of(st.trainer) + "': " + s.to_string());
-    --st.credits;
-    st.step += st.opts.step_stride(st.index);
   }
   // Out of credits: the shard waits for its consumer to take a batch.
-  if (!st.all_sent && st.credits == 0 && !st.credit_wait)
+  bool waiting = false;
+  for (const auto& f : st.feeds) waiting = waiting || (!f.all_sent && f.credits == 0);
+  if (waiting && !st.credit_wait)
     st.credit_wait.emplace(st.me, "'" + st.trainer + "' on node '" + st.svc->node_of(st.trainer) + "'",
                            "a credit (every batch it may send is in flight)",
                            kernels::waits::span{st.tk, "wait: credit (consumer busy)"});
   finish_if_done(self);
+}
+
+// A feed of shard `shard`'s steps from (epoch, step) on, with its books.
+shard_state::feed make_feed(shard_state& st, int shard, int epoch, int64_t step, int64_t rows, uint64_t checksum) {
+  shard_state::feed f;
+  f.shard = shard;
+  f.order = std::make_unique<kernels::epoch_order>(st.order_rows, st.cfg.seed);
+  for (int e = 0; e <= epoch; ++e) f.order->next_epoch();
+  f.epoch = epoch;
+  f.step = step;
+  f.credits = st.opts.prefetch;
+  f.shard_rows = rows;
+  f.shard_checksum = checksum;
+  return f;
+}
+
+// The consumer hands this shard a lost shard's steps.
+void take_over(shard_actor* self, const std::string& node, const schemas::decoded_message& msg) {
+  auto& st = self->state;
+  auto t = stream::read_takeover(msg, "node '" + node + "'");
+  if (!t) return fail_job_actor(self, "stream shard '" + st.me + "': " + t.error().message());
+  const int k = t->shard;
+  if (k >= st.opts.shards() || st.opts.consumer_of(k) != st.opts.consumer_of(st.index) || t->epoch >= st.cfg.epochs ||
+      t->step >= st.plan.steps || st.opts.shard_of_step(t->step) != k)
+    return fail_job_actor(self, "stream shard '" + st.me + "': cannot take over shard " + std::to_string(k) +
+                                    " at epoch " + std::to_string(t->epoch + 1) + " step " +
+                                    std::to_string(t->step + 1) + " (not a step of that shard, or not "
+                                    "this consumer's)");
+  for (const auto& f : st.feeds)
+    if (f.shard == k)
+      return fail_job_actor(self, "stream shard '" + st.me + "': asked twice to take over shard " + std::to_string(k));
+  log_warn("stream shard '" + st.me + "' takes over shard " + std::to_string(k) + "'s steps from epoch " +
+           std::to_string(t->epoch + 1) + " step " + std::to_string(t->step + 1));
+  st.feeds.push_back(make_feed(st, k, t->epoch, t->step, t->shard_rows, t->shard_checksum));
+  pump(self);
 }
 
 status prepare(shard_state& st, const actor_env& env) {
@@ -214,11 +282,8 @@ status prepare(shard_state& st, const actor_env& env) {
     st.features = kernels::shape{kernels::criteo_columns};
     HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(split.train, st.cfg.batch_size, st.cfg.drop_last,
                                                            st.cfg.max_steps_per_epoch));
-    st.order = std::make_unique<kernels::epoch_order>(split.train, st.cfg.seed);
-    st.order->next_epoch();
-    st.epoch = 0;
-    st.step = st.opts.first_step(st.index);
-    st.credits = st.opts.prefetch;
+    st.order_rows = split.train;
+    st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
     return {};
   }
   // Not normalised in memory: crop pads with raw zeros, then each sample is
@@ -231,11 +296,8 @@ status prepare(shard_state& st, const actor_env& env) {
   st.features = s;
   HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(st.data.train.size(), st.cfg.batch_size, st.cfg.drop_last,
                                                          st.cfg.max_steps_per_epoch));
-  st.order = std::make_unique<kernels::epoch_order>(st.data.train.size(), st.cfg.seed);
-  st.order->next_epoch();
-  st.epoch = 0;
-  st.step = st.opts.first_step(st.index);
-  st.credits = st.opts.prefetch;
+  st.order_rows = st.data.train.size();
+  st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
   return {};
 }
 
@@ -259,14 +321,28 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
         auto& st = self->state;
         auto msg = decode_or_fail(self, node, buf);
         if (!msg) return;
-        if (msg->header().kind != stream::kind_credit)
+        const uint32_t kind = msg->header().kind;
+        if (kind == stream::kind_takeover) return take_over(self, node, *msg);
+        if (kind == stream::kind_release) {
+          st.released = true;
+          return finish_if_done(self);
+        }
+        if (kind != stream::kind_credit)
           return fail_job_actor(self, "stream shard '" + st.me + "': unexpected message kind " +
-                                          std::to_string(msg->header().kind) + " from node '" + node + "'");
-        st.credits += int64_t(msg->header().seq);
+                                          std::to_string(kind) + " from node '" + node + "'");
+        auto k = stream::credit_stream(*msg);
+        if (!k) return fail_job_actor(self, "stream shard '" + st.me + "': " + k.error().message());
+        shard_state::feed* f = *k < 0 ? &st.feeds[0] : nullptr;
+        for (auto& g : st.feeds)
+          if (g.shard == *k) f = &g;
+        if (f == nullptr)
+          return fail_job_actor(self, "stream shard '" + st.me + "': a credit for shard " + std::to_string(*k) +
+                                          "'s steps, which it does not build");
+        f->credits += int64_t(msg->header().seq);
         st.credit_wait.reset();
-        if (st.credits > st.opts.prefetch)
+        if (f->credits > st.opts.prefetch)
           return fail_job_actor(self, "stream shard '" + st.me + "': '" + st.trainer + "' returned more credits than "
-                                      "batches were in flight (" + std::to_string(st.credits) + " > prefetch " +
+                                      "batches were in flight (" + std::to_string(f->credits) + " > prefetch " +
                                       std::to_string(st.opts.prefetch) + ")");
         pump(self);
       });

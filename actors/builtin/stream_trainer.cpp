@@ -18,12 +18,15 @@
 //      sequence to the in-memory path's, whatever the number of shards.
 // Any failure ends the job with a message naming the shard and its node.
 #include <chrono>
-#include <optional>
 #include <map>
+#include <optional>
+#include <set>
+#include <thread>
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/builtin/stream_protocol.hpp"
+#include "actors/log.hpp"
 #include "kernels/criteo_dataset.hpp"
 #include "kernels/criteo_text.hpp"
 #include "kernels/trace.hpp"
@@ -42,8 +45,19 @@ public:
       : self_(self), svc_(std::move(svc)), me_(std::move(me)), opts_(std::move(opts)), plan_(plan),
         sample_(sample), classes_(classes), stats_(stats), worker_(worker), other_(std::move(other)),
         ledger_(plan.rows), order_(plan.rows, seed), shard_rows_(std::size_t(opts_.shards()), 0),
-        shard_checksum_(std::size_t(opts_.shards()), 0), tk_(kernels::trace::track(me_)) {
+        shard_checksum_(std::size_t(opts_.shards()), 0), tk_(kernels::trace::track(me_)),
+        lost_(std::size_t(opts_.shards()), false), last_(std::size_t(opts_.shards())), started_(clock_type::now()) {
     for (int64_t j = worker_; j < plan_.steps; j += opts_.workers()) my_rows_ += plan_.batch_rows(j);
+    for (int k = 0; k < opts_.shards(); ++k) server_.push_back(stream::shard_name(k));
+  }
+
+  // The consumer has every batch it will take: its shards may finish
+  // (stream_protocol.hpp, release). Best effort: a shard that is gone
+  // needs none.
+  ~stream_source() override {
+    for (int k = 0; k < opts_.shards(); ++k)
+      if (opts_.consumer_of(k) == worker_ && !lost_[std::size_t(k)])
+        (void)svc_->send_wire(stream::shard_name(k), stream::make_release(me_, stream::shard_name(k)));
   }
 
   const kernels::epoch_plan& plan() const override { return plan_; }
@@ -69,6 +83,7 @@ public:
     const int shard = opts_.shard_of_step(step);
     auto t0 = clock_type::now();
     auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opts_.timeout_s));
+    HF_RETURN_IF_ERROR(check_lost());
     auto it = buffered_.find(key);
     // The wait for a batch that is not here yet (watchdog and trace).
     std::optional<kernels::waits::scope> waiting;
@@ -98,6 +113,9 @@ public:
           caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1)) >>
               [] {});
       if (!failure_.ok()) return failure_;
+      const std::size_t before = stats_takeovers_;
+      HF_RETURN_IF_ERROR(check_lost());
+      if (stats_takeovers_ != before) deadline = clock_type::now() + (deadline - t0);  // a new builder: a full wait
       it = buffered_.find(key);
     }
     waiting.reset();
@@ -105,10 +123,23 @@ public:
     pending p = std::move(it->second);
     buffered_.erase(it);
     // The credit goes back as soon as the batch is taken: the shard builds
-    // its next one while this one trains.
-    if (auto s = svc_->send_wire(stream::shard_name(shard), stream::make_credit(me_, stream::shard_name(shard), 1));
-        !s.ok())
-      return status(s.code(), "train: cannot return a credit to " + who(shard) + ": " + s.message());
+    // its next one while this one trains. It goes to the shard that built
+    // the batch (a taker's credits name the stream); none to a lost one.
+    if (!dead_senders_.count(p.sender)) {
+      const int32_t stream_of = p.sender == stream::shard_name(shard) ? -1 : int32_t(shard);
+      if (auto s = svc_->send_wire(p.sender, stream::make_credit(me_, p.sender, 1, stream_of)); !s.ok()) {
+        // A shard whose node just went down: its loss is noticed within
+        // moments (the node's monitor); anything else fails the job.
+        const std::string node = svc_->node_of(p.sender);
+        auto until = clock_type::now() + std::chrono::seconds(3);
+        while (!svc_->node_lost(node) && clock_type::now() < until && !svc_->stopping().load())
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (!svc_->node_lost(node))
+          return status(s.code(), "train: cannot return a credit to '" + p.sender + "' on node '" + node +
+                                      "': " + s.message());
+        HF_RETURN_IF_ERROR(check_lost());
+      }
+    }
     HF_RETURN_IF_ERROR(check_batch(p, epoch, step, shard));
     current_ = std::move(p.msg);
     if (stats_) ++stats_->batches;
@@ -129,8 +160,93 @@ private:
   struct pending {
     schemas::decoded_message msg;
     std::string node;
+    std::string sender;  // the shard actor that built it (a taker for a lost shard's steps)
     stream::batch_view view;
   };
+  // The last batch received of each shard's steps (whoever built it): a
+  // takeover resumes after it, with its books.
+  struct last_seen {
+    int64_t key = -1;  // epoch * steps + step; -1: none yet
+    int64_t rows = 0;
+    uint64_t checksum = 0;
+  };
+
+  // Failover (stream_protocol.hpp, takeover): a shard of this consumer whose
+  // builder's node is lost gets its steps rebuilt by a surviving shard of
+  // this consumer, from the step after the last one received.
+  status check_lost() {
+    for (int k = 0; k < opts_.shards(); ++k) {
+      if (opts_.consumer_of(k) != worker_) continue;
+      const std::string& builder = server_[std::size_t(k)];
+      if (builder.empty() || !svc_->node_lost(svc_->node_of(builder))) continue;
+      HF_RETURN_IF_ERROR(take_over(k));
+    }
+    return {};
+  }
+
+  status take_over(int k) {
+    const std::string old_builder = server_[std::size_t(k)];
+    const std::string node = svc_->node_of(old_builder);
+    dead_senders_.insert(old_builder);
+    lost_[std::size_t(k)] = true;
+    if (!opts_.failover)
+      return make_error(errc::peer_down, "train: " + who(k) + " is lost (stream_failover = false)");
+    // Where k's steps resume.
+    const auto& l = last_[std::size_t(k)];
+    int epoch = 0;
+    int64_t step = opts_.first_step(k), rows = 0;
+    uint64_t sum = 0;
+    if (l.key >= 0) {
+      epoch = int(l.key / plan_.steps);
+      step = l.key % plan_.steps + opts_.step_stride(k);
+      rows = l.rows;
+      sum = l.checksum;
+      if (step >= plan_.steps) {
+        ++epoch;
+        step = opts_.first_step(k);
+        rows = 0;
+        sum = 0;
+      }
+    }
+    if (epoch >= opts_.epochs || step >= plan_.steps) {
+      server_[std::size_t(k)].clear();  // every batch of k is here already
+      log_info(me_ + ": " + who(k) + " went down after its last batch arrived; nothing to take over");
+      return {};
+    }
+    // The taker: a surviving shard of this consumer (its own actor, on a
+    // node not lost) building the fewest streams.
+    int taker = -1;
+    std::size_t load = 0;
+    for (int t = 0; t < opts_.shards(); ++t) {
+      if (t == k || opts_.consumer_of(t) != worker_ || lost_[std::size_t(t)] ||
+          svc_->node_lost(opts_.shard_nodes[std::size_t(t)]))
+        continue;
+      std::size_t n = 0;
+      for (const auto& b : server_) n += b == stream::shard_name(t);
+      if (taker < 0 || n < load) taker = t, load = n;
+    }
+    if (taker < 0)
+      return make_error(errc::peer_down, "train: " + who(k) + " is lost and no other shard of '" + me_ +
+                                               "' is left to take over its steps (epoch " + std::to_string(epoch + 1) +
+                                               " step " + std::to_string(step + 1) + " on)");
+    stream::takeover_info t;
+    t.shard = k;
+    t.epoch = epoch;
+    t.step = step;
+    t.shard_rows = rows;
+    t.shard_checksum = sum;
+    const std::string taker_name = stream::shard_name(taker);
+    if (auto s = svc_->send_wire(taker_name, stream::make_takeover(me_, taker_name, t)); !s.ok())
+      return status(s.code(), "train: cannot hand " + who(k) + "'s steps to '" + taker_name + "': " + s.message());
+    server_[std::size_t(k)] = taker_name;
+    ++takeovers_;
+    ++stats_takeovers_;
+    const double at = std::chrono::duration<double>(clock_type::now() - started_).count();
+    if (stats_) stats_->takeovers.push_back({k, node, taker, epoch + 1, step + 1, at});
+    log_warn(me_ + ": node '" + node + "' is down: '" + taker_name + "' builds shard " + std::to_string(k) +
+             "'s steps from epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step + 1));
+    return {};
+  }
 
   std::string who(int shard) const {
     return "stream shard '" + stream::shard_name(shard) + "' on node '" + opts_.shard_nodes[std::size_t(shard)] + "'";
@@ -164,7 +280,13 @@ private:
       return fail(make_error(errc::internal, "train: " + who(info.shard) + " sent a batch to '" + me_ +
                                                  "', but it feeds '" +
                                                  opts_.consumers[std::size_t(opts_.consumer_of(info.shard))] + "'"));
-    if (msg->header().sender != stream::shard_name(info.shard) || info.step < 0 || info.step >= plan_.steps ||
+    if (dead_senders_.count(msg->header().sender)) {
+      // Built by a shard whose node is lost, read only now: its taker
+      // rebuilds every step after the last one received before the loss.
+      if (stats_) ++stats_->dropped_late;
+      return;
+    }
+    if (msg->header().sender != server_[std::size_t(info.shard)] || info.step < 0 || info.step >= plan_.steps ||
         opts_.shard_of_step(info.step) != info.shard || info.epoch < 0)
       return fail(make_error(errc::internal, "train: " + who(info.shard) + " sent step " +
                                                  std::to_string(info.step) + " of epoch " +
@@ -175,10 +297,16 @@ private:
       return fail(make_error(errc::internal, "exactly-once check: " + who(info.shard) + " sent step " +
                                                  std::to_string(info.step + 1) + " of epoch " +
                                                  std::to_string(info.epoch + 1) + " twice"));
-    buffered_.emplace(key, pending{std::move(*msg), node, *view});
+    auto& l = last_[std::size_t(info.shard)];
+    l.key = key;
+    l.rows = info.shard_rows;
+    l.checksum = info.shard_checksum;
+    std::string sender = msg->header().sender;
+    buffered_.emplace(key, pending{std::move(*msg), node, std::move(sender), *view});
     if (stats_) stats_->max_buffered = std::max<int64_t>(stats_->max_buffered, int64_t(buffered_.size()));
-    // Only this consumer's shards send to it: at most their credits wait.
-    const int64_t bound = int64_t(opts_.shards_of(worker_)) * opts_.prefetch;
+    // Only this consumer's shards send to it: at most their credits wait
+    // (and a taker's fresh credits beside a lost shard's last batches).
+    const int64_t bound = int64_t(opts_.shards_of(worker_) + takeovers_) * opts_.prefetch;
     if (int64_t(buffered_.size()) > bound)
       return fail(make_error(errc::internal, "train: " + std::to_string(buffered_.size()) +
                                                  " batches waiting, more than shards x prefetch = " +
@@ -246,6 +374,16 @@ private:
   kernels::trace::track_id tk_;          // the consumer's trace track
   std::map<int64_t, pending> buffered_;  // by epoch * steps + step
   int64_t next_key_ = 0;
+  // Failover: per shard, whether its original builder is lost, the actor
+  // that builds its steps now ("" once nothing of it is left to build), and
+  // the last batch of it received.
+  std::vector<bool> lost_;
+  std::vector<std::string> server_;
+  std::vector<last_seen> last_;
+  std::set<std::string> dead_senders_;  // builders on lost nodes: their late batches are dropped
+  int takeovers_ = 0;
+  std::size_t stats_takeovers_ = 0;
+  clock_type::time_point started_;
   schemas::decoded_message current_;     // the batch being trained on
   status failure_;
 };

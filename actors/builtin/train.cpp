@@ -707,6 +707,9 @@ void add_train(registry& reg) {
       64.0);
   key("flip", key_type::boolean, true, "stream, augment: random horizontal flip");
   key("stream_timeout", key_type::duration, 60.0, "stream: the longest wait for one batch", 0.1, 86400.0);
+  key("stream_failover", key_type::boolean, true,
+      "stream: when a node that runs only stream shards goes down, the job goes on: another shard of the same "
+      "consumer builds the lost shard's steps (false: the loss stops the job)");
   key("stream_fault", key_type::string, std::string(""),
       "tests only: make shard 0 break exactly-once (duplicate or drop a row)", {}, {}, {"", "duplicate", "drop"});
   ps_job::add_train_keys(job);  // strategy "ps" (actors/ps/)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Streamed input when a shard's node dies (issue 9: a pre-processing shard's
+# work is reassigned, no row lost or repeated).
+#  1. SIGKILL of a node that runs only a stream shard, mid-epoch: the trainer
+#     hands that shard's steps to another shard and the job finishes with
+#     exit 0; every epoch's books hold exactly the training set once (the
+#     trainer checks each batch's rows against the epoch's order and each
+#     shard's running row count and checksum), and the report names the lost
+#     shard, its node and the taker; and it trains exactly what an
+#     uninterrupted run trains (same per-epoch loss and accuracy). Run on the
+#     UCX data plane over TCP and on the CAF fallback.
+#  2. With stream_failover = false the same loss stops the job: every node
+#     exits non-zero within 10 s, naming the dead node.
+source "$(dirname "$0")/lib.sh"
+
+common=('kind = "train"' 'model = "lenet5"' 'dataset = "synthetic"' 'input_shape = [1, 28, 28]'
+  'train_size = 3000' 'test_size = 300' 'batch_size = 32' 'seed = 5' 'input = "stream"' 'augment = true'
+  'prefetch = 2')
+
+# --- 1. the job goes on without the dead node -----------------------------------------------------
+# The reference: the same job, nobody killed.
+ref="$HETFLOW_SCRATCH/reference.toml"
+write_topology "$ref" 9540 3 auto "${common[@]}" 'epochs = 3'
+timeout 120 "$HETFLOW" run "$ref" --report "$ref.json" >"$ref.out" 2>&1 || { cat "$ref.out"; fail "reference run"; }
+want=$(json_get "$ref.json" '[(e["loss"], e["test_accuracy"]) for e in d["epochs"]]')
+port=9510
+for dp in ucx:tcp,self caf; do
+  topo="$HETFLOW_SCRATCH/failover-${dp%%:*}.toml"
+  write_topology "$topo" $port 3 "$dp" "${common[@]}" 'epochs = 3'
+  port=$((port + 10))
+  "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 &
+  run=$!
+  PIDS+=($run)
+  # Kill n2 (stream_shard_2 only) in the middle of epoch 2.
+  wait_for_text "$topo.out" "epoch 1/3 done" 90 || { cat "$topo.out"; fail "$dp: training never got going"; }
+  pkill -KILL -f -- "node $topo --name n2" || { cat "$topo.out"; fail "$dp: no node n2 to kill (the job ended?)"; }
+  t0=$(date +%s.%N)
+  wait_exit "$run" 120 || { cat "$topo.out"; fail "$dp: the run did not end within 120 s of n2's death"; }
+  rc=$WAIT_RC
+  t1=$(date +%s.%N)
+  [[ $rc -eq 0 ]] || { cat "$topo.out"; fail "$dp: the run exited $rc after losing shard node n2, want 0"; }
+  grep -q "node 'n2'.* is down.*goes on without it" "$topo.out" ||
+    { cat "$topo.out"; fail "$dp: no line saying the job goes on without n2"; }
+  grep -q "nodes lost during the job, which finished without them: n2 (exit 137)" "$topo.out" ||
+    { cat "$topo.out"; fail "$dp: the launcher does not name the lost node"; }
+  check() {  # check PYTHON_EXPR MESSAGE
+    [[ $(json_get "$topo.json" "$1") == True ]] || { python3 -m json.tool "$topo.json"; fail "$dp report: $2"; }
+  }
+  check 'd["status"] == "ok" and len(d["epochs"]) == 3' "status ok, 3 epochs"
+  # Exactly once: every epoch's rows are the training set, once each, and
+  # the same set every epoch (order-independent checksum).
+  check 'd["stream"]["exactly_once"] and [e["rows"] for e in d["stream"]["epochs"]] == [3000] * 3 and len({e["id_checksum"] for e in d["stream"]["epochs"]}) == 1' \
+    "exactly-once books of 3000 rows in each of 3 epochs"
+  check 'all(e["samples"] == 3000 for e in d["epochs"])' "3000 samples trained per epoch"
+  check 'len(d["stream"]["takeovers"]) == 1 and d["stream"]["takeovers"][0]["shard"] == 2 and d["stream"]["takeovers"][0]["node"] == "n2" and d["stream"]["takeovers"][0]["taken_over_by"] in (0, 1) and d["stream"]["takeovers"][0]["epoch"] >= 2' \
+    "one takeover of shard 2 (node n2) by shard 0 or 1, from epoch 2 on"
+  check '[a["ok"] for a in d["actors"] if a["name"] == "stream_shard_2"] == [False] and "lost with node" in [a["summary"] for a in d["actors"] if a["name"] == "stream_shard_2"][0]' \
+    "stream_shard_2 reported lost with its node"
+  taker=$(json_get "$topo.json" 'd["stream"]["takeovers"][0]["taken_over_by"]')
+  check "[a['metrics']['took_over'] for a in d['actors'] if a['name'] == 'stream_shard_$taker'] == [[2]]" \
+    "the taker, stream_shard_$taker, reports the steps it took over"
+  # The taker builds the same batches (rows, order, augmentation from the
+  # seed and the epoch), so training is the reference's, bit for bit.
+  got=$(json_get "$topo.json" '[(e["loss"], e["test_accuracy"]) for e in d["epochs"]]')
+  [[ "$got" == "$want" ]] || fail "$dp: per-epoch loss/accuracy $got differ from the uninterrupted run's $want"
+  acc=$(json_get "$topo.json" 'd["epochs"][-1]["test_accuracy"]')
+  pass "$dp: shard node n2 killed in epoch 2: its steps went to stream_shard_$taker ($(json_get "$topo.json" 'd["stream"]["takeovers"][0]')); 3 x 3000 rows exactly once, exit 0 $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s after the kill, test accuracy $acc"
+done
+
+# --- 2. stream_failover = false: the loss stops the job ------------------------------------------
+kt="$HETFLOW_SCRATCH/nofailover.toml"
+write_topology "$kt" 9550 3 auto "${common[@]}" 'epochs = 1000' 'stream_failover = false'
+start_nodes "$kt" 3
+pids=("${NODE_PIDS[@]}")
+wait_for_text "$kt.n0.log" "epoch 1/1000 done" 60 || { cat "$kt".n*.log; fail "no failover: training never got going"; }
+t0=$(date +%s.%N)
+kill -KILL "${pids[2]}"
+for i in 0 1; do
+  wait_exit "${pids[$i]}" 10 || { cat "$kt".n*.log; fail "no failover: n$i still running 10 s after shard node n2 died"; }
+  rc=$WAIT_RC
+  ((rc != 0)) || { cat "$kt.n$i.log"; fail "no failover: n$i exited 0 after n2 died"; }
+  grep -q "n2" <(grep -E "stopping|error" "$kt.n$i.log") || { cat "$kt.n$i.log"; fail "no failover: n$i does not name n2"; }
+done
+t1=$(date +%s.%N)
+wait "${pids[2]}" 2>/dev/null
+pass "stream_failover = false: shard node n2 killed mid-run, n0 and n1 exited non-zero naming it after $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s"
