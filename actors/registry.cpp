@@ -72,11 +72,14 @@ expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& 
 
 std::set<int> expendable_nodes(const topology::cluster& c, const std::vector<topology::actor_spec>& actors) {
   std::set<int> out;
-  if (!c.job.params.get_bool("stream_failover", true)) return out;
-  std::map<std::string, bool> only_shards;  // node -> all its actors are stream shards
+  std::string type;  // the job's replaceable actor type
+  if (c.job.kind == "train" && c.job.params.get_bool("stream_failover", true)) type = "stream_shard";
+  if (c.job.kind == "preprocess" && c.job.params.get_bool("shard_failover", true)) type = "preprocess_shard";
+  if (type.empty()) return out;
+  std::map<std::string, bool> only_shards;  // node -> all its actors are of that type
   for (const auto& a : actors) {
     auto [it, fresh] = only_shards.emplace(a.node, true);
-    if (a.type != "stream_shard") it->second = false;
+    if (a.type != type) it->second = false;
   }
   for (std::size_t i = 1; i < c.nodes.size(); ++i)
     if (auto it = only_shards.find(c.nodes[i].name); it != only_shards.end() && it->second) out.insert(int(i));

@@ -91,10 +91,12 @@ expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& 
                                                       const registry& reg);
 
 // The nodes whose loss the job survives (indices into c.nodes): every node
-// but the first whose actors are all stream shards (type "stream_shard"), a
-// streamed train job's input: the shards that are left take over a lost
-// shard's steps (stream_trainer.cpp). Empty with [job] stream_failover =
-// false. The same on every node and in the launcher.
+// but the first whose actors are all shards another node can take over: a
+// streamed train job's "stream_shard"s (the shards that are left build a
+// lost shard's steps, stream_trainer.cpp; [job] stream_failover) and a
+// preprocess job's "preprocess_shard"s (another node processes a lost
+// node's slice, actors/builtin/preprocess.cpp; [job] shard_failover). Empty
+// when the key is false. The same on every node and in the launcher.
 std::set<int> expendable_nodes(const topology::cluster& c, const std::vector<topology::actor_spec>& actors);
 
 }  // namespace hetflow::actors

@@ -4,33 +4,47 @@
 //
 // Actors: one `pp_shard_<i>` per node i (shard i of N: a line-aligned slice of
 // the concatenated inputs, see input_split.hpp; every node computes the same
-// plan from the file sizes) and, in vocab mode, `pp_vocab` on the head, which
-// coordinates; each node's shard spawns a merger (`pp_merge_<i>`) for the
-// columns pp_vocab gives it, so every node's cores merge.
+// plan from the file sizes) and `pp_vocab` on the head, which coordinates (in
+// both modes); in vocab mode each node's shard spawns a merger
+// (`pp_merge_<i>`) for the columns pp_vocab gives it, so every node's cores
+// merge.
+//
+// Failover ([job] shard_failover, default true; registry.hpp's
+// expendable_nodes): when a node other than the head goes down, pp_vocab
+// hands each shard it held to the surviving node holding the fewest
+// (pptake); that node's shard actor processes the slice from the text after
+// its own (a second `slot`), and every message about a shard names it, so
+// pulls and ids reach whichever actor holds it. Hash mode: any time (a part
+// the lost node had written is written again: its disk may be gone too).
+// Vocab mode: until every shard has counted; a loss after that stops the job.
+// Shards stay until pp_vocab has every part (ppdone from the holder) and
+// says ppfinish, so a late loss still finds a taker.
 //
 //   vocab mode
 //   pp_shard_i            pp_vocab (head)          pp_merge_k (node k, its columns)
 //     start: pass 1 (count_shard)
-//     -- (ppcounted, i, rows, column sizes) --> waits for all N; assigns the
+//     -- (ppcounted, i, holder, rows, sizes) --> waits for all N; assigns the
 //                            columns to nodes by size (assign_merge_columns)
-//                            -- (ppmerge, mask) --> shard k spawns pp_merge_k
-//     <-- request (pppull, c, max) ----------------  k-way merge of the N sorted
+//                            -- (ppmerge, mask, holders) --> pp_merge_k
+//     <-- request (pppull, i, c, max) -------------  k-way merge of the N sorted
 //     --- chunk (<= chunk_bytes) ------------------>  count streams, pulled chunk by
 //         ... until an empty chunk                    chunk; kept strings ->
-//     <-- request (ppids, c, K, chunk) ------------  vocab-CC.tsv on node k; the id
+//     <-- request (ppids, i, c, K, chunk) ---------  vocab-CC.tsv on node k; the id
 //     --- ack ------------------------------------>  of each of shard i's entries
 //                                                     (K = the OOV id), each chunk
 //                                                     acked before the next
 //                            <-- (ppcolumn, c, distinct, kept, k, threads) per column
 //                            after all 26 columns (every id chunk acked):
 //     <-- (ppgo) -----------
-//     pass 2 (finish_shard): maps the staged part-0000i.bin; report_done
+//     pass 2 (finish_shard): maps the staged part-0000i.bin
+//     -- (ppdone, i, holder) -->   after every part:
+//     <-- (ppfinish) -----------   report_done
 //
 //   Pass 1 parses each line once and stages the records with shard-local ids
 //   (kernels/preprocess/preprocess.hpp); the mergers tell each shard only
 //   which id each of its own entries got, so pass 2 reads no text.
 //
-//   hash mode: every shard runs pass 2 at start.
+//   hash mode: every shard runs pass 2 at start, then ppdone / ppfinish.
 //
 // Wire: atoms, integers and std::vector<char> only (CAF built-in types); every
 // chunk is bounded by chunk_bytes (plus one record), every request has a
@@ -75,6 +89,10 @@ using pp_go_atom = caf::atom_constant<caf::atom("ppgo")>;
 using pp_merge_atom = caf::atom_constant<caf::atom("ppmerge")>;
 using pp_column_atom = caf::atom_constant<caf::atom("ppcolumn")>;
 using pp_merge_fail_atom = caf::atom_constant<caf::atom("ppmfail")>;
+using pp_take_atom = caf::atom_constant<caf::atom("pptake")>;
+using pp_slot_done_atom = caf::atom_constant<caf::atom("ppdone")>;
+using pp_finish_atom = caf::atom_constant<caf::atom("ppfinish")>;
+using pp_tick_atom = caf::atom_constant<caf::atom("pptick")>;
 
 const char* vocab_actor = "pp_vocab";
 std::string shard_actor(int i) { return "pp_shard_" + std::to_string(i); }
@@ -154,17 +172,22 @@ bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
 
 struct merge_plan {
   job_config cfg;
-  int index = 0;                      // this node's shard
+  int index = 0;                      // this node (its shard actor's index)
   uint32_t columns = 0;               // bit c: merge column c here
-  std::vector<caf::actor> shards;     // every shard, in index order
+  std::vector<caf::actor> shards;     // the actor holding each shard (slot), in shard order
   std::vector<std::string> shard_nodes;
   caf::actor vocab;
   std::shared_ptr<node_services> svc;
-  // This node's shard's counts, read directly (no chunks, no messages). Safe
-  // beside the shard actor: a column is merged by one merger only, and the
-  // shard's own handlers touch only the other columns' streams and ids; the
-  // shard joins the merger before it drops its counts.
-  pp::shard_counts* local = nullptr;
+  // The counts of the shards this node holds (its own, and any it took over
+  // from a lost node), read directly (no chunks, no messages). Safe beside
+  // the shard actor: a column is merged by one merger only, and the shard's
+  // own handlers touch only the other columns' streams and ids; the shard
+  // joins the merger before it drops its counts.
+  std::map<int, pp::shard_counts*> local;
+  pp::shard_counts* local_of(int shard) const {
+    auto it = local.find(shard);
+    return it == local.end() ? nullptr : it->second;
+  }
 };
 
 struct column_outcome {
@@ -187,14 +210,14 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
   std::vector<std::unique_ptr<pp::count_stream>> streams;
   std::vector<pp::count_stream*> raw;
   for (int i = 0; i < cfg.shards; ++i) {
-    if (i == p.index && p.local) {
-      streams.push_back(p.local->column_stream(c));
+    if (auto* l = p.local_of(i)) {
+      streams.push_back(l->column_stream(c));
       raw.push_back(streams.back().get());
       continue;
     }
     auto fetch = [&, i, c]() -> expected<std::vector<char>> {
       expected<std::vector<char>> r = make_error(errc::internal, "no reply");
-      blocking->request(p.shards[i], timeout, pp_pull_atom::value, static_cast<uint32_t>(c),
+      blocking->request(p.shards[i], timeout, pp_pull_atom::value, static_cast<uint32_t>(i), static_cast<uint32_t>(c),
                         static_cast<uint64_t>(cfg.chunk_bytes))
           .receive([&](std::vector<char>& chunk) { r = std::move(chunk); },
                    [&](caf::error& e) {
@@ -211,12 +234,12 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
   // Per shard: the id of each of its entries, delta-coded (vocabulary.hpp).
   std::vector<std::vector<std::vector<char>>> chunks(cfg.shards, std::vector<std::vector<char>>(1));
   std::vector<int32_t> prev(cfg.shards, -1);
-  std::vector<int32_t> local_ids;  // this node's shard: plain ids
+  std::vector<std::vector<int32_t>> local_ids(cfg.shards);  // the shards held here: plain ids
   auto stats = pp::merge_column_ids(
       raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); },
       [&](std::size_t i, int32_t id) {
-        if (static_cast<int>(i) == p.index && p.local) {
-          local_ids.push_back(id);
+        if (p.local_of(static_cast<int>(i))) {
+          local_ids[i].push_back(id);
           return;
         }
         auto& cs = chunks[i];
@@ -225,16 +248,16 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
       });
   if (!stats) return stats.error().message();
   if (auto s = file->close(); !s.ok()) return s.message();
-  if (p.local) {
-    p.local->add_column_ids(c, local_ids.data(), local_ids.size());
-    p.local->set_oov_id(c, static_cast<int32_t>(stats->kept));
+  for (auto& [i, l] : p.local) {
+    l->add_column_ids(c, local_ids[std::size_t(i)].data(), local_ids[std::size_t(i)].size());
+    l->set_oov_id(c, static_cast<int32_t>(stats->kept));
   }
   // One acked chunk at a time per other shard (bounded in flight).
   for (int i = 0; i < cfg.shards; ++i) {
-    if (i == p.index && p.local) continue;
+    if (p.local_of(i)) continue;
     for (auto& chunk : chunks[i]) {
       std::string err;
-      blocking->request(p.shards[i], timeout, pp_ids_atom::value, static_cast<uint32_t>(c),
+      blocking->request(p.shards[i], timeout, pp_ids_atom::value, static_cast<uint32_t>(i), static_cast<uint32_t>(c),
                         static_cast<int32_t>(stats->kept), chunk)
           .receive([&](bool) {},
                    [&](caf::error& e) {
@@ -299,26 +322,42 @@ void merger(caf::actor_system& sys, merge_plan p) {
 
 // ---- the shard ------------------------------------------------------------------
 
-struct shard_state {
-  std::shared_ptr<node_services> svc;
-  std::string me;
+// One slice of the input (shard i of N) held by this node's shard actor: its
+// own, or one it took over from a lost node (pp_take).
+struct slot {
   int index = 0;
-  job_config cfg;
-  pp::input_set inputs;
   pp::shard_plan plan;
   std::optional<pp::shard_counts> counts;
   std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
   std::array<int32_t, pp::sparse_columns> prev_kept;  // decoding ppids chunks
-  std::vector<int32_t> ids;                            // scratch
-  clock_type::time_point t0;
   double count_seconds = 0;
   uint64_t spills = 0, peak_table_bytes = 0;
+  bool applied = false;
+  uint64_t rows = 0, malformed = 0;
+  double seconds = 0;
+  std::string metrics;  // the part's report object, after pass 2
+};
+
+struct shard_state {
+  std::shared_ptr<node_services> svc;
+  std::string me;
+  int index = 0;  // this node's own shard (the actor's index)
+  job_config cfg;
+  pp::input_set inputs;
+  std::vector<std::unique_ptr<slot>> slots;  // [0]: its own
+  std::vector<int32_t> ids;                  // scratch
+  clock_type::time_point t0;
   bool done = false;
   kernels::trace::track_id tk = 0;  // trace track (0: not tracing)
   // Pass 1 done, waiting for the vocabularies (watchdog and trace).
   std::optional<kernels::waits::scope> vocab_wait;
   std::thread merging;  // this node's column merger (merger()), if it has columns
 
+  slot* find(uint32_t shard) {
+    for (auto& s : slots)
+      if (s->index == static_cast<int>(shard)) return s.get();
+    return nullptr;
+  }
   void join_merger() {
     if (merging.joinable()) merging.join();
   }
@@ -336,12 +375,12 @@ void shard_fail(caf::event_based_actor* self, shard_state& st, const std::string
   self->quit();
 }
 
-pp::preprocess_options shard_options(shard_state& st) {
+pp::preprocess_options shard_options(shard_state& st, const slot& sl) {
   pp::preprocess_options o = st.cfg.opt;
   o.stop = &st.svc->stopping();
-  o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(st.index);
-  auto printer = std::make_shared<progress_printer>("shard " + std::to_string(st.index) + " (" +
-                                                    mib(st.plan.bytes()) + ")");
+  o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(sl.index);
+  auto printer = std::make_shared<progress_printer>("shard " + std::to_string(sl.index) + " (" +
+                                                    mib(sl.plan.bytes()) + ")");
   // Trace: progress comes once per segment of a pass; the time since the
   // previous one (or the pass's start) is that segment's.
   auto last_us = std::make_shared<int64_t>(kernels::trace::enabled() ? kernels::trace::now_us() : 0);
@@ -370,42 +409,126 @@ pp::preprocess_options shard_options(shard_state& st) {
   return o;
 }
 
-void run_pass2(caf::event_based_actor* self, shard_state& st) {
-  std::string part = st.cfg.output_dir + "/" + pp::part_file_name(st.index);
-  st.vocab_wait.reset();
-  st.join_merger();  // done: every column it merged was reported before ppgo
-  kernels::trace::scope t_apply("pass 2: apply", st.tk);
-  auto r = st.counts ? pp::finish_shard(*st.counts, shard_options(st))
-                     : pp::apply_shard(st.inputs, st.plan, nullptr, part, shard_options(st));
+// Pass 2 of one slot (hash mode: the only pass); tells the coordinator.
+// False when the shard failed.
+bool apply_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
+  std::string part = st.cfg.output_dir + "/" + pp::part_file_name(sl.index);
+  kernels::trace::scope t_apply("pass 2: apply", st.tk, "shard", sl.index);
+  auto t0 = clock_type::now();
+  auto r = sl.counts ? pp::finish_shard(*sl.counts, shard_options(st, sl))
+                     : pp::apply_shard(st.inputs, sl.plan, nullptr, part, shard_options(st, sl));
   t_apply.end();
-  st.counts.reset();  // spill files and tables go
+  sl.counts.reset();  // spill files and tables go
   std::error_code ec;
-  fs::remove(st.cfg.output_dir + "/.spill-" + std::to_string(st.index), ec);  // if empty
+  fs::remove(st.cfg.output_dir + "/.spill-" + std::to_string(sl.index), ec);  // if empty
   if (!r) {
-    if (r.error().code() == errc::cancelled) return shard_fail(self, st, "stopped");
-    return shard_fail(self, st, "shard " + std::to_string(st.index) + ": " + r.error().message());
+    if (r.error().code() == errc::cancelled) shard_fail(self, st, "stopped");
+    else shard_fail(self, st, "shard " + std::to_string(sl.index) + ": " + r.error().message());
+    return false;
   }
-  double secs = std::chrono::duration<double>(clock_type::now() - st.t0).count();
+  // A shard's own slot counts from the actor's start; a taken-over one from
+  // its own start (its count pass included).
+  double secs = sl.index == st.index ? std::chrono::duration<double>(clock_type::now() - st.t0).count()
+                                     : sl.count_seconds + std::chrono::duration<double>(clock_type::now() - t0).count();
   json_writer w;
-  w.begin_object().field("shard", int64_t{st.index}).field("node", st.svc->node_name());
-  w.field("part", pp::part_file_name(st.index)).field("rows", r->rows).field("lines", r->lines);
+  w.begin_object().field("shard", int64_t{sl.index}).field("node", st.svc->node_name());
+  w.field("part", pp::part_file_name(sl.index)).field("rows", r->rows).field("lines", r->lines);
   w.field("bytes", r->bytes).field("malformed_total", r->malformed.total);
-  w.field("seconds", secs).field("count_seconds", st.count_seconds).field("apply_seconds", r->seconds);
+  w.field("seconds", secs).field("count_seconds", sl.count_seconds).field("apply_seconds", r->seconds);
   w.field("rows_per_s", secs > 0 ? r->rows / secs : 0.0);
-  w.field("parallelism", int64_t{r->parallelism}).field("spills", st.spills);
-  w.field("peak_count_table_bytes", st.peak_table_bytes).field("rss_bytes", pp::current_rss());
+  w.field("parallelism", int64_t{r->parallelism}).field("spills", sl.spills);
+  w.field("peak_count_table_bytes", sl.peak_table_bytes).field("rss_bytes", pp::current_rss());
+  w.field("taken_over", sl.index != st.index);
   w.key("malformed").raw(r->malformed.to_json());
   w.end_object();
+  sl.metrics = w.str();
+  sl.rows = r->rows;
+  sl.malformed = r->malformed.total;
+  sl.seconds = secs;
+  sl.applied = true;
   for (auto& e : r->malformed.examples) log_warn("malformed line skipped: " + e.to_string());
   if (r->malformed.total > r->malformed.examples.size())
     log_warn(std::to_string(r->malformed.total - r->malformed.examples.size()) +
              " more malformed lines skipped (see the report)");
+  if (auto v = st.svc->find_actor(vocab_actor))
+    self->send(v, pp_slot_done_atom::value, static_cast<uint32_t>(sl.index), static_cast<uint32_t>(st.index));
+  return true;
+}
+
+// Every slot's part is written and the coordinator has them all: report
+// (totals first, each part's object in "parts") and go.
+void shard_finish(caf::event_based_actor* self, shard_state& st) {
+  if (st.done) return;
+  uint64_t rows = 0, malformed = 0;
+  double secs = 0;
+  std::string parts, names;
+  for (auto& s : st.slots) {
+    if (!s->applied) return shard_fail(self, st, "told to finish before shard " + std::to_string(s->index) + "'s part was written");
+    rows += s->rows;
+    malformed += s->malformed;
+    secs = std::max(secs, s->seconds);
+    parts += (parts.empty() ? "" : ",") + s->metrics;
+    names += (names.empty() ? "" : ", ") + pp::part_file_name(s->index);
+  }
+  json_writer w;
+  w.begin_object().field("rows", rows).field("malformed_total", malformed).field("seconds", secs);
+  std::string head = w.str();
+  head.pop_back();  // the parts go in last (summarize reads them back)
   st.done = true;
   st.svc->report_done(st.me, true,
-                      "wrote " + std::to_string(r->rows) + " rows to " + pp::part_file_name(st.index) +
-                          " (" + std::to_string(r->malformed.total) + " malformed lines skipped)",
-                      w.str());
+                      "wrote " + std::to_string(rows) + " rows to " + names + " (" + std::to_string(malformed) +
+                          " malformed lines skipped)" +
+                          (st.slots.size() > 1 ? "; took over shard " + std::to_string(st.slots.back()->index) : ""),
+                      head + ",\"parts\":[" + parts + "]}");
   self->quit();
+}
+
+void run_pass2(caf::event_based_actor* self, shard_state& st) {
+  st.vocab_wait.reset();
+  st.join_merger();  // done: every column it merged was reported before ppgo
+  for (auto& s : st.slots)
+    if (!s->applied && !apply_slot(self, st, *s)) return;
+}
+
+// Pass 1 (vocab) or the only pass (hash) of a slot; false when the shard failed.
+bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
+  const auto& cfg = st.cfg;
+  sl.plan = pp::plan_shards(st.inputs.sizes(), cfg.shards)[static_cast<std::size_t>(sl.index)];
+  auto r = pp::probe_resources();
+  log_info("shard " + std::to_string(sl.index) + "/" + std::to_string(cfg.shards) + ": " + mib(sl.plan.bytes()) +
+           " of input" + (sl.index != st.index ? " (taken over from a lost node)" : "") + "; " + r.to_string());
+  if (cfg.opt.mode == pp::categorical_mode::hash) return apply_slot(self, st, sl);
+  std::string part = cfg.output_dir + "/" + pp::part_file_name(sl.index);
+  kernels::trace::scope t_count("pass 1: count", st.tk, "shard", sl.index);
+  auto c = pp::count_shard(st.inputs, sl.plan, shard_options(st, sl), part);
+  t_count.end();
+  if (!c) {
+    if (c.error().code() == errc::cancelled) shard_fail(self, st, "stopped");
+    else shard_fail(self, st, "shard " + std::to_string(sl.index) + ": " + c.error().message());
+    return false;
+  }
+  sl.count_seconds = c->seconds;
+  sl.spills = c->spills;
+  sl.peak_table_bytes = c->peak_table_bytes;
+  sl.counts.emplace(std::move(*c));
+  sl.prev_kept.fill(-1);
+  auto v = st.svc->find_actor(vocab_actor);
+  if (!v) {
+    shard_fail(self, st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
+    return false;
+  }
+  std::vector<char> sizes(pp::sparse_columns * 8);  // u64 per column: what merging it costs
+  for (int c = 0; c < pp::sparse_columns; ++c) {
+    uint64_t n = sl.counts->column_size(c);
+    std::memcpy(sizes.data() + 8 * c, &n, 8);
+  }
+  self->send(v, pp_counted_atom::value, static_cast<uint32_t>(sl.index), static_cast<uint32_t>(st.index),
+             sl.counts->rows, std::move(sizes));
+  if (!st.vocab_wait)
+    st.vocab_wait.emplace(st.me, std::string(vocab_actor) + " on the head",
+                          "the vocabularies' ids (after every shard's pass 1)",
+                          kernels::waits::span{st.tk, "wait: vocabularies"});
+  return true;
 }
 
 caf::behavior shard(caf::event_based_actor* self, actor_env env) {
@@ -427,111 +550,126 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       auto in = pp::input_set::open(cfg.inputs);
       if (!in) return shard_fail(self, *st, in.error().message());
       st->inputs = std::move(*in);
-      st->plan = pp::plan_shards(st->inputs.sizes(), cfg.shards)[static_cast<std::size_t>(st->index)];
       if (st->index == 0) {
         // Part files of an earlier run with more shards would join the output.
         for (int i = cfg.shards;; ++i) {
           if (!fs::remove(cfg.output_dir + "/" + pp::part_file_name(i), ec)) break;
         }
       }
-      auto r = pp::probe_resources();
-      log_info("shard " + std::to_string(st->index) + "/" + std::to_string(cfg.shards) + ": " +
-               mib(st->plan.bytes()) + " of input; " + r.to_string());
-      if (cfg.opt.mode == pp::categorical_mode::hash) return run_pass2(self, *st);
-      std::string part = cfg.output_dir + "/" + pp::part_file_name(st->index);
-      kernels::trace::scope t_count("pass 1: count", st->tk);
-      auto c = pp::count_shard(st->inputs, st->plan, shard_options(*st), part);
-      t_count.end();
-      if (!c) {
-        if (c.error().code() == errc::cancelled) return shard_fail(self, *st, "stopped");
-        return shard_fail(self, *st, "shard " + std::to_string(st->index) + ": " + c.error().message());
-      }
-      st->count_seconds = c->seconds;
-      st->spills = c->spills;
-      st->peak_table_bytes = c->peak_table_bytes;
-      st->counts.emplace(std::move(*c));
-      st->prev_kept.fill(-1);
-      auto v = st->svc->find_actor(vocab_actor);
-      if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
-      std::vector<char> sizes(pp::sparse_columns * 8);  // u64 per column: what merging it costs
-      for (int c = 0; c < pp::sparse_columns; ++c) {
-        uint64_t n = st->counts->column_size(c);
-        std::memcpy(sizes.data() + 8 * c, &n, 8);
-      }
-      self->send(v, pp_counted_atom::value, static_cast<uint32_t>(st->index), st->counts->rows, std::move(sizes));
-      st->vocab_wait.emplace(st->me, std::string(vocab_actor) + " on the head",
-                             "the vocabularies' ids (after every shard's pass 1)",
-                             kernels::waits::span{st->tk, "wait: vocabularies"});
+      st->slots.push_back(std::make_unique<slot>());
+      st->slots.back()->index = st->index;
+      start_slot(self, *st, *st->slots.back());
     },
-    [self, st](pp_pull_atom, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
-      if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns))
-        return caf::make_error(caf::sec::invalid_argument, "pull of column " + std::to_string(column));
+    // The coordinator hands this node a lost node's shard.
+    [self, st](pp_take_atom, uint32_t shard) {
+      if (st->done) return;
+      if (shard >= static_cast<uint32_t>(st->cfg.shards) || st->find(shard))
+        return shard_fail(self, *st, "bad takeover of shard " + std::to_string(shard));
+      log_warn("shard " + std::to_string(st->index) + " takes over shard " + std::to_string(shard) +
+               " (its node is lost)");
+      st->slots.push_back(std::make_unique<slot>());
+      st->slots.back()->index = static_cast<int>(shard);
+      start_slot(self, *st, *st->slots.back());
+    },
+    [self, st](pp_pull_atom, uint32_t shard, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
+      slot* sl = st->find(shard);
+      if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns))
+        return caf::make_error(caf::sec::invalid_argument,
+                               "pull of shard " + std::to_string(shard) + " column " + std::to_string(column));
       kernels::trace::scope t_chunk("merge: serve count chunk", st->tk, "column", int64_t(column));
-      auto& s = st->pulling[column];
-      if (!s) s = st->counts->column_stream(static_cast<int>(column));
+      auto& s = sl->pulling[column];
+      if (!s) s = sl->counts->column_stream(static_cast<int>(column));
       auto chunk = pp::next_count_chunk(*s, std::min<uint64_t>(max_bytes, 64u << 20));
       if (!chunk) {
-        std::string why = "shard " + std::to_string(st->index) + ": " + chunk.error().message();
+        std::string why = "shard " + std::to_string(shard) + ": " + chunk.error().message();
         shard_fail(self, *st, why);
         return caf::make_error(caf::sec::runtime_error, why);
       }
       if (chunk->empty()) s.reset();
       return std::move(*chunk);
     },
-    [self, st](pp_ids_atom, uint32_t column, int32_t oov_id,
+    [self, st](pp_ids_atom, uint32_t shard, uint32_t column, int32_t oov_id,
                const std::vector<char>& chunk) -> caf::result<bool> {
       kernels::trace::scope t_ids("merge: take id chunk", st->tk, "column", int64_t(column));
       st->ids.clear();
-      if (!st->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 ||
-          !pp::decode_ids(chunk, st->prev_kept[column], st->ids)) {
-        shard_fail(self, *st, "corrupt id chunk for column " + std::to_string(column));
+      slot* sl = st->find(shard);
+      if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 ||
+          !pp::decode_ids(chunk, sl->prev_kept[column], st->ids)) {
+        shard_fail(self, *st, "corrupt id chunk for shard " + std::to_string(shard) + " column " + std::to_string(column));
         return caf::make_error(caf::sec::invalid_argument, "corrupt id chunk");
       }
-      st->counts->add_column_ids(static_cast<int>(column), st->ids.data(), st->ids.size());
-      st->counts->set_oov_id(static_cast<int>(column), oov_id);
+      sl->counts->add_column_ids(static_cast<int>(column), st->ids.data(), st->ids.size());
+      sl->counts->set_oov_id(static_cast<int>(column), oov_id);
       return true;
     },
-    [self, st](pp_merge_atom, uint32_t columns) {
+    [self, st](pp_merge_atom, uint32_t columns, const std::vector<char>& holders) {
       // Every shard has counted: merge this node's columns on a merger of
       // their own, so this actor stays free to serve pulls and ids.
+      // `holders`: u32 per shard, the node (shard actor) that holds it.
       merge_plan p;
       p.cfg = st->cfg;
       p.index = st->index;
       p.columns = columns;
-      p.local = st->counts ? &*st->counts : nullptr;
+      for (auto& s : st->slots)
+        if (s->counts) p.local[s->index] = &*s->counts;
       p.svc = st->svc;
       p.vocab = st->svc->find_actor(vocab_actor);
       if (!p.vocab) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
-      if (columns == 0 || columns >> pp::sparse_columns)
+      if (columns == 0 || columns >> pp::sparse_columns ||
+          holders.size() != static_cast<std::size_t>(st->cfg.shards) * 4)
         return shard_fail(self, *st, "bad merge request (column mask " + std::to_string(columns) + ")");
       for (int i = 0; i < st->cfg.shards; ++i) {
-        auto a = st->svc->find_actor(shard_actor(i));
-        if (!a) return shard_fail(self, *st, "no actor " + shard_actor(i));
+        uint32_t h;
+        std::memcpy(&h, holders.data() + 4 * i, 4);
+        if (h >= static_cast<uint32_t>(st->cfg.shards)) return shard_fail(self, *st, "bad merge request (holder)");
+        auto a = st->svc->find_actor(shard_actor(static_cast<int>(h)));
+        if (!a) return shard_fail(self, *st, "no actor " + shard_actor(static_cast<int>(h)));
         p.shards.push_back(a);
-        std::string node = st->svc->node_of(shard_actor(i));
+        std::string node = st->svc->node_of(shard_actor(static_cast<int>(h)));
         p.shard_nodes.push_back(node.empty() ? "?" : node);
       }
       if (st->merging.joinable()) return log_warn("shard " + std::to_string(st->index) + ": a second merge request, ignored");
       st->merging = std::thread([&sys = self->system(), p = std::move(p)]() mutable { merger(sys, std::move(p)); });
     },
     [self, st](pp_go_atom) { run_pass2(self, *st); },
+    [self, st](pp_finish_atom) { shard_finish(self, *st); },
   };
 }
 
-// ---- the vocabulary actor ---------------------------------------------------------
+// ---- the coordinator (pp_vocab) ----------------------------------------------------
 
+// On the head, in both modes: gathers the counts and runs the merge (vocab),
+// knows which node holds which shard, hands a lost node's shards to the
+// others (failover), and tells the shards to finish once every part is
+// written.
 struct vocab_state {
   std::shared_ptr<node_services> svc;
   std::string me;
   job_config cfg;
-  std::vector<std::string> shard_nodes;
+  bool vocab_mode = true;
+  bool failover = true;
+  std::vector<std::string> shard_nodes;  // node names by node index
+  std::vector<int> holder;               // the node holding each shard
+  std::set<int> lost;                    // lost nodes handled
   std::set<uint32_t> counted;
   std::array<uint64_t, pp::sparse_columns> cost{};  // entries per column over the shards
+  std::vector<std::array<uint64_t, pp::sparse_columns>> sizes;  // per shard, for a recount
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
+  bool merging = false, merged_all = false;
   clock_type::time_point merge_t0;
+  double merge_seconds = 0;
   std::array<column_outcome, pp::sparse_columns> columns;
   std::set<uint32_t> merged;                  // columns reported
   std::map<uint32_t, uint32_t> merge_threads;  // merging node -> its threads
+  std::set<uint32_t> applied;                 // shards whose part is written
+  std::string vocabulary_json;                // after the merge
+  struct reassignment {
+    int shard;
+    std::string from, to;
+    double at_s;
+  };
+  std::vector<reassignment> reassigned;
+  clock_type::time_point t0 = clock_type::now();
   bool done = false;
 };
 
@@ -543,7 +681,6 @@ void vocab_fail(caf::event_based_actor* self, vocab_state& st, const std::string
 }
 
 void finish_merge(caf::event_based_actor* self, vocab_state& st) {
-  const auto& cfg = st.cfg;
   json_writer w;
   w.begin_object().key("columns").begin_array();
   uint64_t kept_total = 0, distinct_total = 0;
@@ -562,14 +699,101 @@ void finish_merge(caf::event_based_actor* self, vocab_state& st) {
   w.field("kept", kept_total).field("distinct", distinct_total).field("merge_seconds", secs);
   w.field("merge_threads", threads).field("merge_nodes", static_cast<uint64_t>(st.merge_threads.size()));
   w.end_object();
-  for (int i = 0; i < cfg.shards; ++i)
-    if (auto a = st.svc->find_actor(shard_actor(i))) self->send(a, pp_go_atom::value);
-  log_info("vocabularies merged from " + std::to_string(cfg.shards) + " shards on " +
+  st.vocabulary_json = w.str();
+  st.merged_all = true;
+  std::set<int> nodes(st.holder.begin(), st.holder.end());
+  for (int n : nodes)
+    if (auto a = st.svc->find_actor(shard_actor(n))) self->send(a, pp_go_atom::value);
+  log_info("vocabularies merged from " + std::to_string(st.cfg.shards) + " shards on " +
            std::to_string(st.merge_threads.size()) + " node(s): " + std::to_string(kept_total) + " kept of " +
            std::to_string(distinct_total) + " distinct strings (" + std::to_string(secs).substr(0, 5) + " s)");
+}
+
+// Every part is written: the shards may report and go, and so may this actor.
+void finish_job(caf::event_based_actor* self, vocab_state& st) {
+  std::set<int> nodes(st.holder.begin(), st.holder.end());
+  for (int n : nodes)
+    if (auto a = st.svc->find_actor(shard_actor(n))) self->send(a, pp_finish_atom::value);
+  json_writer w;
+  w.begin_object();
+  if (st.vocab_mode) w.key("vocabulary").raw(st.vocabulary_json);
+  w.key("reassigned").begin_array();
+  for (const auto& r : st.reassigned)
+    w.begin_object().field("shard", int64_t{r.shard}).field("from", r.from).field("to", r.to).field("at_s", r.at_s).end_object();
+  w.end_array().end_object();
   st.done = true;
-  st.svc->report_done(st.me, true, "merged " + std::to_string(kept_total) + " vocabulary entries", w.str());
+  std::string summary = st.vocab_mode ? "merged the vocabularies of " + std::to_string(st.cfg.shards) + " shards"
+                                      : "coordinated " + std::to_string(st.cfg.shards) + " shards";
+  if (!st.reassigned.empty()) summary += "; " + std::to_string(st.reassigned.size()) + " reassigned from lost nodes";
+  st.svc->report_done(st.me, true, summary, w.str());
   self->quit();
+}
+
+// Sends the merge: each surviving node merges the columns it gets.
+void start_merge(caf::event_based_actor* self, vocab_state& st) {
+  st.merging = true;
+  st.merge_t0 = clock_type::now();
+  std::vector<int> alive;
+  for (int n = 0; n < st.cfg.shards; ++n)
+    if (!st.lost.count(n)) alive.push_back(n);
+  auto pick = pp::assign_merge_columns(st.cost, static_cast<int>(alive.size()));
+  std::vector<uint32_t> mask(static_cast<std::size_t>(st.cfg.shards), 0);
+  for (int c = 0; c < pp::sparse_columns; ++c) {
+    st.merger[std::size_t(c)] = alive[std::size_t(pick[std::size_t(c)])];
+    mask[std::size_t(st.merger[std::size_t(c)])] |= 1u << c;
+  }
+  std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
+  for (int i = 0; i < st.cfg.shards; ++i) {
+    uint32_t h = static_cast<uint32_t>(st.holder[std::size_t(i)]);
+    std::memcpy(holders.data() + 4 * i, &h, 4);
+  }
+  for (int n : alive) {
+    if (mask[std::size_t(n)] == 0) continue;
+    auto a = st.svc->find_actor(shard_actor(n));
+    if (!a) return vocab_fail(self, st, "no actor " + shard_actor(n));
+    self->send(a, pp_merge_atom::value, mask[std::size_t(n)], holders);
+  }
+}
+
+// Polled: a node the job survives losing (registry.hpp's expendable_nodes)
+// went down. Its shards go to the surviving node holding the fewest, which
+// processes them again from the text (hash mode: any time before the job
+// ends, parts it had written included; vocab mode: before every shard has
+// counted). Once the merge has begun its counts cannot be replaced, and the
+// job stops naming it.
+void check_lost(caf::event_based_actor* self, vocab_state& st) {
+  for (int n = 1; n < st.cfg.shards; ++n) {
+    if (st.lost.count(n) || !st.svc->node_lost(st.shard_nodes[std::size_t(n)])) continue;
+    st.lost.insert(n);
+    const std::string& name = st.shard_nodes[std::size_t(n)];
+    if (st.vocab_mode && st.merging)
+      return vocab_fail(self, st, "node '" + name + "' was lost after every shard had counted (its counts, the "
+                                      "columns it merged and its parts cannot be replaced); rerun the job (a "
+                                      "preprocess job reruns whole)");
+    for (int i = 0; i < st.cfg.shards; ++i) {
+      if (st.holder[std::size_t(i)] != n) continue;
+      // A part it wrote counts as lost with it (its disk may be gone too):
+      // the new holder writes it again.
+      st.applied.erase(uint32_t(i));
+      if (st.vocab_mode && st.counted.erase(uint32_t(i)))
+        for (int c = 0; c < pp::sparse_columns; ++c) st.cost[std::size_t(c)] -= st.sizes[std::size_t(i)][std::size_t(c)];
+      int to = -1;
+      std::size_t load = 0;
+      for (int m = 0; m < st.cfg.shards; ++m) {
+        if (st.lost.count(m) || st.svc->node_lost(st.shard_nodes[std::size_t(m)])) continue;
+        std::size_t k = static_cast<std::size_t>(std::count(st.holder.begin(), st.holder.end(), m));
+        if (to < 0 || k < load) to = m, load = k;
+      }
+      auto a = to < 0 ? caf::actor{} : st.svc->find_actor(shard_actor(to));
+      if (!a) return vocab_fail(self, st, "node '" + name + "' was lost and no node is left for shard " + std::to_string(i));
+      st.holder[std::size_t(i)] = to;
+      const double at = std::chrono::duration<double>(clock_type::now() - st.t0).count();
+      st.reassigned.push_back({i, name, st.shard_nodes[std::size_t(to)], at});
+      log_warn("node '" + name + "' is lost: shard " + std::to_string(i) + " goes to node '" +
+               st.shard_nodes[std::size_t(to)] + "'");
+      self->send(a, pp_take_atom::value, static_cast<uint32_t>(i));
+    }
+  }
 }
 
 caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
@@ -577,35 +801,39 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   st->svc = env.services;
   st->me = env.spec.name;
   st->cfg = config_of(env.cluster);
+  st->vocab_mode = st->cfg.opt.mode == pp::categorical_mode::vocab;
+  st->failover = env.cluster.job.params.get_bool("shard_failover", true);
   for (auto& n : env.cluster.nodes) st->shard_nodes.push_back(n.name);
+  for (int i = 0; i < st->cfg.shards; ++i) st->holder.push_back(i);
+  st->sizes.resize(static_cast<std::size_t>(st->cfg.shards));
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
       self->set_default_handler(caf::print_and_drop);
       std::error_code ec;
       fs::create_directories(st->cfg.output_dir, ec);
+      if (st->failover) self->send(self, pp_tick_atom::value);
     },
-    [self, st](pp_counted_atom, uint32_t shard_index, uint64_t rows, const std::vector<char>& sizes) {
+    [self, st](pp_tick_atom) {
+      if (st->done) return;
+      check_lost(self, *st);
+      if (!st->done) self->delayed_send(self, std::chrono::milliseconds(100), pp_tick_atom::value);
+    },
+    [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& sizes) {
       (void)rows;
-      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8)
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8 || st->merging)
         return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index));
+      // A report from a node that no longer holds the shard (sent just
+      // before its loss was noticed): the new holder counts it again.
+      if (static_cast<int>(from) != st->holder[shard_index]) return;
       if (!st->counted.insert(shard_index).second) return;
       for (int c = 0; c < pp::sparse_columns; ++c) {
         uint64_t n;
         std::memcpy(&n, sizes.data() + 8 * c, 8);
         st->cost[std::size_t(c)] += n;
+        st->sizes[shard_index][std::size_t(c)] = n;
       }
-      if (st->counted.size() != static_cast<std::size_t>(st->cfg.shards)) return;
-      st->merge_t0 = clock_type::now();
-      st->merger = pp::assign_merge_columns(st->cost, st->cfg.shards);
-      std::vector<uint32_t> mask(static_cast<std::size_t>(st->cfg.shards), 0);
-      for (int c = 0; c < pp::sparse_columns; ++c) mask[std::size_t(st->merger[std::size_t(c)])] |= 1u << c;
-      for (int i = 0; i < st->cfg.shards; ++i) {
-        if (mask[std::size_t(i)] == 0) continue;
-        auto a = st->svc->find_actor(shard_actor(i));
-        if (!a) return vocab_fail(self, *st, "no actor " + shard_actor(i));
-        self->send(a, pp_merge_atom::value, mask[std::size_t(i)]);
-      }
+      if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) start_merge(self, *st);
     },
     [self, st](pp_column_atom, uint32_t column, uint64_t distinct, uint64_t kept, uint32_t node, uint32_t threads) {
       if (column >= static_cast<uint32_t>(pp::sparse_columns) || st->merger[column] != static_cast<int>(node))
@@ -616,6 +844,13 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       st->merged.insert(column);
       st->merge_threads[node] = threads;
       if (st->merged.size() == static_cast<std::size_t>(pp::sparse_columns)) finish_merge(self, *st);
+    },
+    [self, st](pp_slot_done_atom, uint32_t shard_index, uint32_t from) {
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards))
+        return vocab_fail(self, *st, "bad part report for shard " + std::to_string(shard_index));
+      if (static_cast<int>(from) != st->holder[shard_index]) return;  // see pp_counted
+      st->applied.insert(shard_index);
+      if (st->applied.size() == static_cast<std::size_t>(st->cfg.shards)) finish_job(self, *st);
     },
     [self, st](pp_merge_fail_atom, const std::string& why) { vocab_fail(self, *st, why); },
   };
@@ -631,17 +866,23 @@ double number_field(const std::string& json, const std::string& key) {
 
 std::string summarize(const std::vector<actor_result>& results) {
   double rows = 0, malformed = 0, seconds = 0;
-  std::string shards, vocab_json;
+  std::string shards, coordinator;
   for (auto& r : results) {
-    if (r.metrics_json.size() < 2) continue;
+    if (r.metrics_json.size() < 2) continue;  // e.g. a shard lost with its node
     if (r.name == vocab_actor) {
-      vocab_json = r.metrics_json;
+      // {"vocabulary": {...} (vocab mode), "reassigned": [...]}: lifted to the top level.
+      coordinator = r.metrics_json.substr(1, r.metrics_json.size() - 2);
       continue;
     }
+    // A shard: totals first, then "parts": [one object per part it wrote].
     rows += number_field(r.metrics_json, "rows");
     malformed += number_field(r.metrics_json, "malformed_total");
     seconds = std::max(seconds, number_field(r.metrics_json, "seconds"));
-    shards += (shards.empty() ? "" : ",") + r.metrics_json;
+    const std::string tag = "\"parts\":[";
+    auto at = r.metrics_json.find(tag);
+    if (at == std::string::npos || r.metrics_json.size() < at + tag.size() + 2) continue;
+    std::string parts = r.metrics_json.substr(at + tag.size(), r.metrics_json.size() - 2 - (at + tag.size()));
+    shards += (shards.empty() ? "" : ",") + parts;
   }
   json_writer w;
   w.begin_object();
@@ -651,7 +892,7 @@ std::string summarize(const std::vector<actor_result>& results) {
   std::string s = w.str();
   s = s.substr(1, s.size() - 2);
   s += ",\"shards\":[" + shards + "]";
-  if (!vocab_json.empty()) s += ",\"vocabulary\":" + vocab_json;
+  if (!coordinator.empty()) s += "," + coordinator;
   return s;
 }
 
@@ -709,6 +950,9 @@ void add_preprocess(registry& reg) {
       "largest count / vocabulary message between nodes", 4096.0, double(64 << 20));
   key("request_timeout", key_type::duration, false, 60.0, "how long a node waits for a peer's reply", 0.1,
       3600.0);
+  key("shard_failover", key_type::boolean, false, true,
+      "a node other than the first that goes down: its shards go to the other nodes (hash mode: any time before "
+      "its part is written; vocab mode: before the merge begins); false: the loss stops the job");
   (void)reg.add_job_kind(
       job,
       [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
@@ -724,7 +968,8 @@ void add_preprocess(registry& reg) {
           a.args.set("shard", static_cast<int64_t>(i));
           v.push_back(std::move(a));
         }
-        if (c.job.params.get_string("categorical.mode", "vocab") == "vocab") {
+        {
+          // The coordinator (both modes; it merges the vocabularies in vocab mode).
           topology::actor_spec a;
           a.name = vocab_actor;
           a.type = "preprocess_vocab";
@@ -739,7 +984,10 @@ void add_preprocess(registry& reg) {
   (void)reg.add_actor_type(s, [](caf::actor_system& sys, const actor_env& env) {
     return sys.spawn<caf::detached>(shard, env);
   });
-  topology::type_spec v{"preprocess_vocab", "merges vocabulary counts from every shard (placed by the job)", {}};
+  topology::type_spec v{"preprocess_vocab",
+                        "coordinates the shards, reassigns a lost node's shards and, in vocab mode, merges the "
+                        "vocabulary counts (placed by the job)",
+                        {}};
   (void)reg.add_actor_type(v, [](caf::actor_system& sys, const actor_env& env) {
     return sys.spawn<caf::detached>(vocab, env);
   });

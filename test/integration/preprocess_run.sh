@@ -127,13 +127,51 @@ timeout 120 "$HETFLOW" run "$ex" --report "$ex.json" >"$ex.log" 2>&1 || { cat "$
 [[ $(json_get "$ex.json" 'd["rows"]') == 200 ]] || { cat "$ex.json"; fail "example: want 200 rows"; }
 pass "deploy/examples/criteo-preprocess.toml runs"
 
-# A node killed mid-job (issue 9): the other stops within 5 s, exit 3, naming
-# the node; no part is left under its final name by the killed shard; the
-# rerun with --resume (a preprocess job reruns whole) writes every row once:
-# the same bytes as a clean run.
+# A node killed mid-job (issue 9). With shard_failover (the default) its
+# shard goes to the surviving node, which counts it again: the job ends 0,
+# naming the lost node, with the same bytes as a clean run. With
+# shard_failover = false the other node stops within 5 s, exit 3, naming it;
+# no part is left under its final name by the killed shard; the rerun with
+# --resume (a preprocess job reruns whole) writes every row once.
 "$HETFLOW" gen-criteo --rows 600000 --seed 9 --out "$S/big.tsv" 2>/dev/null || fail "gen-criteo big"
+write_topology "$S/clean.toml" 7995 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
+  "output_dir = \"$S/clean-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1'
+timeout 300 "$HETFLOW" run "$S/clean.toml" >"$S/clean.log" 2>&1 || { cat "$S/clean.log"; fail "clean run"; }
+for mode in vocab hash; do
+  if [[ $mode == vocab ]]; then cat_line='categorical = { mode = "vocab", min_count = 3 }'; else cat_line='categorical = "hash"'; fi
+  fo="$S/failover-$mode.toml"
+  write_topology "$fo" $((7975 + ${#mode} % 2 * 5)) 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
+    "output_dir = \"$S/failover-$mode-out\"" "$cat_line" 'parallelism = 1'
+  "$HETFLOW" run "$fo" --report "$fo.json" >"$fo.log" 2>&1 &
+  RUN_PID=$!
+  PIDS+=($RUN_PID)
+  pass_word=count
+  [[ $mode == hash ]] && pass_word=apply
+  wait_for_text "$fo.log" "shard 1 (.*) $pass_word: " 60 || { cat "$fo.log"; fail "failover $mode: no progress from shard 1"; }
+  pkill -KILL -f -- "node $fo --name n1" || fail "failover $mode: no node n1 to kill"
+  wait_exit $RUN_PID 120 || { cat "$fo.log"; fail "failover $mode: the run did not end within 120 s of n1's death"; }
+  [[ $WAIT_RC -eq 0 ]] || { cat "$fo.log"; fail "failover $mode: exit $WAIT_RC after losing n1, want 0"; }
+  grep -q "node 'n1' is lost: shard 1 goes to node 'n0'" "$fo.log" || { cat "$fo.log"; fail "failover $mode: no reassignment line"; }
+  grep -q "nodes lost during the job, which finished without them: n1" "$fo.log" || { cat "$fo.log"; fail "failover $mode: launcher line"; }
+  json_get "$fo.json" 'd["rows"] == 600000 and [(r["shard"], r["from"], r["to"]) for r in d["reassigned"]] == [(1, "n1", "n0")] and sorted((s["shard"], s["node"], s["taken_over"]) for s in d["shards"]) == [(0, "n0", False), (1, "n0", True)]' |
+    grep -q True || { python3 -m json.tool "$fo.json"; fail "failover $mode: report"; }
+  if [[ $mode == vocab ]]; then
+    cmp <(cat "$S/failover-vocab-out"/part-*.bin) <(cat "$S/clean-out"/part-*.bin) || fail "failover vocab: differs from a clean run"
+    for c in $(seq -w 0 25); do
+      cmp -s "$S/failover-vocab-out/vocab-$c.tsv" "$S/clean-out/vocab-$c.tsv" || fail "failover vocab: vocab-$c.tsv differs"
+    done
+  else
+    write_topology "$S/clean-hash.toml" 7965 1 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
+      "output_dir = \"$S/clean-hash-out\"" 'categorical = "hash"'
+    timeout 300 "$HETFLOW" run "$S/clean-hash.toml" >"$S/clean-hash.log" 2>&1 || { cat "$S/clean-hash.log"; fail "clean hash run"; }
+    cmp <(cat "$S/failover-hash-out"/part-*.bin) <(cat "$S/clean-hash-out"/part-*.bin) || fail "failover hash: differs from a clean run"
+  fi
+  pass "$mode: node n1 killed mid-pass: shard 1 reassigned to n0, exit 0, the same bytes as a clean run"
+done
+
 write_topology "$S/kill.toml" 7990 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
-  "output_dir = \"$S/kill-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1'
+  "output_dir = \"$S/kill-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1' \
+  'shard_failover = false'
 "$HETFLOW" run "$S/kill.toml" >"$S/kill.log" 2>&1 &
 RUN_PID=$!
 PIDS+=($RUN_PID)
@@ -144,9 +182,6 @@ awk "BEGIN{exit !($KILL_SECS < 5)}" || fail "kill: n0 took $KILL_SECS s to stop"
 [[ ! -f "$S/kill-out/part-00001.bin" ]] || fail "kill: the killed shard's part exists under its final name"
 timeout 300 "$HETFLOW" run "$S/kill.toml" --resume --report "$S/kill.json" >"$S/kill-resume.log" 2>&1 ||
   { cat "$S/kill-resume.log"; fail "kill: the rerun failed"; }
-write_topology "$S/clean.toml" 7995 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
-  "output_dir = \"$S/clean-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1'
-timeout 300 "$HETFLOW" run "$S/clean.toml" >"$S/clean.log" 2>&1 || { cat "$S/clean.log"; fail "clean run"; }
 [[ $(json_get "$S/kill.json" 'd["rows"]') == 600000 ]] || fail "kill: the rerun did not write 600000 rows"
 cmp <(cat "$S/kill-out"/part-*.bin) <(cat "$S/clean-out"/part-*.bin) || fail "kill: the rerun differs from a clean run"
-pass "a node killed mid-job: exit 3 naming n1 in $KILL_SECS s; the rerun writes every row once"
+pass "shard_failover = false, a node killed mid-job: exit 3 naming n1 in $KILL_SECS s; the rerun writes every row once"
