@@ -1,5 +1,9 @@
 #include "kernels/criteo_dataset.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -249,6 +253,119 @@ expected<criteo_tables_info> criteo_table_rows(const std::string& dir) {
   }));
   for (int t = 0; t < int(criteo_tables); ++t) info.rows.push_back(std::max<int64_t>(1, int64_t(max_id[t]) + 1));
   return info;
+}
+
+// ---- criteo_records: random access through read-only mappings ----
+
+struct criteo_records::impl {
+  std::string dir;
+  std::vector<std::string> files;
+  std::vector<int64_t> first;  // first row of each file; files.size() + 1 entries
+  std::vector<const record*> maps;
+  std::vector<std::size_t> map_bytes;
+  int64_t rows = 0, total = 0;
+  ~impl() {
+    for (std::size_t i = 0; i < maps.size(); ++i)
+      if (maps[i] != nullptr) ::munmap(const_cast<record*>(maps[i]), map_bytes[i]);
+  }
+};
+
+expected<criteo_records> criteo_records::open(const std::string& dir, int64_t max_rows) {
+  if (max_rows < 0) return make_error(errc::invalid_argument, "criteo data: max_rows must be >= 0");
+  HF_ASSIGN_OR_RETURN(part_set p, open_parts(dir));
+  auto m = std::make_shared<impl>();
+  m->dir = dir;
+  m->files = p.files;
+  m->total = p.total;
+  m->rows = max_rows > 0 ? std::min(max_rows, p.total) : p.total;
+  if (m->rows == 0) return make_error(errc::not_found, "criteo data: the part files in " + dir + " hold no records");
+  int64_t at = 0;
+  for (std::size_t f = 0; f < p.files.size(); ++f) {
+    m->first.push_back(at);
+    at += p.records[f];
+    const std::size_t bytes = std::size_t(p.records[f]) * sizeof(record);
+    const record* map = nullptr;
+    if (bytes > 0) {
+      int fd = ::open(p.files[f].c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return make_error(errc::io_error, "criteo data: cannot open " + p.files[f] + ": " + std::strerror(errno));
+      void* v = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+      const int err = errno;
+      ::close(fd);
+      if (v == MAP_FAILED) return make_error(errc::io_error, "criteo data: cannot map " + p.files[f] + ": " + std::strerror(err));
+      map = static_cast<const record*>(v);
+    }
+    m->maps.push_back(map);
+    m->map_bytes.push_back(bytes);
+  }
+  m->first.push_back(at);
+  criteo_records r;
+  r.impl_ = std::move(m);
+  return r;
+}
+
+int64_t criteo_records::rows() const noexcept { return impl_->rows; }
+int64_t criteo_records::total_rows() const noexcept { return impl_->total; }
+int criteo_records::parts() const noexcept { return int(impl_->files.size()); }
+const std::string& criteo_records::dir() const noexcept { return impl_->dir; }
+
+status criteo_records::read_rows(std::span<const int64_t> ids, std::span<float> x, std::span<int32_t> y,
+                                 std::span<const int64_t> table_rows) const {
+  const impl& m = *impl_;
+  if (x.size() != ids.size() * std::size_t(criteo_columns) || y.size() != ids.size())
+    return make_error(errc::internal, "criteo data: read_rows buffers do not match the rows");
+  if (!table_rows.empty() && table_rows.size() != std::size_t(criteo_tables))
+    return make_error(errc::internal, "criteo data: read_rows wants 26 table sizes");
+  float* out = x.data();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= m.rows)
+      return make_error(errc::invalid_argument, "criteo data: row " + std::to_string(id) + " of " + m.dir +
+                                                    " is outside [0, " + std::to_string(m.rows) + ")");
+    const std::size_t f = std::size_t(std::upper_bound(m.first.begin(), m.first.end(), id) - m.first.begin()) - 1;
+    const int64_t k = id - m.first[f];
+    const record& rec = m.maps[f][k];
+    HF_RETURN_IF_ERROR(check_record(rec, m.files[f], k));
+    y[i] = rec.label;
+    std::memcpy(out, rec.dense, sizeof rec.dense);
+    for (int t = 0; t < int(criteo_tables); ++t) {
+      if (!table_rows.empty() && rec.sparse[t] >= table_rows[std::size_t(t)])
+        return make_error(errc::invalid_argument,
+                          "criteo data: " + m.files[f] + " record " + std::to_string(k) + " has id " +
+                              std::to_string(rec.sparse[t]) + " in column C" + std::to_string(t + 1) +
+                              " but its table has " + std::to_string(table_rows[std::size_t(t)]) +
+                              " rows (vocabularies of another run, or table_rows too small)");
+      out[criteo_dense_columns + t] = float(rec.sparse[t]);
+    }
+    out += criteo_columns;
+  }
+  return {};
+}
+
+expected<image_dataset> criteo_records::load_range(int64_t first, int64_t last,
+                                                   std::span<const int64_t> table_rows) const {
+  if (first < 0 || last > rows() || first > last)
+    return make_error(errc::invalid_argument, "criteo data: rows [" + std::to_string(first) + ", " +
+                                                  std::to_string(last) + ") outside [0, " + std::to_string(rows()) + ")");
+  image_dataset d;
+  d.classes = 2;
+  const int64_t n = last - first;
+  d.images = tensor::empty(shape{n, criteo_columns});
+  d.labels.resize(std::size_t(n));
+  std::vector<int64_t> ids(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[std::size_t(i)] = first + i;
+  HF_RETURN_IF_ERROR(read_rows(ids, std::span<float>(d.images.f32(), std::size_t(n * criteo_columns)), d.labels,
+                               table_rows));
+  return d;
+}
+
+std::string criteo_records::to_json() const {
+  std::string dir;
+  for (char c : impl_->dir) {
+    if (c == '"' || c == '\\') dir += '\\';
+    dir += c;
+  }
+  return "{\"dir\":\"" + dir + "\",\"parts\":" + std::to_string(parts()) + ",\"rows\":" + std::to_string(rows()) +
+         ",\"total_rows\":" + std::to_string(total_rows()) + "}";
 }
 
 }  // namespace hetflow::kernels

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,39 @@ struct criteo_tables_info {
 // max id + 1 per column (the records are checked as by load_criteo).
 // errc::not_found when some but not all 26 vocabularies exist.
 expected<criteo_tables_info> criteo_table_rows(const std::string& dir);
+
+// dir's records without loading them (streamed input, dataset "criteo"): the
+// part files mapped read-only, rows [0, rows()) in input order (the first
+// max_rows; 0: all). Every node mapping the same directory sees the same
+// rows, so stream shards and the trainer agree without a handshake.
+class criteo_records {
+public:
+  // Errors as load_criteo's for the files (sizes, gaps, no records).
+  static expected<criteo_records> open(const std::string& dir, int64_t max_rows = 0);
+
+  int64_t rows() const noexcept;
+  int64_t total_rows() const noexcept;  // records in all part files
+  int parts() const noexcept;
+  const std::string& dir() const noexcept;
+
+  // Rows ids[i] -> x[i * 39 .. +39) (13 dense as stored, then the 26 ids as
+  // floats: load_criteo's values) and y[i]. Each record is checked as
+  // load_criteo checks it, and its ids against `table_rows` (26 values, or
+  // empty: not checked); errors name the part file and the record.
+  // errc::invalid_argument for an id outside [0, rows()). Thread-safe.
+  status read_rows(std::span<const int64_t> ids, std::span<float> x, std::span<int32_t> y,
+                   std::span<const int64_t> table_rows = {}) const;
+  // Rows [first, last) in order as an in-memory dataset: (n, 39), 2 classes.
+  expected<image_dataset> load_range(int64_t first, int64_t last, std::span<const int64_t> table_rows = {}) const;
+
+  // {"dir": .., "parts": .., "rows": .., "total_rows": ..}
+  std::string to_json() const;
+
+  struct impl;
+
+private:
+  std::shared_ptr<const impl> impl_;
+};
 
 // "part-00003.bin", "vocab-07.tsv": the preprocess job's names
 // (kernels/preprocess: part_file_name, vocab_file_name).

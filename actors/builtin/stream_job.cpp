@@ -85,7 +85,7 @@ void write_stream_report(json_writer& w, const stream_options& opts, const std::
   w.field("augment", opts.augment.enabled());
   w.field("batches", stats.batches).field("max_buffered", stats.max_buffered);
   w.field("wait_seconds", stats.wait_seconds);
-  if (!stats.input_json.empty()) w.key("criteo_text").raw(stats.input_json);
+  if (!stats.input_json.empty()) w.key(stats.input_key).raw(stats.input_json);
   w.field("exactly_once", stats.epochs.size() == std::size_t(epochs));
   w.field("failover", opts.failover);
   w.key("takeovers").begin_array();

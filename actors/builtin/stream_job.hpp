@@ -121,6 +121,7 @@ struct stream_stats {
   int64_t max_buffered = 0;   // most batches waiting in the trainer at once
   double wait_seconds = 0;    // training thread time spent waiting for batches
   std::string input_json;     // criteo_text: the trainer's index of the text (criteo_text::to_json)
+  std::string input_key = "criteo_text";  // the report member input_json goes to
 };
 
 // What the trainer of a streamed job loads on its own node: the training
@@ -133,7 +134,8 @@ struct stream_trainer_data {
   kernels::shape sample;
   int64_t classes = 0;
   kernels::image_dataset test;
-  std::string input_json;  // criteo_text only
+  std::string input_json;  // criteo_text, criteo (records)
+  std::string input_key = "criteo_text";
 };
 // `with_test` false: the test set is left empty (ps workers other than 0).
 expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_config& c, bool with_test = true);

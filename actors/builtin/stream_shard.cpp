@@ -17,6 +17,11 @@
 // No augmentation or normalisation: the values are a hash-mode preprocess
 // job's records, bit for bit.
 //
+// dataset criteo (a preprocess job's records, vocab or hash mode): the shard
+// maps the part files (kernels::criteo_records) and copies each batch's
+// records into (b, 39) rows: load_criteo's values, checked the same way and
+// against the embedding tables' sizes.
+//
 // Failover (stream_protocol.hpp, takeover): when another shard's node is
 // lost, the consumer may hand this shard that shard's remaining steps; it
 // then builds several streams of steps (`feeds`, one batch of each in turn,
@@ -68,6 +73,10 @@ struct shard_state : job_actor_state {
   pp::image_shape sample;
   // criteo_text: the indexed text instead of `data` (rows [0, plan.rows) train).
   std::optional<kernels::criteo_text> text;
+  // criteo (a preprocess job's records): the mapped part files instead of
+  // `data`, and the embedding tables' sizes the ids are checked against.
+  std::optional<kernels::criteo_records> records;
+  std::vector<int64_t> table_rows;
   kernels::shape features;  // one sample's shape in the batch message
   kernels::epoch_plan plan;
   int64_t order_rows = 0;   // rows the epoch orders permute
@@ -139,6 +148,9 @@ wire_buffer_ref build_batch(shard_state& st, shard_state::feed& f) {
   st.arena->execute([&] {
     if (st.text) {
       if (auto s = st.text->read_rows(st.ids, w.images(), w.labels()); !s.ok()) throw std::runtime_error(s.to_string());
+    } else if (st.records) {
+      if (auto s = st.records->read_rows(st.ids, w.images(), w.labels(), st.table_rows); !s.ok())
+        throw std::runtime_error(s.to_string());
     } else {
       for (int64_t j = 0; j < bn; ++j)
         w.labels()[std::size_t(j)] = st.data.train.labels[std::size_t(st.ids[std::size_t(j)])];
@@ -187,6 +199,7 @@ void finish_if_done(shard_actor* self) {
     if (!st.text->malformed().examples.empty()) summary += "; first: " + st.text->malformed().examples[0].to_string();
     w.key("criteo_text").raw(st.text->to_json());
   }
+  if (st.records) w.key("criteo_records").raw(st.records->to_json());
   w.end_object();
   st.svc->report_done(st.me, true, summary, w.str());
   self->quit();
@@ -286,6 +299,30 @@ status prepare(shard_state& st, const actor_env& env) {
     st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
     return {};
   }
+  if (st.cfg.data.kind == kernels::dataset_kind::criteo) {
+    if (st.opts.augment.enabled())
+      return make_error(errc::invalid_argument, "augment applies to images, not to dataset criteo");
+    HF_ASSIGN_OR_RETURN(kernels::criteo_records records,
+                        kernels::criteo_records::open(st.cfg.data.path, st.cfg.data.max_rows));
+    HF_ASSIGN_OR_RETURN(kernels::criteo_split split,
+                        kernels::split_criteo_rows(records.rows(), st.cfg.data.test_fraction, st.cfg.data.path));
+    // The tables the model has (trainer.cpp's criteo_tables_of): table_rows,
+    // else the vocabularies' lines + 1 or, in hash mode, the largest ids + 1.
+    const auto& tr = st.cfg.data.table_rows;
+    if (tr.size() == 1) st.table_rows.assign(std::size_t(kernels::criteo_tables), tr[0]);
+    else if (!tr.empty()) st.table_rows = tr;
+    else {
+      HF_ASSIGN_OR_RETURN(kernels::criteo_tables_info t, kernels::criteo_table_rows(st.cfg.data.path));
+      st.table_rows = t.rows;
+    }
+    st.records = std::move(records);
+    st.features = kernels::shape{kernels::criteo_columns};
+    HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(split.train, st.cfg.batch_size, st.cfg.drop_last,
+                                                           st.cfg.max_steps_per_epoch));
+    st.order_rows = split.train;
+    st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+    return {};
+  }
   // Not normalised in memory: crop pads with raw zeros, then each sample is
   // normalised with the training set's statistics (the in-memory path's).
   HF_ASSIGN_OR_RETURN(st.data, kernels::load_training_data(st.cfg, /*normalize=*/false, /*with_test=*/false));
@@ -313,8 +350,11 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
       log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + " for " +
                st.trainer + ": " +
                std::to_string(st.plan.rows) + " rows, " + std::to_string(st.plan.steps) + " steps per epoch, " +
-               (st.text ? "criteo text, " + std::to_string(st.text->malformed().total) + " malformed lines skipped"
-                        : st.opts.augment.enabled() ? std::string("augmented") : std::string("not augmented")) +
+               (st.text      ? "criteo text, " + std::to_string(st.text->malformed().total) + " malformed lines skipped"
+                : st.records ? "criteo records of " + st.records->dir() + " (" + std::to_string(st.records->parts()) +
+                                   " parts)"
+                : st.opts.augment.enabled() ? std::string("augmented")
+                                            : std::string("not augmented")) +
                ", prefetch " +
                std::to_string(st.opts.prefetch));
       become_running(self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {

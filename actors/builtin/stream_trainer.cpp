@@ -407,6 +407,23 @@ expected<stream_trainer_data> load_stream_trainer_data(const kernels::train_conf
     out.input_json = text.to_json();
     return out;
   }
+  if (c.data.kind == kernels::dataset_kind::criteo) {
+    // The records mapped, not loaded: the row count (and so the plan and the
+    // split) from the part files, as on every shard node; the test rows
+    // (the last test_fraction) read.
+    HF_ASSIGN_OR_RETURN(kernels::criteo_records records, kernels::criteo_records::open(c.data.path, c.data.max_rows));
+    HF_ASSIGN_OR_RETURN(kernels::criteo_split split,
+                        kernels::split_criteo_rows(records.rows(), c.data.test_fraction, c.data.path));
+    out.train_rows = split.train;
+    out.sample = kernels::shape{kernels::criteo_columns};
+    out.classes = 2;
+    if (with_test) {
+      HF_ASSIGN_OR_RETURN(out.test, records.load_range(split.train, records.rows()));
+    }
+    out.input_key = "criteo_records";
+    out.input_json = records.to_json();
+    return out;
+  }
   HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(c, /*normalize=*/true, with_test));
   out.train_rows = data.train.size();
   out.sample = data.train.sample_shape();

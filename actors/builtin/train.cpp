@@ -335,6 +335,7 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
       [&](const kernels::train_config& c, const kernels::progress_callback& p) -> expected<kernels::train_report> {
         HF_ASSIGN_OR_RETURN(stream_trainer_data data, load_stream_trainer_data(c));
         stats.input_json = data.input_json;
+        stats.input_key = data.input_key;
         HF_ASSIGN_OR_RETURN(kernels::epoch_plan plan, kernels::make_epoch_plan(data.train_rows, c.batch_size,
                                                                                c.drop_last, c.max_steps_per_epoch));
         log_info("streaming from " + std::to_string(opts->shards()) + " shard(s), prefetch " +
@@ -507,10 +508,8 @@ status check_dataset_keys(const topology::cluster& c) {
   for (const char* k : {"bottom_mlp", "top_mlp"})
     for (int64_t w : p.get_ints(k))
       if (w < 1) return make_error(errc::invalid_argument, std::string("[job] ") + k + " widths must be >= 1");
-  if (ds == "criteo" && p.get_string("input", "memory") == "stream")
-    return make_error(errc::unsupported, "[job] dataset = \"criteo\" reads input = \"memory\" only; to stream "
-                                         "click logs use dataset = \"criteo-text\" (the shards parse and hash the "
-                                         "raw text)");
+  if (ds == "criteo" && p.get_string("input", "memory") == "stream" && p.get_bool("augment", false))
+    return make_error(errc::invalid_argument, "[job] augment applies to images, not to dataset = \"criteo\"");
   return {};
 }
 

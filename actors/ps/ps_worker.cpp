@@ -337,6 +337,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     HF_ASSIGN_OR_RETURN(builtin::stream_trainer_data sd, builtin::load_stream_trainer_data(c, /*with_test=*/w == 0));
     HF_ASSIGN_OR_RETURN(plan, kernels::make_epoch_plan(sd.train_rows, c.batch_size, c.drop_last, c.max_steps_per_epoch));
     st.stream.input_json = sd.input_json;
+    st.stream.input_key = sd.input_key;
     test = std::move(sd.test);
     auto src = builtin::make_stream_source(
         self, svc, me, *so, plan, sd.sample, sd.classes, c.seed, &st.stream, w,

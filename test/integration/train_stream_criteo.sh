@@ -11,7 +11,9 @@
 #     malformed lines skipped and counted as the preprocess job counted them;
 #     a shard that duplicates a row fails the job (the ledger);
 #  3. in-memory training on criteo-text equals (1) too;
-#  4. validate-time refusals (vocab mode, range, table_rows, augment, ps).
+#  4. validate-time refusals (vocab mode, range, table_rows, augment, ps);
+#  5. streamed from a preprocess job's records (dataset = "criteo"), hash and
+#     vocab mode, 2 shards: equal to in-memory training on the same records.
 source "$(dirname "$0")/lib.sh"
 
 S=$HETFLOW_SCRATCH
@@ -114,6 +116,37 @@ timeout 300 "$HETFLOW" run "$S/memtext.toml" --report "$S/memtext.json" >"$S/mem
   { cat "$S/memtext.log"; fail "in-memory criteo-text run"; }
 [[ $(json_get "$S/memtext.json" "$key") == "$ref" ]] || fail "in-memory criteo-text differs from the records run"
 pass "in-memory criteo-text == in-memory records"
+
+# --- 5. streamed from a preprocess job's records (dataset = "criteo") ---------------------------
+# The hash-mode records of (1), and a vocab-mode run (min_count 2: OOV ids),
+# each streamed by 2 shards on 2 nodes: the same losses, test metrics and
+# final weights as in-memory training on the same records, bit for bit.
+write_topology "$S/prevocab.toml" 8390 2 auto 'kind = "preprocess"' 'inputs = ["a.tsv", "b.tsv"]' \
+  'output_dir = "vocab-out"' 'categorical = { mode = "vocab", min_count = 2 }'
+timeout 120 "$HETFLOW" run "$S/prevocab.toml" >"$S/prevocab.log" 2>&1 || { cat "$S/prevocab.log"; fail "vocab preprocess"; }
+write_topology "$S/memvocab.toml" 8393 1 auto "${dlrm[@]}" 'dataset = "criteo"' 'data_dir = "vocab-out"'
+one_thread "$S/memvocab.toml" 8393
+timeout 300 "$HETFLOW" run "$S/memvocab.toml" --report "$S/memvocab.json" >"$S/memvocab.log" 2>&1 ||
+  { cat "$S/memvocab.log"; fail "in-memory vocab records run"; }
+ref_vocab=$(json_get "$S/memvocab.json" "$key")
+for mode in hash vocab; do
+  if [[ $mode == hash ]]; then rec=('data_dir = "pre-out"' "table_rows = [$R]"); want=$ref; port=8395
+  else rec=('data_dir = "vocab-out"'); want=$ref_vocab; port=8398; fi
+  name="records-$mode"
+  write_topology "$S/$name.toml" $port 2 auto "${dlrm[@]}" 'dataset = "criteo"' "${rec[@]}" 'input = "stream"' 'prefetch = 2'
+  one_thread "$S/$name.toml" $port
+  "$HETFLOW" validate "$S/$name.toml" >"$S/$name.validate" 2>&1 || { cat "$S/$name.validate"; fail "$name: validate"; }
+  timeout 300 "$HETFLOW" run "$S/$name.toml" --report "$S/$name.json" >"$S/$name.log" 2>&1 ||
+    { cat "$S/$name.log"; fail "$name: streamed run"; }
+  got=$(json_get "$S/$name.json" "$key")
+  [[ "$got" == "$want" ]] || fail "$name: streamed records differ from in-memory training on them: $got vs $want"
+  [[ $(json_get "$S/$name.json" 'd["stream"]["shards"] == 2 and d["stream"]["exactly_once"] and [e["rows"] for e in d["stream"]["epochs"]] == [5400, 5400] and d["stream"]["criteo_records"]["rows"] == 6000 and d["stream"]["criteo_records"]["parts"] >= 1') == True ]] ||
+    { python3 -m json.tool "$S/$name.json"; fail "$name: report (2 shards, exactly once, 6000 records)"; }
+  pass "$mode-mode records streamed by 2 shards == in-memory on the same records, bit for bit: $got"
+done
+write_topology "$S/recaug.toml" 8376 1 auto "${dlrm[@]}" 'dataset = "criteo"' 'data_dir = "pre-out"' 'input = "stream"' 'augment = true'
+"$HETFLOW" validate "$S/recaug.toml" >"$S/recaug.out" 2>&1
+[[ $? -eq 2 ]] && grep -q 'augment applies to images' "$S/recaug.out" || { cat "$S/recaug.out"; fail "criteo records: augment not refused"; }
 
 # --- 4. refusals at validate time ---------------------------------------------------------------------
 refuse() {  # refuse NAME WANT [job lines...]
