@@ -78,9 +78,9 @@ refuse dlrm-images 'model = "dlrm" trains on click logs' 'model = "dlrm"'
 refuse criteo-mlp 'trains model = "dlrm"' 'model = "mlp"' 'dataset = "criteo"' 'data_dir = "learn-out"'
 refuse criteo-no-dir 'needs data_dir' 'model = "dlrm"' 'dataset = "criteo"'
 refuse dlrm-dp 'sparse' 'model = "dlrm"' 'dataset = "criteo"' 'data_dir = "learn-out"' 'strategy = "dp"'
-# Records are not streamed: streaming reads the raw text (dataset = "criteo-text", train_stream_criteo.sh).
-refuse dlrm-stream 'use dataset = "criteo-text"' 'model = "dlrm"' 'dataset = "criteo"' 'data_dir = "learn-out"' 'input = "stream"'
+# Streamed records (train_stream_criteo.sh) take no augmentation.
+refuse dlrm-stream-augment 'augment applies to images' 'model = "dlrm"' 'dataset = "criteo"' 'data_dir = "learn-out"' 'input = "stream"' 'augment = true'
 write_topology "$S/missing.toml" 7952 1 auto 'kind = "train"' 'model = "dlrm"' 'dataset = "criteo"' 'data_dir = "nowhere"'
 timeout 60 "$HETFLOW" run "$S/missing.toml" >"$S/missing.log" 2>&1 && fail "a missing data_dir trained"
 grep -q "no directory $S/nowhere" "$S/missing.log" || { cat "$S/missing.log"; fail "missing data_dir: message"; }
-pass "dlrm/criteo pairing, dp, stream and a missing data_dir are clear errors"
+pass "dlrm/criteo pairing, dp, augmenting streamed records and a missing data_dir are clear errors"
