@@ -50,6 +50,46 @@ std::atomic<int64_t> asked_staleness{-1};
 void set_staleness(int64_t d) { asked_staleness.store(d); }
 int64_t staleness() { return asked_staleness.load(); }
 
+namespace {
+struct checkpoint_board {
+  std::mutex mu;
+  checkpoint_request last;
+  std::map<std::string, checkpoint_answer> answers;  // to `last`
+};
+checkpoint_board& ckpt() {
+  static checkpoint_board b;
+  return b;
+}
+}  // namespace
+
+int64_t request_checkpoint(int64_t label) {
+  auto& b = ckpt();
+  std::lock_guard<std::mutex> g(b.mu);
+  b.last.generation += 1;
+  b.last.label = label;
+  b.answers.clear();
+  return b.last.generation;
+}
+
+checkpoint_request checkpoint_requested() {
+  auto& b = ckpt();
+  std::lock_guard<std::mutex> g(b.mu);
+  return b.last;
+}
+
+void answer_checkpoint(const std::string& shard, int64_t generation, bool ok, std::string text) {
+  auto& b = ckpt();
+  std::lock_guard<std::mutex> g(b.mu);
+  if (generation == b.last.generation) b.answers[shard] = checkpoint_answer{ok, std::move(text)};
+}
+
+std::map<std::string, checkpoint_answer> checkpoint_answers(int64_t generation) {
+  auto& b = ckpt();
+  std::lock_guard<std::mutex> g(b.mu);
+  if (generation != b.last.generation) return {};
+  return b.answers;
+}
+
 bool paused(const std::string& actor) {
   auto& b = the_board();
   std::lock_guard<std::mutex> g(b.mu);

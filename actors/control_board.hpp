@@ -8,6 +8,8 @@
 // Thread affinity: any thread (one mutex).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 namespace hetflow::actors::control {
@@ -22,5 +24,22 @@ bool paused(const std::string& actor);
 // none asked.
 void set_staleness(int64_t d);
 int64_t staleness();
+
+// `hetflow shell`'s checkpoint: a request for one more checkpoint at clock
+// `label`, which this process's PS shards take at their next tick (at most
+// 250 ms); each records its answer under the request's generation.
+struct checkpoint_request {
+  int64_t generation = 0;  // 0: none asked yet
+  int64_t label = -1;
+};
+int64_t request_checkpoint(int64_t label);  // the new request's generation
+checkpoint_request checkpoint_requested();
+struct checkpoint_answer {
+  bool ok = false;
+  std::string text;
+};
+void answer_checkpoint(const std::string& shard, int64_t generation, bool ok, std::string text);
+// The answers given to request `generation` so far, by shard.
+std::map<std::string, checkpoint_answer> checkpoint_answers(int64_t generation);
 
 }  // namespace hetflow::actors::control

@@ -105,6 +105,7 @@ struct node_shared {
   // local actor, delivered to it (from this node or over the data plane).
   struct actor_traffic {
     std::atomic<uint64_t> sent_messages{0}, sent_bytes{0}, received_messages{0}, received_bytes{0};
+    std::atomic<kernels::trace::track_id> trace_track{0};  // --trace: the actor's track, once looked up
   };
   std::unique_ptr<actor_traffic[]> traffic;  // actors.size() entries, set with actors
   // The same per second, over the last sample_rates() window (the node actor
@@ -152,6 +153,20 @@ struct node_shared {
   bool is_head() const { return self == 0; }
 };
 
+// --trace: a wire message delivered to local actor `ch` (its index in
+// actors), as a zero-length event on that actor's track with its bytes.
+// `name` is a literal or interned. The track is looked up once per actor.
+void wire_trace(node_shared& s, std::size_t ch, const char* name, std::size_t bytes) {
+  if (!kernels::trace::enabled() || ch >= s.actors.size()) return;
+  auto& t = s.traffic[ch].trace_track;
+  kernels::trace::track_id id = t.load(std::memory_order_relaxed);
+  if (id == 0) {
+    id = kernels::trace::track(s.actors[ch].name);
+    t.store(id, std::memory_order_relaxed);
+  }
+  kernels::trace::complete(id, name, kernels::trace::now_us(), 0, "bytes", int64_t(bytes));
+}
+
 class services_impl final : public node_services {
 public:
   explicit services_impl(std::shared_ptr<node_shared> sh) : sh_(std::move(sh)) {}
@@ -185,6 +200,7 @@ public:
     if (node == sh_->self) {
       t.received_messages.fetch_add(1, std::memory_order_relaxed);
       t.received_bytes.fetch_add(msg->size(), std::memory_order_relaxed);
+      wire_trace(*sh_, it->second, "wire in (same node)", msg->size());
       caf::actor dest;
       {
         std::lock_guard<std::mutex> g(sh_->mu);
@@ -230,6 +246,9 @@ private:
 
 // The node actor's own tick for sample_rates (never crosses the wire).
 using rates_atom = caf::atom_constant<caf::atom("rates")>;
+// The node actor's poll of its PS shards' answers to a shell checkpoint
+// request (never crosses the wire).
+using ckptpoll_atom = caf::atom_constant<caf::atom("ckptpoll")>;
 
 // The node actor's once-a-second sample: each actor's traffic per second
 // since the previous sample.
@@ -363,6 +382,14 @@ struct node_actor_state {
   std::vector<caf::node_id> challenge_order;
   std::set<std::string> local_done;
   caf::actor shell;  // the shell service (shell_service.hpp), spawned for the first shell
+  // Shell checkpoint requests waiting for the local PS shards' answers.
+  struct checkpoint_wait {
+    caf::response_promise promise;
+    int64_t generation = 0, label = 0;
+    std::vector<std::string> shards;
+    clock_type::time_point since;
+  };
+  std::map<int64_t, checkpoint_wait> checkpoint_waits;  // by generation
   bool stopping = false;
   int exit_code = 0;
   std::string reason;
@@ -720,6 +747,62 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       log_warn("shell: staleness D = " + std::to_string(d) + " for the HetPipe shard(s) of node '" + sh.self_name + "'");
       return shell_reply(true, "node '" + sh.self_name + "': " + shards.front() + " takes D = " + std::to_string(d) +
                              " from its next message");
+    },
+    // A shell's `checkpoint`: the PS shards of this node take one more
+    // checkpoint at clock `label` (control_board.hpp); the answer waits for
+    // theirs, at most 2 s.
+    [self](shckpt_atom, int64_t label) -> caf::result<shreq_atom, bool, std::string> {
+      using reply = caf::result<shreq_atom, bool, std::string>;
+      auto& st = self->state;
+      auto& sh = *st.sh;
+      if (label < 1) return reply(shreq_atom::value, false, "a checkpoint label must be a clock >= 1, got " + std::to_string(label));
+      std::vector<std::string> shards;
+      for (const auto& a : sh.actors)
+        if (a.node == sh.self_name && a.type == "ps_shard" && !st.local_done.count(a.name)) shards.push_back(a.name);
+      if (shards.empty())
+        return reply(shreq_atom::value, false, "node '" + sh.self_name + "' runs no running parameter-server shard (ps_shard)");
+      if (st.stopping) return reply(shreq_atom::value, false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
+      const int64_t gen = control::request_checkpoint(label);
+      log_warn("shell: a checkpoint at clock " + std::to_string(label) + " asked of the ps shard(s) of node '" +
+               sh.self_name + "'");
+      auto& w = st.checkpoint_waits[gen];
+      w.promise = self->make_response_promise();
+      w.generation = gen;
+      w.label = label;
+      w.shards = shards;
+      w.since = clock_type::now();
+      self->delayed_send(self, std::chrono::milliseconds(50), ckptpoll_atom::value, gen);
+      return w.promise;
+    },
+    [self](ckptpoll_atom, int64_t gen) {
+      auto& st = self->state;
+      auto it = st.checkpoint_waits.find(gen);
+      if (it == st.checkpoint_waits.end()) return;
+      auto& w = it->second;
+      const auto answers = control::checkpoint_answers(gen);
+      bool all = true, ok = true;
+      std::string text;
+      for (const auto& name : w.shards) {
+        auto a = answers.find(name);
+        if (a == answers.end()) {
+          all = false;
+          continue;
+        }
+        ok = ok && a->second.ok;
+        text += (text.empty() ? "" : "\n") + a->second.text;
+      }
+      const bool late = clock_type::now() - w.since > std::chrono::seconds(2);
+      if (!all && !late && !st.stopping) {
+        self->delayed_send(self, std::chrono::milliseconds(50), ckptpoll_atom::value, gen);
+        return;
+      }
+      for (const auto& name : w.shards)
+        if (!answers.count(name)) {
+          ok = false;
+          text += (text.empty() ? "" : "\n") + name + ": no answer within 2 s (busy, or the job is ending)";
+        }
+      w.promise.deliver(shreq_atom::value, ok, text);
+      st.checkpoint_waits.erase(it);
     },
     // A blocking actor reads exit messages only when it receives: one busy
     // computing (or sleeping) is not gone yet. The drill stops the job anyway.
@@ -1331,6 +1414,7 @@ int run_node(const node_options& opts, const registry& reg) {
       if (ch < s->actors.size()) {
         s->traffic[ch].received_messages.fetch_add(1, std::memory_order_relaxed);
         s->traffic[ch].received_bytes.fetch_add(msg.size(), std::memory_order_relaxed);
+        if (kernels::trace::enabled()) wire_trace(*s, ch, kernels::trace::intern("wire in from " + from_name), msg.size());
       }
       caf::anon_send(dest, wire_atom::value, from_name,
                      std::make_shared<const wire_buffer>(std::move(msg)));

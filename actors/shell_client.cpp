@@ -240,6 +240,10 @@ expected<shell_reply> shell_client::set_staleness(const std::string& host, int p
   return impl_->ask(host, port, shstale_atom::value, d);
 }
 
+expected<shell_reply> shell_client::checkpoint(const std::string& host, int port, int64_t label) {
+  return impl_->ask(host, port, shckpt_atom::value, label);
+}
+
 expected<shell_reply> shell_client::pause(const std::string& host, int port, const std::string& actor, bool pause) {
   return impl_->ask(host, port, shpause_atom::value, actor, pause);
 }

@@ -43,6 +43,8 @@ public:
   expected<shell_reply> pause(const std::string& host, int port, const std::string& actor, bool pause);
   // `set staleness D` on one node.
   expected<shell_reply> set_staleness(const std::string& host, int port, int64_t d);
+  // One more checkpoint at clock `label` on the node's PS shards.
+  expected<shell_reply> checkpoint(const std::string& host, int port, int64_t label);
 
   struct impl;
 

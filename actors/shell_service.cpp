@@ -165,6 +165,7 @@ caf::behavior shell_service(caf::event_based_actor* self, std::function<shell_no
         return self->delegate(node, a, actor, pause);
       },
       [self, node](shstale_atom a, int64_t d) { return self->delegate(node, a, d); },
+      [self, node](shckpt_atom a, int64_t label) { return self->delegate(node, a, label); },
   };
 }
 

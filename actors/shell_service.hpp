@@ -23,6 +23,11 @@
 //                                             that honours it (control_board)
 //   shstale(D)                         --->   shell service -> node actor:
 //                                             HetPipe shards here take D
+//   shckpt(LABEL)                      --->   shell service -> node actor:
+//                                             the PS shards here take one
+//                                             more checkpoint at clock LABEL
+//                                             (control_board); the answer
+//                                             waits for theirs (<= 2 s)
 //
 // A shell never holds the node actor: the service answers these requests
 // and nothing else, so a shell cannot join or stop the job except through
@@ -51,6 +56,7 @@ using shkill_atom = caf::atom_constant<caf::atom("shkill")>;  // (shkill, actor)
 using shkillchk_atom = caf::atom_constant<caf::atom("shkillchk")>;  // node actor: did the killed actor go?
 using shpause_atom = caf::atom_constant<caf::atom("shpause")>;  // (shpause, actor, pause?) -> (shreq, ok, text)
 using shstale_atom = caf::atom_constant<caf::atom("shstale")>;  // (shstale, D) -> (shreq, ok, text)
+using shckpt_atom = caf::atom_constant<caf::atom("shckpt")>;    // (shckpt, label) -> (shreq, ok, text)
 
 // What a node knows about itself and its job when a shell asks; filled by
 // node_runtime (thread-safe to call from any thread).

@@ -55,9 +55,10 @@ constexpr const char* help_text =
     "  pause ACTOR       a HetPipe stage starts no new minibatch until resume (past ps_timeout the job fails)\n"
     "  resume ACTOR      undo pause\n"
     "  set staleness D   HetPipe: every WSP shard takes the bound D from its next message\n"
+    "  checkpoint        ps: one more checkpoint of every PS shard at the same clock (a little ahead of the\n"
+    "                    fastest worker), written when the global clock reaches it; --resume can use it\n"
     "  help              this text\n"
-    "  quit, exit        leave (also Ctrl-D)\n"
-    "not implemented yet: checkpoint\n";
+    "  quit, exit        leave (also Ctrl-D)\n";
 
 const std::vector<std::string> command_names = {"nodes", "actors", "stat", "waits",      "clocks", "plan", "top",
                                                 "kill",  "help",   "quit", "exit",       "pause",  "resume",
@@ -274,9 +275,6 @@ public:
     const std::vector<std::string> args(w.begin() + 1, w.end());
     if (cmd == "help" || cmd == "?") return outcome{0, help_text, {}};
     if (cmd == "quit" || cmd == "exit") return {};
-    if (cmd == "checkpoint")
-      return failure(1, "'" + cmd + "' is not implemented yet (this shell offers nodes, actors, stat, waits, "
-                                    "clocks, plan, top, kill, pause, resume, set staleness)");
     if (cmd == "top") return failure(1, "top is interactive only (it refreshes until a key); with -c use actors or waits");
     auto takes = [&](std::size_t lo, std::size_t hi, const char* form) -> std::optional<outcome> {
       if (args.size() < lo || args.size() > hi) return failure(1, std::string("usage: ") + form);
@@ -297,6 +295,7 @@ public:
         {"pause", 1, 1, "pause ACTOR", &session::pause_actor},
         {"resume", 1, 1, "resume ACTOR", &session::resume_actor},
         {"set", 2, 2, "set staleness D", &session::set_value},
+        {"checkpoint", 0, 0, "checkpoint", &session::checkpoint},
     };
     for (auto& c : table) {
       if (cmd != c.name) continue;
@@ -758,6 +757,65 @@ private:
     }
     o.rc = any ? 0 : 1;
     if (as_json) o.out = json{{"staleness", d}, {"ok", any}, {"nodes", answers}}.dump(2) + "\n";
+    return o;
+  }
+
+  // `checkpoint`: strategy ps: every node's PS shards take one more
+  // checkpoint at one clock L = the fastest worker's clock + 2 (+ 3 per
+  // retry), each written when the global clock reaches L, so that the cut is
+  // the same on every shard. A shard that has applied a push past L already
+  // refuses; then the shell asks again a little further ahead (3 tries).
+  // Other strategies: what they checkpoint instead.
+  outcome checkpoint(const json& e, const std::vector<std::string>&, bool as_json) {
+    const std::string strategy = str(e, "strategy");
+    if (strategy != "ps") {
+      std::string why = strategy == "dp" || strategy == "single" || strategy.empty()
+                            ? "strategy \"" + (strategy.empty() ? std::string("single") : strategy) +
+                                  "\" writes a checkpoint after every epoch when checkpoint_dir is set; not on demand "
+                                  "mid-epoch (a resumed run repeats the interrupted epoch)"
+                        : strategy == "hetpipe" ? std::string("strategy \"hetpipe\" checkpoints every checkpoint_every waves "
+                                                              "(shards and stages together); not on demand yet")
+                                                : "strategy \"" + strategy + "\" has no checkpoints";
+      return failure(1, "checkpoint: " + why);
+    }
+    outcome o;
+    json tries = json::array();
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto all = everyone(e);
+      int64_t fastest = 0;
+      for (auto& r : actor_rows(e, all)) {
+        if (auto f = gauge(r.actor, "ps_fastest_clock")) fastest = std::max(fastest, int64_t(*f));
+        if (auto c = gauge(r.actor, "ps_clock")) fastest = std::max(fastest, int64_t(*c));
+      }
+      const int64_t label = fastest + 2 + 3 * attempt;
+      json answers = json::array();
+      bool all_ok = true, any = false;
+      std::string text;
+      for (auto& n : e.value("nodes", json::array())) {
+        auto r = client_.checkpoint(str(n, "host"), int(num(n, "port")), label);
+        const std::string body = r ? r->body : r.error().message();
+        if (r && !r->ok && body.find("runs no running parameter-server shard") != std::string::npos) continue;
+        any = true;
+        all_ok = all_ok && r && r->ok;
+        answers.push_back({{"node", str(n, "name")}, {"ok", r && r->ok}, {"message", body}});
+        text += body + "\n";
+      }
+      tries.push_back({{"label", label}, {"ok", any && all_ok}, {"nodes", answers}});
+      if (!any) return failure(1, "checkpoint: no node runs a parameter-server shard now (has the job ended?)");
+      if (all_ok) {
+        o.rc = 0;
+        if (as_json) {
+          o.out = json{{"checkpoint", label}, {"ok", true}, {"tries", tries}}.dump(2) + "\n";
+        } else {
+          o.out = "checkpoint at clock " + std::to_string(label) + " on every PS shard:\n" + text;
+        }
+        return o;
+      }
+      if (!as_json) o.err += "checkpoint at clock " + std::to_string(label) + " refused:\n" + text;
+    }
+    o.rc = 1;
+    if (as_json) o.out = json{{"ok", false}, {"tries", tries}}.dump(2) + "\n";
+    else o.err += "checkpoint: no clock every shard could cut at in 3 tries (workers racing ahead; asp?)\n";
     return o;
   }
 

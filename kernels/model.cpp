@@ -8,6 +8,7 @@
 #include "kernels/cpu/unit_factory.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
+#include "kernels/trace.hpp"
 
 namespace hetflow::kernels {
 
@@ -60,12 +61,25 @@ model::model(model_spec spec, std::shared_ptr<device_context> ctx, std::vector<s
     : spec_(std::move(spec)), ctx_(std::move(ctx)), units_(std::move(units)),
       sample_shapes_(std::move(sample_shapes)) {}
 
+void model::note_trace_names() {
+  if (trace_names_.size() == 2 * units_.size()) return;
+  trace_names_.clear();
+  for (const auto& u : units_) {
+    trace_names_.push_back(trace::intern(u->name()));
+    trace_names_.push_back(trace::intern(u->name() + " backward"));
+  }
+}
+
 expected<tensor_view> model::forward(tensor_view input, mode m, std::size_t first, std::size_t last) {
   last = std::min(last, units_.size());
+  const bool tracing = trace::enabled();
+  if (tracing) note_trace_names();
   tensor_view x = input;
   for (std::size_t i = first; i < last; ++i) {
+    const int64_t t0 = tracing ? trace::now_us() : 0;
     auto y = units_[i]->forward(x, m);
     if (!y) return y.error();
+    if (tracing) trace::complete(trace::current_track(), trace_names_[2 * i], t0, trace::now_us() - t0);
     x = *y;
   }
   return x;
@@ -74,10 +88,14 @@ expected<tensor_view> model::forward(tensor_view input, mode m, std::size_t firs
 expected<tensor_view> model::backward(tensor_view grad_output, bool need_input_grad, std::size_t first,
                                       std::size_t last) {
   last = std::min(last, units_.size());
+  const bool tracing = trace::enabled();
+  if (tracing) note_trace_names();
   tensor_view g = grad_output;
   for (std::size_t i = last; i-- > first;) {
+    const int64_t t0 = tracing ? trace::now_us() : 0;
     auto d = units_[i]->backward(g, i > first || need_input_grad);
     if (!d) return d.error();
+    if (tracing) trace::complete(trace::current_track(), trace_names_[2 * i + 1], t0, trace::now_us() - t0);
     g = *d;
   }
   return need_input_grad ? g : tensor_view{};

@@ -54,10 +54,16 @@ public:
   void set_seed(uint64_t seed);
 
 private:
+  // While tracing (--trace): one span per unit on the calling thread's track,
+  // named after the unit ("conv1", "conv1 backward"); interned names, built
+  // on the first traced pass. On a cuda device the spans time the launches.
+  void note_trace_names();
+
   model_spec spec_;
   std::shared_ptr<device_context> ctx_;
   std::vector<std::unique_ptr<unit>> units_;
   std::vector<shape> sample_shapes_;
+  std::vector<const char*> trace_names_;  // 2 per unit: forward, backward
 };
 
 // Instantiates `spec` on `where`. errc::unsupported, saying why, for a cuda

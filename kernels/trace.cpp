@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <new>
 #include <sstream>
 
@@ -260,6 +261,15 @@ track_id track(std::string_view name) {
   auto id = track_id(r.tracks.size());
   r.track_ids.emplace(std::string(name), id);
   return id;
+}
+
+const char* intern(std::string_view s) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> names;  // node-based: c_str() stays put
+  std::lock_guard<std::mutex> g(mu);
+  auto it = names.find(s);
+  if (it == names.end()) it = names.emplace(s).first;
+  return it->c_str();
 }
 
 track_id current_track() noexcept { return current; }

@@ -79,6 +79,12 @@ void reset();
 // not per event.
 track_id track(std::string_view name);
 
+// A copy of `s` that lives until the process ends, for event names built at
+// run time (a model's unit names; the model may not outlive the trace). The
+// same text gives the same pointer. Takes a lock: once per name, not per
+// event.
+const char* intern(std::string_view s);
+
 // The calling thread's current track (0 if none): what kernels code records
 // on when it does not know its actor (the trainer's loop).
 track_id current_track() noexcept;

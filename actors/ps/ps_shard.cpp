@@ -8,6 +8,7 @@
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
+#include "actors/control_board.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
 #include "actors/ps/clock_gauges.hpp"
@@ -60,6 +61,7 @@ struct shard_state : builtin::job_actor_state {
   // Held pulls overlap one another (one per worker at most), so each
   // worker's waits get a track of their own, registered on first use.
   std::vector<kernels::trace::track_id> held_tk;
+  int64_t checkpoint_generation = 0;  // the last `hetflow shell` checkpoint request taken
 };
 using shard_actor = caf::stateful_actor<shard_state>;
 
@@ -150,8 +152,36 @@ std::string slowest_text(shard_actor* self) {
          std::to_string(t.global()) + ", " + t.model().to_string() + ")";
 }
 
+
+// `hetflow shell`'s checkpoint (control_board.hpp): a new request is taken
+// once, and answered on the board.
+void take_checkpoint_request(shard_actor* self) {
+  auto& st = self->state;
+  const auto req = control::checkpoint_requested();
+  if (req.generation == 0 || req.generation == st.checkpoint_generation || !st.core) return;
+  st.checkpoint_generation = req.generation;
+  std::vector<ps::pull_ticket> ready;
+  const int64_t before = st.core->checkpoints_written();
+  if (auto s = st.core->request_checkpoint(req.label, ready); !s.ok()) {
+    log_warn("shell: " + s.message());
+    control::answer_checkpoint(st.me, req.generation, false, s.message());
+    return;
+  }
+  const bool written = st.core->checkpoints_written() > before;
+  log_warn("shell: " + st.me + " takes a checkpoint at clock " + std::to_string(req.label) +
+           (written ? " (written now)" : " (written when the global clock reaches it)"));
+  control::answer_checkpoint(st.me, req.generation, true,
+                             st.me + ": checkpoint at clock " + std::to_string(req.label) +
+                                 (written ? " written (" + ps::checkpoint_path(st.opts.checkpoint_dir, st.me, req.label) + ")"
+                                          : " when the global clock reaches it (now " +
+                                                std::to_string(st.core->clocks().global()) + ")"));
+  answer_ready(self, ready);
+}
+
 void on_tick(shard_actor* self) {
   auto& st = self->state;
+  if (st.over) return;
+  take_checkpoint_request(self);
   if (st.over) return;
   auto now = clock_type::now();
   const auto limit = std::chrono::duration<double>(st.opts.timeout_s);
@@ -335,6 +365,7 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       return shard_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
   }
   answer_ready(self, ready);
+  take_checkpoint_request(self);
   // Only what moves a clock: not per pull.
   if (m->kind == ps::kind_push || m->kind == ps::kind_done || m->kind == ps::kind_hello ||
       m->kind == ps::kind_restore)

@@ -1,6 +1,7 @@
 #include "actors/ps/ps_shard_core.hpp"
 
 #include <algorithm>
+#include <climits>
 
 namespace hetflow::ps {
 
@@ -80,18 +81,38 @@ status shard_core::apply(int w, pending& p) {
   return {};
 }
 
+status shard_core::request_checkpoint(int64_t label, std::vector<pull_ticket>& ready) {
+  const std::string me = cfg_.name + ": checkpoint at clock " + std::to_string(label);
+  if (!cfg_.store) return make_error(errc::invalid_argument, me + ": the job has no checkpoint_dir");
+  if (table_.all_finished()) return make_error(errc::invalid_argument, me + ": every worker has finished");
+  if (label <= last_label_)
+    return make_error(errc::invalid_argument, me + ": not after the last checkpoint (" + std::to_string(last_label_) + ")");
+  for (std::size_t w = 0; w < applied_.size(); ++w)
+    if (applied_[w] > label)
+      return make_error(errc::invalid_argument, me + ": worker " + std::to_string(w) + "'s update " +
+                                                    std::to_string(applied_[w] - 1) + " is applied already");
+  requested_.insert(label);
+  HF_RETURN_IF_ERROR(drain());
+  auto r = table_.released();
+  ready.insert(ready.end(), r.begin(), r.end());
+  return {};
+}
+
 status shard_core::drain() {
   for (;;) {
     const bool all_done = table_.all_finished();
     const int64_t g = table_.global();
-    const bool deferring = cfg_.checkpoint_every > 0 && cfg_.store && !all_done;
+    // The next cut: the periodic label, or a requested one before it.
+    int64_t next = cfg_.checkpoint_every > 0 ? next_checkpoint_ : INT64_MAX;
+    if (!requested_.empty()) next = std::min(next, *requested_.begin());
+    const bool deferring = next != INT64_MAX && cfg_.store && !all_done;
     // Apply every eligible push, in (tag, worker) order.
     for (auto it = pending_.begin(); it != pending_.end();) {
       const int64_t tag = it->first.first;
       const int w = it->first.second;
       const bool in_order = tag == applied_[std::size_t(w)] && tag < table_.clock(w);
       const bool bsp_ok = table_.model().kind != consistency::bsp || tag < g;
-      const bool ckpt_ok = !deferring || tag < next_checkpoint_;
+      const bool ckpt_ok = !deferring || tag < next;
       if (!(in_order && bsp_ok && ckpt_ok)) {
         // bsp and checkpoints hold back whole tags: later tags wait too.
         if (!bsp_ok || !ckpt_ok) break;
@@ -102,16 +123,17 @@ status shard_core::drain() {
       pending_.erase(it);
       it = pending_.begin();  // an applied push may make a held one of the same worker eligible
     }
-    if (deferring && g >= next_checkpoint_) {
+    if (deferring && g >= next) {
       std::vector<int64_t> cut(applied_.size());
-      for (std::size_t w = 0; w < cut.size(); ++w) cut[w] = std::min(applied_[w], next_checkpoint_);
+      for (std::size_t w = 0; w < cut.size(); ++w) cut[w] = std::min(applied_[w], next);
       for (std::size_t w = 0; w < cut.size(); ++w)
         if (applied_[w] != cut[w])
-          return make_error(errc::internal, cfg_.name + ": checkpoint " + std::to_string(next_checkpoint_) +
+          return make_error(errc::internal, cfg_.name + ": checkpoint " + std::to_string(next) +
                                                 " would hold update " + std::to_string(applied_[w]) + " of worker " +
                                                 std::to_string(w));
-      HF_RETURN_IF_ERROR(checkpoint(next_checkpoint_, cut));
-      next_checkpoint_ += cfg_.checkpoint_every;
+      HF_RETURN_IF_ERROR(checkpoint(next, cut));
+      if (cfg_.checkpoint_every > 0 && next == next_checkpoint_) next_checkpoint_ += cfg_.checkpoint_every;
+      requested_.erase(next);
       continue;  // pushes held for this checkpoint may go now
     }
     if (all_done && !final_written_) {
@@ -119,6 +141,7 @@ status shard_core::drain() {
         return make_error(errc::internal, cfg_.name + ": " + std::to_string(pending_.size()) +
                                               " pushes left after every worker finished");
       final_written_ = true;
+      requested_.clear();  // the final cut below holds them all
       if (cfg_.store) {
         int64_t label = 0;
         for (auto c : applied_) label = std::max(label, c);

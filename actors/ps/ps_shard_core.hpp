@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -84,6 +85,17 @@ public:
   }
   // Worker w pushed `final_clock` updates in all.
   status done(int w, int64_t final_clock, std::vector<pull_ticket>& ready);
+  // One more checkpoint, at clock `label` (`hetflow shell`'s checkpoint),
+  // made like the periodic ones: pushes tagged >= label wait until the
+  // global clock reaches it, then the cut is written. Every shard asked for
+  // the same label writes the same cut, so --resume can use it once every
+  // shard has it. errc::invalid_argument (saying why) when this shard cannot
+  // cut there any more: no checkpoint_dir, a push tagged >= label applied
+  // already, a label not after the last checkpoint, or the workers done.
+  // Appends the pulls it releases (it may write at once).
+  status request_checkpoint(int64_t label, std::vector<pull_ticket>& ready);
+  // Requested labels not written yet.
+  const std::set<int64_t>& requested_checkpoints() const noexcept { return requested_; }
   // True: answer now; false: it waits (released by a later push/done).
   bool pull(const pull_ticket& t) { return table_.request(t); }
 
@@ -118,7 +130,8 @@ private:
   clock_table table_;
   std::vector<int64_t> applied_;
   std::map<std::pair<int64_t, int>, pending> pending_;  // by (tag, worker)
-  int64_t next_checkpoint_ = 0;
+  int64_t next_checkpoint_ = 0;  // the next periodic label (checkpoint_every)
+  std::set<int64_t> requested_;   // request_checkpoint's labels, not written yet
   bool final_written_ = false;
   int64_t written_ = 0, last_label_ = -1, updates_ = 0;
 };

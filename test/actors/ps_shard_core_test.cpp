@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ps/ps_protocol.hpp"
@@ -208,6 +209,58 @@ BOOST_AUTO_TEST_CASE(checkpoints_are_a_consistent_cut_and_resume_exactly) {
     fs::remove_all(dir);
     }
   }
+}
+
+// `hetflow shell`'s checkpoint: a requested label is a cut like the periodic
+// ones (pushes at or past it held until the global clock reaches it), with
+// or without checkpoint_every; a label the shard has passed is refused.
+BOOST_AUTO_TEST_CASE(requested_checkpoints_are_consistent_cuts) {
+  for (int64_t every : {0, 4}) {
+    BOOST_TEST_CONTEXT("checkpoint_every " << every) {
+      auto mem = std::make_shared<memory_checkpoint_store>();
+      auto c = cfg(consistency_model::asp(), 2);
+      c.checkpoint_every = every;
+      c.store = mem;
+      auto core = shard_core::make(c, make_params(7));
+      BOOST_REQUIRE(core);
+      std::vector<pull_ticket> ready;
+      auto push = [&](int w, int64_t t) {
+        BOOST_REQUIRE((*core)->push(w, t, 0.1, grads((*core)->params(), w, t), ready).ok());
+      };
+      push(0, 0);
+      push(0, 1);
+      push(0, 2);  // worker 0's update 2 is applied (asp): no cut at 2 any more
+      auto refused = (*core)->request_checkpoint(2, ready);
+      BOOST_TEST(!refused.ok());
+      BOOST_TEST(refused.message().find("worker 0's update 2 is applied already") != std::string::npos);
+      BOOST_REQUIRE((*core)->request_checkpoint(3, ready).ok());
+      BOOST_TEST(((*core)->requested_checkpoints() == std::set<int64_t>{3}));
+      push(0, 3);  // held: tag 3 >= the requested label
+      push(0, 4);
+      BOOST_TEST(((*core)->applied_clocks() == std::vector<int64_t>{3, 0}));
+      for (int64_t t = 0; t < 3; ++t) push(1, t);  // the global clock reaches 3: checkpoint 3, then the held ones
+      auto labels = list_checkpoints(*mem, c.name);
+      BOOST_REQUIRE(!labels.empty());
+      BOOST_TEST(labels.front() == 3);
+      auto ck = read_checkpoint(*mem, c.name, 3);
+      BOOST_REQUIRE(ck);
+      BOOST_TEST((ck->meta.clocks == std::vector<int64_t>{3, 3}));
+      BOOST_TEST((*core)->requested_checkpoints().empty());
+      // Its weights: exactly tags 0..2 of both workers.
+      auto cut = run(cfg(consistency_model::asp(), 2), {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}}, {3, 3});
+      std::vector<float> at3;
+      for (std::size_t i = 0; i < cut->params().size(); ++i)
+        at3.insert(at3.end(), ck->tensors[i].f32(), ck->tensors[i].f32() + ck->tensors[i].numel());
+      BOOST_TEST(at3 == flat(*cut));
+      BOOST_TEST(!(*core)->request_checkpoint(3, ready).ok());  // not after the last checkpoint
+    }
+  }
+  // No store: refused, saying so.
+  auto none = shard_core::make(cfg(consistency_model::bsp(), 1), make_params(7));
+  std::vector<pull_ticket> ready;
+  auto st = (*none)->request_checkpoint(5, ready);
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.message().find("no checkpoint_dir") != std::string::npos);
 }
 
 // A checkpoint write that fails (a crash or a full disk) leaves the previous

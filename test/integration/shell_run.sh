@@ -153,13 +153,13 @@ run_shell pause 127.0.0.1:9870 --topology "$topo" -c "pause ps0"
 [[ $RC -eq 1 ]] && grep -q "pause ps0: actor 'ps0' (ps_shard) does not honour pause; HetPipe stages (hp_stage) do" \
   "$S/pause.err" || { show pause; fail "pause: exit $RC"; }
 run_shell checkpoint 127.0.0.1:9870 --topology "$topo" -c "checkpoint"
-[[ $RC -eq 1 ]] && grep -q "'checkpoint' is not implemented yet" "$S/checkpoint.err" ||
+[[ $RC -eq 1 ]] && grep -q "ps0: checkpoint at clock [0-9]*: the job has no checkpoint_dir" "$S/checkpoint.err" ||
   { show checkpoint; fail "checkpoint: exit $RC"; }
 run_shell usage1 -c nodes
 [[ $RC -eq 2 ]] || { show usage1; fail "no HOST:PORT: exit $RC, want 2"; }
 run_shell usage2 localhost -c nodes
 [[ $RC -eq 2 ]] || { show usage2; fail "HOST without port: exit $RC, want 2"; }
-pass "unknown command (1), unknown actor with did-you-mean (1), pause of a ps shard refused (1), checkpoint not implemented (1), usage errors (2)"
+pass "unknown command (1), unknown actor with did-you-mean (1), pause of a ps shard refused (1), checkpoint without checkpoint_dir refused (1), usage errors (2)"
 
 # Secrets: another secret, and none at all, are refused (exit 3) and logged by the node.
 HETFLOW_SECRET_FILE="$S/wrong.secret" run_shell wrong 127.0.0.1:9870 -c nodes

@@ -2,10 +2,11 @@
 # `hetflow run/node --trace PATH` (issue 8): Chrome trace JSON with one
 # process per node and one track per actor.
 #  1. a single-node train job: valid JSON, process/thread metadata, a
-#     "train step" per step holding forward/backward/optimizer, evaluation,
+#     "train step" per step holding forward/backward/optimizer (holding a
+#     span per unit of the model), evaluation,
 #     monotone timestamps per track; the same from `hetflow node --trace`;
 #  2. a 2-node dp job: two pids, allreduce (trainer side) and ring steps on
-#     both nodes;
+#     both nodes, wire messages on their receivers' tracks;
 #  3. a ps job with streamed input: push/pull/apply, stream shard batches;
 #  4. a preprocess job: its shards' passes and segments, the vocabulary merge;
 #  5. a failed job still writes what was recorded, and says so;
@@ -72,11 +73,14 @@ timeout 120 "$HETFLOW" run "$topo" --trace "$S/train.json" >"$S/train.out" 2>&1 
   { cat "$S/train.out"; fail "train run with --trace"; }
 grep -q "hetflow run: trace written to $S/train.json (.* events from 1 node" "$S/train.out" ||
   { cat "$S/train.out"; fail "no 'trace written' line"; }
+# Per unit of the model (mlp: flatten, fc1, fc2, fc3): a forward and a backward
+# span per training step, nested in forward/backward (and in evaluate).
 check_trace "$S/train.json" 0 'names["train step"] >= 64' 'names["forward"] >= 64' 'names["backward"] >= 64' \
-  'names["optimizer"] >= 64' 'names["batch"] >= 64' 'names["evaluate"] == 2' '"trainer" in threads' ||
+  'names["optimizer"] >= 64' 'names["batch"] >= 64' 'names["evaluate"] == 2' '"trainer" in threads' \
+  'all(names[u] >= 64 and names[u + " backward"] >= 64 for u in ("fc1", "fc2", "fc3"))' ||
   { cat "$S/train.out"; fail "single-node train trace"; }
 [[ $(json_get "$S/train.json" 'd["otherData"]["status"]') == ok ]] || fail "status not ok"
-pass "run --trace: a train step per step (64), forward/backward/optimizer/evaluate on the trainer's track"
+pass "run --trace: a train step per step (64), forward/backward/optimizer/evaluate and each unit's spans on the trainer's track"
 
 # `hetflow node --trace` writes that node's file itself.
 timeout 120 "$HETFLOW" node "$topo" --name n0 --trace "$S/node.json" >"$S/node.out" 2>&1 ||
@@ -97,9 +101,10 @@ grep -q "trace written to $S/dp.json (.* events from 2 nodes" "$S/dp.out" || { c
 check_trace "$S/dp.json" 0,1 \
   'all("allreduce" in by_pid[p] and "train step" in by_pid[p] for p in (0, 1))' \
   'all(any(n.startswith("ring step") for n in by_pid[p]) for p in (0, 1))' \
-  'names["train step"] >= 20' '{"replica0", "replica1", "ring0", "ring1"} <= threads' ||
+  'names["train step"] >= 20' '{"replica0", "replica1", "ring0", "ring1"} <= threads' \
+  'names["wire in from n1"] >= 20 and names["wire in from n0"] >= 20' ||
   { cat "$S/dp.out"; fail "dp trace"; }
-pass "dp, 2 nodes: two processes, allreduce and ring steps on both"
+pass "dp, 2 nodes: two processes, allreduce and ring steps on both, the ring's wire messages as they arrive"
 
 # The same job as two `hetflow node --trace` processes (as on two hosts), then
 # `hetflow trace-merge` makes one timeline of both.

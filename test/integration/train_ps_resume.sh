@@ -7,7 +7,11 @@
 #    from the newest checkpoint complete on both shards and ends with the
 #    uninterrupted run's weights, bit for bit (same checksum), having trained
 #    exactly the remaining steps (no row lost or repeated);
-#  - --resume with no checkpoint at all starts from scratch, saying so.
+#  - --resume with no checkpoint at all starts from scratch, saying so;
+#  - `hetflow shell -c checkpoint` on a job without checkpoint_every: both
+#    shards write one more checkpoint at the clock the shell picked; with the
+#    final checkpoint removed, --resume continues from it and ends with the
+#    uninterrupted run's weights, bit for bit.
 source "$(dirname "$0")/lib.sh"
 
 one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$1"; }
@@ -117,3 +121,35 @@ one_thread "$fresh"
 timeout 300 "$HETFLOW" run "$fresh" --resume --report "$fresh.json" >"$fresh.out" 2>&1 || { cat "$fresh.out"; fail "fresh --resume failed"; }
 grep -q "no checkpoint is complete on every PS shard" "$fresh.out" || { cat "$fresh.out"; fail "no from-scratch warning"; }
 pass "--resume with no checkpoint starts from scratch"
+
+# On demand: `hetflow shell -c checkpoint` while worker 1 sleeps before clock 30.
+od="$HETFLOW_SCRATCH/ondemand.toml"
+od_job=()
+for l in "${job[@]}"; do [[ $l == checkpoint_every* ]] || od_job+=("$l"); done
+write_topology "$od" 8745 2 auto "${od_job[@]}" 'epochs = 2' "checkpoint_dir = \"$HETFLOW_SCRATCH/ck-od\"" \
+  'ps_drill_worker = 1' 'ps_drill_clock = 30' 'ps_drill_delay = "4s"'
+one_thread "$od"
+"$HETFLOW" run "$od" --report "$od.json" >"$od.out" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$od.out" "psworker1: fault drill: sleeping" 120 || { cat "$od.out"; fail "on demand: the drill never started"; }
+"$HETFLOW" shell 127.0.0.1:8745 --topology "$od" -c checkpoint >"$od.shell" 2>&1 || { cat "$od.shell"; fail "on demand: shell checkpoint failed"; }
+label=$(sed -n 's/^checkpoint at clock \([0-9]*\) on every PS shard:$/\1/p' "$od.shell")
+[[ -n $label ]] && grep -q "^ps0: checkpoint at clock $label when the global clock reaches it" "$od.shell" &&
+  grep -q "^ps1: checkpoint at clock $label when the global clock reaches it" "$od.shell" ||
+  { cat "$od.shell"; fail "on demand: the shell's answer"; }
+wait_exit $RUN_PID 300 || { cat "$od.out"; fail "on demand: the run did not end"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$od.out"; fail "on demand: the run exited $WAIT_RC"; }
+name=$(printf 'ckpt-%012d' "$label")
+ls "$HETFLOW_SCRATCH/ck-od" | grep -q "^ps0.$name$" && ls "$HETFLOW_SCRATCH/ck-od" | grep -q "^ps1.$name$" ||
+  { ls "$HETFLOW_SCRATCH/ck-od"; fail "on demand: no checkpoint $label on both shards"; }
+[[ $(ls "$HETFLOW_SCRATCH/ck-od" | grep -c 'ckpt-') -eq 4 ]] ||
+  { ls "$HETFLOW_SCRATCH/ck-od"; fail "on demand: want checkpoint $label and the final one, on both shards"; }
+[[ $(json_get "$od.json" 'd["weights_checksum"]') == "$want" ]] || fail "on demand: the run's weights differ from the uninterrupted run's"
+rm "$HETFLOW_SCRATCH/ck-od/"ps[01].ckpt-000000000200
+timeout 300 "$HETFLOW" run "$od" --resume --report "$od.resume.json" >"$od.resume.out" 2>&1 ||
+  { cat "$od.resume.out"; fail "on demand: --resume failed"; }
+grep -q "restored checkpoint $label" "$od.resume.out" || { cat "$od.resume.out"; fail "on demand: --resume did not restore $label"; }
+[[ $(json_get "$od.resume.json" 'd["weights_checksum"]') == "$want" ]] ||
+  fail "on demand: resumed from $label, the weights differ from the uninterrupted run's"
+pass "shell checkpoint: both shards wrote clock $label; --resume from it ends with the uninterrupted weights"
