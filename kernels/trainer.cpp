@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <numeric>
+#include <thread>
 
 #include "kernels/criteo_dataset.hpp"
 #include "kernels/criteo_text.hpp"
@@ -40,6 +42,31 @@ double lr_at(const lr_schedule& s, double base_lr, int epoch, int64_t step, int6
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// Benchmarks only: HETFLOW_BENCH_SLOWDOWN=F (a number > 1) in a process's
+// environment makes its training compute take F times as long: after each
+// forward, and each backward unit, it sleeps (F - 1) times what that took.
+// It emulates an older, slower device beside a newer one on one machine
+// (bench/dp: the measured split): unlike a CPU hog, the process still
+// answers its ring at once. Read once; off (1) when unset or not > 1.
+double bench_slowdown_factor() {
+  static const double f = [] {
+    const char* e = std::getenv("HETFLOW_BENCH_SLOWDOWN");
+    if (e == nullptr || *e == '\0') return 1.0;
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    return end != e && *end == '\0' && v > 1.0 && v < 1000.0 ? v : 1.0;
+  }();
+  return f;
+}
+
+void bench_slowdown(std::chrono::steady_clock::time_point since) {
+  const double f = bench_slowdown_factor();
+  if (f <= 1.0) return;
+  const auto took = std::chrono::steady_clock::now() - since;
+  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(took * (f - 1.0)));
+}
+
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -561,6 +588,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       for (int i = 0; i < 4 && probed.ok(); ++i) {
         auto t0 = clock_type::now();
         auto logits = twin.forward(x.view(), mode::train);
+        bench_slowdown(t0);  // the probe sees the emulated device too
+        const auto tb = clock_type::now();
         if (!logits) {
           probed = logits.error();
           break;
@@ -572,6 +601,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
           break;
         }
         if (auto b = twin.backward(g.view()); !b) probed = b.error();
+        bench_slowdown(tb);
         if (i > 0) secs += seconds_since(t0);
       }
     });
@@ -635,17 +665,22 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         grad.resize(logits.shape());
         HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
         if (scaling) HF_RETURN_IF_ERROR(dev.scale(grad.mutable_view(), float(scaler.scale)));
+        bench_slowdown(tc);
         t_fwd.end();
         // Data parallel: the gradient sums start during backward (buckets).
         trace::scope t_bwd("backward", trace::current_track(), "step", s + 1);
         if (!dp.active()) {
+          const auto tb = clock_type::now();
           HF_RETURN_IF_ERROR(m.backward(grad.view()).error());
+          bench_slowdown(tb);
         } else {
           // Unit by unit, each unit's gradient bucket going to the ring as
           // soon as it is complete.
           tensor_view g = grad.view();
           for (std::size_t i = m.size(); i-- > 0;) {
+            const auto tb = clock_type::now();
             HF_ASSIGN_OR_RETURN(g, m.backward(g, i > 0, i, i + 1));
+            bench_slowdown(tb);
             HF_RETURN_IF_ERROR(dp.unit_done(i, count, bn));
           }
         }
