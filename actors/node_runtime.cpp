@@ -1197,6 +1197,7 @@ int run_node(const node_options& opts, const registry& reg) {
   set_log_node_name(opts.name);
   if (opts.join_timeout_s) sh->cluster.runtime.join_timeout_s = *opts.join_timeout_s;
   if (opts.resume) sh->cluster.job.params.set("resume", true);
+  if (!opts.strategy.empty()) sh->cluster.job.params.set("strategy", opts.strategy);
   sh->limits.max_message_bytes = sh->cluster.runtime.max_message_bytes;
   {
     std::string warning;

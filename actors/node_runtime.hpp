@@ -49,6 +49,9 @@ struct node_options {
   // --resume: jobs that checkpoint (train, strategy "ps") continue from their
   // newest complete checkpoint; the job sees it as the job parameter "resume".
   bool resume = false;
+  // --strategy: what the file's strategy = "auto" resolved to (hetflow run
+  // decides once for its nodes); the job sees it as its strategy.
+  std::string strategy;
   // --trace: this node's timeline as Chrome trace JSON (kernels/trace.hpp),
   // written when the node ends, also after a failure; empty = none. The
   // caller has checked the path (kernels::trace::check_output_path).

@@ -170,8 +170,9 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
       ++remote;
       std::fprintf(stderr,
                    "hetflow run: node '%s' is on host %s, which is not this machine; start it "
-                   "there with `hetflow node %s --name %s`\n",
-                   n.name.c_str(), n.host.c_str(), opts.topology.c_str(), n.name.c_str());
+                   "there with `hetflow node %s --name %s%s%s`\n",
+                   n.name.c_str(), n.host.c_str(), opts.topology.c_str(), n.name.c_str(),
+                   opts.strategy.empty() ? "" : " --strategy ", opts.strategy.c_str());
       continue;
     }
     child c;
@@ -246,6 +247,10 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
       args.push_back(std::to_string(*opts.join_timeout_s));
     }
     if (opts.resume) args.push_back("--resume");
+    if (!opts.strategy.empty()) {
+      args.push_back("--strategy");
+      args.push_back(opts.strategy);
+    }
     pid_t pid = fork();
     if (pid < 0) {
       std::perror("hetflow run: fork");

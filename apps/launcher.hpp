@@ -27,6 +27,9 @@ struct launch_options {
   std::filesystem::path trace;
   std::optional<double> join_timeout_s;
   bool resume = false;  // --resume, passed to every node
+  // What strategy "auto" resolved to (apps::resolve_strategy), passed to
+  // every node as --strategy; empty: the file's own.
+  std::string strategy;
 };
 
 int run_local_cluster(const launch_options& opts, const actors::registry& reg);

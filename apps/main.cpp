@@ -46,9 +46,10 @@ commands:
       --plot: after a train job, its loss, accuracy and throughput over time
       as an SVG (other jobs: nothing written, one line says why); --trace:
       every local node's actors on one timeline, Chrome trace JSON (Perfetto)
-  node FILE --name NODE [--report PATH] [--trace PATH] [--join-timeout SECONDS] [--resume]
+  node FILE --name NODE [--report PATH] [--trace PATH] [--join-timeout SECONDS] [--resume] [--strategy S]
       run one node of the cluster described by FILE (what Slurm, Kubernetes or
-      systemd start on each machine); --trace: this node's timeline
+      systemd start on each machine); --trace: this node's timeline;
+      --strategy: what strategy "auto" is on this node (run passes its choice)
   validate FILE
       check a topology file; print every problem as FILE:LINE:COL: error: ...
   plan FILE [--json] [--no-measure]
@@ -82,8 +83,8 @@ commands:
   help
       print this text
 
-not implemented yet: running strategy "auto" (plan only: set the strategy it
-  chooses); hetpipe runs on cpu devices only, without checkpoints (README.md)
+not implemented yet: strategy "auto" weighing ps and ralp; hetpipe on cuda
+  devices (README.md, "Not done yet")
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted
@@ -103,6 +104,7 @@ struct common_args {
   std::size_t trace_max_events = hetflow::kernels::trace::default_max_events;
   std::optional<double> join_timeout;
   bool resume = false;
+  std::string strategy;  // node: --strategy (what "auto" resolves to)
   std::string error;
 };
 
@@ -122,6 +124,8 @@ common_args parse_args(const std::vector<std::string>& args, bool want_name) {
       if (auto v = value("--name")) a.name = *v;
     } else if (s == "--resume") {
       a.resume = true;
+    } else if (s == "--strategy" && want_name) {
+      if (auto v = value("--strategy")) a.strategy = *v;
     } else if (s == "--report") {
       if (auto v = value("--report")) a.report = *v;
     } else if (s == "--plot" && !want_name) {
@@ -284,7 +288,8 @@ int main(int argc, char** argv) {
     o.trace_max_events = a.trace_max_events;
     o.join_timeout_s = a.join_timeout;
     o.resume = a.resume;
-    if (int rc = hetflow::apps::refuse_plan_only_strategy(a.file, reg, "node"); rc != 0) return rc;
+    o.strategy = a.strategy;
+    if (int rc = hetflow::apps::resolve_strategy(a.file, reg, "node", o.strategy); rc != 0) return rc;
     return hetflow::actors::run_node(o, reg);
   }
   if (cmd == "run") {
@@ -297,7 +302,7 @@ int main(int argc, char** argv) {
     o.trace = a.trace;
     o.join_timeout_s = a.join_timeout;
     o.resume = a.resume;
-    if (int rc = hetflow::apps::refuse_plan_only_strategy(a.file, reg, "run"); rc != 0) return rc;
+    if (int rc = hetflow::apps::resolve_strategy(a.file, reg, "run", o.strategy); rc != 0) return rc;
     return hetflow::apps::run_local_cluster(o, reg);
   }
   if (cmd == "profile") return hetflow::apps::profile_command(args, reg);

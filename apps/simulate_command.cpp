@@ -450,12 +450,68 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
   return 0;
 }
 
-int refuse_plan_only_strategy(const std::string& file, const actors::registry& reg, const char* command) {
+expected<std::pair<std::string, std::string>> choose_auto_strategy(const topology::cluster& c_in) {
+  topology::cluster c = c_in;
+  HF_ASSIGN_OR_RETURN(topology::profile_db db, job_profiles(c));
+  HF_ASSIGN_OR_RETURN(std::vector<topology::plan_device> devices, topology::plan_devices(c, db));
+  auto e = estimate_all(c, devices, db);
+  auto [chosen, why] = choose(c, e);
+  if (chosen.empty())
+    return make_error(errc::invalid_argument, "strategy \"auto\": no strategy can run this job: " + why);
+  return std::make_pair(chosen, why);
+}
+
+int resolve_strategy(const std::string& file, const actors::registry& reg, const char* command,
+                     std::string& strategy) {
   auto parsed = topology::load_topology(file, reg.catalog());
-  if (!parsed.ok() || parsed.model->job.kind != "train") return 0;
-  const std::string s = parsed.model->job.params.get_string("strategy", "single");
+  if (!parsed.ok() || parsed.model->job.kind != "train") {
+    if (!strategy.empty()) {
+      std::fprintf(stderr, "hetflow %s: --strategy applies to a train job with strategy = \"auto\"\n", command);
+      return 2;
+    }
+    return 0;
+  }
+  const auto& c = *parsed.model;
+  const std::string in_file = c.job.params.get_string("strategy", "single");
+  if (!strategy.empty() && in_file != "auto") {
+    if (strategy == in_file) return 0;
+    std::fprintf(stderr, "hetflow %s: %s: --strategy %s, but the file sets strategy = \"%s\" (--strategy resolves "
+                         "\"auto\" only)\n", command, file.c_str(), strategy.c_str(), in_file.c_str());
+    return 2;
+  }
+  std::string s = in_file;
+  if (in_file == "auto") {
+    if (!strategy.empty()) {
+      if (strategy != "single" && strategy != "dp" && strategy != "hetpipe") {
+        std::fprintf(stderr, "hetflow %s: --strategy %s: auto chooses single, dp or hetpipe\n", command,
+                     strategy.c_str());
+        return 2;
+      }
+      s = strategy;
+    } else {
+      const bool alone = std::string(command) == "node";
+      if (alone && !c.job.params.contains("profile_file")) {
+        std::fprintf(stderr,
+                     "hetflow node: %s: [job] strategy = \"auto\": every node must run the strategy the others "
+                     "run, and profiles measured here may differ from the other machines': start the nodes with "
+                     "`hetflow run %s` (it decides once), pass --strategy (what `hetflow plan %s` chooses), or "
+                     "name a profile_file\n",
+                     file.c_str(), file.c_str(), file.c_str());
+        return 2;
+      }
+      auto chosen = choose_auto_strategy(c);
+      if (!chosen) {
+        std::fprintf(stderr, "hetflow %s: %s: %s\n", command, file.c_str(), chosen.error().message().c_str());
+        return 2;
+      }
+      s = chosen->first;
+      std::fprintf(stderr, "hetflow %s: strategy \"auto\" chose \"%s\": %s\n", command, s.c_str(),
+                   chosen->second.c_str());
+    }
+    strategy = s;
+  }
   if (s == "hetpipe") {  // plan/simulate plan any devices; the runtime runs cpu stages only
-    for (const auto& n : parsed.model->nodes)
+    for (const auto& n : c.nodes)
       for (const auto& d : n.devices)
         if (d.kind != topology::device_kind::cpu) {
           std::fprintf(stderr,
@@ -465,14 +521,8 @@ int refuse_plan_only_strategy(const std::string& file, const actors::registry& r
                        file.c_str());
           return 2;
         }
-    return 0;
   }
-  if (s != "auto") return 0;
-  std::fprintf(stderr,
-               "hetflow %s: %s: [job] strategy = \"auto\" only plans: `hetflow plan %s` compares the strategies "
-               "and says which it would choose; set that strategy (single, dp or hetpipe) to run the job\n",
-               command, file.c_str(), file.c_str());
-  return 2;
+  return 0;
 }
 
 }  // namespace hetflow::apps

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "schemas/error.hpp"
@@ -33,10 +34,21 @@ int plan_hetpipe_command(const topology::cluster& c, const std::string& file, bo
 // `c` gets each device's profile kind filled in where it had none.
 expected<topology::profile_db> job_profiles(topology::cluster& c);
 
-// Exit code 2 with a message for `run` / `node` when FILE's train job asks
-// for what only plan/simulate support (strategy "auto"; "hetpipe" with a
-// cuda device); 0 otherwise (also when FILE does not parse: the command
-// itself reports that).
-int refuse_plan_only_strategy(const std::string& file, const actors::registry& reg, const char* command);
+// Strategy "auto" for `run` / `node`: the strategy `hetflow plan` would
+// choose (single, dp or hetpipe: the shortest predicted epoch, from the
+// job's profiles) and why. Every node must run the same one: `hetflow run`
+// decides once and passes it to its nodes (`hetflow node --strategy S`); a
+// node started on its own decides itself only from a profile_file (measured
+// profiles differ from machine to machine).
+expected<std::pair<std::string, std::string>> choose_auto_strategy(const topology::cluster& c);
+
+// Before `run` / `node` start FILE's train job: resolves strategy "auto"
+// (`strategy`: in, --strategy of `node` or empty; out, the strategy to run,
+// empty when the file names one) and refuses, exit code 2 with a message,
+// what only plan/simulate support ("hetpipe" with a cuda device; "auto" for
+// a node on its own without a profile_file or --strategy); 0 otherwise (also
+// when FILE does not parse: the command itself reports that).
+int resolve_strategy(const std::string& file, const actors::registry& reg, const char* command,
+                     std::string& strategy);
 
 }  // namespace hetflow::apps

@@ -17,7 +17,7 @@
 #    naming it (no hang);
 #  - checkpoints: a stage's node killed, --resume ends on the uninterrupted
 #    run's weights bit for bit (D = 0);
-#  - strategy auto says it only plans.
+#  - strategy auto: run decides and runs it; a lone node needs --strategy.
 source "$(dirname "$0")/lib.sh"
 
 one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$1"; }
@@ -233,9 +233,24 @@ assert all(sh["restored_label"] == k for sh in b["hetpipe"]["shards"])
 PY
 pass "n1 killed mid-run ($KILL_SECS s to exit $KILL_RC), --resume from wave $(json_get "$cut.json" 'd["resumed_wave"]'): the uninterrupted run's weights bit for bit"
 
-# --- not supported yet: clear errors
-bad="$HETFLOW_SCRATCH/bad.toml"
-write_topology "$bad" 8960 2 auto "${common[@]}" 'epochs = 1' 'strategy = "auto"'
-out=$("$HETFLOW" run "$bad" 2>&1) && fail "run accepted strategy auto"
-grep -q 'strategy = "auto" only plans' <<<"$out" || { echo "$out"; fail "no clear strategy auto error"; }
-pass "strategy auto: a clear error"
+# --- strategy auto: `hetflow run` decides once (what `hetflow plan` would
+# choose, from profiles measured here) and runs that on every node; a node
+# started on its own needs --strategy (or a profile_file).
+auto="$HETFLOW_SCRATCH/auto.toml"
+write_topology "$auto" 8960 2 auto "${common[@]}" 'epochs = 1' 'strategy = "auto"'
+timeout 300 "$HETFLOW" run "$auto" --report "$auto.json" >"$auto.out" 2>&1 || { cat "$auto.out"; fail "strategy auto: the run failed"; }
+chosen=$(sed -n 's/^hetflow run: strategy "auto" chose "\([a-z]*\)": .*/\1/p' "$auto.out")
+[[ -n $chosen ]] || { cat "$auto.out"; fail "strategy auto: no line saying what it chose"; }
+case $chosen in
+  single) want='len([a for a in d["actors"] if a["name"] == "trainer"]) == 1' ;;
+  dp) want='len([a for a in d["actors"] if a["name"].startswith("replica")]) == 2' ;;
+  hetpipe) want='len(d["virtual_workers"]) >= 1' ;;
+  *) fail "strategy auto chose '$chosen'" ;;
+esac
+[[ $(json_get "$auto.json" "d['status'] == 'ok' and $want") == True ]] || { python3 -m json.tool "$auto.json"; fail "strategy auto: did not run $chosen"; }
+out=$("$HETFLOW" node "$auto" --name n1 2>&1) && fail "a lone node accepted strategy auto without --strategy"
+grep -q 'start the nodes with `hetflow run' <<<"$out" || { echo "$out"; fail "lone node, auto: no clear error"; }
+write_topology "$HETFLOW_SCRATCH/fixed.toml" 8965 1 auto "${common[@]}" 'epochs = 1' 'strategy = "dp"'
+out=$("$HETFLOW" node "$HETFLOW_SCRATCH/fixed.toml" --name n0 --strategy hetpipe 2>&1) && fail "--strategy overrode a fixed strategy"
+grep -q 'resolves "auto" only' <<<"$out" || { echo "$out"; fail "--strategy on a fixed strategy: no clear error"; }
+pass "strategy auto: run chose $chosen and ran it; a lone node needs --strategy; --strategy resolves auto only"
