@@ -4,7 +4,9 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/random.hpp"
 
@@ -89,6 +91,46 @@ void transform_batch(std::span<const float> images, const image_shape& s, std::s
                       draw_augmentation(opt, seed, epoch, id), norm);
     }
   });
+}
+
+void transform_batch(std::span<const uint8_t> images, float scale, const image_shape& s,
+                     std::span<const int64_t> ids, std::span<float> dst, const augment_options& opt,
+                     const channel_normalization& norm, uint64_t seed, int epoch) {
+  const int64_t per = s.numel();
+  const int64_t n = int64_t(ids.size());
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(per, 1));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain), [&](const tbb::blocked_range<int64_t>& r) {
+    std::vector<float> src(static_cast<std::size_t>(per));
+    for (int64_t j = r.begin(); j < r.end(); ++j) {
+      const int64_t id = ids[std::size_t(j)];
+      const uint8_t* in = images.data() + id * per;
+      for (int64_t k = 0; k < per; ++k) src[std::size_t(k)] = float(in[k]) * scale;
+      transform_image(src.data(), dst.data() + j * per, s, opt, draw_augmentation(opt, seed, epoch, id), norm);
+    }
+  });
+}
+
+namespace {
+bool fits(std::span<const float> values, float scale) {
+  for (float v : values) {
+    if (!(v >= 0.0f && v <= 255.0f * scale * 1.001f)) return false;
+    const long b = std::lround(v / scale);
+    if (b < 0 || b > 255 || float(uint8_t(b)) * scale != v) return false;
+  }
+  return true;
+}
+}  // namespace
+
+float byte_scale(std::span<const float> values) {
+  if (fits(values, 1.0f)) return 1.0f;
+  if (fits(values, 1.0f / 255.0f)) return 1.0f / 255.0f;
+  return 0.0f;
+}
+
+std::vector<uint8_t> to_bytes(std::span<const float> values, float scale) {
+  std::vector<uint8_t> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = uint8_t(std::lround(values[i] / scale));
+  return out;
 }
 
 }  // namespace hetflow::kernels::preprocess

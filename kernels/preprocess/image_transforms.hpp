@@ -74,5 +74,19 @@ void transform_image(const float* src, float* dst, const image_shape& s, const a
 void transform_batch(std::span<const float> images, const image_shape& s, std::span<const int64_t> ids,
                      std::span<float> dst, const augment_options& opt, const channel_normalization& norm,
                      uint64_t seed, int epoch);
+// The same from 8-bit pixels (a dataset whose every value is float(b) *
+// scale for a byte b, kept at a quarter of the memory): each sample's bytes
+// become float(b) * scale first, so the result is the float path's, bit for
+// bit.
+void transform_batch(std::span<const uint8_t> images, float scale, const image_shape& s,
+                     std::span<const int64_t> ids, std::span<float> dst, const augment_options& opt,
+                     const channel_normalization& norm, uint64_t seed, int epoch);
+
+// The scale with which 8-bit pixels hold `values` exactly (every value is
+// float(b) * scale, b in [0, 255]): 1 (raw bytes) or 1 / 255 (bytes scaled
+// to [0, 1], as the Fashion-MNIST loader does); 0 when neither.
+float byte_scale(std::span<const float> values);
+// The bytes b of `values` under `scale` (byte_scale's).
+std::vector<uint8_t> to_bytes(std::span<const float> values, float scale);
 
 }  // namespace hetflow::kernels::preprocess

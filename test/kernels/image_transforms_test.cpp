@@ -165,6 +165,32 @@ BOOST_AUTO_TEST_CASE(batches_do_not_depend_on_split_or_threads) {
   BOOST_TEST(other == whole);
 }
 
+// 8-bit pixels (the stream shard's compact copy of a byte-valued dataset)
+// give the float path's batches bit for bit, raw and scaled to [0, 1] as
+// the Fashion-MNIST loader scales them; byte_scale says when they can.
+BOOST_AUTO_TEST_CASE(byte_pixels_equal_the_float_path) {
+  pp::image_shape s{2, 6, 5};
+  const int64_t per = s.numel(), n = 40;
+  pp::channel_normalization norm{{0.28f, 0.51f}, {0.16f, 0.29f}};
+  std::vector<int64_t> ids{3, 39, 0, 17, 17, 22};
+  for (float scale : {1.0f, 1.0f / 255.0f}) {
+    std::vector<float> f(std::size_t(n * per));
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = float(uint8_t((i * 37 + 11) % 256)) * scale;
+    BOOST_TEST(pp::byte_scale(f) == scale);
+    auto b = pp::to_bytes(f, scale);
+    for (pp::augment_options opt : {pp::augment_options{}, pp::augment_options{2, true}}) {
+      std::vector<float> a(ids.size() * std::size_t(per)), c(a.size());
+      pp::transform_batch(std::span<const float>(f), s, ids, a, opt, norm, 9, 1);
+      pp::transform_batch(std::span<const uint8_t>(b), scale, s, ids, c, opt, norm, 9, 1);
+      BOOST_TEST(a == c);
+    }
+    f[5] = 3.5f * scale;
+    BOOST_TEST(pp::byte_scale(f) == 0.0f);
+    f[5] = -1.0f * scale;
+    BOOST_TEST(pp::byte_scale(f) == 0.0f);
+  }
+}
+
 // Without augmentation a batch is exactly the in-memory path's normalised rows.
 BOOST_AUTO_TEST_CASE(unaugmented_equals_in_memory_normalisation) {
   image_dataset raw = make_synthetic_images(shape{2, 5, 4}, 50, 3, 9);
