@@ -291,6 +291,16 @@ void take_over(shard_actor* self, const std::string& node, const schemas::decode
   pump(self);
 }
 
+// Click logs: (b, 39) rows, `rows` training rows; the plan and the own feed.
+status plan_rows(shard_state& st, int64_t rows) {
+  st.features = kernels::shape{kernels::criteo_columns};
+  HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(rows, st.cfg.batch_size, st.cfg.drop_last,
+                                                         st.cfg.max_steps_per_epoch));
+  st.order_rows = rows;
+  st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+  return {};
+}
+
 status prepare(shard_state& st, const actor_env& env) {
   HF_ASSIGN_OR_RETURN(st.opts, stream_options_of(env.cluster));
   if (st.index >= st.opts.shards())
@@ -307,12 +317,7 @@ status prepare(shard_state& st, const actor_env& env) {
     HF_ASSIGN_OR_RETURN(kernels::criteo_split split,
                         kernels::split_criteo_rows(text.rows(), st.cfg.data.test_fraction, "the criteo text"));
     st.text = std::move(text);
-    st.features = kernels::shape{kernels::criteo_columns};
-    HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(split.train, st.cfg.batch_size, st.cfg.drop_last,
-                                                           st.cfg.max_steps_per_epoch));
-    st.order_rows = split.train;
-    st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
-    return {};
+    return plan_rows(st, split.train);
   }
   if (st.cfg.data.kind == kernels::dataset_kind::criteo) {
     if (st.opts.augment.enabled())
@@ -331,12 +336,7 @@ status prepare(shard_state& st, const actor_env& env) {
       st.table_rows = t.rows;
     }
     st.records = std::move(records);
-    st.features = kernels::shape{kernels::criteo_columns};
-    HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(split.train, st.cfg.batch_size, st.cfg.drop_last,
-                                                           st.cfg.max_steps_per_epoch));
-    st.order_rows = split.train;
-    st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
-    return {};
+    return plan_rows(st, split.train);
   }
   // Not normalised in memory: crop pads with raw zeros, then each sample is
   // normalised with the training set's statistics (the in-memory path's).
