@@ -760,7 +760,7 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       for (const auto& a : sh.actors)
         if (a.node == sh.self_name && a.type == "ps_shard" && !st.local_done.count(a.name)) shards.push_back(a.name);
       if (shards.empty())
-        return reply(shreq_atom::value, false, "node '" + sh.self_name + "' runs no running parameter-server shard (ps_shard)");
+        return reply(shreq_atom::value, false, "node '" + sh.self_name + "' runs no parameter-server shard (ps_shard) that is still running");
       if (st.stopping) return reply(shreq_atom::value, false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
       const int64_t gen = control::request_checkpoint(label);
       log_warn("shell: a checkpoint at clock " + std::to_string(label) + " asked of the ps shard(s) of node '" +

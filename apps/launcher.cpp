@@ -156,7 +156,8 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
     for (auto& d : parsed.errors) std::fprintf(stderr, "%s\n", topology::format(d).c_str());
     return 2;
   }
-  const auto& cl = *parsed.model;
+  topology::cluster cl = *parsed.model;
+  if (!opts.strategy.empty()) cl.job.params.set("strategy", opts.strategy);  // what "auto" resolved to
   // Nodes the job survives losing (a streamed job's shard-only nodes): their
   // failure does not fail the run when the head finishes the job.
   std::set<int> expendable;

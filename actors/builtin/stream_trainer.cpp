@@ -113,9 +113,9 @@ public:
           caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1)) >>
               [] {});
       if (!failure_.ok()) return failure_;
-      const std::size_t before = stats_takeovers_;
+      const int before = takeovers_;
       HF_RETURN_IF_ERROR(check_lost());
-      if (stats_takeovers_ != before) deadline = clock_type::now() + (deadline - t0);  // a new builder: a full wait
+      if (takeovers_ != before) deadline = clock_type::now() + (deadline - t0);  // a new builder: a full wait
       it = buffered_.find(key);
     }
     waiting.reset();
@@ -188,9 +188,7 @@ private:
     const std::string old_builder = server_[std::size_t(k)];
     const std::string node = svc_->node_of(old_builder);
     dead_senders_.insert(old_builder);
-    lost_[std::size_t(k)] = true;
-    if (!opts_.failover)
-      return make_error(errc::peer_down, "train: " + who(k) + " is lost (stream_failover = false)");
+    lost_[std::size_t(k)] = true;  // (a node is lost only with stream_failover: registry.hpp)
     // Where k's steps resume.
     const auto& l = last_[std::size_t(k)];
     int epoch = 0;
@@ -240,7 +238,6 @@ private:
       return status(s.code(), "train: cannot hand " + who(k) + "'s steps to '" + taker_name + "': " + s.message());
     server_[std::size_t(k)] = taker_name;
     ++takeovers_;
-    ++stats_takeovers_;
     const double at = std::chrono::duration<double>(clock_type::now() - started_).count();
     if (stats_) stats_->takeovers.push_back({k, node, taker, epoch + 1, step + 1, at});
     log_warn(me_ + ": node '" + node + "' is down: '" + taker_name + "' builds shard " + std::to_string(k) +
@@ -382,7 +379,6 @@ private:
   std::vector<last_seen> last_;
   std::set<std::string> dead_senders_;  // builders on lost nodes: their late batches are dropped
   int takeovers_ = 0;
-  std::size_t stats_takeovers_ = 0;
   clock_type::time_point started_;
   schemas::decoded_message current_;     // the batch being trained on
   status failure_;

@@ -113,7 +113,7 @@ void transform_batch(std::span<const uint8_t> images, float scale, const image_s
 namespace {
 bool fits(std::span<const float> values, float scale) {
   for (float v : values) {
-    if (!(v >= 0.0f && v <= 255.0f * scale * 1.001f)) return false;
+    if (!(v >= 0.0f && v <= 256.0f * scale)) return false;  // also NaN; lround below stays in range
     const long b = std::lround(v / scale);
     if (b < 0 || b > 255 || float(uint8_t(b)) * scale != v) return false;
   }

@@ -136,6 +136,40 @@ BOOST_AUTO_TEST_CASE(loads_parts_in_index_order) {
   check_row(first6->data, 5, 5);
 }
 
+// Streamed input's random access (criteo_records): rows across parts (one
+// empty), max_rows, load_range == load_criteo, and errors naming the part
+// file and record for an id beyond its table, and the bad row for a range.
+BOOST_AUTO_TEST_CASE(records_read_any_rows_as_load_criteo_does) {
+  temp_dir d;
+  write_plain(d.path, {5, 0, 7});
+  auto recs = criteo_records::open(d.str());
+  BOOST_REQUIRE_MESSAGE(recs.has_value(), recs.error().to_string());
+  BOOST_CHECK_EQUAL(recs->rows(), 12);
+  BOOST_CHECK_EQUAL(recs->parts(), 3);
+  std::vector<int64_t> ids{11, 0, 5, 4, 5};
+  image_dataset got;
+  got.images = tensor::empty(shape{int64_t(ids.size()), 39});
+  got.labels.resize(ids.size());
+  BOOST_REQUIRE(recs->read_rows(ids, got.images.f32_span(), got.labels).ok());
+  for (std::size_t j = 0; j < ids.size(); ++j) check_row(got, int64_t(j), ids[j]);
+  auto all = load_criteo(d.str());
+  auto range = recs->load_range(0, 12);
+  BOOST_REQUIRE(all.has_value() && range.has_value());
+  BOOST_CHECK(std::vector<float>(range->images.f32(), range->images.f32() + 12 * 39) ==
+              std::vector<float>(all->data.images.f32(), all->data.images.f32() + 12 * 39));
+  auto first6 = criteo_records::open(d.str(), 6);
+  BOOST_REQUIRE(first6.has_value());
+  BOOST_CHECK_EQUAL(first6->rows(), 6);
+  std::vector<int64_t> past{6};
+  auto st = first6->read_rows(past, std::span<float>(got.images.f32(), 39), std::span<int32_t>(got.labels.data(), 1));
+  BOOST_CHECK(!st.ok() && contains(st.message(), "row 6"));
+  // Record 7 (the 3rd of part-00002) has ids up to 10: tables of 10 rows refuse it.
+  std::vector<int64_t> tables(26, 10), seven{7};
+  st = recs->read_rows(seven, std::span<float>(got.images.f32(), 39), std::span<int32_t>(got.labels.data(), 1), tables);
+  BOOST_CHECK_MESSAGE(!st.ok() && contains(st.message(), "part-00002.bin record 2") && contains(st.message(), "10 rows"),
+                      st.message());
+}
+
 BOOST_AUTO_TEST_CASE(training_data_is_the_head_test_data_the_tail) {
   temp_dir d;
   write_plain(d.path, {40, 60});
