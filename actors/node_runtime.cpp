@@ -385,7 +385,6 @@ struct node_actor_state {
   // Shell checkpoint requests waiting for the local PS shards' answers.
   struct checkpoint_wait {
     caf::response_promise promise;
-    int64_t generation = 0, label = 0;
     std::vector<std::string> shards;
     clock_type::time_point since;
   };
@@ -497,7 +496,7 @@ void lose_node(node_actor_type* self, int idx, const std::string& why) {
     if (!sh.lost.insert(name).second) return;
   }
   log_warn("node " + node_label(sh.cluster.nodes[std::size_t(idx)]) + " is down (" + why +
-           "); the job goes on without it: its stream shards' steps go to the other shards");
+           "); the job goes on without it: its shards' work goes to the other nodes");
   metrics::set_gauge("hetflow_nodes_lost", "nodes that went down while the job went on without them", {},
                      double(sh.lost.size()));
   if (!sh.is_head()) return;
@@ -767,8 +766,6 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
                sh.self_name + "'");
       auto& w = st.checkpoint_waits[gen];
       w.promise = self->make_response_promise();
-      w.generation = gen;
-      w.label = label;
       w.shards = shards;
       w.since = clock_type::now();
       self->delayed_send(self, std::chrono::milliseconds(50), ckptpoll_atom::value, gen);

@@ -655,9 +655,8 @@ struct vocab_state {
   std::array<uint64_t, pp::sparse_columns> cost{};  // entries per column over the shards
   std::vector<std::array<uint64_t, pp::sparse_columns>> sizes;  // per shard, for a recount
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
-  bool merging = false, merged_all = false;
+  bool merging = false;
   clock_type::time_point merge_t0;
-  double merge_seconds = 0;
   std::array<column_outcome, pp::sparse_columns> columns;
   std::set<uint32_t> merged;                  // columns reported
   std::map<uint32_t, uint32_t> merge_threads;  // merging node -> its threads
@@ -700,7 +699,6 @@ void finish_merge(caf::event_based_actor* self, vocab_state& st) {
   w.field("merge_threads", threads).field("merge_nodes", static_cast<uint64_t>(st.merge_threads.size()));
   w.end_object();
   st.vocabulary_json = w.str();
-  st.merged_all = true;
   std::set<int> nodes(st.holder.begin(), st.holder.end());
   for (int n : nodes)
     if (auto a = st.svc->find_actor(shard_actor(n))) self->send(a, pp_go_atom::value);
