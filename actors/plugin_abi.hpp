@@ -16,7 +16,7 @@
 
 // Version of the plugin ABI: the descriptor below and the C++ types a plugin
 // receives. Plugins built for another version are refused.
-#define HETFLOW_PLUGIN_ABI_VERSION 1u
+#define HETFLOW_PLUGIN_ABI_VERSION 2u
 
 // The C++ ABI a plugin was compiled with: GCC/Clang's __GXX_ABI_VERSION and
 // libstdc++'s dual std::string ABI; must match the host's.
@@ -50,6 +50,10 @@ public:
   // be empty.
   virtual status add_job_kind(topology::type_spec spec, actors::job_expander expand,
                               actors::job_summarizer summarize) = 0;
+  // Adds a per-sample image transform, `[job] transforms = ["NAME"]` of a
+  // streamed train job, with its keys as `[job] NAME = { key = ... }`
+  // (actors/registry.hpp: sample_transform says what it must be).
+  virtual status add_transform(actors::transform_entry entry) = 0;
 
 protected:
   ~host() = default;  // owned by the host; plugins never delete it

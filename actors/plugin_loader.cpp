@@ -20,7 +20,7 @@ std::string version_text(uint32_t caf) {
 
 // Who registered each name so far: absent = hetflow itself (built-in).
 struct owners {
-  std::map<std::string, std::string> actor_types, job_kinds;
+  std::map<std::string, std::string> actor_types, job_kinds, transforms;
 };
 
 std::string owner_text(const std::map<std::string, std::string>& m, const std::string& name) {
@@ -61,8 +61,19 @@ public:
     return {};
   }
 
+  status add_transform(transform_entry entry) override {
+    const std::string name = entry.name;
+    if (reg_.find_transform(name) != nullptr)
+      return refuse("transform '" + name + "' is already registered by " + owner_text(own_.transforms, name) +
+                    "; rename it in this plugin");
+    if (auto s = reg_.add_transform(std::move(entry)); !s.ok()) return refuse(s.message());
+    own_.transforms[name] = file_;
+    transforms_.push_back(name);
+    return {};
+  }
+
   const std::vector<std::string>& refused() const { return refused_; }
-  std::vector<std::string> actor_types_, job_kinds_;
+  std::vector<std::string> actor_types_, job_kinds_, transforms_;
 
 private:
   status refuse(std::string why) {
@@ -165,7 +176,7 @@ plugin_load_result load_plugin_entries(const std::string& file_for_messages,
       continue;
     }
     if (!host.refused().empty()) continue;
-    r.loaded.push_back(loaded_plugin{e.path, name, host.actor_types_, host.job_kinds_});
+    r.loaded.push_back(loaded_plugin{e.path, name, host.actor_types_, host.job_kinds_, host.transforms_});
   }
   return r;
 }

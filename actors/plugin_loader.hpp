@@ -36,6 +36,7 @@ struct loaded_plugin {
   std::string name;            // the plugin's own name (descriptor)
   std::vector<std::string> actor_types;
   std::vector<std::string> job_kinds;
+  std::vector<std::string> transforms;
 };
 
 struct plugin_load_result {

@@ -1,5 +1,7 @@
 #include "actors/registry.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -25,6 +27,56 @@ status registry::add_job_kind(topology::type_spec spec, job_expander expand,
   return {};
 }
 
+status registry::add_transform(transform_entry entry) {
+  if (entry.name.empty()) return make_error(errc::invalid_argument, "transform with an empty name");
+  if (!entry.make) return make_error(errc::invalid_argument, "transform '" + entry.name + "' has no factory");
+  for (char ch : entry.name)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-'))
+      return make_error(errc::invalid_argument, "transform name '" + entry.name +
+                                                    "': use letters, digits, '_' and '-' (it names a [job] table)");
+  if (find_transform(entry.name) != nullptr)
+    return make_error(errc::already_exists, "transform '" + entry.name + "' is registered twice");
+  // Its keys become the table [job] NAME of the job kinds that take
+  // transforms: the name must not be one of their keys already.
+  for (auto& j : job_kinds_) {
+    const auto& keys = j.spec.keys;
+    if (std::none_of(keys.begin(), keys.end(), [](const topology::key_spec& k) { return k.name == "transforms"; }))
+      continue;
+    for (const auto& k : keys)
+      if (k.name == entry.name)
+        return make_error(errc::already_exists, "transform name '" + entry.name + "' is a [job] key of job kind '" +
+                                                    j.spec.name + "'; rename the transform");
+  }
+  transforms_.push_back(std::move(entry));
+  return {};
+}
+
+const transform_entry* registry::find_transform(std::string_view name) const {
+  for (auto& e : transforms_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+expected<std::vector<sample_transform>> registry::make_transforms(const topology::settings& job) const {
+  std::vector<sample_transform> out;
+  for (const auto& name : job.get_strings("transforms")) {
+    const transform_entry* e = find_transform(name);
+    if (e == nullptr) {
+      std::string known;
+      for (auto& t : transforms_) known += (known.empty() ? "" : ", ") + t.name;
+      return make_error(errc::not_found, "[job] transforms: unknown transform '" + name + "' (" +
+                                             (known.empty() ? std::string("none is registered")
+                                                            : "registered: " + known) +
+                                             "; plugins add transforms, README \"Write your own actor type\")");
+    }
+    auto t = e->make(job);
+    if (!t) return make_error(t.error().code(), "[job] transforms: '" + name + "': " + t.error().message());
+    if (!*t) return make_error(errc::internal, "[job] transforms: '" + name + "': the factory made no transform");
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
 const actor_type_entry* registry::find_actor_type(std::string_view name) const {
   for (auto& e : actor_types_)
     if (e.spec.name == name) return &e;
@@ -40,7 +92,20 @@ const job_kind_entry* registry::find_job_kind(std::string_view name) const {
 topology::catalog registry::catalog() const {
   topology::catalog c;
   for (auto& e : actor_types_) c.actor_types.push_back(e.spec);
-  for (auto& e : job_kinds_) c.job_kinds.push_back(e.spec);
+  for (auto& e : job_kinds_) {
+    c.job_kinds.push_back(e.spec);
+    auto& spec = c.job_kinds.back();
+    const bool takes = std::any_of(spec.keys.begin(), spec.keys.end(),
+                                   [](const topology::key_spec& k) { return k.name == "transforms"; });
+    if (!takes) continue;
+    for (auto& t : transforms_) {
+      if (t.keys.empty()) continue;
+      topology::key_spec table{t.name, topology::key_type::table, false, std::nullopt,
+                               "transform '" + t.name + "' (plugin): " + t.help, {}, {}, {}};
+      table.fields = t.keys;
+      spec.keys.push_back(std::move(table));
+    }
+  }
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,34 @@ struct actor_result {
 //   "\"tensors\": 64, \"gbytes_per_s\": 1.2"
 using job_summarizer = std::function<std::string(const std::vector<actor_result>&)>;
 
+// A per-sample image transform (plugins add them; README "Write your own
+// actor type"): the stream shards of a train job with input = "stream" apply
+// the transforms [job] transforms lists, in that order, to every training
+// sample they build, after crop/flip and normalisation - the values the
+// network sees. It must be deterministic: what it does to a sample may
+// depend only on the sample's values and on (seed, epoch, sample), never on
+// the shard, thread or batch, so that any split of an epoch across shards
+// (and a shard taking over a lost one's steps) trains the same. Called from
+// several threads at once (oneTBB, one sample each).
+struct sample_context {
+  int64_t channels = 1, height = 1, width = 1;  // the sample is (C, H, W), row-major
+  uint64_t seed = 0;                            // [job] seed
+  int epoch = 0;                                // 0-based
+  int64_t sample = 0;                           // the row of the training set
+};
+using sample_transform = std::function<void(std::span<float> sample, const sample_context& ctx)>;
+// Makes the transform for a job from the job's keys: its own keys are
+// [job] NAME.KEY (a TOML table `NAME = { key = ... }`), declared in the
+// entry's `keys` and checked like any [job] key. An error refuses the job
+// at validate time and on every node, naming the transform.
+using transform_factory = std::function<expected<sample_transform>(const topology::settings& job)>;
+struct transform_entry {
+  std::string name;
+  std::string help;
+  std::vector<topology::key_spec> keys;  // names without the "NAME." prefix
+  transform_factory make;
+};
+
 struct actor_type_entry {
   topology::type_spec spec;
   actor_factory spawn;
@@ -68,16 +97,24 @@ class registry {
 public:
   status add_actor_type(topology::type_spec spec, actor_factory spawn);
   status add_job_kind(topology::type_spec spec, job_expander expand, job_summarizer summarize = {});
+  status add_transform(transform_entry entry);
 
   const actor_type_entry* find_actor_type(std::string_view name) const;
   const job_kind_entry* find_job_kind(std::string_view name) const;
+  const transform_entry* find_transform(std::string_view name) const;
+  // The job's transforms ([job] transforms), made from its keys; an unknown
+  // name or a factory's refusal is an error naming it.
+  expected<std::vector<sample_transform>> make_transforms(const topology::settings& job) const;
 
-  // Plain data for topology::load_topology.
+  // Plain data for topology::load_topology. A job kind with a key named
+  // "transforms" also gets, per transform with keys, a table key NAME whose
+  // fields are the transform's keys (read back as "NAME.KEY").
   topology::catalog catalog() const;
 
 private:
   std::vector<actor_type_entry> actor_types_;
   std::vector<job_kind_entry> job_kinds_;
+  std::vector<transform_entry> transforms_;
 };
 
 // The types hetflow ships: the skeleton job (producer, transformer, checker)

@@ -207,6 +207,9 @@ bool load_plugins_of(const std::string& cmd, const std::vector<std::string>& arg
       std::string kinds;
       for (auto& k : p.job_kinds) kinds += (kinds.empty() ? "job kinds " : ", ") + k;
       if (!kinds.empty()) what += (what.empty() ? "" : "; ") + kinds;
+      std::string tf;
+      for (auto& t : p.transforms) tf += (tf.empty() ? "transforms " : ", ") + t;
+      if (!tf.empty()) what += (what.empty() ? "" : "; ") + tf;
       std::printf("plugin '%s' (%s): %s\n", p.name.c_str(), p.path.c_str(),
                   what.empty() ? "registered nothing" : what.c_str());
     }

@@ -38,6 +38,7 @@
 // threads (preprocess_parallelism; 0 = the cores free on the node, probed
 // again every 0.5 s with kernels/preprocess/resources, like the preprocess
 // job), so a shard next to a trainer leaves it the cores it uses.
+#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
@@ -85,6 +86,11 @@ struct shard_state : job_actor_state {
   std::optional<kernels::criteo_records> records;
   std::vector<int64_t> table_rows;
   kernels::shape features;  // one sample's shape in the batch message
+  // [job] transforms (plugins' per-sample transforms, registry.hpp), applied
+  // in order to each built sample after crop/flip and normalisation.
+  std::vector<sample_transform> transforms;
+  std::vector<std::string> transform_names;
+  int64_t transformed = 0;  // samples they were applied to
   kernels::epoch_plan plan;
   int64_t order_rows = 0;   // rows the epoch orders permute
   // The streams of steps this shard builds: its own (feeds[0]) and those of
@@ -167,6 +173,19 @@ wire_buffer_ref build_batch(shard_state& st, shard_state::feed& f) {
       else
         pp::transform_batch(st.data.train.images.view().f32_span(), st.sample, st.ids, w.images(),
                             st.opts.augment, st.norm, st.cfg.seed, f.epoch);
+      if (!st.transforms.empty()) {
+        // What a transform does depends on (seed, epoch, row) only, so the
+        // samples may go to any thread.
+        const int64_t numel = st.sample.numel();
+        std::span<float> images = w.images();
+        tbb::parallel_for(int64_t{0}, bn, [&](int64_t j) {
+          sample_context ctx{st.sample.channels, st.sample.height, st.sample.width, st.cfg.seed, f.epoch,
+                             st.ids[std::size_t(j)]};
+          std::span<float> one = images.subspan(std::size_t(j * numel), std::size_t(numel));
+          for (const auto& t : st.transforms) t(one, ctx);
+        });
+        st.transformed += bn;
+      }
     }
   });
   st.build_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -174,6 +193,12 @@ wire_buffer_ref build_batch(shard_state& st, shard_state::feed& f) {
   st.rows_sent += bn;
   kernels::waits::progress();
   return std::move(w).finish();
+}
+
+std::string transform_text(const shard_state& st) {
+  std::string out;
+  for (const auto& n : st.transform_names) out += (out.empty() ? ", transforms " : ", ") + n;
+  return out;
 }
 
 void finish_if_done(shard_actor* self) {
@@ -188,13 +213,16 @@ void finish_if_done(shard_actor* self) {
                 "sent %lld batches (%lld rows) in %d epochs; %.2f s building batches, parallelism %d (%d-%d)",
                 static_cast<long long>(st.batches_sent), static_cast<long long>(st.rows_sent), st.cfg.epochs,
                 st.build_seconds, st.gov->current(), st.gov->min_seen(), st.gov->max_seen());
-  std::string summary = line;
+  std::string summary = line + transform_text(st);
   json_writer w;
   if (st.feeds.size() > 1) {
     summary += "; took over the steps of shard";
     for (std::size_t i = 1; i < st.feeds.size(); ++i) summary += " " + std::to_string(st.feeds[i].shard);
   }
   w.begin_object().field("batches", st.batches_sent).field("rows", st.rows_sent);
+  w.key("transforms").begin_array();
+  for (const auto& n : st.transform_names) w.value(n);
+  w.end_array().field("transformed_samples", st.transformed);
   w.key("took_over").begin_array();
   for (std::size_t i = 1; i < st.feeds.size(); ++i) w.value(int64_t{st.feeds[i].shard});
   w.end_array();
@@ -301,14 +329,19 @@ status plan_rows(shard_state& st, int64_t rows) {
   return {};
 }
 
-status prepare(shard_state& st, const actor_env& env) {
+status prepare(shard_state& st, const actor_env& env, const registry& reg) {
   HF_ASSIGN_OR_RETURN(st.opts, stream_options_of(env.cluster));
+  st.transform_names = env.cluster.job.params.get_strings("transforms");
+  HF_ASSIGN_OR_RETURN(st.transforms, reg.make_transforms(env.cluster.job.params));
   if (st.index >= st.opts.shards())
     return make_error(errc::internal, "shard index " + std::to_string(st.index) + " of " +
                                           std::to_string(st.opts.shards()) + " shards");
   st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
   st.gov.emplace(st.opts.parallelism, 0);
   HF_ASSIGN_OR_RETURN(st.cfg, train_config_of(env.cluster, env.spec.node));
+  if (!st.transforms.empty() && (st.cfg.data.kind == kernels::dataset_kind::criteo_text ||
+                                 st.cfg.data.kind == kernels::dataset_kind::criteo))
+    return make_error(errc::invalid_argument, "transforms apply to images, not to click logs");
   if (st.cfg.data.kind == kernels::dataset_kind::criteo_text) {
     if (st.opts.augment.enabled())
       return make_error(errc::invalid_argument, "augment applies to images, not to dataset criteo-text");
@@ -358,14 +391,14 @@ status prepare(shard_state& st, const actor_env& env) {
   return {};
 }
 
-caf::behavior stream_shard(shard_actor* self, actor_env env) {
+caf::behavior stream_shard(shard_actor* self, actor_env env, const registry* reg) {
   init_job_actor(self, env);
   self->state.index = int(env.spec.args.get_int("shard", 0));
   self->state.tk = kernels::trace::track(self->state.me);
   return {
-    [self, env](start_atom) {
+    [self, env, reg](start_atom) {
       auto& st = self->state;
-      if (auto s = prepare(st, env); !s.ok())
+      if (auto s = prepare(st, env, *reg); !s.ok())
         return fail_job_actor(self, "stream shard '" + st.me + "' on node '" + env.spec.node + "': " + s.to_string());
       log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + " for " +
                st.trainer + ": " +
@@ -375,7 +408,7 @@ caf::behavior stream_shard(shard_actor* self, actor_env env) {
                                    " parts)"
                 : st.opts.augment.enabled() ? std::string("augmented")
                                             : std::string("not augmented")) +
-               ", prefetch " +
+               transform_text(st) + ", prefetch " +
                std::to_string(st.opts.prefetch));
       become_running(self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
         auto& st = self->state;
@@ -425,8 +458,9 @@ void add_stream_shard(registry& reg) {
   shard.help = "shard index";
   shard.min = 0.0;
   t.keys.push_back(std::move(shard));
-  (void)reg.add_actor_type(t, [](caf::actor_system& sys, const actor_env& env) {
-    return sys.spawn<caf::detached>(stream_shard, env);
+  // The registry outlives every node (main's), and holds the transforms.
+  (void)reg.add_actor_type(t, [reg = &reg](caf::actor_system& sys, const actor_env& env) {
+    return sys.spawn<caf::detached>(stream_shard, env, reg);
   });
 }
 

@@ -705,6 +705,9 @@ void add_train(registry& reg) {
   key("crop_padding", key_type::integer, int64_t{2}, "stream, augment: zero padding before the random crop", 0.0,
       64.0);
   key("flip", key_type::boolean, true, "stream, augment: random horizontal flip");
+  key("transforms", key_type::string_list, std::vector<std::string>{},
+      "stream, images: per-sample transforms that plugins add, applied in this order after crop/flip and "
+      "normalisation; a transform's own keys are [job] NAME = { key = ... }");
   key("stream_timeout", key_type::duration, 60.0, "stream: the longest wait for one batch", 0.1, 86400.0);
   key("stream_failover", key_type::boolean, true,
       "stream: when a node that runs only stream shards goes down, the job goes on: another shard of the same "
@@ -715,9 +718,20 @@ void add_train(registry& reg) {
   ralp_job::add_train_keys(job);  // strategy "ralp" (actors/ralp/)
   (void)reg.add_job_kind(
       job,
-      [](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
+      [reg = &reg](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
         const bool stream = c.job.params.get_string("input", "memory") == "stream";
         HF_RETURN_IF_ERROR(check_dataset_keys(c));
+        if (!c.job.params.get_strings("transforms").empty()) {
+          const std::string ds = c.job.params.get_string("dataset", "fashion-mnist");
+          if (!stream)
+            return make_error(errc::invalid_argument, "[job] transforms run in the stream shards: set input = "
+                                                      "\"stream\" (strategy single or ps)");
+          if (ds == "criteo" || ds == "criteo-text")
+            return make_error(errc::invalid_argument, "[job] transforms apply to images, not to dataset = \"" + ds +
+                                                          "\"");
+          // Unknown names and keys a transform refuses: at validate time.
+          HF_RETURN_IF_ERROR(reg->make_transforms(c.job.params).error());
+        }
         {
           const std::string s = c.job.params.get_string("strategy", "single");
           if (!c.job.params.get_string("checkpoint_dir", "").empty() && (s == "ralp" || (s == "single" && stream)))

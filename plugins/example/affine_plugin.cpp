@@ -15,12 +15,20 @@
 //   job kind `affine_pipeline`: places that chain on the cluster's nodes
 //     (producer on node 0, the two affines on nodes 1 and 2, the checker on
 //     node 3, wrapping round on smaller clusters); keys as the skeleton job.
+//   transform `cutout` (a per-sample image transform for streamed training,
+//     DeVries & Taylor 2017): sets a size x size square of every channel to
+//     `value`, at a position drawn from (seed, epoch, sample) - so any number
+//     of shards trains the same. Use: [job] input = "stream",
+//     transforms = ["cutout"], cutout = { size = 8 }. A size at least the
+//     image's height and width erases the whole image.
 //
 // Build: plugins/example/CMakeLists.txt (hetflow_add_plugin). Use:
 // plugins/example/affine.toml.
 #include "actors/plugin_api.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,6 +96,28 @@ topology::actor_spec place(std::string name, std::string type, std::string node)
   return a;
 }
 
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The cutout transform for one job: `size` and `value` from [job] cutout.
+actors::sample_transform make_cutout(int64_t size, float value) {
+  return [size, value](std::span<float> img, const actors::sample_context& c) {
+    const int64_t h = std::min(size, c.height), w = std::min(size, c.width);
+    uint64_t r = mix64(mix64(mix64(c.seed ^ 0xC0707ull) + uint64_t(c.epoch)) + uint64_t(c.sample));
+    const int64_t y0 = int64_t(r % uint64_t(c.height - h + 1));
+    const int64_t x0 = int64_t((r >> 32) % uint64_t(c.width - w + 1));
+    for (int64_t ch = 0; ch < c.channels; ++ch)
+      for (int64_t y = y0; y < y0 + h; ++y) {
+        float* row = img.data() + (ch * c.height + y) * c.width;
+        std::fill(row + x0, row + x0 + w, value);
+      }
+  };
+}
+
 // The register function: called once per process, before the topology is
 // checked. Everything it adds must be the same on every node.
 status register_types(plugin::host& host) {
@@ -104,6 +134,19 @@ status register_types(plugin::host& host) {
   HF_RETURN_IF_ERROR(host.add_actor_type(aff, [](caf::actor_system& sys, const actor_env& env) {
     return sys.spawn(affine, env);
   }));
+
+  actors::transform_entry cut;
+  cut.name = "cutout";
+  cut.help = "example plugin: a size x size square of each sample set to value, placed by (seed, epoch, sample)";
+  cut.keys.push_back(key_spec{"size", key_type::integer, false, int64_t{8}, "side of the square, pixels", 1.0,
+                              65536.0, {}});
+  cut.keys.push_back(key_spec{"value", key_type::number, false, 0.0, "what the square is set to", {}, {}, {}});
+  cut.make = [](const topology::settings& job) -> expected<actors::sample_transform> {
+    const int64_t size = job.get_int("cutout.size", 8);
+    if (size < 1) return make_error(errc::invalid_argument, "cutout.size must be at least 1");
+    return make_cutout(size, static_cast<float>(job.get_number("cutout.value", 0.0)));
+  };
+  HF_RETURN_IF_ERROR(host.add_transform(std::move(cut)));
 
   // The skeleton job's keys: the built-in producer and checker read them.
   topology::type_spec job{"affine_pipeline",

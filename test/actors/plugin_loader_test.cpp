@@ -185,7 +185,7 @@ BOOST_AUTO_TEST_CASE(missing_entry_point) {
 
 BOOST_AUTO_TEST_CASE(abi_version_mismatch) {
   auto d = refused_one(PLUGIN_ABI_MISMATCH);
-  BOOST_TEST(contains(d.message, "built for plugin ABI version 2, but this hetflow has 1"), d.message);
+  BOOST_TEST(contains(d.message, "built for plugin ABI version 3, but this hetflow has 2"), d.message);
 }
 
 BOOST_AUTO_TEST_CASE(caf_version_mismatch) {

@@ -66,6 +66,66 @@ BOOST_AUTO_TEST_CASE(duplicate_names_are_refused) {
   BOOST_TEST((st3.code() == errc::invalid_argument));
 }
 
+// A transform: its keys become the table [job] NAME of every job kind with a
+// "transforms" key; make_transforms builds them in [job] transforms order.
+BOOST_AUTO_TEST_CASE(transforms_register_their_keys_and_are_made_in_order) {
+  registry reg;
+  topology::type_spec job{"imgjob", "a job kind that takes transforms", {}};
+  job.keys.push_back(topology::key_spec{"transforms", topology::key_type::string_list, false,
+                                        std::vector<std::string>{}, "transforms", {}, {}, {}});
+  job.keys.push_back(topology::key_spec{"seed", topology::key_type::integer, false, int64_t{1}, "seed", {}, {}, {}});
+  BOOST_REQUIRE(reg.add_job_kind(job, [](const topology::cluster&) {
+    return expected<std::vector<topology::actor_spec>>(std::vector<topology::actor_spec>{});
+  }).ok());
+  auto entry = [](std::string name, float add) {
+    transform_entry e;
+    e.name = std::move(name);
+    e.help = "adds k";
+    e.keys.push_back(topology::key_spec{"k", topology::key_type::number, false, double(add), "k", {}, {}, {}});
+    e.make = [n = e.name, add](const topology::settings& s) -> expected<sample_transform> {
+      const float k = float(s.get_number(n + ".k", add));
+      if (k < 0) return make_error(errc::invalid_argument, "k must be >= 0");
+      return sample_transform([k](std::span<float> x, const sample_context& c) {
+        for (float& v : x) v = v * 10.0f + k + float(c.sample);
+      });
+    };
+    return e;
+  };
+  BOOST_REQUIRE(reg.add_transform(entry("plus", 1.0f)).ok());
+  BOOST_REQUIRE(reg.add_transform(entry("other", 2.0f)).ok());
+  BOOST_TEST((reg.add_transform(entry("plus", 1.0f)).code() == errc::already_exists));
+  auto clash = reg.add_transform(entry("seed", 1.0f));
+  BOOST_TEST((clash.code() == errc::already_exists));
+  BOOST_TEST(clash.message().find("[job] key of job kind 'imgjob'") != std::string::npos, clash.message());
+  BOOST_TEST((reg.add_transform(entry("bad name", 1.0f)).code() == errc::invalid_argument));
+  const auto* spec = reg.catalog().find_job_kind("imgjob");
+  BOOST_REQUIRE(spec != nullptr);
+  int tables = 0;
+  for (const auto& k : spec->keys)
+    if (k.type == topology::key_type::table && (k.name == "plus" || k.name == "other")) ++tables;
+  BOOST_TEST(tables == 2);
+
+  const std::string head = "[cluster]\nname = \"t\"\n[[nodes]]\nname = \"a\"\nhost = \"127.0.0.1\"\nport = 7000\n"
+                           "[job]\nkind = \"imgjob\"\n";
+  auto c = parse(head + "transforms = [\"other\", \"plus\"]\nplus = { k = 3.0 }\n", reg);
+  auto made = reg.make_transforms(c.job.params);
+  BOOST_REQUIRE(made.has_value());
+  BOOST_REQUIRE(made->size() == 2u);
+  std::vector<float> x{1.0f};
+  sample_context ctx;
+  ctx.sample = 5;
+  for (auto& t : *made) t(x, ctx);
+  BOOST_TEST(x[0] == (1.0f * 10 + 2 + 5) * 10 + 3 + 5);  // other (k 2) first, then plus (k 3)
+
+  auto unknown = reg.make_transforms(parse(head + "transforms = [\"plsu\"]\n", reg).job.params);
+  BOOST_REQUIRE(!unknown.has_value());
+  BOOST_TEST(unknown.error().message().find("unknown transform 'plsu' (registered: plus, other") != std::string::npos,
+             unknown.error().message());
+  auto refused = reg.make_transforms(parse(head + "transforms = [\"plus\"]\nplus = { k = -1.0 }\n", reg).job.params);
+  BOOST_REQUIRE(!refused.has_value());
+  BOOST_TEST(refused.error().message() == "[job] transforms: 'plus': k must be >= 0", refused.error().message());
+}
+
 BOOST_AUTO_TEST_CASE(skeleton_expands_onto_three_nodes) {
   registry reg;
   add_builtin_types(reg);

@@ -107,6 +107,71 @@ out=$("$HETFLOW" validate "$topo" 2>&1)
 [[ $? -eq 2 ]] && grep -q "affine_pipeline" <<<"$out" || { echo "$out"; fail "job kind known without its plugin"; }
 pass "without the plugin its job kind is unknown"
 
+# --- the plugin's image transform in a streamed train job ----------------------
+# cutout sets a size x size square of every sample to 0 at a place drawn from
+# (seed, epoch, row). size = 28 erases whole 28x28 images: training cannot get
+# above chance, which shows it reached every sample; size = 8 changes the
+# losses, and 1 shard trains exactly what 2 shards do (a transform depends on
+# the row, not on the shard).
+tf_topo() {  # tf_topo FILE PORT NODES [job lines...]
+  local f=$1 p=$2 n=$3
+  shift 3
+  write_plugin_topology "$f" "$p" "$n" "\"$rel\"" '[job]' 'kind = "train"' 'model = "lenet5"' \
+    'dataset = "synthetic"' 'input_shape = [1, 28, 28]' 'train_size = 2000' 'test_size = 400' 'batch_size = 64' \
+    'seed = 3' 'epochs = 2' 'input = "stream"' "$@"
+}
+tf_run() {  # tf_run FILE: runs it, checks ok, prints the per-epoch losses
+  timeout 120 "$HETFLOW" run "$1" --report "$1.json" >"$1.out" 2>&1 || { cat "$1.out"; fail "streamed run $1"; }
+  json_get "$1.json" '[e["loss"] for e in d["epochs"]]'
+}
+t_none="$HETFLOW_SCRATCH/topo/tf-none.toml"
+t_all="$HETFLOW_SCRATCH/topo/tf-all.toml"
+t_cut2="$HETFLOW_SCRATCH/topo/tf-cut2.toml"
+t_cut1="$HETFLOW_SCRATCH/topo/tf-cut1.toml"
+tf_topo "$t_none" 9900 2
+tf_topo "$t_all" 9910 2 'transforms = ["cutout"]' 'cutout = { size = 28 }'
+tf_topo "$t_cut2" 9920 2 'transforms = ["cutout"]' 'cutout = { size = 8 }'
+tf_topo "$t_cut1" 9930 2 'transforms = ["cutout"]' 'cutout = { size = 8 }' 'preprocess_shards = 1'
+out=$("$HETFLOW" validate "$t_cut2" 2>&1) || { echo "$out"; fail "validate a streamed job with cutout"; }
+grep -q "plugin 'example-affine' .*; transforms cutout" <<<"$out" || { echo "$out"; fail "validate lists the transform"; }
+l_none=$(tf_run "$t_none")
+l_all=$(tf_run "$t_all")
+l_cut2=$(tf_run "$t_cut2")
+l_cut1=$(tf_run "$t_cut1")
+a_none=$(json_get "$t_none.json" 'd["epochs"][-1]["test_accuracy"]')
+a_all=$(json_get "$t_all.json" 'd["epochs"][-1]["test_accuracy"]')
+[[ $(json_get "$t_none.json" 'd["epochs"][-1]["test_accuracy"] > 0.6') == True ]] ||
+  fail "without transforms the synthetic set should train (accuracy $a_none)"
+[[ $(json_get "$t_all.json" 'd["epochs"][-1]["test_accuracy"] < 0.25 and d["epochs"][-1]["loss"] > 2.0') == True ]] ||
+  { cat "$t_all.json"; fail "cutout of whole images still trained (accuracy $a_all): not applied to every sample?"; }
+[[ $(json_get "$t_all.json" '[(a["metrics"]["transforms"], a["metrics"]["transformed_samples"]) for a in d["actors"] if a["name"].startswith("stream_shard_")]') == \
+  "[(['cutout'], 2048), (['cutout'], 1952)]" ]] || { cat "$t_all.json"; fail "shards' transform books"; }
+grep -q "actor 'stream_shard_1' finished: .*, transforms cutout" "$t_all.out" || { cat "$t_all.out"; fail "shard summary"; }
+[[ $l_cut2 != "$l_none" ]] || fail "cutout size 8 left the losses unchanged ($l_cut2)"
+[[ $l_cut1 == "$l_cut2" ]] || fail "cutout: 1 shard trained $l_cut1, 2 shards $l_cut2 (must be equal)"
+pass "transform cutout in streamed training: whole-image cutout -> accuracy $a_all (none: $a_none); size 8 changes the losses; 1 shard == 2 shards ($l_cut2)"
+
+# Its errors: an unknown transform, a bad key, a job without stream shards.
+tf_refused() {  # tf_refused WANT FILE
+  out=$("$HETFLOW" validate "$2" 2>&1)
+  [[ $? -eq 2 ]] && grep -qF -- "$1" <<<"$out" || { echo "$out"; fail "validate $(basename "$2"): want '$1'"; }
+}
+t="$HETFLOW_SCRATCH/topo/tf-bad1.toml"
+tf_topo "$t" 9940 2 'transforms = ["cutuot"]'
+tf_refused "[job] transforms: unknown transform 'cutuot' (registered: cutout;" "$t"
+t="$HETFLOW_SCRATCH/topo/tf-bad2.toml"
+tf_topo "$t" 9940 2 'transforms = ["cutout"]' 'cutout = { size = 0 }'
+tf_refused "cutout.size" "$t"
+t="$HETFLOW_SCRATCH/topo/tf-bad3.toml"
+write_plugin_topology "$t" 9940 1 "\"$rel\"" '[job]' 'kind = "train"' 'dataset = "synthetic"' \
+  'transforms = ["cutout"]'
+tf_refused '[job] transforms run in the stream shards: set input = "stream"' "$t"
+t="$HETFLOW_SCRATCH/topo/tf-bad4.toml"
+write_plugin_topology "$t" 9940 1 "" '[job]' 'kind = "train"' 'dataset = "synthetic"' 'input = "stream"' \
+  'transforms = ["cutout"]'
+tf_refused "unknown transform 'cutout' (none is registered;" "$t"
+pass "transform errors at validate: unknown name, bad key, no stream shards, no plugin"
+
 # --- bad plugins: clear errors at validate and at start-up, exit 2 ------------
 # Longer than an ELF header (shorter files give "file too short").
 head -c 300 /dev/zero | tr '\0' x >"$HETFLOW_SCRATCH/topo/libjunk.so"
@@ -124,7 +189,7 @@ check_refused() {  # check_refused CMD... : exit 2 and the message at line 3, co
 port=9460
 for case in "libjunk.so|cannot be loaded: |invalid ELF header" \
   "$tplug/libhetflow_test_plugin_no_entry.so|has no entry point 'hetflow_plugin'|" \
-  "$tplug/libhetflow_test_plugin_abi_mismatch.so|built for plugin ABI version 2, but this hetflow has 1|" \
+  "$tplug/libhetflow_test_plugin_abi_mismatch.so|built for plugin ABI version 3, but this hetflow has 2|" \
   "$tplug/libhetflow_test_plugin_dup_builtin.so|actor type 'producer' is already registered by hetflow (built-in)|"; do
   IFS='|' read -r plug want want2 <<<"$case"
   topo="$HETFLOW_SCRATCH/topo/bad-$port.toml"
