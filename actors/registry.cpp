@@ -137,14 +137,21 @@ expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& 
 
 std::set<int> expendable_nodes(const topology::cluster& c, const std::vector<topology::actor_spec>& actors) {
   std::set<int> out;
-  std::string type;  // the job's replaceable actor type
-  if (c.job.kind == "train" && c.job.params.get_bool("stream_failover", true)) type = "stream_shard";
-  if (c.job.kind == "preprocess" && c.job.params.get_bool("shard_failover", true)) type = "preprocess_shard";
-  if (type.empty()) return out;
-  std::map<std::string, bool> only_shards;  // node -> all its actors are of that type
+  std::set<std::string> types;  // the job's replaceable actor types
+  std::string keep;             // a node that holds this actor stays essential
+  const auto& p = c.job.params;
+  if (c.job.kind == "train" && p.get_string("strategy", "single") == "dp") {
+    if (p.get_bool("dp_failover", true)) types = {"dp_replica", "ring_member"};
+    keep = "replica0";  // writes the weights and checkpoints, logs progress
+  } else if (c.job.kind == "train" && p.get_bool("stream_failover", true)) {
+    types = {"stream_shard"};
+  }
+  if (c.job.kind == "preprocess" && p.get_bool("shard_failover", true)) types = {"preprocess_shard"};
+  if (types.empty()) return out;
+  std::map<std::string, bool> only_shards;  // node -> all its actors are of those types
   for (const auto& a : actors) {
     auto [it, fresh] = only_shards.emplace(a.node, true);
-    if (a.type != type) it->second = false;
+    if (!types.count(a.type) || a.name == keep) it->second = false;
   }
   for (std::size_t i = 1; i < c.nodes.size(); ++i)
     if (auto it = only_shards.find(c.nodes[i].name); it != only_shards.end() && it->second) out.insert(int(i));

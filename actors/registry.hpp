@@ -132,8 +132,12 @@ expected<std::vector<topology::actor_spec>> job_actors(const topology::cluster& 
 // streamed train job's "stream_shard"s (the shards that are left build a
 // lost shard's steps, stream_trainer.cpp; [job] stream_failover) and a
 // preprocess job's "preprocess_shard"s (another node processes a lost
-// node's slice, actors/builtin/preprocess.cpp; [job] shard_failover). Empty
-// when the key is false. The same on every node and in the launcher.
+// node's slice, actors/builtin/preprocess.cpp; [job] shard_failover), and a
+// dp train job's "dp_replica"s and their "ring_member"s, but not replica 0's
+// node (the ring drops the lost members and the replicas left train the
+// epoch again, actors/ring/ring_member.cpp, kernels/trainer.cpp; [job]
+// dp_failover). Empty when the key is false. The same on every node and in
+// the launcher.
 std::set<int> expendable_nodes(const topology::cluster& c, const std::vector<topology::actor_spec>& actors);
 
 }  // namespace hetflow::actors

@@ -1,5 +1,6 @@
 #include "kernels/trainer.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include <chrono>
@@ -257,7 +258,7 @@ status save_trained_weights(model& m, const std::string& path, uint64_t seed) {
 class memory_source final : public batch_source {
 public:
   memory_source(const image_dataset& train, const epoch_plan& plan, uint64_t seed)
-      : train_(train), plan_(plan), order_(train.size(), seed), sample_(train.sample_shape()),
+      : train_(train), plan_(plan), seed_(seed), order_(train.size(), seed), sample_(train.sample_shape()),
         batch_x_(tensor::empty(batch_shape(plan.batch_size))),
         batch_y_(std::size_t(plan.batch_size)) {}
 
@@ -265,6 +266,9 @@ public:
   shape sample_shape() const override { return sample_; }
   int64_t classes() const override { return train_.classes; }
   status begin_epoch(int epoch) override {
+    // An epoch again (dp failover goes back to the start of one): the
+    // orders are drawn again from the start.
+    if (order_.epoch() > epoch) order_ = epoch_order(train_.size(), seed_);
     while (order_.epoch() < epoch) order_.next_epoch();
     return {};
   }
@@ -297,6 +301,7 @@ private:
 
   const image_dataset& train_;
   epoch_plan plan_;
+  uint64_t seed_;
   epoch_order order_;
   shape sample_;
   tensor batch_x_;
@@ -451,6 +456,34 @@ public:
 
   const std::vector<double>& speeds() const noexcept { return speeds_; }
   double sum_seconds() const noexcept { return sum_seconds_; }
+
+  // Failover (replica_group::can_regroup): after `failure` in `epoch`, the
+  // group re-formed without the lost replicas; the speeds of those left
+  // stay. Returns the epoch every replica goes back to: the earliest any of
+  // them is in (one behind at most: no replica finishes a sum that another
+  // has not started). `failure` itself when no replica was lost.
+  bool can_recover() const { return g_ != nullptr && g_->can_regroup(); }
+  expected<int> recover(int epoch, status failure) {
+    for (auto& f : pending_)
+      if (f.valid()) f.wait();
+    pending_.clear();
+    bucket_.clear();
+    bucket_bytes_ = 0;
+    for (;;) {
+      HF_ASSIGN_OR_RETURN(bool changed, g_->regroup());
+      if (!changed) return failure;
+      std::vector<double> kept;
+      for (int k : g_->kept()) kept.push_back(k >= 0 && k < int(speeds_.size()) ? speeds_[std::size_t(k)] : 1.0);
+      speeds_ = std::move(kept);
+      // The epochs the replicas are in, one-hot: every replica learns the earliest.
+      std::vector<float> e(std::size_t(g_->size()), 0.0f);
+      e[std::size_t(g_->rank())] = float(epoch + 1);
+      std::span<float> all(e);
+      status s = timed_sum(std::span<const std::span<float>>(&all, 1));
+      if (s.ok()) return int(*std::min_element(e.begin(), e.end())) - 1;
+      failure = s;  // lost another one meanwhile: again
+    }
+  }
 
 private:
   void flush() {
@@ -619,7 +652,49 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
 
   train_history history;
   const auto t_loop = clock_type::now();
-  for (int epoch = first_epoch; epoch < c.epochs; ++epoch) {
+  // Failover: the state at the start of this epoch and the one before (a
+  // replica may be one epoch ahead of the others when one is lost).
+  struct epoch_snapshot {
+    int epoch = -1;
+    std::vector<tensor> values;  // parameters, model state, optimizer state (checkpoint_tensors' order)
+    std::vector<std::string> names;
+    int64_t optimizer_steps = 0, optimizer_state = 0;
+  };
+  std::array<epoch_snapshot, 2> snapshots;
+  auto snapshot = [&](int epoch) {
+    epoch_snapshot& sn = snapshots[std::size_t(epoch % 2)];
+    if (sn.epoch == epoch) return;
+    int64_t ns = 0;
+    auto v = checkpoint_tensors(m, *opt, ns);
+    sn.epoch = epoch;
+    sn.values.clear();
+    sn.names.clear();
+    for (auto& t : v) {
+      sn.values.push_back(t.value->clone());
+      sn.names.push_back(t.name);
+    }
+    sn.optimizer_steps = opt->steps();
+    sn.optimizer_state = ns;
+  };
+  auto restore = [&](int epoch) -> status {
+    const epoch_snapshot& sn = snapshots[std::size_t(epoch % 2)];
+    if (epoch < 0 || sn.epoch != epoch)
+      return make_error(errc::internal, "train: no snapshot of epoch " + std::to_string(epoch + 1) + " to go back to");
+    std::vector<parameter*> ps = m.parameters();
+    std::vector<state_tensor*> states = m.state();
+    const std::size_t nm = ps.size() + states.size();
+    for (std::size_t i = 0; i < nm; ++i) {
+      tensor& t = i < ps.size() ? ps[i]->value : states[i - ps.size()]->value;
+      std::copy(sn.values[i].f32(), sn.values[i].f32() + sn.values[i].numel(), t.f32());
+    }
+    for (parameter* p : ps) ++p->version;
+    // A fresh optimizer with the snapshot's state (none before its first step).
+    HF_ASSIGN_OR_RETURN(opt, dev.optimizer_for(c.optimizer));
+    return restore_optimizer(*opt, c.optimizer.kind, params, sn.optimizer_steps,
+                             std::span<const tensor>(sn.values).subspan(nm),
+                             std::span<const std::string>(sn.names).subspan(nm), "the failover snapshot");
+  };
+  auto run_epoch = [&](int epoch) -> status {
     HF_RETURN_IF_ERROR(source.begin_epoch(epoch));
     epoch_report er;
     er.epoch = epoch + 1;
@@ -762,7 +837,31 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     if (c.checkpoints) HF_RETURN_IF_ERROR(save_epoch_checkpoint(c, m, *opt, epoch + 1));
     rep.epochs.push_back(er);
     if (c.on_epoch) c.on_epoch(rep.epochs.back());
+    return {};
+  };
+  for (int epoch = first_epoch; epoch < c.epochs;) {
+    if (dp.can_recover()) snapshot(epoch);
+    status s = run_epoch(epoch);
+    if (s.ok()) {
+      ++epoch;
+      continue;
+    }
+    if (!dp.can_recover() || s.code() == errc::cancelled) return s;
+    // A replica was lost (else recover returns the failure): every replica
+    // left goes back to the start of the same epoch and trains it again,
+    // its rows split among them; what the failed epoch did is undone.
+    HF_ASSIGN_OR_RETURN(int back, dp.recover(epoch, s));
+    if (back < first_epoch || back > epoch)
+      return make_error(errc::internal, "train: the replicas left disagree on the epoch (" + std::to_string(back + 1) +
+                                            " here " + std::to_string(epoch + 1) + ")");
+    HF_RETURN_IF_ERROR(restore(back));
+    while (!rep.epochs.empty() && rep.epochs.back().epoch > back) rep.epochs.pop_back();
+    rep.splits.resize(std::size_t(back - first_epoch));
+    rep.speeds.resize(std::size_t(back - first_epoch));
+    ++rep.rollbacks;
+    epoch = back;
   }
+  if (dp.active()) rep.replicas_at_end = c.group->size();
   HF_ASSIGN_OR_RETURN(rep.weights_checksum, weights_checksum(m));
   rep.allreduce_seconds = dp.sum_seconds();
   rep.loss_scale = scaler.scale;

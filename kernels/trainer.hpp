@@ -67,6 +67,16 @@ public:
   // stops) ends the training run with it.
   virtual std::future<status> start_sum(std::span<const std::span<float>> tensors) = 0;
   status sum(std::span<const std::span<float>> tensors) { return start_sum(tensors).get(); }
+  // Failover: whether the group can re-form without replicas that were lost
+  // (their nodes went down), so that the others go on.
+  virtual bool can_regroup() const { return false; }
+  // After a sum failed: re-forms the group without the lost replicas. true
+  // when it did (rank() and size() are the new ones; kept() the ranks, in
+  // the group before, of the replicas that are left, in order); false when
+  // none was lost (the failure stands). The training loop then goes back to
+  // the start of the earliest epoch any replica is in (train_report::rollbacks).
+  virtual expected<bool> regroup() { return false; }
+  virtual std::vector<int> kept() const { return {}; }
 };
 
 // Epoch checkpoints of a training run (cpu models): what the loop saves
@@ -299,6 +309,8 @@ private:
 struct train_report {
   int resumed_epochs = 0;        // epochs restored from a checkpoint (resume)
   int64_t resplits = 0;          // dp: re-splits inside epochs (resplit_every)
+  int rollbacks = 0;             // dp failover: epochs restarted after losing replicas
+  int replicas_at_end = 0;       // dp: the group's size at the end
   std::string model;
   std::string where;             // "cpu", "cuda:0"
   int threads = 0;

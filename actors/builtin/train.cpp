@@ -354,28 +354,70 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
       });
 }
 
+std::string replica_name(std::size_t r) { return "replica" + std::to_string(r); }
+std::string dp_member_name(std::size_t r) { return "ring" + std::to_string(r); }
+
 // strategy = "dp": the replica group of one dp_replica, summing through its
 // node's ring member. The member completes every request, also when the job
-// stops, so waiting on the future cannot hang.
+// stops, so waiting on the future cannot hang. With failover ([job]
+// dp_failover) the member drops replicas lost with their nodes; regroup()
+// then takes the ring's new generation and members (replica i's member is
+// ring<i>), and this replica's rank among those left.
 class ring_group final : public kernels::replica_group {
 public:
-  ring_group(caf::actor member, int rank, int size) : member_(std::move(member)), rank_(rank), size_(size) {}
+  ring_group(caf::actor member, int rank, int size, bool failover, std::string me)
+      : member_(std::move(member)), me_(std::move(me)), index_(rank), rank_(rank), size_(size), failover_(failover) {
+    for (int i = 0; i < size; ++i) replicas_.push_back(i);
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::future<status> start_sum(std::span<const std::span<float>> tensors) override {
     std::vector<ring::ring_tensor> v;
     v.reserve(tensors.size());
     for (auto t : tensors) v.push_back(ring::ring_tensor{ring::ring_dtype::f32, std::as_writable_bytes(t)});
-    return ring::all_reduce(member_, std::move(v), ring::reduce_op::sum);
+    return ring::all_reduce(member_, std::move(v), ring::reduce_op::sum,
+                            failover_ ? generation_ : ring::any_generation);
   }
+  bool can_regroup() const override { return failover_; }
+  expected<bool> regroup() override {
+    if (!failover_) return false;
+    HF_ASSIGN_OR_RETURN(ring::ring_view view, ring::current_view(member_).get());
+    if (view.generation == generation_) return false;
+    std::vector<int> now, kept;
+    std::string gone;
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      const std::string m = dp_member_name(std::size_t(replicas_[k]));
+      if (std::find(view.members.begin(), view.members.end(), m) != view.members.end()) {
+        now.push_back(replicas_[k]);
+        kept.push_back(int(k));
+      } else {
+        gone += (gone.empty() ? "" : ", ") + replica_name(std::size_t(replicas_[k]));
+      }
+    }
+    auto me = std::find(now.begin(), now.end(), index_);
+    if (me == now.end())
+      return make_error(errc::internal, "the ring re-formed without this replica's own member");
+    generation_ = view.generation;
+    replicas_ = std::move(now);
+    kept_ = std::move(kept);
+    rank_ = int(me - replicas_.begin());
+    size_ = int(replicas_.size());
+    log_warn(me_ + ": lost " + (gone.empty() ? std::string("no replica") : gone) + "; going on as replica " +
+             std::to_string(rank_) + " of " + std::to_string(size_) + " (ring generation " +
+             std::to_string(generation_) + ")");
+    return true;
+  }
+  std::vector<int> kept() const override { return kept_; }
 
 private:
   caf::actor member_;
-  int rank_, size_;
+  std::string me_;
+  int index_, rank_, size_;
+  bool failover_;
+  uint32_t generation_ = 0;
+  std::vector<int> replicas_;  // the replicas in the group, by index
+  std::vector<int> kept_;
 };
-
-std::string replica_name(std::size_t r) { return "replica" + std::to_string(r); }
-std::string dp_member_name(std::size_t r) { return "ring" + std::to_string(r); }
 
 // One data-parallel replica: trains on its node's device `device` with the
 // ring member `member`; rank 0 logs progress and writes the weights.
@@ -400,7 +442,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
       } else if (!member) {
         svc->report_done(me, false, "ring member '" + member_name + "' is not running", {});
       } else {
-        ring_group group(member, rank, replicas);
+        ring_group group(member, rank, replicas, env_params.get_bool("dp_failover", true), me);
         kernels::train_config c = with_checkpoints(*cfg, env_params, me, rank, replicas);
         c.group = &group;
         c.measured_split = measured;
@@ -422,6 +464,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
             [&](json_writer& w) {
               w.field("strategy", "dp").field("rank", int64_t{rank}).field("replicas", int64_t{replicas});
               w.field("allreduce_seconds", last.allreduce_seconds).field("resplits", last.resplits);
+              w.field("rollbacks", int64_t{last.rollbacks}).field("replicas_at_end", int64_t{last.replicas_at_end});
               w.key("splits").begin_array();
               for (std::size_t e = 0; e < last.splits.size(); ++e) {
                 w.begin_object().field("epoch", int64_t(e + 1)).key("rows").begin_array();
@@ -550,6 +593,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
       if (p.contains(key)) m.args.set(key, p.get_int(key));
     m.args.set("timeout", p.get_number("ring_timeout", 2.0));
     m.args.set("hierarchical", p.get_string("hierarchical", "auto"));
+    m.args.set("failover", p.get_bool("dp_failover", true));
     v.push_back(std::move(m));
     topology::actor_spec a;
     a.name = replica_name(i);
@@ -605,6 +649,9 @@ void add_train(registry& reg) {
   key("dp_resplit_every", key_type::integer, int64_t{100},
       "dp, measured split: re-measure the speeds and re-split every this many steps inside an epoch (0: only "
       "between epochs)", 0.0, 1e9);
+  key("dp_failover", key_type::boolean, true,
+      "dp: when a node that holds only replicas (not replica 0's) goes down, the others go on: they go back to the "
+      "start of the epoch and train it again split among themselves (false: the loss stops the job)");
   key("chunk_bytes", key_type::size, int64_t{1} << 20, "dp: ring chunk size", 1024.0);
   key("bucket_bytes", key_type::size, int64_t{16} << 20,
       "dp: gradient bucket size; each bucket's sum starts as soon as backward has produced it", 1024.0);
@@ -794,12 +841,16 @@ void add_train(registry& reg) {
         // the same weights.
         std::string lifted, first_checksum;
         bool identical = true;
-        int replicas = 0;
+        int replicas = 0, lost = 0;
         for (auto& r : results) {
           if ((r.name == "trainer" || r.name == "replica0" || r.name == "psworker0" ||
                r.name == "ralpworker0" || r.name == hp_job::head_name) && r.metrics_json.size() > 2)
             lifted = r.metrics_json.substr(1, r.metrics_json.size() - 2);
           if (r.name.rfind("replica", 0) != 0) continue;
+          if (!r.ok && r.summary.rfind("lost with node", 0) == 0) {  // dp failover: the others went on
+            ++lost;
+            continue;
+          }
           ++replicas;
           auto pos = r.metrics_json.find("\"weights_checksum\":\"");
           std::string sum = pos == std::string::npos ? std::string() : r.metrics_json.substr(pos + 20, 16);
@@ -810,7 +861,8 @@ void add_train(registry& reg) {
             identical = false;
         }
         if (replicas > 0 && !lifted.empty())
-          lifted += std::string(",\"replicas_identical\":") + (identical ? "true" : "false");
+          lifted += std::string(",\"replicas_identical\":") + (identical ? "true" : "false") +
+                    ",\"replicas_lost\":" + std::to_string(lost);
         if (!lifted.empty()) lifted += ps_job::summarize(results);
         if (!lifted.empty()) lifted += ralp_job::summarize(results);
         if (!lifted.empty()) lifted += hp_job::summarize(results);

@@ -41,6 +41,19 @@
 //                               then fails naming the chain.
 // Failing = every queued request completes with the error, report_done
 // (false, why) makes the head stop the job on every node with that message.
+//
+// Failover (key `failover`, set by the dp job when [job] dp_failover): a
+// member whose node is lost (node_services::node_lost; the job survives
+// losing that node, registry.hpp's expendable_nodes) is not a failure. Each
+// survivor notices on its next tick (every timeout / 4 while a collective
+// runs), when it starts a collective, or when its caller asks for the view
+// (current_view), and then: completes what was in flight or queued with
+// peer_down, drops the lost members from its list, starts generation g + 1
+// (collective ids are g << 48 | n) and configures the ring again. Chunks of
+// an older generation are dropped; chunks of a newer one (a survivor that
+// noticed first) wait in `early` like any chunk from ahead. A request made
+// for an older generation fails with peer_down: the caller learns of the
+// new ring from current_view and submits again, all survivors alike.
 #include "actors/ring/ring_member.hpp"
 
 #include <algorithm>
@@ -63,6 +76,7 @@ namespace hetflow::actors::ring::detail {
 
 struct collective_request {
   std::vector<ring_tensor> tensors;
+  uint32_t generation = any_generation;
   reduce_op op = reduce_op::sum;
   completion done;
   bool finished = false;
@@ -82,21 +96,41 @@ struct collective_request {
 
 using request_ref = std::shared_ptr<collective_request>;
 
+// current_view: answered once, also when the member is gone (destructor).
+struct view_request {
+  std::promise<expected<ring_view>> promise;
+  bool answered = false;
+  void answer(expected<ring_view> v) {
+    if (answered) return;
+    answered = true;
+    promise.set_value(std::move(v));
+  }
+  ~view_request() { answer(make_error(errc::cancelled, "the ring member stopped before it answered")); }
+};
+using view_ref = std::shared_ptr<view_request>;
+
 }  // namespace hetflow::actors::ring::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hetflow::actors::ring::detail::request_ref)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(hetflow::actors::ring::detail::view_ref)
 
 namespace hetflow::actors::ring {
 namespace {
 
 using namespace hetflow::actors::builtin;
 using detail::request_ref;
+using detail::view_ref;
 using clock_type = std::chrono::steady_clock;
 
 using ringreq_atom = caf::atom_constant<caf::atom("ringreq")>;
 using ringclose_atom = caf::atom_constant<caf::atom("ringclose")>;
 using ringprobe_atom = caf::atom_constant<caf::atom("ringprobe")>;
 using ringtick_atom = caf::atom_constant<caf::atom("ringtick")>;
+using ringview_atom = caf::atom_constant<caf::atom("ringview")>;
+
+// Collective ids: generation << 48 | count within the generation.
+constexpr unsigned gen_shift = 48;
+constexpr uint64_t in_gen_mask = (uint64_t{1} << gen_shift) - 1;
 
 constexpr uint32_t kind_ring_chunk = 0x52494e47;  // "RING"
 constexpr uint32_t chunk_magic = 0x6b6e6863;      // "chnk"
@@ -142,6 +176,7 @@ struct ring_config {
   double first_timeout_s = 60.0;
   uint64_t window = 0;
   std::string hierarchical = "auto";  // auto | off
+  bool failover = false;              // lost members are dropped, not a failure
   std::string drill = "none";
   int64_t drill_after = 0;
 };
@@ -196,6 +231,10 @@ struct member_state : job_actor_state {
   std::string probe_target;          // whom the stall probe in flight asks
   std::deque<request_ref> queue;
   request_ref current;
+  // Failover: the generation (re-formings so far) and who was dropped.
+  uint32_t gen = 0;
+  std::vector<std::string> lost;
+  uint64_t stale_chunks = 0;         // of an older generation, dropped
   std::vector<bucket> buckets;
   std::size_t next_bucket = 0;
   uint64_t next_id = 0;
@@ -226,6 +265,8 @@ std::string who(const member_state& st, const std::string& member) {
 }
 
 void try_start(member_actor* self);
+bool check_lost(member_actor* self);
+void configure_ring(member_state& st, std::size_t me);
 
 void fail(member_actor* self, const std::string& why) {
   auto& st = self->state;
@@ -252,6 +293,10 @@ void finish_ok(member_actor* self) {
   w.begin_object().field("members", static_cast<int64_t>(st.total)).field("rank", static_cast<int64_t>(st.rank));
   w.field("hierarchical", st.hier).field("leader", st.leader);
   w.field("collectives", st.collectives).field("elements", st.elems_reduced);
+  w.field("generation", int64_t{st.gen}).field("stale_chunks", st.stale_chunks);
+  w.key("lost").begin_array();
+  for (const auto& l : st.lost) w.value(l);
+  w.end_array();
   w.field("busy_s", st.busy_s).end_object();
   st.svc->report_done(st.me, true,
                       std::to_string(st.collectives) + " collectives as " +
@@ -462,6 +507,7 @@ void start_collective(member_actor* self, const bucket& b) {
 // Starts queued work until a collective is in flight (or nothing is left).
 void try_start(member_actor* self) {
   auto& st = self->state;
+  check_lost(self);
   while (!st.finished && !st.active) {
     if (st.current && st.next_bucket == st.buckets.size()) {
       st.current->complete({});
@@ -474,6 +520,14 @@ void try_start(member_actor* self) {
       }
       st.current = std::move(st.queue.front());
       st.queue.pop_front();
+      if (st.current->generation != any_generation && st.current->generation != st.gen) {
+        st.current->complete(make_error(errc::peer_down, "the ring was re-formed (generation " +
+                                                             std::to_string(st.gen) + ") after this all-reduce "
+                                                             "was made for generation " +
+                                                             std::to_string(st.current->generation)));
+        st.current.reset();
+        continue;
+      }
       std::vector<tensor_desc> descs;
       std::string bad;
       for (std::size_t i = 0; i < st.current->tensors.size(); ++i) {
@@ -530,6 +584,10 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
   std::memcpy(&ch, msg->payload().data(), sizeof ch);
   if (ch.magic != chunk_magic || ch.version != chunk_version || ch.collective != h.seq)
     return fail(self, "malformed ring chunk from " + from);
+  if ((ch.collective >> gen_shift) < st.gen) {  // from the ring before a member was lost
+    ++st.stale_chunks;
+    return;
+  }
   if (!st.active || ch.collective != st.active->id) {
     if (ch.collective >= st.next_id) {  // a neighbour is ahead of us
       st.early[ch.collective].emplace_back(from_node, buf);
@@ -656,7 +714,8 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
 // the first one also absorbs start-up skew (nodes joining, callers loading
 // data).
 double stall_limit(const member_state& st, uint64_t id) {
-  return id == 0 ? std::max(st.cfg.timeout_s, st.cfg.first_timeout_s) : st.cfg.timeout_s;
+  // Also the first of a generation: the survivors re-form one by one.
+  return (id & in_gen_mask) == 0 ? std::max(st.cfg.timeout_s, st.cfg.first_timeout_s) : st.cfg.timeout_s;
 }
 
 // Whom a stalled collective probes: the left neighbour; a hierarchical
@@ -770,6 +829,44 @@ void configure_ring(member_state& st, std::size_t me) {
   }
 }
 
+// Failover: drops the members whose nodes were lost, completes what was in
+// flight or queued with peer_down and starts the next generation. True when
+// the ring was re-formed.
+bool check_lost(member_actor* self) {
+  auto& st = self->state;
+  if (!st.cfg.failover || st.finished) return false;
+  std::vector<std::string> gone;
+  for (const auto& m : st.cfg.members)
+    if (m != st.me && st.svc->node_lost(st.svc->node_of(m))) gone.push_back(m);
+  if (gone.empty()) return false;
+  std::string names;
+  for (const auto& g : gone) names += (names.empty() ? "" : ", ") + who(st, g);
+  auto& m = st.cfg.members;
+  for (const auto& g : gone) {
+    m.erase(std::find(m.begin(), m.end(), g));
+    st.lost.push_back(g);
+  }
+  ++st.gen;
+  const std::string why = names + (gone.size() == 1 ? " was" : " were") + " lost with " +
+                          (gone.size() == 1 ? "its node" : "their nodes") + "; the ring goes on with " +
+                          std::to_string(m.size()) + " member" + (m.size() == 1 ? "" : "s") + " (generation " +
+                          std::to_string(st.gen) + ")";
+  status err = make_error(errc::peer_down, why);
+  if (st.current) st.current->complete(err);
+  for (auto& r : st.queue) r->complete(err);
+  st.current.reset();
+  st.queue.clear();
+  st.buckets.clear();
+  st.next_bucket = 0;
+  st.active.reset();
+  st.next_id = uint64_t(st.gen) << gen_shift;
+  for (auto it = st.early.begin(); it != st.early.end();)
+    it = (it->first >> gen_shift) < st.gen ? st.early.erase(it) : std::next(it);
+  configure_ring(st, std::size_t(std::find(m.begin(), m.end(), st.me) - m.begin()));
+  log_warn("ring member '" + st.me + "': " + why);
+  return true;
+}
+
 caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   init_job_actor(self, env);
   auto& st = self->state;
@@ -782,6 +879,7 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   st.cfg.first_timeout_s = args.get_number("first_timeout", 60.0);
   st.cfg.window = static_cast<uint64_t>(std::max<int64_t>(0, args.get_int("window", 0)));
   st.cfg.hierarchical = args.get_string("hierarchical", "auto");
+  st.cfg.failover = args.get_bool("failover", false);
   for (const auto& n : env.cluster.nodes) st.node_host[n.name] = n.host;
   st.cfg.drill = args.get_string("drill", "none");
   st.cfg.drill_after = args.get_int("drill_after", 0);
@@ -812,6 +910,13 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             self->state.closed = true;
             try_start(self);
           },
+          [self](ringview_atom, view_ref& req) {
+            auto& st = self->state;
+            if (st.finished) return req->answer(make_error(errc::cancelled, "ring member has stopped"));
+            const bool reformed = check_lost(self);
+            req->answer(ring_view{st.gen, st.cfg.members});
+            if (reformed) try_start(self);
+          },
           [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
             if (!self->state.finished) handle_chunk(self, node, buf);
           },
@@ -827,6 +932,7 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
           [self](ringtick_atom, uint64_t id) {
             auto& st = self->state;
             if (st.finished || !st.active || st.active->id != id) return;
+            if (check_lost(self)) return try_start(self);
             schedule_tick(self, id);
             double idle = std::chrono::duration<double>(clock_type::now() -
                                                         st.active->last_progress).count();
@@ -843,6 +949,7 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
                       auto& st = self->state;
                       st.probing = false;
                       if (!st.active || st.active->id != id || st.finished) return;
+                      if (check_lost(self)) return try_start(self);
                       double idle = std::chrono::duration<double>(clock_type::now() -
                                                                   st.active->last_progress).count();
                       char secs[32];
@@ -860,9 +967,10 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
 }  // namespace
 
 void all_reduce(const caf::actor& member, std::vector<ring_tensor> tensors, reduce_op op,
-                completion done) {
+                completion done, uint32_t generation) {
   auto req = std::make_shared<detail::collective_request>();
   req->tensors = std::move(tensors);
+  req->generation = generation;
   req->op = op;
   req->done = std::move(done);
   if (!member) {
@@ -873,10 +981,20 @@ void all_reduce(const caf::actor& member, std::vector<ring_tensor> tensors, redu
 }
 
 std::future<status> all_reduce(const caf::actor& member, std::vector<ring_tensor> tensors,
-                               reduce_op op) {
+                               reduce_op op, uint32_t generation) {
   auto p = std::make_shared<std::promise<status>>();
   auto f = p->get_future();
-  all_reduce(member, std::move(tensors), op, [p](status s) { p->set_value(std::move(s)); });
+  all_reduce(member, std::move(tensors), op, [p](status s) { p->set_value(std::move(s)); }, generation);
+  return f;
+}
+
+std::future<expected<ring_view>> current_view(const caf::actor& member) {
+  auto req = std::make_shared<detail::view_request>();
+  auto f = req->promise.get_future();
+  if (!member)
+    req->answer(make_error(errc::not_found, "current_view: no ring member"));
+  else
+    caf::anon_send(member, ringview_atom::value, std::move(req));
   return f;
 }
 
@@ -908,6 +1026,10 @@ std::vector<topology::key_spec> ring_member_keys() {
                        "members on one host sum into one leader, the leaders run the ring, the result "
                        "goes back (auto: when members span hosts and some share one; off: one flat ring)",
                        {}, {}, {"auto", "off"}});
+  k.push_back(key_spec{"failover", key_type::boolean, false, false,
+                       "a member lost with its node is dropped: what was in flight fails with peer_down and the "
+                       "ring goes on without it (false: the loss stops the job)",
+                       {}, {}, {}});
   k.push_back(key_spec{"drill", key_type::string, false, std::string("none"),
                        "fault drill: stall (block the mailbox) or die after drill_after chunks",
                        {}, {}, {"none", "stall", "die"}});

@@ -31,9 +31,11 @@
 #include <caf/fwd.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "actors/ring/ring_schedule.hpp"
@@ -56,15 +58,34 @@ struct ring_tensor {
 
 using completion = std::function<void(status)>;
 
+// Generations (failover, the `failover` key): a ring whose members may be
+// lost with their nodes drops them and goes on as a smaller ring; each such
+// re-forming starts a new generation. A request made for generation g runs
+// only in generation g: one made before the caller learnt of the re-forming
+// completes with errc::peer_down instead of running in a ring it was not
+// meant for. any_generation: run in whatever ring there is (callers that
+// never fail over).
+constexpr uint32_t any_generation = UINT32_MAX;
+
 // Submits one all-reduce of `tensors` (fused into buckets of up to the
 // member's bucket_bytes; each bucket is one ring collective) to the local
 // ring member `member`. Returns at once; thread-safe (any thread, any actor).
 void all_reduce(const caf::actor& member, std::vector<ring_tensor> tensors, reduce_op op,
-                completion done);
+                completion done, uint32_t generation = any_generation);
 // The same, as a future: for a detached trainer that submits buckets as
 // backward produces them and waits for all of them before its optimizer step.
 std::future<status> all_reduce(const caf::actor& member, std::vector<ring_tensor> tensors,
-                               reduce_op op);
+                               reduce_op op, uint32_t generation = any_generation);
+
+// The ring as the member sees it now, after dropping members whose nodes
+// were lost (failover): its generation and its members in ring order. A
+// caller that saw an all-reduce fail asks this to learn whether the ring was
+// re-formed (the generation moved on) and who is left.
+struct ring_view {
+  uint32_t generation = 0;
+  std::vector<std::string> members;
+};
+std::future<expected<ring_view>> current_view(const caf::actor& member);
 // No more collectives from this caller: the member finishes the queued ones,
 // reports its statistics (report_done) and quits.
 void close(const caf::actor& member);
@@ -73,7 +94,10 @@ void close(const caf::actor& member);
 // members themselves:
 //   ring (string list, required): member names in ring order, this one included
 //   chunk_bytes (1MiB), bucket_bytes (16MiB), timeout (2s), window (0 = all),
-//   drill ("none" | "stall" | "die"), drill_after (chunks; fault drills)
+//   failover (false: a lost member stops the job; true: the ring drops the
+//   members of lost nodes, fails what was in flight with peer_down and goes
+//   on as a new generation), drill ("none" | "stall" | "die"), drill_after
+//   (chunks; fault drills)
 std::vector<topology::key_spec> ring_member_keys();
 
 caf::actor spawn_ring_member(caf::actor_system& sys, const actor_env& env);

@@ -5,8 +5,8 @@
 #    single-device run of the same global batches;
 #  - 3 replicas, measured split: the report shows the split and the speeds,
 #    and the replicas stay identical;
-#  - a replica's node killed mid-training: the others stop within 10 s,
-#    naming it;
+#  - with dp_failover = false, a replica's node killed mid-training: the
+#    others stop within 10 s, naming it (failover: train_dp_failover.sh);
 #  - dp on a cuda device, dp with streamed input, an unknown dp_nodes entry:
 #    clear errors.
 source "$(dirname "$0")/lib.sh"
@@ -75,7 +75,8 @@ pass "4 replicas on 2 hosts: hierarchical ring, identical weights"
 
 # Kill the node of replica 1 mid-training.
 long="$HETFLOW_SCRATCH/long.toml"
-write_topology "$long" 7930 2 auto 'kind = "train"' 'model = "mlp"' 'epochs = 100' 'strategy = "dp"'
+write_topology "$long" 7930 2 auto 'kind = "train"' 'model = "mlp"' 'epochs = 100' 'strategy = "dp"' \
+  'dp_failover = false'
 one_thread "$long"
 start_nodes "$long" 2
 for _ in $(seq 1 300); do grep -q "samples/s" "$long.n0.log" && break; sleep 0.1; done
@@ -83,7 +84,7 @@ grep -q "samples/s" "$long.n0.log" || { cat "$long.n0.log"; fail "dp run did not
 kill -KILL "${NODE_PIDS[1]}"
 wait_exit "${NODE_PIDS[0]}" 10 || { cat "$long.n0.log"; fail "n0 still running 10 s after n1 died"; }
 [[ $WAIT_RC -ne 0 ]] && grep -q "n1" "$long.n0.log" || { cat "$long.n0.log"; fail "n0: exit $WAIT_RC"; }
-pass "a dead replica node stops the job (n0 exit $WAIT_RC, names n1)"
+pass "dp_failover = false: a dead replica node stops the job (n0 exit $WAIT_RC, names n1)"
 
 # Clear errors.
 bad="$HETFLOW_SCRATCH/bad.toml"

@@ -31,7 +31,8 @@ pass "uninterrupted dp: checksum $want, checkpoints of both replicas after epoch
 
 # The same job; node n1 is SIGKILLed in epoch 2.
 cut="$S/cut.toml"
-write_topology "$cut" 8770 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-cut\""
+write_topology "$cut" 8770 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-cut\"" \
+  'dp_failover = false'  # the loss stops the job (failover: train_dp_failover.sh)
 one_thread "$cut"
 "$HETFLOW" run "$cut" >"$cut.out" 2>&1 &
 RUN_PID=$!

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# strategy "dp" when a replica's node dies (issue 9: a data-parallel
+# replica's work is reassigned, no row lost or repeated; [job] dp_failover,
+# on by default):
+#  1. 3 replicas (n0, n1, n2), n2 SIGKILLed in epoch 2: n0 and n1 go on.
+#     The ring drops ring2 (a new generation), the replicas left go back to
+#     the start of the earliest epoch either is in and train it again with
+#     the global batch split between the two; the job exits 0, names n2, and
+#     reports replica2 lost, one rollback, 2 replicas at the end, identical
+#     weights on the two, and every epoch trained on the whole training set.
+#     The losses and accuracy stay those of the uninterrupted 3-replica run
+#     within float tolerance (the same global batches; the sums' order
+#     differs).
+#  2. replica 0's node is essential (it writes weights and checkpoints): the
+#     launcher does not treat n0 as expendable (checked in the report).
+# dp_failover = false (the job stops): train_dp.sh and train_dp_resume.sh.
+source "$(dirname "$0")/lib.sh"
+S=$HETFLOW_SCRATCH
+
+one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$1"; }
+
+job=('kind = "train"' 'model = "mlp"' 'dataset = "synthetic"' 'input_shape = [1, 12, 12]' 'classes = 5'
+  'train_size = 20000' 'test_size = 512' 'batch_size = 48' 'lr = 0.0005' 'epochs = 3'
+  'strategy = "dp"' 'dp_split = "equal"')
+
+ref="$S/reference.toml"
+write_topology "$ref" 9950 3 auto "${job[@]}"
+one_thread "$ref"
+timeout 300 "$HETFLOW" run "$ref" --report "$ref.json" >"$ref.out" 2>&1 || { cat "$ref.out"; fail "reference run"; }
+[[ $(json_get "$ref.json" 'd["replicas_identical"] and d["replicas_lost"] == 0 and d["rollbacks"] == 0') == True ]] ||
+  { cat "$ref.json"; fail "reference: identical replicas, none lost, no rollback"; }
+pass "reference: 3 replicas, 3 epochs, $(json_get "$ref.json" '[e["loss"] for e in d["epochs"]]')"
+
+cut="$S/cut.toml"
+write_topology "$cut" 9960 3 auto "${job[@]}"
+one_thread "$cut"
+"$HETFLOW" run "$cut" --report "$cut.json" >"$cut.out" 2>&1 &
+run=$!
+PIDS+=($run)
+wait_for_text "$cut.out" "epoch 2/3 step" 120 || { cat "$cut.out"; fail "epoch 2 never started"; }
+pkill -KILL -f -- "node $cut --name n2" || { cat "$cut.out"; fail "no node n2 to kill (the job ended?)"; }
+t0=$(date +%s.%N)
+wait_exit "$run" 300 || { cat "$cut.out"; fail "the run did not end within 300 s of n2's death"; }
+rc=$WAIT_RC
+t1=$(date +%s.%N)
+[[ $rc -eq 0 ]] || { cat "$cut.out"; fail "the run exited $rc after losing replica node n2, want 0"; }
+grep -q "node 'n2'.* is down.*goes on without it" "$cut.out" || { cat "$cut.out"; fail "no line: goes on without n2"; }
+grep -q "nodes lost during the job, which finished without them: n2 (exit 137)" "$cut.out" ||
+  { cat "$cut.out"; fail "the launcher does not name the lost node"; }
+grep -q "ring member 'ring2' (node 'n2') was lost with its node; the ring goes on with 2 members (generation 1)" "$cut.out" ||
+  { cat "$cut.out"; fail "no ring member says it dropped ring2"; }
+grep -q "replica0: lost replica2; going on as replica 0 of 2" "$cut.out" || { cat "$cut.out"; fail "replica0's regroup line"; }
+check() {  # check PYTHON_EXPR MESSAGE
+  [[ $(json_get "$cut.json" "$1") == True ]] || { python3 -m json.tool "$cut.json"; fail "report: $2"; }
+}
+check 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"]' \
+  "status ok, one replica lost, the two left identical"
+check 'd["rollbacks"] == 1 and d["replicas_at_end"] == 2' "one rollback, 2 replicas at the end"
+check '[e["epoch"] for e in d["epochs"]] == [1, 2, 3] and all(e["samples"] == 20000 for e in d["epochs"])' \
+  "epochs 1-3, each on all 20000 rows"
+check '[a["ok"] for a in d["actors"] if a["name"] in ("replica2", "ring2")] == [False, False] and all("lost with node" in a["summary"] for a in d["actors"] if a["name"] in ("replica2", "ring2"))' \
+  "replica2 and ring2 reported lost with their node"
+check 'all(a["ok"] and a["metrics"]["generation"] == 1 and a["metrics"]["lost"] == ["ring2"] for a in d["actors"] if a["name"] in ("ring0", "ring1"))' \
+  "ring0 and ring1: generation 1, ring2 dropped"
+# The splits after the loss: 2 replicas, 24 rows each of the global 48.
+check 'd["splits"][-1]["rows"] == [24, 24]' "the last epoch split 24/24 between the two left"
+/usr/bin/env python3 - "$ref.json" "$cut.json" <<'PY' || fail "the run after the loss drifted from the uninterrupted one"
+import json, sys
+ref, cut = (json.load(open(p)) for p in sys.argv[1:3])
+for a, b in zip(ref["epochs"], cut["epochs"]):
+    print(f"epoch {a['epoch']}: loss {a['loss']:.6f} vs {b['loss']:.6f}, test accuracy {a['test_accuracy']:.4f} vs {b['test_accuracy']:.4f}")
+    assert abs(a["loss"] - b["loss"]) <= 0.02 * abs(a["loss"]) + 1e-4
+    assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.03
+PY
+pass "n2 killed in epoch 2: exit 0 $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s after the kill; ring re-formed with 2, epoch trained again, every row once per epoch, losses as the uninterrupted run's"
