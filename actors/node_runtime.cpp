@@ -29,6 +29,7 @@
 #include "actors/caf_data_plane.hpp"
 #include "actors/caf_types.hpp"
 #include "actors/cluster_auth.hpp"
+#include "actors/dataplane/net_devices.hpp"
 #include "actors/dataplane/ucx_data_plane.hpp"
 #include "actors/json.hpp"
 #include "actors/metrics.hpp"
@@ -496,7 +497,10 @@ void lose_node(node_actor_type* self, int idx, const std::string& why) {
     if (!sh.lost.insert(name).second) return;
   }
   log_warn("node " + node_label(sh.cluster.nodes[std::size_t(idx)]) + " is down (" + why +
-           "); the job goes on without it: its shards' work goes to the other nodes");
+           "); the job goes on without it: " +
+           (sh.cluster.job.params.get_string("strategy", "") == "dp"
+                ? std::string("the replicas left train its replicas' rows")
+                : std::string("its shards' work goes to the other nodes")));
   metrics::set_gauge("hetflow_nodes_lost", "nodes that went down while the job went on without them", {},
                      double(sh.lost.size()));
   if (!sh.is_head()) return;
@@ -1030,6 +1034,11 @@ expected<std::shared_ptr<dataplane::data_plane>> make_data_plane(node_shared& sh
   }
   dataplane::ucx_options o;
   o.tls = rt.ucx_tls;
+  // Listen where the topology says this node lives, not on every interface.
+  std::string why;
+  o.net_devices = dataplane::net_devices_for(rt.ucx_net_devices, sh.cluster.nodes[std::size_t(sh.self)].host, &why);
+  if (std::getenv("UCX_NET_DEVICES") != nullptr) why = "UCX_NET_DEVICES=" + std::string(std::getenv("UCX_NET_DEVICES"));
+  log_info("UCX data plane: " + why);
   o.error_mode = rt.ucx_error_mode == "none"   ? dataplane::ucx_error_mode::none
                  : rt.ucx_error_mode == "peer" ? dataplane::ucx_error_mode::peer
                                                : dataplane::ucx_error_mode::automatic;

@@ -65,6 +65,7 @@ struct runtime_settings {
   std::string data_plane = "auto";       // data_plane: "auto" | "ucx" | "caf"
   std::string ucx_tls;                   // ucx_tls: e.g. "sm,self" or "tcp,self"; empty = UCX default
   std::string ucx_error_mode = "auto";   // ucx_error_mode: "auto" | "peer" | "none" (dataplane::ucx_error_mode)
+  std::string ucx_net_devices = "auto";  // ucx_net_devices: "auto" | "all" | a UCX device list (net_devices.hpp)
   int scheduler_threads = 0;             // scheduler_threads: CAF workers; 0 = cores
   uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
   std::string pin_local_nodes = "auto";  // pin_local_nodes: "auto" | "off" (hetflow run)

@@ -483,6 +483,14 @@ private:
                           "UCX rejected transport list '" + options_.tls + "': " + ucs_text(s));
       }
     }
+    if (!options_.net_devices.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+      s = ucp_config_modify(config, "NET_DEVICES", options_.net_devices.c_str());
+      if (s != UCS_OK) {
+        ucp_config_release(config);
+        return make_error(errc::invalid_argument,
+                          "UCX rejected network devices '" + options_.net_devices + "': " + ucs_text(s));
+      }
+    }
     if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr && options_.keepalive_interval.count() > 0) {
       std::string ka = std::to_string(options_.keepalive_interval.count()) + "ms";
       (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", ka.c_str());

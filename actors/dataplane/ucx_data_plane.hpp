@@ -131,6 +131,9 @@ struct ucx_options {
   // UCX's default (UCX_TLS from the environment, else "all"). Other UCX_*
   // environment variables (UCX_RNDV_THRESH, UCX_NET_DEVICES, ...) still apply.
   std::string tls;
+  // UCX_NET_DEVICES unless the environment sets it (net_devices.hpp chooses
+  // it from [cluster] ucx_net_devices); empty = UCX's default, every device.
+  std::string net_devices;
   // Largest message accepted from a peer (advertised in local_address()).
   uint64_t max_message_bytes = 1ull << 30;
   // This node's peer id (< 0xffff); becomes the top 16 bits of every tag sent.

@@ -14,7 +14,16 @@
 #include <atomic>
 #include <thread>
 
+#include "actors/dataplane/net_devices.hpp"
 #include "test/dataplane/data_plane_test_util.hpp"
+
+#include <dirent.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
 
 namespace bdata = boost::unit_test::data;
 using namespace hetflow;
@@ -150,6 +159,86 @@ BOOST_AUTO_TEST_CASE(bad_options_are_reported) {
   BOOST_TEST_MESSAGE("unknown transport: " << q.error().to_string());
   BOOST_CHECK(q.error().code() == errc::transport_error || q.error().code() == errc::invalid_argument);
   BOOST_CHECK(q.error().message().find("no_such_transport") != std::string::npos);
+}
+
+namespace {
+
+// The local addresses ("0100007F" style hex from /proc/net/tcp, as text) of
+// the TCP sockets this process listens on.
+std::vector<std::string> my_listening_ipv4() {
+  std::set<std::string> inodes;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(d)) {
+      char buf[64];
+      std::string path = std::string("/proc/self/fd/") + e->d_name;
+      ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+      if (n <= 0) continue;
+      std::string link(buf, std::size_t(n));
+      if (link.rfind("socket:[", 0) == 0) inodes.insert(link.substr(8, link.size() - 9));
+    }
+    ::closedir(d);
+  }
+  std::vector<std::string> out;
+  std::ifstream f("/proc/net/tcp");
+  std::string line;
+  std::getline(f, line);  // header
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string sl, local, remote, st, queues, timer, retr, uid, timeout, inode;
+    in >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode;
+    if (st == "0A" && inodes.count(inode)) out.push_back(local.substr(0, 8));
+  }
+  return out;
+}
+
+bool has_non_loopback_ipv4() {
+  ifaddrs* ifs = nullptr;
+  bool found = false;
+  if (::getifaddrs(&ifs) != 0) return false;
+  for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next)
+    if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET && !(i->ifa_flags & IFF_LOOPBACK) &&
+        (i->ifa_flags & IFF_UP))
+      found = true;
+  ::freeifaddrs(ifs);
+  return found;
+}
+
+}  // namespace
+
+// [cluster] ucx_net_devices: "auto" keeps a loopback node's data plane off
+// every other interface; "all" and explicit lists pass through.
+BOOST_AUTO_TEST_CASE(net_devices_follow_the_node_address) {
+  std::string why;
+  const std::string lo = net_devices_for("auto", "127.0.0.1", &why);
+  BOOST_TEST_MESSAGE("auto for 127.0.0.1: '" << lo << "' (" << why << ")");
+  BOOST_TEST(!lo.empty());
+  BOOST_TEST(lo.find(',') == std::string::npos);  // the loopback interface alone, no RDMA ports
+  BOOST_TEST(net_devices_for("auto", "127.0.0.2") == lo);  // all of 127/8 is loopback
+  BOOST_TEST(net_devices_for("auto", "localhost").find(lo) != std::string::npos);
+  BOOST_TEST(net_devices_for("auto", "0.0.0.0").empty());
+  BOOST_TEST(net_devices_for("all", "127.0.0.1").empty());
+  BOOST_TEST(net_devices_for("eth7,mlx5_0:1", "127.0.0.1") == "eth7,mlx5_0:1");
+  BOOST_TEST(net_devices_for("auto", "192.0.2.254.invalid.").empty());  // does not resolve
+
+  // The UCX TCP transport then listens on loopback only.
+  ucx_options o;
+  o.tls = "tcp,self";
+  o.net_devices = lo;
+  if (std::getenv("UCX_NET_DEVICES") != nullptr) return;  // the environment would win
+  auto p = make_ucx_data_plane(o);
+  BOOST_REQUIRE_MESSAGE(p.has_value(), p.error().to_string());
+  auto listening = my_listening_ipv4();
+  BOOST_TEST(!listening.empty());
+  for (const auto& a : listening) BOOST_TEST(a.substr(6, 2) == "7F", "listening on " << a << " (not 127.x)");
+  (*p).reset();
+  if (!has_non_loopback_ipv4()) return;
+  // Without the restriction UCX also listens on this machine's other interfaces.
+  o.net_devices.clear();
+  auto q = make_ucx_data_plane(o);
+  BOOST_REQUIRE_MESSAGE(q.has_value(), q.error().to_string());
+  bool elsewhere = false;
+  for (const auto& a : my_listening_ipv4()) elsewhere = elsewhere || a.substr(6, 2) != "7F";
+  BOOST_TEST(elsewhere, "without net_devices UCX listened on loopback only: the check above proves nothing");
 }
 
 BOOST_AUTO_TEST_CASE(name_and_address) {

@@ -19,6 +19,16 @@ wait_for_text "$topo.n0.log" "listening on 127.0.0.1:7610" 20 || { cat "$topo.n0
 { exec 3<>/dev/tcp/127.0.0.1/7610 && printf 'GET / HTTP/1.0\r\n\r\nnot a BASP handshake\n' >&3 && exec 3>&-; } ||
   fail "could not connect to n0's port"
 p0=${NODE_PIDS[0]}
+# Every socket n0 listens on (its CAF port and UCX's TCP transport) is on the
+# topology's loopback address, not on the machine's other interfaces
+# ([cluster] ucx_net_devices = "auto").
+if command -v ss >/dev/null; then
+  wait_for_text "$topo.n0.log" "UCX data plane: network device" 20 || { cat "$topo.n0.log"; fail "n0: no UCX data plane line"; }
+  socks=$(ss -ltnpH 2>/dev/null | grep "pid=$p0," | awk '{print $4}')
+  [[ -n $socks ]] || fail "ss shows no listening socket of n0"
+  ! grep -qv '^127\.' <<<"$socks" || { echo "$socks"; fail "n0 listens beyond loopback"; }
+  pass "n0 listens on loopback only: $(tr '\n' ' ' <<<"$socks")"
+fi
 for i in 1 2; do
   "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
   PIDS+=($!)
