@@ -3,6 +3,8 @@
 
 #include <caf/all.hpp>
 
+#include <set>
+
 #include "actors/json.hpp"
 #include "actors/registry.hpp"
 #include "topology/parser.hpp"
@@ -124,6 +126,28 @@ BOOST_AUTO_TEST_CASE(transforms_register_their_keys_and_are_made_in_order) {
   auto refused = reg.make_transforms(parse(head + "transforms = [\"plus\"]\nplus = { k = -1.0 }\n", reg).job.params);
   BOOST_REQUIRE(!refused.has_value());
   BOOST_TEST(refused.error().message() == "[job] transforms: 'plus': k must be >= 0", refused.error().message());
+}
+
+// dp failover: a node is expendable when it holds only replicas and ring
+// members, and not replica 0 (which writes the weights and checkpoints).
+BOOST_AUTO_TEST_CASE(dp_nodes_but_replica0s_are_expendable) {
+  registry reg;
+  add_builtin_types(reg);
+  const std::string nodes = "[cluster]\nname = \"t\"\n"
+                            "[[nodes]]\nname = \"a\"\nhost = \"127.0.0.1\"\nport = 7000\n"
+                            "[[nodes]]\nname = \"b\"\nhost = \"127.0.0.1\"\nport = 7001\n"
+                            "[[nodes]]\nname = \"c\"\nhost = \"127.0.0.1\"\nport = 7002\n"
+                            "[job]\nkind = \"train\"\nstrategy = \"dp\"\n";
+  auto expendable = [&](const std::string& extra) {
+    auto c = parse(nodes + extra, reg);
+    auto all = job_actors(c, reg);
+    BOOST_REQUIRE(all.has_value());
+    return expendable_nodes(c, *all);
+  };
+  BOOST_TEST((expendable("") == std::set<int>{1, 2}));
+  BOOST_TEST(expendable("dp_failover = false\n").empty());
+  // Replica 0 on b: b stays essential; a is the head anyway.
+  BOOST_TEST((expendable("dp_nodes = [\"b\", \"c\"]\n") == std::set<int>{2}));
 }
 
 BOOST_AUTO_TEST_CASE(skeleton_expands_onto_three_nodes) {

@@ -11,8 +11,9 @@
 #     The losses and accuracy stay those of the uninterrupted 3-replica run
 #     within float tolerance (the same global batches; the sums' order
 #     differs).
-#  2. replica 0's node is essential (it writes weights and checkpoints): the
-#     launcher does not treat n0 as expendable (checked in the report).
+#  2. a hierarchical ring (2 hosts of 2 nodes): losing the node of one host's
+#     leader makes the other member there lead; 3 replicas finish.
+# Which nodes may be lost (not replica 0's): registry_test.
 # dp_failover = false (the job stops): train_dp.sh and train_dp_resume.sh.
 source "$(dirname "$0")/lib.sh"
 S=$HETFLOW_SCRATCH
@@ -73,3 +74,30 @@ for a, b in zip(ref["epochs"], cut["epochs"]):
     assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.03
 PY
 pass "n2 killed in epoch 2: exit 0 $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s after the kill; ring re-formed with 2, epoch trained again, every row once per epoch, losses as the uninterrupted run's"
+
+# --- 2. hierarchical ring: the lost node held its host's leader --------------------------------
+# n0, n1 on 127.0.0.1 and n2, n3 on 127.0.0.2: each host's first member leads
+# (ring0, ring2). Killing n2 makes ring3 its host's leader in the new ring.
+hier="$S/hier.toml"
+write_topology "$hier" 9970 4 auto "${job[@]}"
+python3 - "$hier" <<'PY'
+import re, sys
+p = sys.argv[1]; t = open(p).read()
+for port in (9972, 9973):
+    t = t.replace(f'host = "127.0.0.1"\nport = {port}', f'host = "127.0.0.2"\nport = {port}')
+open(p, "w").write(t)
+PY
+one_thread "$hier"
+grep -c '127.0.0.2' "$hier" | grep -qx 2 || { cat "$hier"; fail "hierarchical topology: want n2, n3 on 127.0.0.2"; }
+"$HETFLOW" run "$hier" --report "$hier.json" >"$hier.out" 2>&1 &
+run=$!
+PIDS+=($run)
+wait_for_text "$hier.out" "epoch 2/3 step" 120 || { cat "$hier.out"; fail "hierarchical: epoch 2 never started"; }
+pkill -KILL -f -- "node $hier --name n2" || { cat "$hier.out"; fail "hierarchical: no node n2 to kill"; }
+wait_exit "$run" 300 || { cat "$hier.out"; fail "hierarchical: the run did not end within 300 s of n2's death"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$hier.out"; fail "hierarchical: exit $WAIT_RC after losing n2, want 0"; }
+[[ $(json_get "$hier.json" 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"] and d["rollbacks"] == 1 and d["replicas_at_end"] == 3 and all(e["samples"] == 20000 for e in d["epochs"])') == True ]] ||
+  { python3 -m json.tool "$hier.json"; fail "hierarchical: report"; }
+grep -q "actor 'ring3' finished: .* as leader 1 of 2 hosts" "$hier.out" || { cat "$hier.out"; fail "ring3 did not take over as its host's leader"; }
+grep -q "actor 'ring0' finished: .* as leader 0 of 2 hosts, 1 local members" "$hier.out" || { cat "$hier.out"; fail "ring0: leader of n0+n1"; }
+pass "hierarchical ring (2 hosts), the leader's node n2 killed: ring3 leads its host now, 3 replicas finish, every row once per epoch"
