@@ -463,7 +463,11 @@ public:
   // them is in (one behind at most: no replica finishes a sum that another
   // has not started). `failure` itself when no replica was lost.
   bool can_recover() const { return g_ != nullptr && g_->can_regroup(); }
-  expected<int> recover(int epoch, status failure) {
+  // Failover: after `failure`, when the group re-formed without the lost
+  // replicas (else `failure` itself), agrees with the replicas left on the
+  // snapshot to go back to - the earliest (epoch, step) of their latest
+  // snapshots - and keeps the speeds of those left.
+  expected<std::pair<int, int64_t>> recover(status failure, int epoch, int64_t step) {
     for (auto& f : pending_)
       if (f.valid()) f.wait();
     pending_.clear();
@@ -475,15 +479,23 @@ public:
       std::vector<double> kept;
       for (int k : g_->kept()) kept.push_back(k >= 0 && k < int(speeds_.size()) ? speeds_[std::size_t(k)] : 1.0);
       speeds_ = std::move(kept);
-      // The epochs the replicas are in, one-hot: every replica learns the earliest.
-      std::vector<float> e(std::size_t(g_->size()), 0.0f);
-      e[std::size_t(g_->rank())] = float(epoch + 1);
-      std::span<float> all(e);
+      // Every replica's (epoch, step), one-hot: each learns all of them.
+      const std::size_t n = std::size_t(g_->size()), r = std::size_t(g_->rank());
+      std::vector<float> at(2 * n, 0.0f);
+      at[2 * r] = float(epoch);
+      at[2 * r + 1] = float(step);
+      std::span<float> all(at);
       status s = timed_sum(std::span<const std::span<float>>(&all, 1));
-      if (s.ok()) return int(*std::min_element(e.begin(), e.end())) - 1;
-      failure = s;  // lost another one meanwhile: again
+      if (!s.ok()) {
+        failure = s;  // lost another one meanwhile: again
+        continue;
+      }
+      std::pair<int, int64_t> back{int(at[0]), int64_t(at[1])};
+      for (std::size_t i = 1; i < n; ++i) back = std::min(back, std::pair<int, int64_t>{int(at[2 * i]), int64_t(at[2 * i + 1])});
+      return back;
     }
   }
+
 
 private:
   void flush() {
@@ -652,21 +664,44 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
 
   train_history history;
   const auto t_loop = clock_type::now();
-  // Failover: the state at the start of this epoch and the one before (a
-  // replica may be one epoch ahead of the others when one is lost).
+  // What an epoch accumulates up to a step; a failover snapshot keeps it.
+  struct epoch_acc {
+    epoch_report er;
+    clock_type::time_point started{};  // the epoch's start (a rollback's redo counts in its time)
+    int64_t next_step = 0;  // the first step not done
+    double loss_sum = 0.0, compute_seconds = 0.0;
+    int64_t correct = 0, local_rows = 0;
+    // Since the last re-split (dp, measured split, resplit_every).
+    double resplit_compute = 0.0;
+    int64_t resplit_rows = 0;
+    // The window since the last tick (this epoch's steps only): what the
+    // progress callback and the history are told at the next one.
+    double window_loss = 0.0;
+    int64_t window_steps = 0, window_correct = 0, window_samples = 0;
+  };
+  // Failover (dp.can_recover()): the state at the two latest snapshot points
+  // - each epoch's start and every snapshot_every steps in it. A replica is
+  // at most one step ahead of another when one is lost (no replica finishes
+  // a sum another has not started), so the earliest latest snapshot of the
+  // replicas is one every replica still has.
   struct epoch_snapshot {
     int epoch = -1;
+    epoch_acc acc;
     std::vector<tensor> values;  // parameters, model state, optimizer state (checkpoint_tensors' order)
     std::vector<std::string> names;
     int64_t optimizer_steps = 0, optimizer_state = 0;
   };
-  std::array<epoch_snapshot, 2> snapshots;
-  auto snapshot = [&](int epoch) {
-    epoch_snapshot& sn = snapshots[std::size_t(epoch % 2)];
-    if (sn.epoch == epoch) return;
+  std::array<epoch_snapshot, 2> snapshots;  // [latest], [the one before]
+  std::size_t latest = 0;
+  auto snapshot = [&](int epoch, const epoch_acc& acc) {
+    epoch_snapshot& last = snapshots[latest];
+    if (last.epoch == epoch && last.acc.next_step == acc.next_step) return;
+    latest ^= 1;
+    epoch_snapshot& sn = snapshots[latest];
     int64_t ns = 0;
     auto v = checkpoint_tensors(m, *opt, ns);
     sn.epoch = epoch;
+    sn.acc = acc;
     sn.values.clear();
     sn.names.clear();
     for (auto& t : v) {
@@ -676,10 +711,14 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     sn.optimizer_steps = opt->steps();
     sn.optimizer_state = ns;
   };
-  auto restore = [&](int epoch) -> status {
-    const epoch_snapshot& sn = snapshots[std::size_t(epoch % 2)];
-    if (epoch < 0 || sn.epoch != epoch)
-      return make_error(errc::internal, "train: no snapshot of epoch " + std::to_string(epoch + 1) + " to go back to");
+  auto restore = [&](int epoch, int64_t step) -> expected<epoch_acc> {
+    const epoch_snapshot* found = nullptr;
+    for (const auto& sn : snapshots)
+      if (sn.epoch == epoch && sn.acc.next_step == step) found = &sn;
+    if (found == nullptr)
+      return make_error(errc::internal, "train: no snapshot of epoch " + std::to_string(epoch + 1) + " step " +
+                                            std::to_string(step) + " to go back to");
+    const epoch_snapshot& sn = *found;
     std::vector<parameter*> ps = m.parameters();
     std::vector<state_tensor*> states = m.state();
     const std::size_t nm = ps.size() + states.size();
@@ -690,30 +729,47 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     for (parameter* p : ps) ++p->version;
     // A fresh optimizer with the snapshot's state (none before its first step).
     HF_ASSIGN_OR_RETURN(opt, dev.optimizer_for(c.optimizer));
-    return restore_optimizer(*opt, c.optimizer.kind, params, sn.optimizer_steps,
-                             std::span<const tensor>(sn.values).subspan(nm),
-                             std::span<const std::string>(sn.names).subspan(nm), "the failover snapshot");
+    HF_RETURN_IF_ERROR(restore_optimizer(*opt, c.optimizer.kind, params, sn.optimizer_steps,
+                                         std::span<const tensor>(sn.values).subspan(nm),
+                                         std::span<const std::string>(sn.names).subspan(nm),
+                                         "the failover snapshot"));
+    // The other snapshot may be ahead of this one: the next is taken afresh.
+    for (auto& other : snapshots)
+      if (&other != found) other.epoch = -1;
+    latest = std::size_t(found - snapshots.data());
+    return sn.acc;
   };
-  auto run_epoch = [&](int epoch) -> status {
+  const bool failover = dp.can_recover();
+  const int64_t snapshot_every = failover ? c.failover_snapshot_every : 0;
+  // Runs `epoch` from a.next_step (0: its start) to its end.
+  auto run_epoch = [&](int epoch, epoch_acc& a) -> status {
     HF_RETURN_IF_ERROR(source.begin_epoch(epoch));
-    epoch_report er;
-    er.epoch = epoch + 1;
-    if (dp.active()) {
-      rep.splits.push_back(dp.full_split(batch_size));
-      rep.speeds.push_back(dp.speeds());
+    epoch_report& er = a.er;
+    if (a.next_step == 0) {
+      a = epoch_acc{};
+      a.started = clock_type::now();
+      er.epoch = epoch + 1;
+      if (dp.active()) {
+        rep.splits.push_back(dp.full_split(batch_size));
+        rep.speeds.push_back(dp.speeds());
+      }
     }
-    double loss_sum = 0.0, compute_seconds = 0.0;
-    int64_t correct = 0, local_rows = 0;
-    // Since the last re-split (dp, measured split, resplit_every).
-    double resplit_compute = 0.0;
-    int64_t resplit_rows = 0;
-    // The window since the last tick (this epoch's steps only): what the
-    // progress callback and the history are told at the next one.
-    double window_loss = 0.0;
-    int64_t window_steps = 0, window_correct = 0, window_samples = 0;
-    auto t0 = clock_type::now();
-    auto window_from = t0;
-    for (int64_t s = 0; s < steps; ++s) {
+    if (failover) snapshot(epoch, a);
+    double& loss_sum = a.loss_sum;
+    double& compute_seconds = a.compute_seconds;
+    int64_t& correct = a.correct;
+    int64_t& local_rows = a.local_rows;
+    double& resplit_compute = a.resplit_compute;
+    int64_t& resplit_rows = a.resplit_rows;
+    double& window_loss = a.window_loss;
+    int64_t& window_steps = a.window_steps;
+    int64_t& window_correct = a.window_correct;
+    int64_t& window_samples = a.window_samples;
+    const auto t0 = a.started;
+    auto window_from = clock_type::now();
+    for (int64_t s = a.next_step; s < steps; ++s) {
+      a.next_step = s;
+      if (snapshot_every > 0 && s > 0 && s % snapshot_every == 0) snapshot(epoch, a);
       if (c.stop && c.stop->load(std::memory_order_relaxed))
         return make_error(errc::cancelled, "train: stopped at epoch " + std::to_string(epoch + 1) + " step " +
                                                std::to_string(s));
@@ -819,6 +875,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         window_from = now;
       }
     }
+    a.next_step = steps;
     er.train_seconds = seconds_since(t0);
     HF_RETURN_IF_ERROR(source.end_epoch(epoch));
     er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0.0;
@@ -839,27 +896,33 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     if (c.on_epoch) c.on_epoch(rep.epochs.back());
     return {};
   };
+  epoch_acc acc;
   for (int epoch = first_epoch; epoch < c.epochs;) {
-    if (dp.can_recover()) snapshot(epoch);
-    status s = run_epoch(epoch);
+    status s = run_epoch(epoch, acc);
     if (s.ok()) {
       ++epoch;
+      acc = epoch_acc{};
       continue;
     }
-    if (!dp.can_recover() || s.code() == errc::cancelled) return s;
+    if (!failover || s.code() == errc::cancelled) return s;
     // A replica was lost (else recover returns the failure): every replica
-    // left goes back to the start of the same epoch and trains it again,
-    // its rows split among them; what the failed epoch did is undone.
-    HF_ASSIGN_OR_RETURN(int back, dp.recover(epoch, s));
-    if (back < first_epoch || back > epoch)
-      return make_error(errc::internal, "train: the replicas left disagree on the epoch (" + std::to_string(back + 1) +
-                                            " here " + std::to_string(epoch + 1) + ")");
-    HF_RETURN_IF_ERROR(restore(back));
-    while (!rep.epochs.empty() && rep.epochs.back().epoch > back) rep.epochs.pop_back();
-    rep.splits.resize(std::size_t(back - first_epoch));
-    rep.speeds.resize(std::size_t(back - first_epoch));
+    // left goes back to the same snapshot (the earliest of their latest)
+    // and trains on from there, each global batch split among them; what
+    // was done after that snapshot is undone, so no row counts twice.
+    const epoch_snapshot& mine = snapshots[latest];
+    HF_ASSIGN_OR_RETURN(auto back, dp.recover(s, mine.epoch, mine.acc.next_step));
+    HF_ASSIGN_OR_RETURN(acc, restore(back.first, back.second));
+    epoch = back.first;
+    while (!rep.epochs.empty() && rep.epochs.back().epoch > epoch) rep.epochs.pop_back();
+    const std::size_t kept_epochs = std::size_t(epoch - first_epoch) + (acc.next_step > 0 ? 1 : 0);
+    rep.splits.resize(std::min(rep.splits.size(), kept_epochs));
+    rep.speeds.resize(std::min(rep.speeds.size(), kept_epochs));
+    if (acc.next_step > 0 && !rep.splits.empty()) {  // the rest of this epoch splits among those left
+      rep.splits.back() = dp.full_split(batch_size);
+      rep.speeds.back() = dp.speeds();
+    }
     ++rep.rollbacks;
-    epoch = back;
+    rep.rolled_back_to.emplace_back(epoch + 1, acc.next_step);
   }
   if (dp.active()) rep.replicas_at_end = c.group->size();
   HF_ASSIGN_OR_RETURN(rep.weights_checksum, weights_checksum(m));

@@ -247,6 +247,11 @@ struct train_config {
   // With a group and measured_split: also re-measure the speeds and re-split
   // every this many steps inside an epoch (0: only between epochs).
   int64_t resplit_every = 100;
+  // Failover (group->can_regroup()): besides each epoch's start, the loop
+  // keeps a snapshot (weights, optimizer and batch-norm state, the epoch's
+  // books) every this many steps; losing a replica costs the steps since
+  // the latest one. 0: epoch starts only.
+  int64_t failover_snapshot_every = 100;
   // Non-null: save a checkpoint after every epoch (every replica its own).
   std::shared_ptr<epoch_checkpoints> checkpoints;
   // With checkpoints: start after the newest checkpoint (with a group: the
@@ -309,7 +314,8 @@ private:
 struct train_report {
   int resumed_epochs = 0;        // epochs restored from a checkpoint (resume)
   int64_t resplits = 0;          // dp: re-splits inside epochs (resplit_every)
-  int rollbacks = 0;             // dp failover: epochs restarted after losing replicas
+  int rollbacks = 0;             // dp failover: times the replicas went back to a snapshot
+  std::vector<std::pair<int, int64_t>> rolled_back_to;  // each one's (epoch, step), 1-based epoch, 0-based step
   int replicas_at_end = 0;       // dp: the group's size at the end
   std::string model;
   std::string where;             // "cpu", "cuda:0"

@@ -449,6 +449,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
         c.split = [](int64_t rows, std::span<const double> speeds) { return topology::split_rows(rows, speeds); };
         c.bucket_bytes = bucket_bytes;
         c.resplit_every = resplit_every;
+        c.failover_snapshot_every = env_params.get_int("dp_snapshot_every", 100);
         if (rank != 0) c.save_weights.clear();
         kernels::train_report last;
         if (rank == 0)
@@ -465,6 +466,10 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
               w.field("strategy", "dp").field("rank", int64_t{rank}).field("replicas", int64_t{replicas});
               w.field("allreduce_seconds", last.allreduce_seconds).field("resplits", last.resplits);
               w.field("rollbacks", int64_t{last.rollbacks}).field("replicas_at_end", int64_t{last.replicas_at_end});
+              w.key("rolled_back_to").begin_array();
+              for (auto [e, st] : last.rolled_back_to)
+                w.begin_object().field("epoch", int64_t{e}).field("step", st).end_object();
+              w.end_array();
               w.key("splits").begin_array();
               for (std::size_t e = 0; e < last.splits.size(); ++e) {
                 w.begin_object().field("epoch", int64_t(e + 1)).key("rows").begin_array();
@@ -652,6 +657,10 @@ void add_train(registry& reg) {
   key("dp_failover", key_type::boolean, true,
       "dp: when a node that holds only replicas (not replica 0's) goes down, the others go on: they go back to the "
       "start of the epoch and train it again split among themselves (false: the loss stops the job)");
+  key("dp_snapshot_every", key_type::integer, int64_t{100},
+      "dp, dp_failover: besides each epoch's start, keep the state every this many steps (a copy of the weights and "
+      "optimizer state in memory); losing a replica costs the steps since the latest (0: epoch starts only)",
+      0.0, 1e9);
   key("chunk_bytes", key_type::size, int64_t{1} << 20, "dp: ring chunk size", 1024.0);
   key("bucket_bytes", key_type::size, int64_t{16} << 20,
       "dp: gradient bucket size; each bucket's sum starts as soon as backward has produced it", 1024.0);

@@ -4,15 +4,17 @@
 # on by default):
 #  1. 3 replicas (n0, n1, n2), n2 SIGKILLed in epoch 2: n0 and n1 go on.
 #     The ring drops ring2 (a new generation), the replicas left go back to
-#     the start of the earliest epoch either is in and train it again with
-#     the global batch split between the two; the job exits 0, names n2, and
+#     the latest snapshot they both have (every dp_snapshot_every = 10
+#     steps, and each epoch's start: here one inside epoch 2) and train on from there with the global
+#     batch split between the two (the epoch's books restored with it); the job exits 0, names n2, and
 #     reports replica2 lost, one rollback, 2 replicas at the end, identical
 #     weights on the two, and every epoch trained on the whole training set.
 #     The losses and accuracy stay those of the uninterrupted 3-replica run
 #     within float tolerance (the same global batches; the sums' order
 #     differs).
-#  2. a hierarchical ring (2 hosts of 2 nodes): losing the node of one host's
-#     leader makes the other member there lead; 3 replicas finish.
+#  2. a hierarchical ring (2 hosts of 2 nodes), snapshots at epoch starts
+#     only: losing the node of one host's leader makes the other member
+#     there lead; the 3 replicas left redo the epoch and finish.
 # Which nodes may be lost (not replica 0's): registry_test.
 # dp_failover = false (the job stops): train_dp.sh and train_dp_resume.sh.
 source "$(dirname "$0")/lib.sh"
@@ -33,7 +35,7 @@ timeout 300 "$HETFLOW" run "$ref" --report "$ref.json" >"$ref.out" 2>&1 || { cat
 pass "reference: 3 replicas, 3 epochs, $(json_get "$ref.json" '[e["loss"] for e in d["epochs"]]')"
 
 cut="$S/cut.toml"
-write_topology "$cut" 9960 3 auto "${job[@]}"
+write_topology "$cut" 9960 3 auto "${job[@]}" 'dp_snapshot_every = 10'  # the kill lands after step 20 of epoch 2
 one_thread "$cut"
 "$HETFLOW" run "$cut" --report "$cut.json" >"$cut.out" 2>&1 &
 run=$!
@@ -57,6 +59,8 @@ check() {  # check PYTHON_EXPR MESSAGE
 check 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"]' \
   "status ok, one replica lost, the two left identical"
 check 'd["rollbacks"] == 1 and d["replicas_at_end"] == 2' "one rollback, 2 replicas at the end"
+check 'd["rolled_back_to"][0]["epoch"] == 2 and d["rolled_back_to"][0]["step"] >= 20 and d["rolled_back_to"][0]["step"] % 10 == 0' \
+  "back to a snapshot inside epoch 2 (step >= 20, a multiple of dp_snapshot_every = 10)"
 check '[e["epoch"] for e in d["epochs"]] == [1, 2, 3] and all(e["samples"] == 20000 for e in d["epochs"])' \
   "epochs 1-3, each on all 20000 rows"
 check '[a["ok"] for a in d["actors"] if a["name"] in ("replica2", "ring2")] == [False, False] and all("lost with node" in a["summary"] for a in d["actors"] if a["name"] in ("replica2", "ring2"))' \
@@ -73,13 +77,13 @@ for a, b in zip(ref["epochs"], cut["epochs"]):
     assert abs(a["loss"] - b["loss"]) <= 0.02 * abs(a["loss"]) + 1e-4
     assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.03
 PY
-pass "n2 killed in epoch 2: exit 0 $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s after the kill; ring re-formed with 2, epoch trained again, every row once per epoch, losses as the uninterrupted run's"
+pass "n2 killed in epoch 2: exit 0 $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s after the kill; ring re-formed with 2, back to the latest snapshot, every row once per epoch, losses as the uninterrupted run's"
 
 # --- 2. hierarchical ring: the lost node held its host's leader --------------------------------
 # n0, n1 on 127.0.0.1 and n2, n3 on 127.0.0.2: each host's first member leads
 # (ring0, ring2). Killing n2 makes ring3 its host's leader in the new ring.
 hier="$S/hier.toml"
-write_topology "$hier" 9970 4 auto "${job[@]}"
+write_topology "$hier" 9970 4 auto "${job[@]}" 'dp_snapshot_every = 0'  # back to the epoch's start
 python3 - "$hier" <<'PY'
 import re, sys
 p = sys.argv[1]; t = open(p).read()
@@ -96,7 +100,7 @@ wait_for_text "$hier.out" "epoch 2/3 step" 120 || { cat "$hier.out"; fail "hiera
 pkill -KILL -f -- "node $hier --name n2" || { cat "$hier.out"; fail "hierarchical: no node n2 to kill"; }
 wait_exit "$run" 300 || { cat "$hier.out"; fail "hierarchical: the run did not end within 300 s of n2's death"; }
 [[ $WAIT_RC -eq 0 ]] || { cat "$hier.out"; fail "hierarchical: exit $WAIT_RC after losing n2, want 0"; }
-[[ $(json_get "$hier.json" 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"] and d["rollbacks"] == 1 and d["replicas_at_end"] == 3 and all(e["samples"] == 20000 for e in d["epochs"])') == True ]] ||
+[[ $(json_get "$hier.json" 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"] and d["rollbacks"] == 1 and d["rolled_back_to"] == [{"epoch": 2, "step": 0}] and d["replicas_at_end"] == 3 and all(e["samples"] == 20000 for e in d["epochs"])') == True ]] ||
   { python3 -m json.tool "$hier.json"; fail "hierarchical: report"; }
 grep -q "actor 'ring3' finished: .* as leader 1 of 2 hosts" "$hier.out" || { cat "$hier.out"; fail "ring3 did not take over as its host's leader"; }
 grep -q "actor 'ring0' finished: .* as leader 0 of 2 hosts, 1 local members" "$hier.out" || { cat "$hier.out"; fail "ring0: leader of n0+n1"; }
