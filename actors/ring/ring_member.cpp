@@ -268,18 +268,23 @@ void try_start(member_actor* self);
 bool check_lost(member_actor* self);
 void configure_ring(member_state& st, std::size_t me);
 
+// Completes the request in progress and every queued one with `err`, and
+// drops the collective in flight.
+void complete_all(member_state& st, const status& err) {
+  if (st.current) st.current->complete(err);
+  for (auto& r : st.queue) r->complete(err);
+  st.current.reset();
+  st.queue.clear();
+  st.active.reset();
+}
+
 void fail(member_actor* self, const std::string& why) {
   auto& st = self->state;
   if (st.finished) return;
   st.finished = true;
   std::string msg = st.active ? "collective " + std::to_string(st.active->id) + ": " + why : why;
   log_error("ring member '" + st.me + "': " + msg);
-  status err = make_error(errc::peer_down, msg);
-  if (st.current) st.current->complete(err);
-  for (auto& r : st.queue) r->complete(err);
-  st.current.reset();
-  st.queue.clear();
-  st.active.reset();
+  complete_all(st, make_error(errc::peer_down, msg));
   st.early.clear();
   st.svc->report_done(st.me, false, msg, {});
   self->quit();
@@ -735,6 +740,7 @@ void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t ne
   auto& st = self->state;
   st.probing = false;
   if (!st.active || st.active->id != id || st.finished) return;
+  if (check_lost(self)) return try_start(self);  // the answer is about the old ring
   auto& a = *st.active;
   double waited = std::chrono::duration<double>(clock_type::now() - a.last_progress).count();
   char secs[32];
@@ -851,14 +857,9 @@ bool check_lost(member_actor* self) {
                           (gone.size() == 1 ? "its node" : "their nodes") + "; the ring goes on with " +
                           std::to_string(m.size()) + " member" + (m.size() == 1 ? "" : "s") + " (generation " +
                           std::to_string(st.gen) + ")";
-  status err = make_error(errc::peer_down, why);
-  if (st.current) st.current->complete(err);
-  for (auto& r : st.queue) r->complete(err);
-  st.current.reset();
-  st.queue.clear();
+  complete_all(st, make_error(errc::peer_down, why));
   st.buckets.clear();
   st.next_bucket = 0;
-  st.active.reset();
   st.next_id = uint64_t(st.gen) << gen_shift;
   for (auto it = st.early.begin(); it != st.early.end();)
     it = (it->first >> gen_shift) < st.gen ? st.early.erase(it) : std::next(it);

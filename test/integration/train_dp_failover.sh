@@ -37,15 +37,8 @@ pass "reference: 3 replicas, 3 epochs, $(json_get "$ref.json" '[e["loss"] for e 
 cut="$S/cut.toml"
 write_topology "$cut" 9960 3 auto "${job[@]}" 'dp_snapshot_every = 10'  # the kill lands after step 20 of epoch 2
 one_thread "$cut"
-"$HETFLOW" run "$cut" --report "$cut.json" >"$cut.out" 2>&1 &
-run=$!
-PIDS+=($run)
-wait_for_text "$cut.out" "epoch 2/3 step" 120 || { cat "$cut.out"; fail "epoch 2 never started"; }
-pkill -KILL -f -- "node $cut --name n2" || { cat "$cut.out"; fail "no node n2 to kill (the job ended?)"; }
-t0=$(date +%s.%N)
-wait_exit "$run" 300 || { cat "$cut.out"; fail "the run did not end within 300 s of n2's death"; }
-rc=$WAIT_RC
-t1=$(date +%s.%N)
+run_and_kill "$cut" n2 "epoch 2/3 step" 120 300
+rc=$RUN_RC
 [[ $rc -eq 0 ]] || { cat "$cut.out"; fail "the run exited $rc after losing replica node n2, want 0"; }
 grep -q "node 'n2'.* is down.*goes on without it" "$cut.out" || { cat "$cut.out"; fail "no line: goes on without n2"; }
 grep -q "nodes lost during the job, which finished without them: n2 (exit 137)" "$cut.out" ||
@@ -77,7 +70,7 @@ for a, b in zip(ref["epochs"], cut["epochs"]):
     assert abs(a["loss"] - b["loss"]) <= 0.02 * abs(a["loss"]) + 1e-4
     assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.03
 PY
-pass "n2 killed in epoch 2: exit 0 $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s after the kill; ring re-formed with 2, back to the latest snapshot, every row once per epoch, losses as the uninterrupted run's"
+pass "n2 killed in epoch 2: exit 0 $KILL_TO_EXIT s after the kill; ring re-formed with 2, back to the latest snapshot, every row once per epoch, losses as the uninterrupted run's"
 
 # --- 2. hierarchical ring: the lost node held its host's leader --------------------------------
 # n0, n1 on 127.0.0.1 and n2, n3 on 127.0.0.2: each host's first member leads
@@ -93,13 +86,8 @@ open(p, "w").write(t)
 PY
 one_thread "$hier"
 grep -c '127.0.0.2' "$hier" | grep -qx 2 || { cat "$hier"; fail "hierarchical topology: want n2, n3 on 127.0.0.2"; }
-"$HETFLOW" run "$hier" --report "$hier.json" >"$hier.out" 2>&1 &
-run=$!
-PIDS+=($run)
-wait_for_text "$hier.out" "epoch 2/3 step" 120 || { cat "$hier.out"; fail "hierarchical: epoch 2 never started"; }
-pkill -KILL -f -- "node $hier --name n2" || { cat "$hier.out"; fail "hierarchical: no node n2 to kill"; }
-wait_exit "$run" 300 || { cat "$hier.out"; fail "hierarchical: the run did not end within 300 s of n2's death"; }
-[[ $WAIT_RC -eq 0 ]] || { cat "$hier.out"; fail "hierarchical: exit $WAIT_RC after losing n2, want 0"; }
+run_and_kill "$hier" n2 "epoch 2/3 step" 120 300
+[[ $RUN_RC -eq 0 ]] || { cat "$hier.out"; fail "hierarchical: exit $RUN_RC after losing n2, want 0"; }
 [[ $(json_get "$hier.json" 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"] and d["rollbacks"] == 1 and d["rolled_back_to"] == [{"epoch": 2, "step": 0}] and d["replicas_at_end"] == 3 and all(e["samples"] == 20000 for e in d["epochs"])') == True ]] ||
   { python3 -m json.tool "$hier.json"; fail "hierarchical: report"; }
 grep -q "actor 'ring3' finished: .* as leader 1 of 2 hosts" "$hier.out" || { cat "$hier.out"; fail "ring3 did not take over as its host's leader"; }
