@@ -12,6 +12,8 @@
 #include <tuple>
 
 #include "actors/builtin/job_profiles.hpp"
+#include "actors/ps/ps_options.hpp"
+#include "actors/ralp/ralp_options.hpp"
 #include "actors/registry.hpp"
 #include "apps/profile_command.hpp"
 #include "kernels/model.hpp"
@@ -144,7 +146,60 @@ struct estimates {
   std::string dp_error;
   std::optional<topology::dp_estimate> single;
   std::string single_error;
+  // ps and ralp: samples/s of the cost model (topology/ralp_cost.hpp) and
+  // what the number stands for.
+  double ps_sps = 0, ralp_sps = 0;
+  std::string ps_error, ralp_error, ps_note, ralp_note;
 };
+
+// Strategies "ps" and "ralp" from RALP's cost model (BSP steps, every worker
+// a batch of batch_size, as auto's dp and hetpipe): ralp at its best cut;
+// ps is the model's "no cut" candidate, every weight pulled and pushed each
+// step, with the transfer and the updates spread over the job's PS shards
+// (each on its own link: an optimistic spread).
+void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db, estimates& e) {
+  auto ro = actors::ralp_job::options_of(c);
+  if (!ro) {
+    e.ps_error = e.ralp_error = ro.error().message();
+    return;
+  }
+  const std::string fallback = db.devices.empty() ? std::string() : db.devices.begin()->first;
+  const auto in = actors::ralp_job::cost_inputs(c, db, *ro, fallback);
+  auto r = topology::estimate_ralp(db, in);
+  if (!r) {
+    e.ps_error = e.ralp_error = r.error().message();
+    return;
+  }
+  const double rows = double(in.workers) * double(r->batch > 0 ? r->batch : in.batch);
+  const topology::ralp_candidate* best = nullptr;
+  const topology::ralp_candidate* no_cut = nullptr;
+  for (const auto& k : r->candidates) {
+    if (k.cut >= db.units.size())
+      no_cut = &k;
+    else if (best == nullptr || k.step_ms < best->step_ms)
+      best = &k;
+  }
+  char buf[160];
+  if (best != nullptr && best->step_ms > 0) {
+    e.ralp_sps = rows / best->step_ms * 1000.0;
+    std::snprintf(buf, sizeof buf, "cut before %s, %d worker%s", best->unit.c_str(), in.workers,
+                  in.workers == 1 ? "" : "s");
+    e.ralp_note = buf;
+  } else {
+    e.ralp_error = "the model has no unit to cut before";
+  }
+  auto po = actors::ps_job::options_of(c);
+  if (!po) {
+    e.ps_error = po.error().message();
+  } else if (no_cut != nullptr) {
+    const double shards = double(std::max(1, po->shards));
+    const double step = no_cut->worker_ms + (no_cut->transfer_ms + no_cut->server_ms) / shards;
+    if (step > 0) e.ps_sps = rows / step * 1000.0;
+    std::snprintf(buf, sizeof buf, "bsp, %d worker%s, %d shard%s", in.workers, in.workers == 1 ? "" : "s", po->shards,
+                  po->shards == 1 ? "" : "s");
+    e.ps_note = buf;
+  }
+}
 
 // Everything "auto" compares. `devices` with profile kinds.
 estimates estimate_all(const topology::cluster& c, const std::vector<topology::plan_device>& devices,
@@ -179,6 +234,7 @@ estimates estimate_all(const topology::cluster& c, const std::vector<topology::p
     if (s && (!e.single || s->samples_per_s > e.single->samples_per_s)) e.single = std::move(*s);
     if (!s && e.single_error.empty()) e.single_error = s.error().message();
   }
+  estimate_ps_ralp(c, db, e);
   return e;
 }
 
@@ -188,11 +244,11 @@ std::pair<std::string, std::string> choose(const topology::cluster& c, const est
   std::vector<std::pair<double, std::string>> v;
   std::string why;
   char buf[256];
-  auto add = [&](const char* name, double sps, const std::string& err) {
+  auto add = [&](const char* name, double sps, const std::string& err, const std::string& note = {}) {
     if (sps > 0) {
       v.push_back({sps, name});
-      std::snprintf(buf, sizeof buf, "%s %.1f samples/s (%.1f s per epoch of %.0f samples)", name, sps, epoch / sps,
-                    epoch);
+      std::snprintf(buf, sizeof buf, "%s%s%s%s %.1f samples/s (%.1f s per epoch of %.0f samples)", name,
+                    note.empty() ? "" : " (", note.c_str(), note.empty() ? "" : ")", sps, epoch / sps, epoch);
     } else {
       std::snprintf(buf, sizeof buf, "%s not possible (%s)", name, err.c_str());
     }
@@ -201,7 +257,8 @@ std::pair<std::string, std::string> choose(const topology::cluster& c, const est
   add("single", e.single ? e.single->samples_per_s : 0, e.single_error);
   add("dp", e.dp ? e.dp->samples_per_s : 0, e.dp_error);
   add("hetpipe", e.hetpipe ? e.hetpipe->predicted_samples_per_s : 0, e.hetpipe_error);
-  why += "; ps and ralp are not estimated yet (issue 6)";
+  add("ps", e.ps_sps, e.ps_error, e.ps_note);
+  add("ralp", e.ralp_sps, e.ralp_error, e.ralp_note);
   if (v.empty()) return {"", why};
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
   std::string chosen = v.front().second;
@@ -252,6 +309,8 @@ int plan_hetpipe_command(const topology::cluster& c_in, const std::string& file,
       if (e.dp) j["dp_predicted_samples_per_s"] = e.dp->samples_per_s;
       if (e.single) j["single_predicted_samples_per_s"] = e.single->samples_per_s;
       if (e.hetpipe) j["hetpipe_predicted_samples_per_s"] = e.hetpipe->predicted_samples_per_s;
+      if (e.ps_sps > 0) j["ps_predicted_samples_per_s"] = e.ps_sps;
+      if (e.ralp_sps > 0) j["ralp_predicted_samples_per_s"] = e.ralp_sps;
       if (chosen != "hetpipe") j.erase("virtual_workers");
     }
     std::printf("%s\n", j.dump(1).c_str());
@@ -482,8 +541,9 @@ int resolve_strategy(const std::string& file, const actors::registry& reg, const
   std::string s = in_file;
   if (in_file == "auto") {
     if (!strategy.empty()) {
-      if (strategy != "single" && strategy != "dp" && strategy != "hetpipe") {
-        std::fprintf(stderr, "hetflow %s: --strategy %s: auto chooses single, dp or hetpipe\n", command,
+      if (strategy != "single" && strategy != "dp" && strategy != "hetpipe" && strategy != "ps" &&
+          strategy != "ralp") {
+        std::fprintf(stderr, "hetflow %s: --strategy %s: auto chooses single, dp, hetpipe, ps or ralp\n", command,
                      strategy.c_str());
         return 2;
       }

@@ -241,10 +241,17 @@ write_topology "$auto" 8960 2 auto "${common[@]}" 'epochs = 1' 'strategy = "auto
 timeout 300 "$HETFLOW" run "$auto" --report "$auto.json" >"$auto.out" 2>&1 || { cat "$auto.out"; fail "strategy auto: the run failed"; }
 chosen=$(sed -n 's/^hetflow run: strategy "auto" chose "\([a-z]*\)": .*/\1/p' "$auto.out")
 [[ -n $chosen ]] || { cat "$auto.out"; fail "strategy auto: no line saying what it chose"; }
+# It compared all five, each with a predicted rate (or why not).
+for k in single dp hetpipe ps ralp; do
+  grep -q "chose \"$chosen\": .*[;.] $k \(([^)]*) \)\?[0-9.]* samples/s" "$auto.out" ||
+    grep -q "chose \"$chosen\": .*$k not possible" "$auto.out" || { cat "$auto.out"; fail "strategy auto: no estimate of $k"; }
+done
 case $chosen in
   single) want='len([a for a in d["actors"] if a["name"] == "trainer"]) == 1' ;;
   dp) want='len([a for a in d["actors"] if a["name"].startswith("replica")]) == 2' ;;
   hetpipe) want='len(d["virtual_workers"]) >= 1' ;;
+  ps) want='len([a for a in d["actors"] if a["name"].startswith("psworker")]) == 2' ;;
+  ralp) want='len([a for a in d["actors"] if a["name"].startswith("ralpworker")]) == 2' ;;
   *) fail "strategy auto chose '$chosen'" ;;
 esac
 [[ $(json_get "$auto.json" "d['status'] == 'ok' and $want") == True ]] || { python3 -m json.tool "$auto.json"; fail "strategy auto: did not run $chosen"; }
