@@ -4,17 +4,18 @@
 # on by default):
 #  1. 3 replicas (n0, n1, n2), n2 SIGKILLed in epoch 2: n0 and n1 go on.
 #     The ring drops ring2 (a new generation), the replicas left go back to
-#     the latest snapshot they both have (every dp_snapshot_every = 10
-#     steps, and each epoch's start: here one inside epoch 2) and train on from there with the global
-#     batch split between the two (the epoch's books restored with it); the job exits 0, names n2, and
-#     reports replica2 lost, one rollback, 2 replicas at the end, identical
-#     weights on the two, and every epoch trained on the whole training set.
-#     The losses and accuracy stay those of the uninterrupted 3-replica run
-#     within float tolerance (the same global batches; the sums' order
-#     differs).
+#     the latest snapshot they both have (every dp_snapshot_every = 10 steps,
+#     and each epoch's start: here one inside epoch 2) and train on from
+#     there with the global batch split between the two (the epoch's books
+#     restored with it); the job exits 0, names n2, and reports replica2
+#     lost, one rollback, 2 replicas at the end, identical weights on the
+#     two, and every epoch trained on the whole training set. The losses and
+#     accuracy stay those of the uninterrupted 3-replica run within float
+#     tolerance (the same global batches; the sums' order differs).
 #  2. a hierarchical ring (2 hosts of 2 nodes), snapshots at epoch starts
 #     only: losing the node of one host's leader makes the other member
 #     there lead; the 3 replicas left redo the epoch and finish.
+#  3. two losses one after the other (4 replicas -> 2): generations 1 and 2.
 # Which nodes may be lost (not replica 0's): registry_test.
 # dp_failover = false (the job stops): train_dp.sh and train_dp_resume.sh.
 source "$(dirname "$0")/lib.sh"
@@ -93,3 +94,27 @@ run_and_kill "$hier" n2 "epoch 2/3 step" 120 300
 grep -q "actor 'ring3' finished: .* as leader 1 of 2 hosts" "$hier.out" || { cat "$hier.out"; fail "ring3 did not take over as its host's leader"; }
 grep -q "actor 'ring0' finished: .* as leader 0 of 2 hosts, 1 local members" "$hier.out" || { cat "$hier.out"; fail "ring0: leader of n0+n1"; }
 pass "hierarchical ring (2 hosts), the leader's node n2 killed: ring3 leads its host now, 3 replicas finish, every row once per epoch"
+
+# --- 3. two losses, one after the other: 4 replicas, n3 dies in epoch 2, n2 in epoch 3 -------------
+two="$S/two.toml"
+write_topology "$two" 9640 4 auto "${job[@]}" 'dp_snapshot_every = 10'
+one_thread "$two"
+"$HETFLOW" run "$two" --report "$two.json" >"$two.out" 2>&1 &
+run=$!
+PIDS+=($run)
+wait_for_text "$two.out" "epoch 2/3 step" 120 || { cat "$two.out"; fail "two losses: epoch 2 never started"; }
+pkill -KILL -f -- "node $two --name n3" || { cat "$two.out"; fail "two losses: no n3 to kill"; }
+wait_for_text "$two.out" "epoch 3/3 step" 120 || { cat "$two.out"; fail "two losses: epoch 3 never started"; }
+pkill -KILL -f -- "node $two --name n2" || { cat "$two.out"; fail "two losses: no n2 to kill"; }
+wait_exit "$run" 300 || { cat "$two.out"; fail "two losses: the run did not end"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$two.out"; fail "two losses: exit $WAIT_RC, want 0"; }
+grep -q "ring goes on with 2 members (generation 2)" "$two.out" || { cat "$two.out"; fail "two losses: no generation 2"; }
+[[ $(json_get "$two.json" 'd["replicas_lost"] == 2 and d["replicas_identical"] and d["rollbacks"] == 2 and [r["epoch"] for r in d["rolled_back_to"]] == [2, 3] and d["replicas_at_end"] == 2 and all(e["samples"] == 20000 for e in d["epochs"])') == True ]] ||
+  { python3 -m json.tool "$two.json"; fail "two losses: report"; }
+/usr/bin/env python3 - "$ref.json" "$two.json" <<'PY' || fail "two losses: drifted from the uninterrupted run"
+import json, sys
+ref, two = (json.load(open(p)) for p in sys.argv[1:3])
+for a, b in zip(ref["epochs"], two["epochs"]):
+    assert abs(a["loss"] - b["loss"]) <= 0.02 * abs(a["loss"]) + 1e-4, (a["loss"], b["loss"])
+PY
+pass "two losses (n3 in epoch 2, n2 in epoch 3): generations 1 and 2, back to $(json_get "$two.json" 'd["rolled_back_to"]'), 2 replicas finish, every row once per epoch"
