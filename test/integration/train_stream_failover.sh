@@ -9,6 +9,8 @@
 #     shard, its node and the taker; and it trains exactly what an
 #     uninterrupted run trains (same per-epoch loss and accuracy). Run on the
 #     UCX data plane over TCP and on the CAF fallback.
+#  1b. Two shard nodes lost one after the other, the second one a taker: the
+#     last shard left builds every lost step; training as uninterrupted.
 #  2. With stream_failover = false the same loss stops the job: every node
 #     exits non-zero within 10 s, naming the dead node.
 source "$(dirname "$0")/lib.sh"
@@ -59,6 +61,32 @@ for dp in ucx:tcp,self caf; do
   acc=$(json_get "$topo.json" 'd["epochs"][-1]["test_accuracy"]')
   pass "$dp: shard node n2 killed in epoch 2: its steps went to stream_shard_$taker ($(json_get "$topo.json" 'd["stream"]["takeovers"][0]')); 3 x 3000 rows exactly once, exit 0 $KILL_TO_EXIT s after the kill, test accuracy $acc"
 done
+
+# --- 1b. the taker is lost too: shards on n1..n3, n3 dies in epoch 2 (its steps go to
+# another shard), then n1 in epoch 3 (a taker, or a shard whose steps and
+# whatever it took over go to the last one left). Trains what the
+# uninterrupted run trains, every row exactly once per epoch.
+four=('preprocess_nodes = ["n1", "n2", "n3"]' 'epochs = 4')
+ref4="$HETFLOW_SCRATCH/reference4.toml"
+write_topology "$ref4" 9670 4 auto "${common[@]}" "${four[@]}"
+timeout 120 "$HETFLOW" run "$ref4" --report "$ref4.json" >"$ref4.out" 2>&1 || { cat "$ref4.out"; fail "4-node reference run"; }
+want4=$(json_get "$ref4.json" '[(e["loss"], e["test_accuracy"]) for e in d["epochs"]]')
+t2="$HETFLOW_SCRATCH/twice.toml"
+write_topology "$t2" 9660 4 auto "${common[@]}" "${four[@]}"
+"$HETFLOW" run "$t2" --report "$t2.json" >"$t2.out" 2>&1 &
+run=$!
+PIDS+=($run)
+wait_for_text "$t2.out" "epoch 1/4 done" 90 || { cat "$t2.out"; fail "twice: training never got going"; }
+pkill -KILL -f -- "node $t2 --name n3" || { cat "$t2.out"; fail "twice: no n3 to kill"; }
+wait_for_text "$t2.out" "epoch 2/4 done" 90 || { cat "$t2.out"; fail "twice: epoch 2 never ended"; }
+pkill -KILL -f -- "node $t2 --name n1" || { cat "$t2.out"; fail "twice: no n1 to kill"; }
+wait_exit "$run" 120 || { cat "$t2.out"; fail "twice: the run did not end"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$t2.out"; fail "twice: exit $WAIT_RC after losing n3 and n1, want 0"; }
+[[ $(json_get "$t2.json" 'd["stream"]["exactly_once"] and [e["rows"] for e in d["stream"]["epochs"]] == [3000] * 4 and {t["node"] for t in d["stream"]["takeovers"]} == {"n3", "n1"} and all(t["taken_over_by"] == 1 for t in d["stream"]["takeovers"] if t["node"] == "n1")') == True ]] ||
+  { python3 -m json.tool "$t2.json"; fail "twice: books or takeovers"; }
+got4=$(json_get "$t2.json" '[(e["loss"], e["test_accuracy"]) for e in d["epochs"]]')
+[[ "$got4" == "$want4" ]] || fail "twice: per-epoch loss/accuracy $got4 differ from the uninterrupted run's $want4"
+pass "two shard nodes lost (n3, then n1): $(json_get "$t2.json" 'len(d["stream"]["takeovers"])') takeovers, the last shard left builds the rest; 4 x 3000 rows exactly once, training as uninterrupted"
 
 # --- 2. stream_failover = false: the loss stops the job ------------------------------------------
 kt="$HETFLOW_SCRATCH/nofailover.toml"
