@@ -205,6 +205,11 @@ struct active_collective {
   clock_type::time_point started{};
   clock_type::time_point last_progress{};
   int upstream_waits = 0;            // probes answered "waiting as well"
+  // Failover: a send that failed, perhaps because its target's node is
+  // going down; the tick fails the collective with it if no loss explains
+  // it within a second.
+  std::string send_error;
+  clock_type::time_point send_error_at{};
   // Trace (kernels/trace.hpp; 0 when not tracing): when the collective
   // started and when this member last finished handling a chunk.
   int64_t started_us = 0;
@@ -340,10 +345,23 @@ wire_buffer_ref build_chunk(const member_state& st, const active_collective& a, 
   return std::make_shared<const wire_buffer>(std::move(b).finish());
 }
 
+// False when the collective cannot go on from here (the caller returns at
+// once: the collective may be gone).
 bool send_to(member_actor* self, const std::string& target, wire_buffer_ref msg) {
   auto& st = self->state;
   if (auto s = st.svc->send_wire(target, std::move(msg)); !s.ok()) {
-    fail(self, "cannot send to " + who(st, target) + ": " + s.to_string());
+    std::string why = "cannot send to " + who(st, target) + ": " + s.to_string();
+    if (st.cfg.failover && st.active) {
+      // The target's node may be going down: the ring re-forms when the
+      // node runtime says so (now, or at a tick within a second).
+      if (check_lost(self)) return false;
+      if (st.active->send_error.empty()) {
+        st.active->send_error = std::move(why);
+        st.active->send_error_at = clock_type::now();
+      }
+      return false;
+    }
+    fail(self, why);
     return false;
   }
   return true;
@@ -934,6 +952,9 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             auto& st = self->state;
             if (st.finished || !st.active || st.active->id != id) return;
             if (check_lost(self)) return try_start(self);
+            if (!st.active->send_error.empty() &&
+                clock_type::now() - st.active->send_error_at > std::chrono::seconds(1))
+              return fail(self, st.active->send_error + " (and its node was not lost)");
             schedule_tick(self, id);
             double idle = std::chrono::duration<double>(clock_type::now() -
                                                         st.active->last_progress).count();
