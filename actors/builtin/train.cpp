@@ -433,16 +433,27 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   const int64_t bucket_bytes = env.cluster.job.params.get_int("bucket_bytes", int64_t{16} << 20);
   const int64_t resplit_every = env.cluster.job.params.get_int("dp_resplit_every", 100);
   const topology::settings env_params = env.cluster.job.params;
+  const std::string env_cluster_head = env.cluster.nodes.front().name;
   self->set_default_handler(caf::skip);
   return {
-    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes, resplit_every, env_params](start_atom) {
+    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes, resplit_every, env_params,
+     env_cluster_head](start_atom) {
       caf::actor member = svc->find_actor(member_name);
       if (!cfg) {
         svc->report_done(me, false, cfg.error().message(), {});
       } else if (!member) {
         svc->report_done(me, false, "ring member '" + member_name + "' is not running", {});
       } else {
-        ring_group group(member, rank, replicas, env_params.get_bool("dp_failover", true), me);
+        // Failover only when some replica's node may be lost (registry.hpp's
+        // expendable_nodes: not the head's, not replica 0's): otherwise the
+        // snapshots would cost memory and copies for nothing.
+        bool expendable = false;
+        const std::string replica0_node = svc->node_of(replica_name(0));
+        for (int i = 1; i < replicas; ++i) {
+          const std::string n = svc->node_of(replica_name(std::size_t(i)));
+          expendable = expendable || (n != replica0_node && n != env_cluster_head);
+        }
+        ring_group group(member, rank, replicas, env_params.get_bool("dp_failover", true) && expendable, me);
         kernels::train_config c = with_checkpoints(*cfg, env_params, me, rank, replicas);
         c.group = &group;
         c.measured_split = measured;
