@@ -86,17 +86,24 @@ kill_node_and_wait() {
   grep -q "node '$node'.*is down" "$log" || { cat "$log"; fail "the run's output does not name $node"; }
 }
 
-# run_and_kill TOPO NODE WHEN_TEXT WHEN_SECONDS END_SECONDS: `hetflow run TOPO
-# --report TOPO.json` in the background (output in TOPO.out), SIGKILL of NODE
-# once WHEN_TEXT is in the output, then waits up to END_SECONDS for the run.
-# Sets RUN_RC and KILL_TO_EXIT (seconds from the kill to the run's exit).
+# run_and_kill TOPO NODE WHEN_TEXT WHEN_SECONDS END_SECONDS [NODE WHEN_TEXT]...:
+# `hetflow run TOPO --report TOPO.json` in the background (output in
+# TOPO.out), SIGKILL of NODE once WHEN_TEXT is in the output (then of each
+# further NODE once its WHEN_TEXT is), then waits up to END_SECONDS for the
+# run. Sets RUN_RC and KILL_TO_EXIT (seconds from the last kill to the exit).
 run_and_kill() {
   local topo=$1 node=$2 when=$3 when_secs=$4 end_secs=$5 run t0 t1
+  shift 5
   "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 &
   run=$!
   PIDS+=($run)
-  wait_for_text "$topo.out" "$when" "$when_secs" || { cat "$topo.out"; fail "'$when' never came"; }
-  pkill -KILL -f -- "node $topo --name $node" || { cat "$topo.out"; fail "no node $node to kill (the job ended?)"; }
+  while :; do
+    wait_for_text "$topo.out" "$when" "$when_secs" || { cat "$topo.out"; fail "'$when' never came"; }
+    pkill -KILL -f -- "node $topo --name $node" || { cat "$topo.out"; fail "no node $node to kill (the job ended?)"; }
+    (($# >= 2)) || break
+    node=$1 when=$2
+    shift 2
+  done
   t0=$(date +%s.%N)
   wait_exit "$run" "$end_secs" || { cat "$topo.out"; fail "the run did not end within $end_secs s of $node's death"; }
   RUN_RC=$WAIT_RC

@@ -99,15 +99,8 @@ pass "hierarchical ring (2 hosts), the leader's node n2 killed: ring3 leads its 
 two="$S/two.toml"
 write_topology "$two" 9640 4 auto "${job[@]}" 'dp_snapshot_every = 10'
 one_thread "$two"
-"$HETFLOW" run "$two" --report "$two.json" >"$two.out" 2>&1 &
-run=$!
-PIDS+=($run)
-wait_for_text "$two.out" "epoch 2/3 step" 120 || { cat "$two.out"; fail "two losses: epoch 2 never started"; }
-pkill -KILL -f -- "node $two --name n3" || { cat "$two.out"; fail "two losses: no n3 to kill"; }
-wait_for_text "$two.out" "epoch 3/3 step" 120 || { cat "$two.out"; fail "two losses: epoch 3 never started"; }
-pkill -KILL -f -- "node $two --name n2" || { cat "$two.out"; fail "two losses: no n2 to kill"; }
-wait_exit "$run" 300 || { cat "$two.out"; fail "two losses: the run did not end"; }
-[[ $WAIT_RC -eq 0 ]] || { cat "$two.out"; fail "two losses: exit $WAIT_RC, want 0"; }
+run_and_kill "$two" n3 "epoch 2/3 step" 120 300 n2 "epoch 3/3 step"
+[[ $RUN_RC -eq 0 ]] || { cat "$two.out"; fail "two losses: exit $RUN_RC, want 0"; }
 grep -q "ring goes on with 2 members (generation 2)" "$two.out" || { cat "$two.out"; fail "two losses: no generation 2"; }
 [[ $(json_get "$two.json" 'd["replicas_lost"] == 2 and d["replicas_identical"] and d["rollbacks"] == 2 and [r["epoch"] for r in d["rolled_back_to"]] == [2, 3] and d["replicas_at_end"] == 2 and all(e["samples"] == 20000 for e in d["epochs"])') == True ]] ||
   { python3 -m json.tool "$two.json"; fail "two losses: report"; }

@@ -73,15 +73,8 @@ timeout 120 "$HETFLOW" run "$ref4" --report "$ref4.json" >"$ref4.out" 2>&1 || { 
 want4=$(json_get "$ref4.json" '[(e["loss"], e["test_accuracy"]) for e in d["epochs"]]')
 t2="$HETFLOW_SCRATCH/twice.toml"
 write_topology "$t2" 9660 4 auto "${common[@]}" "${four[@]}"
-"$HETFLOW" run "$t2" --report "$t2.json" >"$t2.out" 2>&1 &
-run=$!
-PIDS+=($run)
-wait_for_text "$t2.out" "epoch 1/4 done" 90 || { cat "$t2.out"; fail "twice: training never got going"; }
-pkill -KILL -f -- "node $t2 --name n3" || { cat "$t2.out"; fail "twice: no n3 to kill"; }
-wait_for_text "$t2.out" "epoch 2/4 done" 90 || { cat "$t2.out"; fail "twice: epoch 2 never ended"; }
-pkill -KILL -f -- "node $t2 --name n1" || { cat "$t2.out"; fail "twice: no n1 to kill"; }
-wait_exit "$run" 120 || { cat "$t2.out"; fail "twice: the run did not end"; }
-[[ $WAIT_RC -eq 0 ]] || { cat "$t2.out"; fail "twice: exit $WAIT_RC after losing n3 and n1, want 0"; }
+run_and_kill "$t2" n3 "epoch 1/4 done" 90 120 n1 "epoch 2/4 done"
+[[ $RUN_RC -eq 0 ]] || { cat "$t2.out"; fail "twice: exit $RUN_RC after losing n3 and n1, want 0"; }
 [[ $(json_get "$t2.json" 'd["stream"]["exactly_once"] and [e["rows"] for e in d["stream"]["epochs"]] == [3000] * 4 and {t["node"] for t in d["stream"]["takeovers"]} == {"n3", "n1"} and all(t["taken_over_by"] == 1 for t in d["stream"]["takeovers"] if t["node"] == "n1")') == True ]] ||
   { python3 -m json.tool "$t2.json"; fail "twice: books or takeovers"; }
 got4=$(json_get "$t2.json" '[(e["loss"], e["test_accuracy"]) for e in d["epochs"]]')
