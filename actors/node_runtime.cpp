@@ -497,10 +497,7 @@ void lose_node(node_actor_type* self, int idx, const std::string& why) {
     if (!sh.lost.insert(name).second) return;
   }
   log_warn("node " + node_label(sh.cluster.nodes[std::size_t(idx)]) + " is down (" + why +
-           "); the job goes on without it: " +
-           (sh.cluster.job.params.get_string("strategy", "") == "dp"
-                ? std::string("the replicas left train its replicas' rows")
-                : std::string("its shards' work goes to the other nodes")));
+           "); the job goes on without it: its work goes to the other nodes");
   metrics::set_gauge("hetflow_nodes_lost", "nodes that went down while the job went on without them", {},
                      double(sh.lost.size()));
   if (!sh.is_head()) return;

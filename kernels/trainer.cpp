@@ -457,16 +457,13 @@ public:
   const std::vector<double>& speeds() const noexcept { return speeds_; }
   double sum_seconds() const noexcept { return sum_seconds_; }
 
-  // Failover (replica_group::can_regroup): after `failure` in `epoch`, the
-  // group re-formed without the lost replicas; the speeds of those left
-  // stay. Returns the epoch every replica goes back to: the earliest any of
-  // them is in (one behind at most: no replica finishes a sum that another
-  // has not started). `failure` itself when no replica was lost.
+  // Failover (replica_group::can_regroup).
   bool can_recover() const { return g_ != nullptr && g_->can_regroup(); }
-  // Failover: after `failure`, when the group re-formed without the lost
-  // replicas (else `failure` itself), agrees with the replicas left on the
-  // snapshot to go back to - the earliest (epoch, step) of their latest
-  // snapshots - and keeps the speeds of those left.
+  // After `failure`, when the group re-formed without the lost replicas
+  // (else `failure` itself): agrees with the replicas left on the snapshot
+  // to go back to - the earliest (epoch, step) of their latest snapshots,
+  // which all still have (no replica finishes a sum another has not
+  // started) - and keeps the speeds of those left.
   expected<std::pair<int, int64_t>> recover(status failure, int epoch, int64_t step) {
     for (auto& f : pending_)
       if (f.valid()) f.wait();
@@ -495,7 +492,6 @@ public:
       return back;
     }
   }
-
 
 private:
   void flush() {
@@ -536,6 +532,25 @@ std::vector<checkpoint_tensor> checkpoint_tensors(model& m, optimizer& opt, int6
   optimizer_state = int64_t(st.size());
   for (state_tensor* s : st) v.push_back({s->name, &s->value});
   return v;
+}
+
+// Puts saved state back (checkpoint_tensors' order: parameters, model
+// state, then `values.size() - nm` optimizer state tensors) into m and into
+// `opt`, a fresh optimizer (restore_optimizer primes it).
+status apply_saved_state(const train_config& c, model& m, optimizer& opt, std::span<parameter* const> params,
+                         std::span<const tensor> values, std::span<const std::string> names,
+                         int64_t optimizer_steps, const std::string& where) {
+  std::vector<parameter*> ps = m.parameters();
+  std::vector<state_tensor*> states = m.state();
+  const std::size_t nm = ps.size() + states.size();
+  HF_RETURN_IF_ERROR(restore_optimizer(opt, c.optimizer.kind, params, optimizer_steps, values.subspan(nm),
+                                       names.subspan(nm), where));
+  for (std::size_t i = 0; i < nm; ++i) {
+    tensor& t = i < ps.size() ? ps[i]->value : states[i - ps.size()]->value;
+    std::copy(values[i].f32(), values[i].f32() + values[i].numel(), t.f32());
+  }
+  for (parameter* p : ps) ++p->version;
+  return {};
 }
 
 status save_epoch_checkpoint(const train_config& c, model& m, optimizer& opt, int epochs_done) {
@@ -584,11 +599,7 @@ expected<int> restore_epoch_checkpoint(const train_config& c, model& m, optimize
                                                     ck.tensors[i].shape().to_string() + ", the model has " +
                                                     name_of(i) + " " + target(i).shape().to_string() +
                                                     " (the model or its options changed since the checkpoint)");
-  HF_RETURN_IF_ERROR(restore_optimizer(opt, c.optimizer.kind, params, ck.optimizer_steps,
-                                       std::span<const tensor>(ck.tensors).subspan(nm),
-                                       std::span<const std::string>(ck.names).subspan(nm), where));
-  for (std::size_t i = 0; i < nm; ++i) std::copy(ck.tensors[i].f32(), ck.tensors[i].f32() + ck.tensors[i].numel(), target(i).f32());
-  for (parameter* p : ps) ++p->version;
+  HF_RETURN_IF_ERROR(apply_saved_state(c, m, opt, params, ck.tensors, ck.names, ck.optimizer_steps, where));
   return label;
 }
 
@@ -689,7 +700,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     epoch_acc acc;
     std::vector<tensor> values;  // parameters, model state, optimizer state (checkpoint_tensors' order)
     std::vector<std::string> names;
-    int64_t optimizer_steps = 0, optimizer_state = 0;
+    int64_t optimizer_steps = 0;
   };
   std::array<epoch_snapshot, 2> snapshots;  // [latest], [the one before]
   std::size_t latest = 0;
@@ -709,7 +720,6 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       sn.names.push_back(t.name);
     }
     sn.optimizer_steps = opt->steps();
-    sn.optimizer_state = ns;
   };
   auto restore = [&](int epoch, int64_t step) -> expected<epoch_acc> {
     const epoch_snapshot* found = nullptr;
@@ -719,20 +729,10 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       return make_error(errc::internal, "train: no snapshot of epoch " + std::to_string(epoch + 1) + " step " +
                                             std::to_string(step) + " to go back to");
     const epoch_snapshot& sn = *found;
-    std::vector<parameter*> ps = m.parameters();
-    std::vector<state_tensor*> states = m.state();
-    const std::size_t nm = ps.size() + states.size();
-    for (std::size_t i = 0; i < nm; ++i) {
-      tensor& t = i < ps.size() ? ps[i]->value : states[i - ps.size()]->value;
-      std::copy(sn.values[i].f32(), sn.values[i].f32() + sn.values[i].numel(), t.f32());
-    }
-    for (parameter* p : ps) ++p->version;
     // A fresh optimizer with the snapshot's state (none before its first step).
     HF_ASSIGN_OR_RETURN(opt, dev.optimizer_for(c.optimizer));
-    HF_RETURN_IF_ERROR(restore_optimizer(*opt, c.optimizer.kind, params, sn.optimizer_steps,
-                                         std::span<const tensor>(sn.values).subspan(nm),
-                                         std::span<const std::string>(sn.names).subspan(nm),
-                                         "the failover snapshot"));
+    HF_RETURN_IF_ERROR(
+        apply_saved_state(c, m, *opt, params, sn.values, sn.names, sn.optimizer_steps, "the failover snapshot"));
     // The other snapshot may be ahead of this one: the next is taken afresh.
     for (auto& other : snapshots)
       if (&other != found) other.epoch = -1;

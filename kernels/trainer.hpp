@@ -74,7 +74,7 @@ public:
   // when it did (rank() and size() are the new ones; kept() the ranks, in
   // the group before, of the replicas that are left, in order); false when
   // none was lost (the failure stands). The training loop then goes back to
-  // the start of the earliest epoch any replica is in (train_report::rollbacks).
+  // the earliest of the replicas' latest snapshots (train_report::rollbacks).
   virtual expected<bool> regroup() { return false; }
   virtual std::vector<int> kept() const { return {}; }
 };

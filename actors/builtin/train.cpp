@@ -433,27 +433,19 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   const int64_t bucket_bytes = env.cluster.job.params.get_int("bucket_bytes", int64_t{16} << 20);
   const int64_t resplit_every = env.cluster.job.params.get_int("dp_resplit_every", 100);
   const topology::settings env_params = env.cluster.job.params;
-  const std::string env_cluster_head = env.cluster.nodes.front().name;
+  // expand_dp: dp_failover and some replica's node may be lost.
+  const bool failover = args.get_bool("failover", false);
   self->set_default_handler(caf::skip);
   return {
     [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes, resplit_every, env_params,
-     env_cluster_head](start_atom) {
+     failover](start_atom) {
       caf::actor member = svc->find_actor(member_name);
       if (!cfg) {
         svc->report_done(me, false, cfg.error().message(), {});
       } else if (!member) {
         svc->report_done(me, false, "ring member '" + member_name + "' is not running", {});
       } else {
-        // Failover only when some replica's node may be lost (registry.hpp's
-        // expendable_nodes: not the head's, not replica 0's): otherwise the
-        // snapshots would cost memory and copies for nothing.
-        bool expendable = false;
-        const std::string replica0_node = svc->node_of(replica_name(0));
-        for (int i = 1; i < replicas; ++i) {
-          const std::string n = svc->node_of(replica_name(std::size_t(i)));
-          expendable = expendable || (n != replica0_node && n != env_cluster_head);
-        }
-        ring_group group(member, rank, replicas, env_params.get_bool("dp_failover", true) && expendable, me);
+        ring_group group(member, rank, replicas, failover, me);
         kernels::train_config c = with_checkpoints(*cfg, env_params, me, rank, replicas);
         c.group = &group;
         c.measured_split = measured;
@@ -609,7 +601,6 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
       if (p.contains(key)) m.args.set(key, p.get_int(key));
     m.args.set("timeout", p.get_number("ring_timeout", 2.0));
     m.args.set("hierarchical", p.get_string("hierarchical", "auto"));
-    m.args.set("failover", p.get_bool("dp_failover", true));
     v.push_back(std::move(m));
     topology::actor_spec a;
     a.name = replica_name(i);
@@ -621,6 +612,11 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
     a.args.set("device", int64_t(replicas[i].device));
     v.push_back(std::move(a));
   }
+  // Failover only when some node may be lost (registry.hpp's
+  // expendable_nodes, which reads dp_failover): else the ring has nothing
+  // to drop and the replicas' snapshots would cost for nothing.
+  const bool failover = !expendable_nodes(c, v).empty();
+  for (auto& a : v) a.args.set("failover", failover);
   return v;
 }
 
@@ -666,8 +662,9 @@ void add_train(registry& reg) {
       "dp, measured split: re-measure the speeds and re-split every this many steps inside an epoch (0: only "
       "between epochs)", 0.0, 1e9);
   key("dp_failover", key_type::boolean, true,
-      "dp: when a node that holds only replicas (not replica 0's) goes down, the others go on: they go back to the "
-      "start of the epoch and train it again split among themselves (false: the loss stops the job)");
+      "dp: when a node that holds only replicas (not replica 0's) goes down, the others go on: they go back to "
+      "their latest snapshot (dp_snapshot_every) and train on split among themselves (false: the loss stops the "
+      "job)");
   key("dp_snapshot_every", key_type::integer, int64_t{100},
       "dp, dp_failover: besides each epoch's start, keep the state every this many steps (a copy of the weights and "
       "optimizer state in memory); losing a replica costs the steps since the latest (0: epoch starts only)",
@@ -894,6 +891,8 @@ void add_train(registry& reg) {
   d.keys.push_back(key_spec{"member", key_type::string, true, std::string(""), "its ring member", {}, {}, {}});
   d.keys.push_back(key_spec{"device", key_type::integer, false, int64_t{0}, "index into its node's devices", 0.0,
                             {}, {}});
+  d.keys.push_back(key_spec{"failover", key_type::boolean, false, false,
+                            "regroup and go back to a snapshot when replicas are lost with their nodes", {}, {}, {}});
   (void)reg.add_actor_type(d, [](caf::actor_system& sys, const actor_env& env) -> caf::actor {
     return sys.spawn<caf::detached>(dp_replica, env);
   });

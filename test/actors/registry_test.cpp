@@ -148,6 +148,18 @@ BOOST_AUTO_TEST_CASE(dp_nodes_but_replica0s_are_expendable) {
   BOOST_TEST(expendable("dp_failover = false\n").empty());
   // Replica 0 on b: b stays essential; a is the head anyway.
   BOOST_TEST((expendable("dp_nodes = [\"b\", \"c\"]\n") == std::set<int>{2}));
+  // The replicas and ring members fail over (and keep snapshots) only when
+  // some node may be lost: not when every replica is on the head node.
+  auto failover_args = [&](const std::string& extra) {
+    auto all = job_actors(parse(nodes + extra, reg), reg);
+    BOOST_REQUIRE(all.has_value());
+    std::set<bool> seen;
+    for (const auto& a : *all) seen.insert(a.args.get_bool("failover", false));
+    return seen;
+  };
+  BOOST_TEST((failover_args("") == std::set<bool>{true}));
+  BOOST_TEST((failover_args("dp_failover = false\n") == std::set<bool>{false}));
+  BOOST_TEST((failover_args("dp_nodes = [\"a\"]\n") == std::set<bool>{false}));
 }
 
 BOOST_AUTO_TEST_CASE(skeleton_expands_onto_three_nodes) {

@@ -133,6 +133,11 @@ tf_topo "$t_all" 9910 2 'transforms = ["cutout"]' 'cutout = { size = 28 }'
 tf_topo "$t_cut2" 9920 2 'transforms = ["cutout"]' 'cutout = { size = 8 }'
 tf_topo "$t_cut1" 9930 2 'transforms = ["cutout"]' 'cutout = { size = 8 }' 'preprocess_shards = 1'
 out=$("$HETFLOW" validate "$t_cut2" 2>&1) || { echo "$out"; fail "validate a streamed job with cutout"; }
+# The example topology (plugins/example/cutout.toml) names the plugin in the default build folder.
+if [[ $example -ef "$(dirname "$0")/../../build/lib/libhetflow_example_plugin.so" ]]; then
+  "$HETFLOW" validate "$(dirname "$0")/../../plugins/example/cutout.toml" >/dev/null ||
+    fail "validate plugins/example/cutout.toml"
+fi
 grep -q "plugin 'example-affine' .*; transforms cutout" <<<"$out" || { echo "$out"; fail "validate lists the transform"; }
 l_none=$(tf_run "$t_none")
 l_all=$(tf_run "$t_all")
