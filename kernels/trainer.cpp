@@ -180,6 +180,106 @@ private:
   tensor staging_;
 };
 
+// Data parallelism on a device model (cuda): the group sums host memory, and
+// every replica, whatever its device, must take the same optimizer step in
+// the same arithmetic to stay bit-identical (a cuda replica beside a cpu
+// one). So the replica keeps a host twin of its model: each unit's gradients
+// are copied to the twin as backward produces them, the sums, the optimizer,
+// snapshots and checkpoints work on the twin, and its weights go to the
+// device after every step. Batch norm statistics go to the host before a
+// snapshot, a checkpoint or the epoch's average and back after. The twin's
+// initial weights are the ones a cpu replica draws (copied to the device at
+// the start). The twin's large gradient and weight buffers are page-locked
+// (cuda::context::pin_host), so the copies run at the link's speed.
+// train_config::host_mirror forces it on a cpu model too (tests).
+// Thread affinity: the training thread.
+class host_mirror {
+  // Page-locked host ranges; released before the twin's memory is freed
+  // (declared after host_, so destroyed first).
+  struct pins {
+    cuda::context* ctx = nullptr;
+    std::vector<void*> held;
+    pins() = default;
+    pins(pins&& o) noexcept : ctx(o.ctx), held(std::exchange(o.held, {})) {}
+    pins& operator=(pins&&) = delete;
+    ~pins() {
+      for (void* p : held) ctx->unpin_host(p);
+    }
+  };
+
+public:
+  static expected<host_mirror> make(const train_config& c, model& m) {
+    host_mirror h;
+    if (c.group == nullptr || (m.where().kind == device_kind::cpu && !c.host_mirror)) return h;
+    HF_ASSIGN_OR_RETURN(model twin, build_model(m.spec(), device::cpu(), build_options{c.threads, c.seed}));
+    h.dev_ = &m;
+    h.host_.emplace(std::move(twin));
+    h.dev_units_.resize(m.size());
+    h.host_units_.resize(m.size());
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      m.at(i).parameters(h.dev_units_[i]);
+      h.host_->at(i).parameters(h.host_units_[i]);
+      if (h.dev_units_[i].size() != h.host_units_[i].size())
+        return make_error(errc::internal, "train: the host copy of " + m.where().to_string() + "'s model differs");
+    }
+    if (m.where().kind == device_kind::cuda) {
+      // Buffers of 256 KiB and more: most of the bytes, in few calls.
+      h.pins_.ctx = &static_cast<cuda::context&>(m.context());
+      for (parameter* p : h.host_->parameters())
+        for (tensor* t : {&p->value, &p->grad})
+          if (void* raw = t->mutable_view().raw();
+              t->byte_size() >= (std::size_t{256} << 10) && h.pins_.ctx->pin_host(raw, t->byte_size()))
+            h.pins_.held.push_back(raw);
+    }
+    HF_RETURN_IF_ERROR(h.values_to_device());
+    HF_RETURN_IF_ERROR(h.state_to_device());
+    return h;
+  }
+
+  bool active() const noexcept { return host_.has_value(); }
+  // The model the optimizer, the sums, snapshots and checkpoints see.
+  model& optimized(model& m) noexcept { return host_ ? *host_ : m; }
+  // Runs fn with the host model's threading in force (the optimizer step).
+  void on_host(const std::function<void()>& fn) {
+    if (host_) host_->context().run(fn);
+    else fn();
+  }
+
+  // Unit i's gradients, final on the device, into the host twin.
+  status grads_to_host(std::size_t i) {
+    if (!host_) return {};
+    for (std::size_t k = 0; k < dev_units_[i].size(); ++k)
+      HF_RETURN_IF_ERROR(dev_->context().copy(dev_units_[i][k]->grad.view(), host_units_[i][k]->grad.mutable_view()));
+    return {};
+  }
+  status values_to_device() {
+    if (!host_) return {};
+    auto d = dev_->parameters(), h = host_->parameters();
+    for (std::size_t k = 0; k < d.size(); ++k) {
+      HF_RETURN_IF_ERROR(dev_->context().copy(h[k]->value.view(), d[k]->value.mutable_view()));
+      ++d[k]->version;
+    }
+    return {};
+  }
+  status state_to_host() { return copy_state(true); }
+  status state_to_device() { return copy_state(false); }
+
+private:
+  status copy_state(bool to_host) {
+    if (!host_) return {};
+    auto d = dev_->state(), h = host_->state();
+    for (std::size_t k = 0; k < d.size(); ++k)
+      HF_RETURN_IF_ERROR(to_host ? dev_->context().copy(d[k]->value.view(), h[k]->value.mutable_view())
+                                 : dev_->context().copy(h[k]->value.view(), d[k]->value.mutable_view()));
+    return {};
+  }
+
+  model* dev_ = nullptr;
+  std::optional<model> host_;
+  pins pins_;
+  std::vector<std::vector<parameter*>> dev_units_, host_units_;
+};
+
 // What the metrics of rows [first, last) of a test set need: correct
 // predictions, the sum of the per-row losses and, for 2 classes, each row's
 // score logit[1] - logit[0] (monotone in p(click), so its AUC is p(click)'s;
@@ -332,9 +432,8 @@ public:
 
   status check(const model& m) const {
     if (g_ == nullptr) return {};
-    if (m.where().kind != device_kind::cpu)
-      return make_error(errc::unsupported, "train: data parallelism runs on cpu devices only for now (" +
-                                               m.where().to_string() + " needs the NCCL backend, not built yet)");
+    if (m.where().kind != device_kind::cpu)  // a device replica sums through its host_mirror
+      return make_error(errc::internal, "train: the replica group sums " + m.where().to_string() + " memory");
     if (!c_.split) return make_error(errc::invalid_argument, "train: a replica group needs a split function");
     for (parameter* p : params_)
       if (p->sparse)
@@ -411,13 +510,24 @@ public:
     return {};
   }
 
-  // Batch norm running statistics: the replicas' mean.
-  status average_state() {
+  // Batch norm running statistics: the replicas' mean, each weighted by
+  // the rows it trained on this epoch: a replica that got a few rows of
+  // each batch (a slow device beside a fast one) has noisier statistics
+  // and counts less. The weights' sum travels with the sum (after a lost
+  // replica the survivors' rows do not add up to the epoch's).
+  status average_state(int64_t rows) {
     if (g_ == nullptr || state_.empty()) return {};
+    std::array<float, 1> weight{float(rows)};
     std::vector<std::span<float>> all;
-    for (state_tensor* t : state_) all.push_back(t->value.f32_span());
+    for (state_tensor* t : state_) {
+      all.push_back(t->value.f32_span());
+      for (float& v : all.back()) v *= weight[0];
+    }
+    all.emplace_back(weight);
     HF_RETURN_IF_ERROR(timed_sum(all));
-    const float inv = 1.0f / float(g_->size());
+    if (!(weight[0] > 0)) return make_error(errc::internal, "train: no replica trained a row this epoch");
+    const float inv = 1.0f / weight[0];
+    all.pop_back();
     for (auto t : all)
       for (float& v : t) v *= inv;
     return {};
@@ -606,17 +716,24 @@ expected<int> restore_epoch_checkpoint(const train_config& c, model& m, optimize
 expected<train_report> run(const train_config& c, const progress_callback& progress, model& m,
                            batch_source& source, const image_dataset& test, clock_type::time_point t_start) {
   device_steps dev(m);
-  HF_ASSIGN_OR_RETURN(auto opt, dev.optimizer_for(c.optimizer));
-  std::vector<parameter*> params = m.parameters();
-  replica_sync dp(c, m);
-  HF_RETURN_IF_ERROR(dp.check(m));
+  // A device replica's sums, optimizer, snapshots and checkpoints work on
+  // its host twin `hm` (host_mirror); otherwise hm is m.
+  HF_ASSIGN_OR_RETURN(host_mirror mirror, host_mirror::make(c, m));
+  model& hm = mirror.optimized(m);
+  auto new_optimizer = [&]() -> expected<std::unique_ptr<optimizer>> {
+    return mirror.active() ? make_optimizer(c.optimizer) : dev.optimizer_for(c.optimizer);
+  };
+  HF_ASSIGN_OR_RETURN(auto opt, new_optimizer());
+  std::vector<parameter*> params = hm.parameters();
+  replica_sync dp(c, hm);
+  HF_RETURN_IF_ERROR(dp.check(hm));
 
   train_report rep;
   rep.model = c.model;
   rep.where = m.where().to_string();
   rep.precision = dev.precision();
-  // f16: dynamic loss scaling (train_config::loss_scale_init). Data-parallel
-  // replicas are cpu models, so never scale.
+  // f16: dynamic loss scaling (train_config::loss_scale_init); not for
+  // data-parallel replicas (their sums and steps are host f32).
   const bool scaling = dev.scales_loss() && !dp.active();
   loss_scaler scaler{scaling ? c.loss_scale_init : 1.0, c.loss_scale_growth_interval};
   rep.threads = m.context().threads();
@@ -630,8 +747,11 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     // Speed probe: forward and backward of this replica's equal share of a
     // batch of zeros (one untimed, three timed), then the first split. On a
     // twin of the model, so that batch norm statistics and dropout state of
-    // the trained one stay as single-device training has them.
+    // the trained one stay as single-device training has them. A device
+    // twin has its own context (stream): its own input, loss and gradient
+    // buffers, and each pass waits for the device before it is timed.
     HF_ASSIGN_OR_RETURN(model twin, build_model(m.spec(), m.where(), build_options{m.context().threads(), c.seed}));
+    device_steps tdev(twin);
     const int64_t count = std::max<int64_t>(1, batch_size / c.group->size());
     shape xs{count};
     for (int64_t d : source.sample_shape().dims()) xs.push_back(d);
@@ -641,35 +761,39 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     double secs = 0;
     status probed;
     twin.context().run([&] {
-      for (int i = 0; i < 4 && probed.ok(); ++i) {
+      auto pass = [&]() -> status {
+        HF_ASSIGN_OR_RETURN(tensor_view xin, tdev.input(x.view()));
         auto t0 = clock_type::now();
-        auto logits = twin.forward(x.view(), mode::train);
+        HF_ASSIGN_OR_RETURN(tensor_view logits, twin.forward(xin, mode::train));
         bench_slowdown(t0);  // the probe sees the emulated device too
         const auto tb = clock_type::now();
-        if (!logits) {
-          probed = logits.error();
-          break;
+        if (g.empty()) {
+          HF_ASSIGN_OR_RETURN(g, tdev.buffer(logits.shape()));
         }
-        if (g.empty()) g = tensor::empty(logits->shape());
-        auto r = dev.loss(*logits, y, g.mutable_view());
-        if (!r) {
-          probed = r.error();
-          break;
-        }
-        if (auto b = twin.backward(g.view()); !b) probed = b.error();
+        HF_RETURN_IF_ERROR(tdev.loss(logits, y, g.mutable_view()).error());
+        HF_RETURN_IF_ERROR(twin.backward(g.view()).error());
+        HF_RETURN_IF_ERROR(twin.context().synchronize());
         bench_slowdown(tb);
-        if (i > 0) secs += seconds_since(t0);
+        secs += seconds_since(t0);
+        return {};
+      };
+      for (int i = 0; i < 4 && probed.ok(); ++i) {
+        if (i == 1) secs = 0;  // the first pass is not timed
+        probed = pass();
       }
     });
     HF_RETURN_IF_ERROR(probed);
     HF_RETURN_IF_ERROR(dp.update_speeds(3 * count, secs));
   }
 
-  if (c.checkpoints && m.where().kind != device_kind::cpu)
-    return make_error(errc::unsupported, "train: checkpoints (checkpoint_dir) are for cpu models only for now");
+  if (c.checkpoints && hm.where().kind != device_kind::cpu)
+    return make_error(errc::unsupported, "train: checkpoints (checkpoint_dir) of a " + m.where().to_string() +
+                                             " model need strategy dp for now (its replicas keep a host copy)");
   int first_epoch = 0;
   if (c.checkpoints && c.resume) {
-    HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, m, *opt, params));
+    HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, hm, *opt, params));
+    HF_RETURN_IF_ERROR(mirror.values_to_device());
+    HF_RETURN_IF_ERROR(mirror.state_to_device());
     rep.resumed_epochs = first_epoch;
   }
 
@@ -704,13 +828,14 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   };
   std::array<epoch_snapshot, 2> snapshots;  // [latest], [the one before]
   std::size_t latest = 0;
-  auto snapshot = [&](int epoch, const epoch_acc& acc) {
+  auto snapshot = [&](int epoch, const epoch_acc& acc) -> status {
     epoch_snapshot& last = snapshots[latest];
-    if (last.epoch == epoch && last.acc.next_step == acc.next_step) return;
+    if (last.epoch == epoch && last.acc.next_step == acc.next_step) return {};
+    HF_RETURN_IF_ERROR(mirror.state_to_host());
     latest ^= 1;
     epoch_snapshot& sn = snapshots[latest];
     int64_t ns = 0;
-    auto v = checkpoint_tensors(m, *opt, ns);
+    auto v = checkpoint_tensors(hm, *opt, ns);
     sn.epoch = epoch;
     sn.acc = acc;
     sn.values.clear();
@@ -720,6 +845,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       sn.names.push_back(t.name);
     }
     sn.optimizer_steps = opt->steps();
+    return {};
   };
   auto restore = [&](int epoch, int64_t step) -> expected<epoch_acc> {
     const epoch_snapshot* found = nullptr;
@@ -730,9 +856,11 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
                                             std::to_string(step) + " to go back to");
     const epoch_snapshot& sn = *found;
     // A fresh optimizer with the snapshot's state (none before its first step).
-    HF_ASSIGN_OR_RETURN(opt, dev.optimizer_for(c.optimizer));
+    HF_ASSIGN_OR_RETURN(opt, new_optimizer());
     HF_RETURN_IF_ERROR(
-        apply_saved_state(c, m, *opt, params, sn.values, sn.names, sn.optimizer_steps, "the failover snapshot"));
+        apply_saved_state(c, hm, *opt, params, sn.values, sn.names, sn.optimizer_steps, "the failover snapshot"));
+    HF_RETURN_IF_ERROR(mirror.values_to_device());
+    HF_RETURN_IF_ERROR(mirror.state_to_device());
     // The other snapshot may be ahead of this one: the next is taken afresh.
     for (auto& other : snapshots)
       if (&other != found) other.epoch = -1;
@@ -754,7 +882,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         rep.speeds.push_back(dp.speeds());
       }
     }
-    if (failover) snapshot(epoch, a);
+    if (failover) HF_RETURN_IF_ERROR(snapshot(epoch, a));
     double& loss_sum = a.loss_sum;
     double& compute_seconds = a.compute_seconds;
     int64_t& correct = a.correct;
@@ -769,7 +897,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     auto window_from = clock_type::now();
     for (int64_t s = a.next_step; s < steps; ++s) {
       a.next_step = s;
-      if (snapshot_every > 0 && s > 0 && s % snapshot_every == 0) snapshot(epoch, a);
+      if (snapshot_every > 0 && s > 0 && s % snapshot_every == 0) HF_RETURN_IF_ERROR(snapshot(epoch, a));
       if (c.stop && c.stop->load(std::memory_order_relaxed))
         return make_error(errc::cancelled, "train: stopped at epoch " + std::to_string(epoch + 1) + " step " +
                                                std::to_string(s));
@@ -812,6 +940,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
             const auto tb = clock_type::now();
             HF_ASSIGN_OR_RETURN(g, m.backward(g, i > 0, i, i + 1));
             bench_slowdown(tb);
+            HF_RETURN_IF_ERROR(mirror.grads_to_host(i));
             HF_RETURN_IF_ERROR(dp.unit_done(i, count, bn));
           }
         }
@@ -837,7 +966,10 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       }
       if (apply) {
         trace::scope t_opt("optimizer", trace::current_track(), "step", s + 1);
-        HF_RETURN_IF_ERROR(opt->step(params, er.lr));
+        status stepped;
+        mirror.on_host([&] { stepped = opt->step(params, er.lr); });
+        HF_RETURN_IF_ERROR(stepped);
+        HF_RETURN_IF_ERROR(mirror.values_to_device());
       }
       waits::progress();
       if (dp.active() && c.measured_split && c.resplit_every > 0 && (s + 1) % c.resplit_every == 0 && s + 1 < steps) {
@@ -881,7 +1013,9 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0.0;
     er.loss = loss_sum / double(steps);
     er.train_accuracy = double(correct) / double(er.samples);
-    HF_RETURN_IF_ERROR(dp.average_state());
+    HF_RETURN_IF_ERROR(mirror.state_to_host());
+    HF_RETURN_IF_ERROR(dp.average_state(local_rows));
+    HF_RETURN_IF_ERROR(mirror.state_to_device());
     HF_RETURN_IF_ERROR(dp.update_speeds(local_rows, compute_seconds));
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
       trace::scope t_eval("evaluate", trace::current_track(), "epoch", epoch + 1);
@@ -891,7 +1025,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       er.test_logloss = em.logloss;
       er.test_auc = em.auc;
     }
-    if (c.checkpoints) HF_RETURN_IF_ERROR(save_epoch_checkpoint(c, m, *opt, epoch + 1));
+    if (c.checkpoints) HF_RETURN_IF_ERROR(save_epoch_checkpoint(c, hm, *opt, epoch + 1));
     rep.epochs.push_back(er);
     if (c.on_epoch) c.on_epoch(rep.epochs.back());
     return {};

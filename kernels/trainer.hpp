@@ -223,8 +223,7 @@ struct train_config {
   std::string save_weights;      // non-empty: write the trained weights here
   // Called on the training thread after each epoch (and its evaluation).
   std::function<void(const epoch_report&)> on_epoch;
-  // Data parallelism (cpu models only): non-null makes this run one replica
-  // of group->size(). Each global batch (the single-device batch: same plan,
+  // Data parallelism: non-null makes this run one replica of group->size(). Each global batch (the single-device batch: same plan,
   // same order) is split among the replicas, each computes its rows'
   // gradients scaled by rows / batch rows, the group sums them, and every
   // replica applies the same optimizer step, so weights stay bit-identical
@@ -232,6 +231,11 @@ struct train_config {
   // and the test accuracy are over the whole batch / test set; batch norm
   // running statistics are averaged after each epoch.
   replica_group* group = nullptr;
+  // A replica on a cuda device sums, steps, snapshots and checkpoints on a
+  // host copy of its model (its weights go to the device after each step),
+  // so that cpu and cuda replicas take the same optimizer step bit for bit.
+  // True: a cpu replica does the same (tests run that path without a GPU).
+  bool host_mirror = false;
   // With a group: split batches in proportion to each replica's measured
   // speed (a short probe before training, then each epoch's compute time);
   // false: equal shares.

@@ -580,14 +580,9 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
   auto nodes = p.get_strings("dp_nodes");
   HF_ASSIGN_OR_RETURN(auto replicas, topology::dp_replicas(c, nodes));
   std::vector<std::string> hosts;
-  for (const auto& r : replicas) {
-    if (r.spec.kind != topology::device_kind::cpu)
-      return make_error(errc::unsupported, "[job] strategy = \"dp\": node '" + r.node + "' lists a " +
-                                               std::string(topology::to_string(r.spec.kind)) +
-                                               " device; dp runs on cpu devices only for now (the NCCL "
-                                               "backend is not built yet)");
-    hosts.push_back(r.host);
-  }
+  // cpu and cuda replicas mix: a cuda replica copies its gradients to the
+  // host for the ring and steps a host copy of the model (kernels/trainer).
+  for (const auto& r : replicas) hosts.push_back(r.host);
   std::vector<std::string> order;
   for (std::size_t i : topology::ring_order(hosts)) order.push_back(dp_member_name(i));
   std::vector<topology::actor_spec> v;
@@ -811,9 +806,9 @@ void add_train(registry& reg) {
             return make_error(errc::invalid_argument, "[job] checkpoint_every needs checkpoint_dir");
           const std::string prec = c.job.params.get_string("precision", "tf32");
           if ((prec == "bf16" || prec == "f16") && s != "single")
-            return make_error(errc::unsupported, "[job] precision = \"" + prec + "\" applies to cuda devices, which "
-                                                 "strategy = \"single\" alone trains on; strategy = \"" + s +
-                                                 "\" computes f32 (remove precision)");
+            return make_error(errc::unsupported, "[job] precision = \"" + prec + "\" applies to strategy = \"single\" "
+                                                 "only for now; strategy = \"" + s + "\" computes f32 (cuda "
+                                                 "dp replicas: tf32 by default, or \"f32\")");
         }
         if (c.job.params.get_string("strategy", "single") == "ps") return ps_job::expand(c);
         if (c.job.params.get_string("strategy", "single") == "ralp") return ralp_job::expand(c);

@@ -43,7 +43,7 @@
 namespace hetflow::kernels::cuda {
 
 // Bump on any change to the classes below or the types they share.
-inline constexpr uint32_t api_version = 3;
+inline constexpr uint32_t api_version = 4;
 
 struct abi_stamp {
   uint32_t version = 0;
@@ -126,6 +126,14 @@ public:
 
   // Bytes of the shared workspace (the largest any prepared unit asked for).
   virtual std::size_t workspace_bytes() const noexcept = 0;
+
+  // Page-locks host memory [p, p + bytes) (cudaHostRegister) so copies
+  // between it and the device run at the link's speed; false when it
+  // cannot (the pages overlap a locked range, no memory to lock): copies
+  // from and to it then stay pageable, only slower. unpin_host(p) before
+  // that memory is freed.
+  virtual bool pin_host(void* p, std::size_t bytes) noexcept = 0;
+  virtual void unpin_host(void* p) noexcept = 0;
 };
 
 // The loaded module. Lives as long as the process (never unloaded).

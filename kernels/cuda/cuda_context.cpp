@@ -132,6 +132,18 @@ status context_impl::copy(tensor_view src, mutable_tensor_view dst) {
   return {};
 }
 
+bool context_impl::pin_host(void* p, std::size_t bytes) noexcept {
+  if (p == nullptr || bytes == 0 || !activate().ok()) return false;
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+  (void)cudaGetLastError();  // not sticky: clear it, the copies stay pageable
+  return false;
+}
+
+void context_impl::unpin_host(void* p) noexcept {
+  if (p == nullptr || !activate().ok()) return;
+  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
 status context_impl::synchronize() {
   HF_RETURN_IF_ERROR(activate());
   HF_CUDA_CHECK(cudaStreamSynchronize(stream()));

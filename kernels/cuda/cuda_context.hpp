@@ -82,6 +82,8 @@ public:
                                 std::span<const int64_t> offsets, bool mean, tensor_view dout,
                                 sparse_rows& grad) override;
   std::size_t workspace_bytes() const noexcept override { return workspace_.capacity_bytes(); }
+  bool pin_host(void* p, std::size_t bytes) noexcept override;
+  void unpin_host(void* p) noexcept override;
 
   // For the units.
   status activate() const { return make_current(ordinal_); }

@@ -2,13 +2,15 @@
 // step by step (loss each step, every parameter after the steps), a ResNet
 // step (residual blocks, batch norm, global pooling end to end),
 // train_single on cuda (the train job's path) including eval and saved
-// weights. Skipped (exit 77) without a device.
+// weights; data parallelism with cuda replicas beside a cpu one and two
+// cuda replicas on one device. Skipped (exit 77) without a device.
 #define BOOST_TEST_MODULE kernels_cuda_training
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "cuda_test_util.hpp"
 #include "kernels/loss.hpp"
@@ -17,6 +19,7 @@
 #include "kernels/trainer.hpp"
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
+#include "test/kernels/replica_hub.hpp"
 
 using namespace hetflow;
 using namespace hetflow::kernels;
@@ -215,6 +218,66 @@ BOOST_AUTO_TEST_CASE(train_single_in_bf16_and_f16) {
         BOOST_CHECK_GE(r->loss_scale, 1.0);
       } else {
         BOOST_CHECK_EQUAL(r->overflow_steps, 0);
+      }
+    }
+  }
+}
+
+// Data parallelism with cuda replicas (train_config::group): a cuda replica
+// beside a cpu one, and two cuda replicas on the one device (two contexts),
+// summing through an in-process group. Each cuda replica copies its
+// gradients to a host copy of the model and steps it there, so every
+// replica holds the same weights bit for bit after training. LeNet-5
+// matches single-device cpu training (strict f32) within float rounding;
+// resnet18's batch norm normalises each replica's rows by their own
+// statistics (as DDP without SyncBatchNorm), so it trains close to, not
+// like, the single device.
+BOOST_AUTO_TEST_CASE(data_parallel_replicas_on_cuda_and_cpu_stay_identical) {
+  setenv("HETFLOW_CUDA_TF32", "0", 1);
+  for (std::string model : {"lenet5", "resnet18"}) {
+    train_config cfg = small_lenet_config();
+    cfg.model = model;
+    cfg.threads = 2;
+    if (model == "resnet18") cfg.width = 0.25;  // batch norm state crosses to the host and back
+    auto single = train_single(cfg);
+    BOOST_REQUIRE_MESSAGE(single.has_value(), single.error().to_string());
+    for (auto devices : {std::vector<device>{device::cpu(), device::cuda(0)},
+                         std::vector<device>{device::cuda(0), device::cuda(0)}}) {
+      const int n = int(devices.size());
+      thread_hub hub(n);
+      std::vector<expected<train_report>> out(std::size_t(n), make_error(errc::internal, "not run"));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+          hub_group g(hub, r, n);
+          train_config c = cfg;
+          c.where = devices[std::size_t(r)];
+          c.group = &g;
+          c.split = proportional;
+          c.measured_split = true;
+          out[std::size_t(r)] = train_single(c);
+        });
+      for (auto& t : threads) t.join();
+      for (auto& r : out) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+      const std::string what = model + " on " + out[0]->where + " + " + out[1]->where;
+      BOOST_TEST_CONTEXT(what) {
+        BOOST_CHECK_EQUAL(out[1]->weights_checksum, out[0]->weights_checksum);
+        BOOST_CHECK_EQUAL(out[1]->where, "cuda:0");
+        BOOST_CHECK_GE(out[0]->epochs.back().test_accuracy, single->epochs.back().test_accuracy - 0.05);
+        for (std::size_t e = 0; e < single->epochs.size(); ++e) {
+          const auto& a = out[0]->epochs[e];
+          BOOST_TEST_MESSAGE(what << " epoch " << e + 1 << ": loss " << a.loss << " (single cpu "
+                                  << single->epochs[e].loss << "), test accuracy " << a.test_accuracy << " ("
+                                  << single->epochs[e].test_accuracy << "), " << a.samples_per_s
+                                  << " samples/s, split " << out[0]->splits[e][0] << "/" << out[0]->splits[e][1]);
+          const double b = single->epochs[e].loss;
+          if (model == "lenet5") {
+            BOOST_CHECK_CLOSE(a.loss, b, 1.0);  // percent
+            BOOST_CHECK_LE(std::fabs(a.test_accuracy - single->epochs[e].test_accuracy), 0.03);
+          } else {
+            BOOST_CHECK_LE(std::fabs(a.loss - b), 0.1 * b + 0.05);
+          }
+        }
       }
     }
   }

@@ -21,91 +21,13 @@
 #include "kernels/trainer.hpp"
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
+#include "test/kernels/replica_hub.hpp"
 
 using namespace hetflow;
 using namespace hetflow::kernels;
+using namespace hetflow::kernels::testing;
 
 namespace {
-
-// Sums in rank order under a lock; a generation count makes it a barrier.
-// `fail_at` > 0: the fail_rank's call number fail_at returns an error (and
-// the others then see it), as a dead replica would make the ring fail.
-class thread_hub {
-public:
-  explicit thread_hub(int n) : n_(n) {}
-
-  status sum(int rank, std::span<const std::span<float>> t) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (failed_) return make_error(errc::peer_down, "a replica failed");
-    if (rank == fail_rank_ && ++calls_of_failing_ == fail_at_) {
-      failed_ = true;
-      cv_.notify_all();
-      return make_error(errc::peer_down, "replica " + std::to_string(rank) + " fails (test)");
-    }
-    const uint64_t gen = gen_;
-    inputs_[std::size_t(rank)] = t;
-    if (++arrived_ == n_) {
-      // Element-wise sum in rank order, written back to every replica.
-      for (std::size_t k = 0; k < t.size(); ++k)
-        for (std::size_t i = 0; i < t[k].size(); ++i) {
-          float acc = 0.0f;
-          for (int r = 0; r < n_; ++r) acc += inputs_[std::size_t(r)][k][i];
-          for (int r = 0; r < n_; ++r) inputs_[std::size_t(r)][k][i] = acc;
-        }
-      arrived_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return {};
-    }
-    cv_.wait(lock, [&] { return gen_ != gen || failed_; });
-    if (gen_ == gen) return make_error(errc::peer_down, "a replica failed");
-    return {};
-  }
-  void fail(int rank, int at_call) {
-    fail_rank_ = rank;
-    fail_at_ = at_call;
-  }
-
-private:
-  const int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::span<const std::span<float>>> inputs_ = std::vector<std::span<const std::span<float>>>(16);
-  int arrived_ = 0;
-  uint64_t gen_ = 0;
-  bool failed_ = false;
-  int fail_rank_ = -1, fail_at_ = 0, calls_of_failing_ = 0;
-};
-
-class hub_group final : public replica_group {
-public:
-  hub_group(thread_hub& hub, int rank, int size) : hub_(hub), rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  // Synchronous: sums (a barrier with the other replicas) before returning.
-  std::future<status> start_sum(std::span<const std::span<float>> t) override {
-    std::promise<status> p;
-    p.set_value(hub_.sum(rank_, t));
-    return p.get_future();
-  }
-
-private:
-  thread_hub& hub_;
-  int rank_, size_;
-};
-
-// Same split rule as topology::split_rows for the speeds used here.
-std::vector<int64_t> proportional(int64_t rows, std::span<const double> speeds) {
-  double total = std::accumulate(speeds.begin(), speeds.end(), 0.0);
-  std::vector<int64_t> out;
-  int64_t given = 0;
-  for (double s : speeds) {
-    out.push_back(int64_t(std::floor(double(rows) * s / total)));
-    given += out.back();
-  }
-  for (std::size_t k = 0; given < rows; k = (k + 1) % out.size(), ++given) ++out[k];
-  return out;
-}
 
 train_config config(const std::string& model) {
   train_config c;
@@ -135,8 +57,10 @@ std::vector<int64_t> uneven(int64_t rows, std::span<const double> speeds) {
 
 using split_fn = std::function<std::vector<int64_t>(int64_t, std::span<const double>)>;
 
+// per_rank: changes replica r's config (e.g. its device) before it runs.
 std::vector<expected<train_report>> run_replicas(const train_config& base, int n, bool measured,
-                                                 thread_hub* hub_in = nullptr, split_fn split = proportional) {
+                                                 thread_hub* hub_in = nullptr, split_fn split = proportional,
+                                                 const std::function<void(int, train_config&)>& per_rank = {}) {
   thread_hub own(n);
   thread_hub& hub = hub_in != nullptr ? *hub_in : own;
   std::vector<expected<train_report>> out(std::size_t(n), make_error(errc::internal, "not run"));
@@ -148,6 +72,7 @@ std::vector<expected<train_report>> run_replicas(const train_config& base, int n
       c.group = &g;
       c.measured_split = measured;
       c.split = split;
+      if (per_rank) per_rank(r, c);
       out[std::size_t(r)] = train_single(c);
     });
   for (auto& t : threads) t.join();
@@ -326,4 +251,34 @@ BOOST_AUTO_TEST_CASE(a_group_needs_a_split_function_and_a_cpu_model) {
   auto plain = train_single(c);
   BOOST_REQUIRE(plain.has_value());
   BOOST_CHECK_EQUAL(ok->weights_checksum, plain->weights_checksum);
+}
+
+// The path a cuda replica takes (train_config::host_mirror: gradients copied
+// to a host copy of the model, sums, optimizer and batch norm averages
+// there, weights copied back after each step), run on cpu: replicas with and
+// without it stay bit-identical, and equal to a group where none has it (the
+// same arithmetic). resnet18 has batch norm state to carry both ways.
+BOOST_AUTO_TEST_CASE(host_mirrored_replicas_take_the_same_steps_bit_for_bit) {
+  for (std::string model : {"mlp", "resnet18"}) {
+    train_config c = config(model);
+    if (model == "resnet18") {
+      c.width = 0.125;
+      c.epochs = 2;
+    }
+    auto plain = run_replicas(c, 3, /*measured=*/false);
+    auto mixed = run_replicas(c, 3, /*measured=*/false, nullptr, proportional,
+                              [](int r, train_config& rc) { rc.host_mirror = r != 1; });
+    for (auto* reps : {&plain, &mixed})
+      for (auto& r : *reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+    for (int r = 0; r < 3; ++r) {
+      BOOST_CHECK_EQUAL(mixed[std::size_t(r)]->weights_checksum, plain[0]->weights_checksum);
+      BOOST_CHECK_EQUAL(plain[std::size_t(r)]->weights_checksum, plain[0]->weights_checksum);
+    }
+    for (std::size_t e = 0; e < plain[0]->epochs.size(); ++e) {
+      BOOST_TEST_MESSAGE(model << " epoch " << e + 1 << ": loss " << mixed[0]->epochs[e].loss << ", test "
+                               << mixed[0]->epochs[e].test_accuracy);
+      BOOST_CHECK_EQUAL(mixed[0]->epochs[e].loss, plain[0]->epochs[e].loss);
+      BOOST_CHECK_EQUAL(mixed[2]->epochs[e].test_accuracy, plain[0]->epochs[e].test_accuracy);
+    }
+  }
 }
