@@ -570,18 +570,6 @@ int resolve_strategy(const std::string& file, const actors::registry& reg, const
     }
     strategy = s;
   }
-  if (s == "hetpipe") {  // plan/simulate plan any devices; the runtime runs cpu stages only
-    for (const auto& n : c.nodes)
-      for (const auto& d : n.devices)
-        if (d.kind != topology::device_kind::cpu) {
-          std::fprintf(stderr,
-                       "hetflow %s: %s: [job] strategy = \"hetpipe\" runs on cpu devices only for now: node '%s' "
-                       "lists a %s device (`hetflow plan %s` and `hetflow simulate %s` plan such clusters)\n",
-                       command, file.c_str(), n.name.c_str(), topology::to_string(d.kind), file.c_str(),
-                       file.c_str());
-          return 2;
-        }
-  }
   return 0;
 }
 

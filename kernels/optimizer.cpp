@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/device_context.hpp"
 
 namespace hetflow::kernels {
 namespace {
@@ -184,13 +185,19 @@ private:
 }  // namespace
 
 status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<parameter* const> params, int64_t steps,
-                         std::span<const tensor> state, std::span<const std::string> names, const std::string& where) {
+                         std::span<const tensor> state, std::span<const std::string> names, const std::string& where,
+                         device_context* device) {
   if (steps <= 0 || state.empty()) return {};
   for (parameter* p : params)
-    if (p->sparse)
+    if (p->sparse) {
       p->sparse_grad = {};
-    else
+    } else if (device != nullptr && device->memory() != nullptr) {
+      if (p->grad.empty() || !(p->grad.shape() == p->value.shape()))
+        p->grad = tensor::empty_on(device->memory(), p->value.shape());
+      HF_RETURN_IF_ERROR(device->memory()->zero(p->grad.mutable_view().raw(), p->grad.byte_size()));
+    } else {
       p->grad = tensor::zeros(p->value.shape());
+    }
   const int64_t primes = kind == optimizer_kind::adam ? steps : 1;
   for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt.step(params, 0.0));
   auto st = opt.state();
@@ -205,7 +212,10 @@ status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<paramete
                                                     (i < names.size() ? names[i] : std::to_string(i)) +
                                                     " has shape " + t.shape().to_string() + ", here " +
                                                     st[i]->value.shape().to_string());
-    std::copy(t.f32(), t.f32() + t.numel(), st[i]->value.f32());
+    if (device != nullptr)
+      HF_RETURN_IF_ERROR(device->copy(t.view(), st[i]->value.mutable_view()));
+    else
+      std::copy(t.f32(), t.f32() + t.numel(), st[i]->value.f32());
   }
   return {};
 }

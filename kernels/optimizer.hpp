@@ -21,6 +21,8 @@
 
 namespace hetflow::kernels {
 
+class device_context;
+
 enum class optimizer_kind : uint8_t { sgd, adam };
 
 struct optimizer_config {
@@ -52,12 +54,15 @@ protected:
 
 expected<std::unique_ptr<optimizer>> make_optimizer(const optimizer_config& config);
 
-// Restores a checkpointed optimizer (host tensors). The optimizer makes its
-// state on its first step, so it is primed with steps of zero gradient at lr
-// 0 (weights unchanged; Adam: `steps` of them, for its bias correction), then
-// its state tensors are overwritten with `state` (names for errors). `where`
-// names the checkpoint in errors. kernels::optimizer has no set_state().
+// Restores a checkpointed optimizer (`state`: host tensors). The optimizer
+// makes its state on its first step, so it is primed with steps of zero
+// gradient at lr 0 (weights unchanged; Adam: `steps` of them, for its bias
+// correction), then its state tensors are overwritten with `state` (names
+// for errors). `where` names the checkpoint in errors. kernels::optimizer
+// has no set_state(). `device`: the context of parameters and optimizer
+// state that live on a device (a cuda optimizer), null for host ones.
 status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<parameter* const> params, int64_t steps,
-                         std::span<const tensor> state, std::span<const std::string> names, const std::string& where);
+                         std::span<const tensor> state, std::span<const std::string> names, const std::string& where,
+                         device_context* device = nullptr);
 
 }  // namespace hetflow::kernels

@@ -63,21 +63,26 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
   db.links.intra_node_gbps = 100;
   db.links.inter_node_gbps = 100;
   db.links.latency_us = 20;  // one-way tensor message through two actors (README, transport bench)
-  std::map<int, std::string> kinds;  // threads -> kind
+  std::map<int, std::string> kinds;  // threads (cpu) or -1 - index (cuda) -> kind
   for (auto& n : c.nodes)
     for (auto& d : n.devices) {
-      if (d.kind != topology::device_kind::cpu) {
-        if (d.profile.empty())
-          return make_error(errc::unsupported, "node '" + n.name +
-                                                   "' lists a cuda device with no `profile`; without a profile_file "
-                                                   "only cpu devices are measured");
-        continue;
-      }
+      const bool cuda = d.kind == topology::device_kind::cuda;
+      if (cuda && !d.profile.empty()) continue;  // named in a profile file
       const int t = cpu_threads(n, d);
-      if (d.profile.empty()) d.profile = "cpu-t" + std::to_string(t);
-      if (kinds.count(t)) continue;
-      kinds[t] = d.profile;
-      HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), {t, 1}));
+      const int key = cuda ? -1 - d.index : t;
+      if (d.profile.empty()) d.profile = cuda ? "cuda" + std::to_string(d.index) : "cpu-t" + std::to_string(t);
+      if (kinds.count(key)) continue;
+      kinds[key] = d.profile;
+      // A cuda stage computes on the device and steps a host copy of its
+      // weights (hetpipe's stage_core): its update is timed on the host.
+      auto built = kernels::build_model(spec, cuda ? kernels::device::cuda(d.index) : kernels::device::cpu(),
+                                        {t, 1});
+      if (!built && cuda)
+        return make_error(errc::unsupported, "node '" + n.name + "' lists cuda device " + std::to_string(d.index) +
+                                                 ", which cannot be measured here (" + built.error().message() +
+                                                 "); give it a `profile` kind from a [job] profile_file");
+      if (!built) return built.error();
+      kernels::model& m = *built;
       kernels::profile_options po;
       po.batch = batch;
       HF_ASSIGN_OR_RETURN(kernels::model_profile prof, kernels::profile_model(m, po));
@@ -93,11 +98,16 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       for (std::size_t i = 0; i < prof.units.size() && i < db.units.size(); ++i)
         db.units[i].devices[d.profile] = {prof.units[i].forward_s * 1e3, prof.units[i].backward_s * 1e3};
       db.devices[d.profile].memory_bytes = d.memory_bytes;
-      HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
+      if (cuda) {
+        HF_ASSIGN_OR_RETURN(kernels::model host, kernels::build_model(spec, kernels::device::cpu(), {t, 1}));
+        HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, host));
+      } else {
+        HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
+      }
     }
   if (db.units.empty())
     return make_error(errc::invalid_argument,
-                      "[job] has no profile_file and the topology has no cpu device whose profile could be measured "
+                      "[job] has no profile_file and the topology has no device whose profile could be measured "
                       "here: set profile_file to a JSON profile of the devices' kinds (README, \"HetPipe planner and "
                       "simulator\")");
   return db;

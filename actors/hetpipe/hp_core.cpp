@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/cuda/cuda_api.hpp"
+
 namespace hetflow::hetpipe {
 
 expected<kernels::model_spec> slice_spec(const kernels::model_spec& whole, std::size_t first, std::size_t last,
@@ -34,17 +36,38 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
       return make_error(errc::unsupported, "hetpipe: model units with saved state (batch norm running statistics) "
                                            "are not supported yet: the slots and the PS keep parameters only");
   }
+  // The local weights and their optimizer live on the slots' device (a cuda
+  // stage's minibatches never cross to the host for their updates); W(c)
+  // stays on the host, where pulls arrive and pushes leave.
+  sc->device_ = slots[0].where().kind != kernels::device_kind::cpu;
+  kernels::device_context& ctx = slots[0].context();
   for (auto* p : ref) {
     kernels::parameter q;
     q.name = p->name;
-    q.value = kernels::tensor::from(p->value.view());
-    q.grad = kernels::tensor::zeros(p->value.shape());
+    try {
+      q.value = sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
+                            : kernels::tensor::empty(p->value.shape());
+      q.grad = sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
+                           : kernels::tensor::zeros(p->value.shape());
+    } catch (const std::bad_alloc&) {
+      return make_error(errc::out_of_memory, "hetpipe stage: " + ctx.where().to_string() + " has no room for " + p->name);
+    }
+    HF_RETURN_IF_ERROR(ctx.copy(p->value.view(), q.value.mutable_view()));
+    HF_ASSIGN_OR_RETURN(kernels::tensor base, kernels::copy_to_host(ctx, p->value.view()));
+    sc->base_.push_back(std::move(base));
     sc->local_.push_back(std::move(q));
-    sc->base_.push_back(kernels::tensor::from(p->value.view()));
   }
-  HF_ASSIGN_OR_RETURN(sc->opt_, kernels::make_optimizer(opt));
+  if (sc->device_) {
+    HF_ASSIGN_OR_RETURN(sc->opt_, static_cast<kernels::cuda::context&>(ctx).make_optimizer(opt));
+  } else {
+    HF_ASSIGN_OR_RETURN(sc->opt_, kernels::make_optimizer(opt));
+  }
   sc->slot_mb_.assign(slots.size(), -1);
   sc->slot_in_.resize(slots.size());
+  sc->slot_out_.resize(slots.size());
+  sc->slot_gin_.resize(slots.size());
+  sc->slot_dx_.resize(slots.size());
+  sc->loss_grad_.resize(slots.size());
   sc->slots_ = std::move(slots);
   sc->last_ = last;
   return sc;
@@ -65,23 +88,56 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
       return make_error(errc::internal, "hetpipe stage: got " + std::to_string(values[i].byte_size()) + " bytes for " +
                                             local_[i].name + ", want " +
                                             std::to_string(local_[i].value.view().byte_size()));
+  kernels::device_context& ctx = slots_[0].context();
   for (std::size_t i = 0; i < local_.size(); ++i) {
-    const std::size_t n = values[i].byte_size();
-    std::memcpy(local_[i].value.f32(), values[i].f32(), n);
+    HF_RETURN_IF_ERROR(ctx.copy(values[i], local_[i].value.mutable_view()));
     ++local_[i].version;
-    std::memcpy(base_[i].f32(), values[i].f32(), n);
+    std::memcpy(base_[i].f32(), values[i].f32(), values[i].byte_size());
   }
-  for (auto& m : slots_) {
+  // Each slot has its own context (stream): the local copy must be complete
+  // before the others read it.
+  if (device_) HF_RETURN_IF_ERROR(ctx.synchronize());
+  for (auto& m : slots_) {  // from the local copy (on a device: device to device)
     auto ps = m.parameters();
     for (std::size_t i = 0; i < ps.size(); ++i) {
-      std::memcpy(ps[i]->value.f32(), values[i].f32(), values[i].byte_size());
+      HF_RETURN_IF_ERROR(m.context().copy(local_[i].value.view(), ps[i]->value.mutable_view()));
       ++ps[i]->version;
     }
   }
   return {};
 }
 
+// `v` in `buf` on slot s's device (a copy; buf reallocated when its shape
+// changes), or `v` itself when it is there already.
+expected<kernels::tensor_view> stage_core::on_slot_device(std::size_t s, kernels::tensor_view v, kernels::tensor& buf) {
+  if (!device_ || v.where() == slots_[s].where()) return v;
+  try {
+    if (buf.empty() || !(buf.shape() == v.shape())) buf = kernels::tensor::empty_on(slots_[s].context().memory(), v.shape());
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory, "hetpipe stage: " + slots_[s].where().to_string() + " has no room for " +
+                                               v.shape().to_string());
+  }
+  HF_RETURN_IF_ERROR(slots_[s].context().copy(v, buf.mutable_view()));
+  return buf.view();
+}
+
+// A device result `v` of slot s copied into host `buf` (what the data plane
+// sends), or `v` itself on cpu.
+expected<kernels::tensor_view> stage_core::to_host(std::size_t s, kernels::tensor_view v, kernels::tensor& buf) {
+  if (!device_ || v.empty() || v.where().kind == kernels::device_kind::cpu) return v;
+  if (buf.empty() || !(buf.shape() == v.shape())) buf = kernels::tensor::empty(v.shape());
+  HF_RETURN_IF_ERROR(slots_[s].context().copy(v, buf.mutable_view()));
+  return buf.view();
+}
+
 expected<kernels::tensor_view> stage_core::forward(int64_t p, kernels::tensor_view input) {
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view out, forward_in_slot(p, input));
+  return to_host(std::size_t(p % int64_t(slots_.size())), out, slot_out_[std::size_t(p % int64_t(slots_.size()))]);
+}
+
+// forward's checks and the forward itself; the output stays on the slot's
+// device (the last stage's logits go to its loss there).
+expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::tensor_view input) {
   const std::size_t s = std::size_t(p % int64_t(slots_.size()));
   if (slot_mb_[s] >= 0)
     return make_error(errc::internal, "hetpipe stage: minibatch " + std::to_string(p) + " needs slot " +
@@ -94,22 +150,51 @@ expected<kernels::tensor_view> stage_core::forward(int64_t p, kernels::tensor_vi
                                           "local update of minibatch " + std::to_string(p - int64_t(slots_.size())) +
                                           " (updates through " + std::to_string(next_update_ - 1) + " applied)");
   slot_mb_[s] = p;
-  // The slot keeps its own copy: units may keep a view of their input for
-  // the backward pass, and the caller's buffer (a batch, a message) moves on.
-  if (slot_in_[s].empty() || !(slot_in_[s].shape() == input.shape())) slot_in_[s] = kernels::tensor::empty(input.shape());
-  std::memcpy(slot_in_[s].f32(), input.f32(), input.byte_size());
-  return slots_[s].forward(slot_in_[s].view(), kernels::mode::train);
+  return forward_on_device(s, input);
+}
+
+// The slot keeps its own copy of the input (on its device): units may keep
+// a view of it for the backward pass, and the caller's buffer (a batch, a
+// message) moves on. The output stays on the slot's device.
+expected<kernels::tensor_view> stage_core::forward_on_device(std::size_t s, kernels::tensor_view input) {
+  kernels::tensor& in = slot_in_[s];
+  if (in.empty() || !(in.shape() == input.shape())) {
+    try {
+      in = device_ ? kernels::tensor::empty_on(slots_[s].context().memory(), input.shape())
+                   : kernels::tensor::empty(input.shape());
+    } catch (const std::bad_alloc&) {
+      return make_error(errc::out_of_memory, "hetpipe stage: " + slots_[s].where().to_string() +
+                                                 " has no room for an input of " + input.shape().to_string());
+    }
+  }
+  HF_RETURN_IF_ERROR(slots_[s].context().copy(input, in.mutable_view()));
+  return slots_[s].forward(in.view(), kernels::mode::train);
 }
 
 expected<stage_core::last_result> stage_core::forward_backward_last(int64_t p, kernels::tensor_view input,
                                                                     std::span<const int32_t> labels,
                                                                     bool need_input_grad) {
   if (!last_) return make_error(errc::internal, "hetpipe stage: the loss belongs to the last stage");
-  HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, forward(p, input));
-  if (loss_grad_.empty() || !(loss_grad_.shape() == logits.shape())) loss_grad_ = kernels::tensor::empty(logits.shape());
-  HF_ASSIGN_OR_RETURN(kernels::loss_result r, kernels::softmax_cross_entropy(logits, labels, loss_grad_.mutable_view()));
-  HF_ASSIGN_OR_RETURN(kernels::tensor_view g, backward(p, loss_grad_.view(), need_input_grad));
-  return last_result{r, g};
+  const std::size_t s = std::size_t(p % int64_t(slots_.size()));
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, forward_in_slot(p, input));
+  // One gradient buffer per slot: on a device, a slot's backward may still
+  // read it (on the slot's stream) when the next slot's loss is computed.
+  kernels::tensor& loss_grad = loss_grad_[s];
+  if (loss_grad.empty() || !(loss_grad.shape() == logits.shape())) {
+    try {
+      loss_grad = device_ ? kernels::tensor::empty_on(slots_[s].context().memory(), logits.shape())
+                           : kernels::tensor::empty(logits.shape());
+    } catch (const std::bad_alloc&) {
+      return make_error(errc::out_of_memory, "hetpipe stage: no room for the loss gradient");
+    }
+  }
+  expected<kernels::loss_result> r =
+      device_ ? static_cast<kernels::cuda::context&>(slots_[s].context())
+                    .softmax_cross_entropy(logits, labels, loss_grad.mutable_view())
+              : kernels::softmax_cross_entropy(logits, labels, loss_grad.mutable_view());
+  if (!r) return r.error();
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view g, backward(p, loss_grad.view(), need_input_grad));
+  return last_result{*r, g};
 }
 
 expected<kernels::tensor_view> stage_core::backward(int64_t p, kernels::tensor_view grad_output, bool need_input_grad) {
@@ -117,7 +202,9 @@ expected<kernels::tensor_view> stage_core::backward(int64_t p, kernels::tensor_v
   if (slot_mb_[s] != p)
     return make_error(errc::internal, "hetpipe stage: backward of minibatch " + std::to_string(p) +
                                           " but its slot holds " + std::to_string(slot_mb_[s]));
-  return slots_[s].backward(grad_output, need_input_grad);
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view g, on_slot_device(s, grad_output, slot_gin_[s]));
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view dx, slots_[s].backward(g, need_input_grad));
+  return to_host(s, dx, slot_dx_[s]);
 }
 
 status stage_core::local_update(int64_t p, double lr) {
@@ -130,8 +217,12 @@ status stage_core::local_update(int64_t p, double lr) {
                                           " but its slot holds " + std::to_string(slot_mb_[s]));
   auto ps = slots_[s].parameters();
   std::vector<kernels::parameter*> targets;
+  // On a device each slot has its own stream; the local copy and its
+  // optimizer live on slot 0's. Slot s's backward must be complete before
+  // slot 0's stream copies its gradients (then copy and step are ordered).
+  if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[s].context().synchronize());
   for (std::size_t i = 0; i < local_.size(); ++i) {
-    std::memcpy(local_[i].grad.f32(), ps[i]->grad.f32(), local_[i].grad.view().byte_size());
+    HF_RETURN_IF_ERROR(slots_[0].context().copy(ps[i]->grad.view(), local_[i].grad.mutable_view()));
     targets.push_back(&local_[i]);
   }
   HF_RETURN_IF_ERROR(opt_->step(targets, lr));
@@ -144,17 +235,28 @@ status stage_core::restore(kernels::optimizer_kind kind, int64_t steps, std::spa
                            std::span<const std::string> names, int64_t next, const std::string& where) {
   std::vector<kernels::parameter*> targets;
   for (auto& p : local_) targets.push_back(&p);
-  HF_RETURN_IF_ERROR(kernels::restore_optimizer(*opt_, kind, targets, steps, state, names, where));
+  HF_RETURN_IF_ERROR(kernels::restore_optimizer(*opt_, kind, targets, steps, state, names, where,
+                                                device_ ? &slots_[0].context() : nullptr));
   next_update_ = next;
   std::fill(slot_mb_.begin(), slot_mb_.end(), -1);
   return {};
 }
 
-std::vector<kernels::tensor> stage_core::wave_update() const {
+expected<std::vector<kernels::state_tensor>> stage_core::optimizer_state() {
+  std::vector<kernels::state_tensor> out;
+  for (kernels::state_tensor* t : opt_->state()) {
+    HF_ASSIGN_OR_RETURN(kernels::tensor h, kernels::copy_to_host(slots_[0].context(), t->value.view()));
+    out.push_back(kernels::state_tensor{t->name, std::move(h)});
+  }
+  return out;
+}
+
+expected<std::vector<kernels::tensor>> stage_core::wave_update() {
   std::vector<kernels::tensor> u;
   for (std::size_t i = 0; i < local_.size(); ++i) {
     kernels::tensor d = kernels::tensor::empty(local_[i].value.shape());
-    const float* a = local_[i].value.f32();
+    HF_RETURN_IF_ERROR(slots_[0].context().copy(local_[i].value.view(), d.mutable_view()));  // local, then - W(c)
+    const float* a = d.f32();
     const float* b = base_[i].f32();
     float* o = d.f32();
     const int64_t n = d.numel();

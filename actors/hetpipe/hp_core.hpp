@@ -94,6 +94,10 @@ public:
   status install(std::span<const kernels::tensor_view> values);
   // Minibatch p's forward in slot p % slots() (train mode) on a copy of `input`
   // the slot keeps. The view stays valid until the slot's next forward.
+  // Slots on a cuda device: inputs and gradients may come from the host
+  // (copied to the device), and what goes out (activations, dL/d(input))
+  // comes back as a host copy; the local weights and their optimizer stay
+  // on the device (one copy to the host per wave, for the push).
   expected<kernels::tensor_view> forward(int64_t p, kernels::tensor_view input);
   // Last stage: forward, loss and backward of p at once; returns the loss
   // and dL/d(input) (empty for a one-stage VW).
@@ -109,29 +113,36 @@ public:
   // p's local update: one optimizer step on the local weights with the
   // gradients of p's slot. Updates must come in minibatch order (checked).
   status local_update(int64_t p, double lr);
-  // u = local - W(c), per parameter, in order (the wave's push).
-  std::vector<kernels::tensor> wave_update() const;
+  // u = local - W(c), per parameter, in order (the wave's push; host).
+  expected<std::vector<kernels::tensor>> wave_update();
   int64_t updates() const noexcept { return next_update_; }
 
   // Checkpoints: the local optimizer's state and step count, and restoring
   // them (kernels::restore_optimizer) with the minibatch counter at `next`
   // (the first minibatch of the wave the run resumes at).
-  std::vector<kernels::state_tensor*> optimizer_state() { return opt_->state(); }
+  // Host copies of the local optimizer's state (it may live on a device).
+  expected<std::vector<kernels::state_tensor>> optimizer_state();
   int64_t optimizer_steps() const noexcept { return opt_->steps(); }
   status restore(kernels::optimizer_kind kind, int64_t steps, std::span<const kernels::tensor> state,
                  std::span<const std::string> names, int64_t next, const std::string& where);
 
 private:
   stage_core() = default;
+  expected<kernels::tensor_view> forward_in_slot(int64_t p, kernels::tensor_view input);
+  expected<kernels::tensor_view> forward_on_device(std::size_t s, kernels::tensor_view input);
+  expected<kernels::tensor_view> on_slot_device(std::size_t s, kernels::tensor_view v, kernels::tensor& buf);
+  expected<kernels::tensor_view> to_host(std::size_t s, kernels::tensor_view v, kernels::tensor& buf);
   std::vector<kernels::model> slots_;
   bool last_ = false;
-  std::vector<kernels::parameter> local_;   // the local weights (optimizer target)
-  std::vector<kernels::tensor> base_;       // W(c)
+  bool device_ = false;                       // slots on a cuda device
+  std::vector<kernels::tensor> slot_out_, slot_gin_, slot_dx_;  // device slots: host outputs, device grads in, host dx
+  std::vector<kernels::parameter> local_;   // the local weights (optimizer target; on the slots' device)
+  std::vector<kernels::tensor> base_;       // W(c) (host)
   std::unique_ptr<kernels::optimizer> opt_;
   std::vector<int64_t> slot_mb_;            // the minibatch each slot holds (-1: none)
   std::vector<kernels::tensor> slot_in_;    // each slot's input (its own copy)
   int64_t next_update_ = 0;
-  kernels::tensor loss_grad_;
+  std::vector<kernels::tensor> loss_grad_;  // per slot
 };
 
 // One PS shard: the parameters of some units (unit index -> its tensors, in

@@ -2,7 +2,9 @@
 // first node: a blocking actor that
 //
 //   1. plans as `hetflow plan` does: profiles from the job's profile_file,
-//      else measured here for each cpu kind of the topology; the planner
+//      else measured here for each cpu thread count and cuda device of the
+//      topology (a cuda device on another machine needs a profile kind
+//      from a profile_file); the planner
 //      (topology/hetpipe_plan.hpp) groups devices into VWs, orders and cuts
 //      their stages, picks Nm and places the PS shards;
 //   2. sends every hpstage<k> its role (VW, stage, units, neighbours; or

@@ -103,8 +103,6 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
                                 const std::string& me, const topology::cluster& cluster, const kernels::train_config& c,
                                 const role_info& r, inbox& ib) {
   stage_stats st;
-  if (c.where.kind != kernels::device_kind::cpu)
-    return make_error(errc::unsupported, me + ": strategy \"hetpipe\" runs on cpu devices only for now");
   const bool first_stage = r.stage == 0, last_stage = r.stage == r.stages - 1;
   HF_ASSIGN_OR_RETURN(kernels::zoo_options zo, kernels::model_options_for(c));
   HF_ASSIGN_OR_RETURN(kernels::model_spec spec, kernels::make_model_spec(c.model, zo));
@@ -115,7 +113,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   if (r.first > 0) {  // the sample shape entering `first`: build the prefix once
     kernels::model_spec prefix = spec;
     prefix.layers.resize(r.first);
-    HF_ASSIGN_OR_RETURN(kernels::model pm, kernels::build_model(prefix, c.where, {1, c.seed}));
+    HF_ASSIGN_OR_RETURN(kernels::model pm, kernels::build_model(prefix, kernels::device::cpu(), {1, c.seed}));
     input = pm.sample_shape(r.first);
   }
   HF_ASSIGN_OR_RETURN(kernels::model_spec slice, hetpipe::slice_spec(spec, r.first, r.last, input));
@@ -213,7 +211,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
 
   auto push = [&](int64_t wave) -> status {
     kernels::trace::scope t("push", tk, "wave", wave);
-    std::vector<kernels::tensor> u = core->wave_update();
+    HF_ASSIGN_OR_RETURN(std::vector<kernels::tensor> u, core->wave_update());
     // Every shard gets a push (empty when it holds none of these units):
     // its clock table counts every stage of every VW.
     const int nodes = int(cluster.nodes.size());
@@ -316,7 +314,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         meta.clocks = {wave};
         meta.optimizer_steps = core->optimizer_steps();
         std::vector<ps::named_tensor> ts;
-        for (auto* t : core->optimizer_state()) ts.push_back({t->name, &t->value});
+        HF_ASSIGN_OR_RETURN(std::vector<kernels::state_tensor> state, core->optimizer_state());
+        for (auto& t : state) ts.push_back({t.name, &t.value});
         meta.state_tensors = int64_t(ts.size());
         HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
         ++st.checkpoints;
