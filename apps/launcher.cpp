@@ -304,6 +304,7 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
   clock_type::time_point term_sent{};
   clock_type::time_point first_failure{};
   bool failure_seen = false;
+  bool refused = false;  // a node exited 2 and the launcher stopped the others
   char buf[65536];
 
   for (;;) {
@@ -366,6 +367,17 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
           failure_seen = true;
           first_failure = c.exited_at;
         }
+        // Exit 2: the node refused to start (its configuration, a device,
+        // CPUs or plugin it cannot have); the others would only wait for it
+        // until their join timeout.
+        if (c.exit_code == 2 && !terminating) {
+          std::fprintf(stderr, "hetflow run: node '%s' refused to start (exit 2, its message above); stopping the "
+                               "other nodes\n", c.name.c_str());
+          send_all(SIGTERM);
+          terminating = true;
+          refused = true;
+          term_sent = c.exited_at;
+        }
       }
     }
     auto now = clock_type::now();
@@ -408,6 +420,7 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
   if (code == 0 && !lost.empty())
     std::fprintf(stderr, "hetflow run: nodes lost during the job, which finished without them: %s\n", lost.c_str());
   if (signals_seen > 0 && code == 0) code = 130;
+  if (refused && signals_seen == 0) code = 2;  // the refusal, not the stop it caused
 
   std::string failed;
   for (auto& c : children)
