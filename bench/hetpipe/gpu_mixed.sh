@@ -12,8 +12,9 @@
 #
 # Synthetic 3x32x32, 10 classes, B*STEPS rows, sgd lr 0.01 momentum 0.9, 2
 # epochs; samples/s: the report's samples_per_s of the last epoch
-# (hetpipe: every VW's). Prints the plan's stages (node, units) and predicted
-# samples/s. On the GPU machine: bash .gpu/run.sh 'bench/hetpipe/gpu_mixed.sh build-gpu'
+# (hetpipe: every VW's). Prints the plan's stages (node, units), the
+# planner's predicted samples/s (HetPipe's overlapped waves) and the head's
+# simulation of what the runtime does (waves drained, simulated_samples_per_s). On the GPU machine: bash .gpu/run.sh 'bench/hetpipe/gpu_mixed.sh build-gpu'
 set -uo pipefail
 build=${1:-build}
 hetflow=$build/bin/hetflow
@@ -63,7 +64,8 @@ extra = ""
 if "virtual_workers" in d:
     st = d["virtual_workers"][0]["stages"]
     extra = " stages " + ", ".join(f'{s["node"]}:{s["first_unit"]}-{s["last_unit"]}' for s in st) + \
-            f' predicted {d.get("predicted_samples_per_s", 0):.0f}/s'
+            f' predicted {d.get("predicted_samples_per_s", 0):.0f}/s' \
+            f' simulated as run {d.get("simulated_samples_per_s", 0):.0f}/s'
 print(f'{sys.argv[2]:<8} {sys.argv[3]:<12} {ep["samples_per_s"]:10.0f} samples/s, loss {ep["loss"]:.4f}{extra}')
 PY
   done
