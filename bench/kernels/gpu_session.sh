@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one run, for a lent GPU machine with a
 # bounded budget: the CUDA probe, the CPU-vs-CUDA parity suite, the CUDA
-# training suite (label gpu in CTest), then bench/kernels/gpu_run.sh
+# training suite, the mixed cpu + cuda jobs (label gpu in CTest), then bench/kernels/gpu_run.sh
 # (VGG-16 and ResNet-50 vs PyTorch on the same GPU). Each step has its own
 # time limit, so one hang costs only its step; logs go to $OUT (default
 # /tmp/hetflow-gpu-session), one file per step.
@@ -18,7 +18,7 @@
 # PRECISIONS ([job] precision of each benchmark run, default "tf32"; e.g.
 # "tf32 bf16 f16"), REPEATS (benchmark runs each, default 1), MEMCHECK=1 (the parity suite under
 # compute-sanitizer too), LIMIT_PARITY, LIMIT_TRAINING, LIMIT_BENCH,
-# LIMIT_MEMCHECK (seconds per step), PROFILE=0 (skip the profile step).
+# LIMIT_MEMCHECK, LIMIT_MIXED (seconds per step), PROFILE=0 (skip the profile step).
 set -u
 build="${1:-build-gpu}"
 out="${OUT:-/tmp/hetflow-gpu-session}"
@@ -37,6 +37,9 @@ step() {  # step NAME LIMIT COMMAND...
 step probe 60 "$build/bin/cuda_probe_test"
 step parity "${LIMIT_PARITY:-120}" "$build/test-bin/kernels_cuda_parity_test" --color_output=no --log_level=test_suite
 step training "${LIMIT_TRAINING:-180}" "$build/test-bin/kernels_cuda_training_test" --color_output=no --log_level=message
+# `hetflow run` of hetpipe and dp jobs with cuda:0 beside a cpu device (CTest's gpu_train_cuda_mixed).
+HETFLOW="$(cd "$build" && pwd)/bin/hetflow" HETFLOW_SRC="$(cd "$(dirname "$0")/../.." && pwd)" HETFLOW_SCRATCH="$out/mixed-scratch" \
+  step mixed "${LIMIT_MIXED:-300}" bash "$(dirname "$0")/../../test/integration/train_cuda_mixed.sh"
 # `hetflow profile` of ResNet-50 on the GPU, on the benchmark's topology.
 [[ "${PROFILE:-1}" == 0 ]] ||
   MODELS=resnet50 PROFILE_ONLY=1 step profile 120 bash "$(dirname "$0")/gpu_run.sh" "$build"
