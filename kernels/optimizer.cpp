@@ -195,6 +195,11 @@ status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<paramete
       if (p->grad.empty() || !(p->grad.shape() == p->value.shape()))
         p->grad = tensor::empty_on(device->memory(), p->value.shape());
       HF_RETURN_IF_ERROR(device->memory()->zero(p->grad.mutable_view().raw(), p->grad.byte_size()));
+    } else if (!p->grad.empty() && p->grad.shape() == p->value.shape()) {
+      // Zeroed in place: the buffer may be registered somewhere (a cuda
+      // replica's page-locked host copy), so it must stay the same memory.
+      auto g = p->grad.f32_span();
+      std::fill(g.begin(), g.end(), 0.0f);
     } else {
       p->grad = tensor::zeros(p->value.shape());
     }

@@ -203,6 +203,8 @@ class host_mirror {
     pins(pins&& o) noexcept : ctx(o.ctx), held(std::exchange(o.held, {})) {}
     pins& operator=(pins&&) = delete;
     ~pins() {
+      if (held.empty()) return;
+      (void)ctx->synchronize();  // no copy may still read the memory (an error return mid-step)
       for (void* p : held) ctx->unpin_host(p);
     }
   };
@@ -239,10 +241,18 @@ public:
   bool active() const noexcept { return host_.has_value(); }
   // The model the optimizer, the sums, snapshots and checkpoints see.
   model& optimized(model& m) noexcept { return host_ ? *host_ : m; }
-  // Runs fn with the host model's threading in force (the optimizer step).
-  void on_host(const std::function<void()>& fn) {
-    if (host_) host_->context().run(fn);
-    else fn();
+  // Runs fn with the host model's threading in force (the optimizer step),
+  // once no copy of the host weights to the device is still running (from
+  // page-locked memory they run asynchronously; a step without rows has no
+  // device work in between that would have waited for them).
+  status on_host(const std::function<void()>& fn) {
+    if (!host_) {
+      fn();
+      return {};
+    }
+    if (!pins_.held.empty()) HF_RETURN_IF_ERROR(dev_->context().synchronize());
+    host_->context().run(fn);
+    return {};
   }
 
   // Unit i's gradients, final on the device, into the host twin.
@@ -751,6 +761,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     // twin has its own context (stream): its own input, loss and gradient
     // buffers, and each pass waits for the device before it is timed.
     HF_ASSIGN_OR_RETURN(model twin, build_model(m.spec(), m.where(), build_options{m.context().threads(), c.seed}));
+    if (twin.where().kind == device_kind::cuda)  // the math the replica trains with
+      static_cast<cuda::context&>(twin.context()).set_math(static_cast<cuda::context&>(m.context()).math());
     device_steps tdev(twin);
     const int64_t count = std::max<int64_t>(1, batch_size / c.group->size());
     shape xs{count};
@@ -967,7 +979,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       if (apply) {
         trace::scope t_opt("optimizer", trace::current_track(), "step", s + 1);
         status stepped;
-        mirror.on_host([&] { stepped = opt->step(params, er.lr); });
+        HF_RETURN_IF_ERROR(mirror.on_host([&] { stepped = opt->step(params, er.lr); }));
         HF_RETURN_IF_ERROR(stepped);
         HF_RETURN_IF_ERROR(mirror.values_to_device());
       }

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda/cuda_api.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/profile.hpp"
 #include "kernels/zoo.hpp"
@@ -38,7 +39,11 @@ expected<double> time_update(const topology::cluster& c, kernels::model& m) {
   oc.lr = p.get_number("lr", 0.05);
   oc.momentum = p.get_number("momentum", 0.9);
   oc.weight_decay = p.get_number("weight_decay", 0.0);
-  HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
+  // A cuda model's optimizer runs on the device (as a hetpipe stage's
+  // does): each step is timed to its end.
+  const bool cuda = m.where().kind == kernels::device_kind::cuda;
+  HF_ASSIGN_OR_RETURN(auto opt, cuda ? static_cast<kernels::cuda::context&>(m.context()).make_optimizer(oc)
+                                     : kernels::make_optimizer(oc));
   auto params = m.parameters();
   std::vector<double> times;
   status st;
@@ -46,6 +51,7 @@ expected<double> time_update(const topology::cluster& c, kernels::model& m) {
     for (int i = 0; i < 7 && st.ok(); ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       st = opt->step(params, oc.lr * 1e-6);
+      if (st.ok()) st = m.context().synchronize();
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   });
@@ -73,8 +79,8 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       if (d.profile.empty()) d.profile = cuda ? "cuda" + std::to_string(d.index) : "cpu-t" + std::to_string(t);
       if (kinds.count(key)) continue;
       kinds[key] = d.profile;
-      // A cuda stage computes on the device and steps a host copy of its
-      // weights (hetpipe's stage_core): its update is timed on the host.
+      // A cuda stage computes and steps its local weights on the device
+      // (hetpipe's stage_core).
       auto built = kernels::build_model(spec, cuda ? kernels::device::cuda(d.index) : kernels::device::cpu(),
                                         {t, 1});
       if (!built && cuda)
@@ -98,12 +104,7 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       for (std::size_t i = 0; i < prof.units.size() && i < db.units.size(); ++i)
         db.units[i].devices[d.profile] = {prof.units[i].forward_s * 1e3, prof.units[i].backward_s * 1e3};
       db.devices[d.profile].memory_bytes = d.memory_bytes;
-      if (cuda) {
-        HF_ASSIGN_OR_RETURN(kernels::model host, kernels::build_model(spec, kernels::device::cpu(), {t, 1}));
-        HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, host));
-      } else {
-        HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
-      }
+      HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
     }
   if (db.units.empty())
     return make_error(errc::invalid_argument,

@@ -104,6 +104,9 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
       ++ps[i]->version;
     }
   }
+  // ... and those reads done before slot 0's stream steps the local copy.
+  if (device_)
+    for (std::size_t k = 1; k < slots_.size(); ++k) HF_RETURN_IF_ERROR(slots_[k].context().synchronize());
   return {};
 }
 
@@ -226,6 +229,9 @@ status stage_core::local_update(int64_t p, double lr) {
     targets.push_back(&local_[i]);
   }
   HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+  // ... and slot s's next backward (on its stream) must not overwrite its
+  // gradients before slot 0's stream has copied them.
+  if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[0].context().synchronize());
   slot_mb_[s] = -1;
   ++next_update_;
   return {};
