@@ -94,3 +94,24 @@ for x, y in zip(a["epochs"], b["epochs"]):
 assert abs(a["epochs"][-1]["test_accuracy"] - b["epochs"][-1]["test_accuracy"]) <= 0.02
 PY
 pass "dp: a cuda replica and a cpu replica hold identical weights and train like two cpu replicas"
+
+# dp checkpoints (the cuda replica's are of its host copy) and --resume: 2
+# epochs checkpointed, then the file asks for 3 and --resume trains the
+# third from the epoch-2 checkpoint, ending like the 3-epoch run.
+dp_ck="$HETFLOW_SCRATCH/dp-ck.toml"
+job "$dp_ck" 9850 cuda cpu dp 'dp_split = "equal"' "checkpoint_dir = \"$HETFLOW_SCRATCH/dpck\""
+sed -i 's/^epochs = 3$/epochs = 2/' "$dp_ck"
+run_job "$dp_ck"
+sed -i 's/^epochs = 2$/epochs = 3/' "$dp_ck"
+timeout 600 "$HETFLOW" run "$dp_ck" --resume --report "$dp_ck.json" >"$dp_ck.resume.out" 2>&1 ||
+  { tail -30 "$dp_ck.resume.out"; fail "--resume of the cuda dp job failed"; }
+/usr/bin/env python3 - "$dp_ck.json" "$dp_cuda.json" <<'PY' || { tail -20 "$dp_ck.resume.out"; fail "dp --resume with a cuda replica"; }
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print("resumed epochs", a.get("resumed_epochs"), "epochs trained", [e["epoch"] for e in a["epochs"]],
+      "last loss", a["epochs"][-1]["loss"], "(3-epoch run", b["epochs"][-1]["loss"], ")")
+assert a["replicas_identical"] is True
+assert [e["epoch"] for e in a["epochs"]] == [3], a["epochs"]
+assert abs(a["epochs"][-1]["loss"] - b["epochs"][-1]["loss"]) <= 0.01 * b["epochs"][-1]["loss"] + 1e-3
+PY
+pass "dp: a cuda replica checkpoints and resumes"
