@@ -114,14 +114,22 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
 // changes), or `v` itself when it is there already.
 expected<kernels::tensor_view> stage_core::on_slot_device(std::size_t s, kernels::tensor_view v, kernels::tensor& buf) {
   if (!device_ || v.where() == slots_[s].where()) return v;
-  try {
-    if (buf.empty() || !(buf.shape() == v.shape())) buf = kernels::tensor::empty_on(slots_[s].context().memory(), v.shape());
-  } catch (const std::bad_alloc&) {
-    return make_error(errc::out_of_memory, "hetpipe stage: " + slots_[s].where().to_string() + " has no room for " +
-                                               v.shape().to_string());
-  }
+  HF_RETURN_IF_ERROR(slot_buffer(s, buf, v.shape(), "a gradient"));
   HF_RETURN_IF_ERROR(slots_[s].context().copy(v, buf.mutable_view()));
   return buf.view();
+}
+
+// `buf` holds `shape` on slot s's device (host for cpu slots): kept when it
+// does, else allocated.
+status stage_core::slot_buffer(std::size_t s, kernels::tensor& buf, const kernels::shape& shape, const char* what) {
+  if (!buf.empty() && buf.shape() == shape) return {};
+  try {
+    buf = device_ ? kernels::tensor::empty_on(slots_[s].context().memory(), shape) : kernels::tensor::empty(shape);
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory, "hetpipe stage: " + slots_[s].where().to_string() + " has no room for " +
+                                               what + " of " + shape.to_string());
+  }
+  return {};
 }
 
 // A device result `v` of slot s copied into host `buf` (what the data plane
@@ -161,15 +169,7 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
 // message) moves on. The output stays on the slot's device.
 expected<kernels::tensor_view> stage_core::forward_on_device(std::size_t s, kernels::tensor_view input) {
   kernels::tensor& in = slot_in_[s];
-  if (in.empty() || !(in.shape() == input.shape())) {
-    try {
-      in = device_ ? kernels::tensor::empty_on(slots_[s].context().memory(), input.shape())
-                   : kernels::tensor::empty(input.shape());
-    } catch (const std::bad_alloc&) {
-      return make_error(errc::out_of_memory, "hetpipe stage: " + slots_[s].where().to_string() +
-                                                 " has no room for an input of " + input.shape().to_string());
-    }
-  }
+  HF_RETURN_IF_ERROR(slot_buffer(s, in, input.shape(), "an input"));
   HF_RETURN_IF_ERROR(slots_[s].context().copy(input, in.mutable_view()));
   return slots_[s].forward(in.view(), kernels::mode::train);
 }
@@ -183,14 +183,7 @@ expected<stage_core::last_result> stage_core::forward_backward_last(int64_t p, k
   // One gradient buffer per slot: on a device, a slot's backward may still
   // read it (on the slot's stream) when the next slot's loss is computed.
   kernels::tensor& loss_grad = loss_grad_[s];
-  if (loss_grad.empty() || !(loss_grad.shape() == logits.shape())) {
-    try {
-      loss_grad = device_ ? kernels::tensor::empty_on(slots_[s].context().memory(), logits.shape())
-                           : kernels::tensor::empty(logits.shape());
-    } catch (const std::bad_alloc&) {
-      return make_error(errc::out_of_memory, "hetpipe stage: no room for the loss gradient");
-    }
-  }
+  HF_RETURN_IF_ERROR(slot_buffer(s, loss_grad, logits.shape(), "the loss gradient"));
   expected<kernels::loss_result> r =
       device_ ? static_cast<kernels::cuda::context&>(slots_[s].context())
                     .softmax_cross_entropy(logits, labels, loss_grad.mutable_view())

@@ -131,6 +131,7 @@ private:
   expected<kernels::tensor_view> forward_in_slot(int64_t p, kernels::tensor_view input);
   expected<kernels::tensor_view> forward_on_device(std::size_t s, kernels::tensor_view input);
   expected<kernels::tensor_view> on_slot_device(std::size_t s, kernels::tensor_view v, kernels::tensor& buf);
+  status slot_buffer(std::size_t s, kernels::tensor& buf, const kernels::shape& shape, const char* what);
   expected<kernels::tensor_view> to_host(std::size_t s, kernels::tensor_view v, kernels::tensor& buf);
   std::vector<kernels::model> slots_;
   bool last_ = false;

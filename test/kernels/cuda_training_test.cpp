@@ -10,7 +10,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include "cuda_test_util.hpp"
 #include "kernels/loss.hpp"
@@ -243,21 +242,8 @@ BOOST_AUTO_TEST_CASE(data_parallel_replicas_on_cuda_and_cpu_stay_identical) {
     BOOST_REQUIRE_MESSAGE(single.has_value(), single.error().to_string());
     for (auto devices : {std::vector<device>{device::cpu(), device::cuda(0)},
                          std::vector<device>{device::cuda(0), device::cuda(0)}}) {
-      const int n = int(devices.size());
-      thread_hub hub(n);
-      std::vector<expected<train_report>> out(std::size_t(n), make_error(errc::internal, "not run"));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < n; ++r)
-        threads.emplace_back([&, r] {
-          hub_group g(hub, r, n);
-          train_config c = cfg;
-          c.where = devices[std::size_t(r)];
-          c.group = &g;
-          c.split = proportional;
-          c.measured_split = true;
-          out[std::size_t(r)] = train_single(c);
-        });
-      for (auto& t : threads) t.join();
+      auto out = run_replicas(cfg, int(devices.size()), /*measured=*/true, nullptr, proportional,
+                              [&](int r, train_config& c) { c.where = devices[std::size_t(r)]; });
       for (auto& r : out) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
       const std::string what = model + " on " + out[0]->where + " + " + out[1]->where;
       BOOST_TEST_CONTEXT(what) {

@@ -55,30 +55,6 @@ std::vector<int64_t> uneven(int64_t rows, std::span<const double> speeds) {
   return out;
 }
 
-using split_fn = std::function<std::vector<int64_t>(int64_t, std::span<const double>)>;
-
-// per_rank: changes replica r's config (e.g. its device) before it runs.
-std::vector<expected<train_report>> run_replicas(const train_config& base, int n, bool measured,
-                                                 thread_hub* hub_in = nullptr, split_fn split = proportional,
-                                                 const std::function<void(int, train_config&)>& per_rank = {}) {
-  thread_hub own(n);
-  thread_hub& hub = hub_in != nullptr ? *hub_in : own;
-  std::vector<expected<train_report>> out(std::size_t(n), make_error(errc::internal, "not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      hub_group g(hub, r, n);
-      train_config c = base;
-      c.group = &g;
-      c.measured_split = measured;
-      c.split = split;
-      if (per_rank) per_rank(r, c);
-      out[std::size_t(r)] = train_single(c);
-    });
-  for (auto& t : threads) t.join();
-  return out;
-}
-
 // Largest |a - b| over the parameters of two weights files of `c.model`.
 double max_weight_diff(const train_config& c, const std::string& a, const std::string& b) {
   zoo_options zo;

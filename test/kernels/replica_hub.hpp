@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <numeric>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/trainer.hpp"
@@ -84,7 +86,7 @@ private:
 };
 
 // Same split rule as topology::split_rows for the speeds used here.
-std::vector<int64_t> proportional(int64_t rows, std::span<const double> speeds) {
+inline std::vector<int64_t> proportional(int64_t rows, std::span<const double> speeds) {
   double total = std::accumulate(speeds.begin(), speeds.end(), 0.0);
   std::vector<int64_t> out;
   int64_t given = 0;
@@ -93,6 +95,32 @@ std::vector<int64_t> proportional(int64_t rows, std::span<const double> speeds) 
     given += out.back();
   }
   for (std::size_t k = 0; given < rows; k = (k + 1) % out.size(), ++given) ++out[k];
+  return out;
+}
+
+// n replicas of `base` on n threads summing through one thread_hub (the
+// given one, or their own); train_single's result per rank.
+using split_fn = std::function<std::vector<int64_t>(int64_t, std::span<const double>)>;
+
+// per_rank: changes replica r's config (e.g. its device) before it runs.
+inline std::vector<expected<train_report>> run_replicas(const train_config& base, int n, bool measured,
+                                                        thread_hub* hub_in = nullptr, split_fn split = proportional,
+                                                        const std::function<void(int, train_config&)>& per_rank = {}) {
+  thread_hub own(n);
+  thread_hub& hub = hub_in != nullptr ? *hub_in : own;
+  std::vector<expected<train_report>> out(std::size_t(n), make_error(errc::internal, "not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      hub_group g(hub, r, n);
+      train_config c = base;
+      c.group = &g;
+      c.measured_split = measured;
+      c.split = split;
+      if (per_rank) per_rank(r, c);
+      out[std::size_t(r)] = train_single(c);
+    });
+  for (auto& t : threads) t.join();
   return out;
 }
 
