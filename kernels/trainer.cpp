@@ -69,6 +69,17 @@ void bench_slowdown(std::chrono::steady_clock::time_point since) {
 }
 
 
+// HETFLOW_DRILL_DP_PROBE_DELAY (seconds, tests): how long a data-parallel
+// replica waits between its speed probe and the probe's sum, so a test can
+// lose a replica's node at start-up.
+double drill_probe_delay_s() {
+  const char* e = std::getenv("HETFLOW_DRILL_DP_PROBE_DELAY");
+  if (e == nullptr || *e == '\0') return 0.0;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  return end != e && *end == '\0' && v > 0 && v < 600 ? v : 0.0;
+}
+
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
@@ -591,11 +602,8 @@ public:
     bucket_.clear();
     bucket_bytes_ = 0;
     for (;;) {
-      HF_ASSIGN_OR_RETURN(bool changed, g_->regroup());
+      HF_ASSIGN_OR_RETURN(bool changed, regroup());
       if (!changed) return failure;
-      std::vector<double> kept;
-      for (int k : g_->kept()) kept.push_back(k >= 0 && k < int(speeds_.size()) ? speeds_[std::size_t(k)] : 1.0);
-      speeds_ = std::move(kept);
       // Every replica's (epoch, step), one-hot: each learns all of them.
       const std::size_t n = std::size_t(g_->size()), r = std::size_t(g_->rank());
       std::vector<float> at(2 * n, 0.0f);
@@ -611,6 +619,29 @@ public:
       for (std::size_t i = 1; i < n; ++i) back = std::min(back, std::pair<int, int64_t>{int(at[2 * i]), int64_t(at[2 * i + 1])});
       return back;
     }
+  }
+
+  // The group without the replicas lost since the last regroup (false: it
+  // did not change); the speeds of those left stay theirs.
+  expected<bool> regroup() {
+    HF_ASSIGN_OR_RETURN(bool changed, g_->regroup());
+    if (!changed) return false;
+    std::vector<double> kept;
+    for (int k : g_->kept()) kept.push_back(k >= 0 && k < int(speeds_.size()) ? speeds_[std::size_t(k)] : 1.0);
+    speeds_ = std::move(kept);
+    return true;
+  }
+
+  // Start-up (before any snapshot exists): `step` - the speed probe's
+  // sum - again in the smaller group after a replica was lost.
+  status regroup_and_retry(const std::function<status()>& step) {
+    status s = step();
+    while (!s.ok() && can_recover() && s.code() != errc::cancelled) {
+      HF_ASSIGN_OR_RETURN(bool changed, regroup());
+      if (!changed) return s;
+      s = step();
+    }
+    return s;
   }
 
 private:
@@ -795,7 +826,10 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       }
     });
     HF_RETURN_IF_ERROR(probed);
-    HF_RETURN_IF_ERROR(dp.update_speeds(3 * count, secs));
+    // A replica lost before training starts: the others sum the speeds
+    // again among themselves (a drill delays the sum, for the tests).
+    if (const double d = drill_probe_delay_s(); d > 0) std::this_thread::sleep_for(std::chrono::duration<double>(d));
+    HF_RETURN_IF_ERROR(dp.regroup_and_retry([&] { return dp.update_speeds(3 * count, secs); }));
   }
 
   if (c.checkpoints && hm.where().kind != device_kind::cpu)

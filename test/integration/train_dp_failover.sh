@@ -16,6 +16,8 @@
 #     only: losing the node of one host's leader makes the other member
 #     there lead; the 3 replicas left redo the epoch and finish.
 #  3. two losses one after the other (4 replicas -> 2): generations 1 and 2.
+#  4. a loss at start-up, during the speed probe (measured split): the two
+#     left regroup before training (no rollback).
 # Which nodes may be lost (not replica 0's): registry_test.
 # dp_failover = false (the job stops): train_dp.sh and train_dp_resume.sh.
 source "$(dirname "$0")/lib.sh"
@@ -111,3 +113,29 @@ for a, b in zip(ref["epochs"], two["epochs"]):
     assert abs(a["loss"] - b["loss"]) <= 0.02 * abs(a["loss"]) + 1e-4, (a["loss"], b["loss"])
 PY
 pass "two losses (n3 in epoch 2, n2 in epoch 3): generations 1 and 2, back to $(json_get "$two.json" 'd["rolled_back_to"]'), 2 replicas finish, every row once per epoch"
+
+# --- 4. a loss at start-up: n2 dies before the speed probe's sum (measured split) -----------
+# HETFLOW_DRILL_DP_PROBE_DELAY holds every replica 3 s between its probe and
+# the probe's sum; n2 is killed as rank 0 says it starts. The survivors'
+# sums fail, they regroup and sum their speeds again, and train as 2 from
+# the first step: no snapshot to go back to, no rollback.
+early="$S/early.toml"
+early_job=()
+for l in "${job[@]}"; do
+  case $l in
+    'epochs = 3') early_job+=('epochs = 2') ;;
+    'dp_split = "equal"') early_job+=('dp_split = "measured"') ;;
+    *) early_job+=("$l") ;;
+  esac
+done
+write_topology "$early" 9644 3 auto "${early_job[@]}"
+one_thread "$early"
+grep -q 'dp_split = "measured"' "$early" && grep -q '^epochs = 2$' "$early" || { cat "$early"; fail "early topology"; }
+export HETFLOW_DRILL_DP_PROBE_DELAY=3
+run_and_kill "$early" n2 "data parallel: 3 replicas" 60 120
+unset HETFLOW_DRILL_DP_PROBE_DELAY
+[[ $RUN_RC -eq 0 ]] || { cat "$early.out"; fail "start-up loss: exit $RUN_RC, want 0"; }
+grep -q "replica0: lost replica2; going on as replica 0 of 2" "$early.out" || { cat "$early.out"; fail "start-up loss: regroup line"; }
+[[ $(json_get "$early.json" 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"] and d["rollbacks"] == 0 and d["replicas_at_end"] == 2 and [e["epoch"] for e in d["epochs"]] == [1, 2] and all(e["samples"] == 20000 for e in d["epochs"]) and all(len(s["rows"]) == 2 for s in d["splits"])') == True ]] ||
+  { python3 -m json.tool "$early.json"; fail "start-up loss: report"; }
+pass "a replica's node lost at start-up (during the speed probe): the 2 left regroup before training, no rollback, every row once per epoch"
