@@ -69,11 +69,11 @@ void bench_slowdown(std::chrono::steady_clock::time_point since) {
 }
 
 
-// HETFLOW_DRILL_DP_PROBE_DELAY (seconds, tests): how long a data-parallel
-// replica waits between its speed probe and the probe's sum, so a test can
-// lose a replica's node at start-up.
-double drill_probe_delay_s() {
-  const char* e = std::getenv("HETFLOW_DRILL_DP_PROBE_DELAY");
+// HETFLOW_DRILL_DP_START_DELAY (seconds, tests): how long a data-parallel
+// replica waits before each start-up sum (the speed probe's, --resume's
+// agreement), so a test can lose a replica's node at start-up.
+double drill_start_delay_s() {
+  const char* e = std::getenv("HETFLOW_DRILL_DP_START_DELAY");
   if (e == nullptr || *e == '\0') return 0.0;
   char* end = nullptr;
   const double v = std::strtod(e, &end);
@@ -714,17 +714,21 @@ status save_epoch_checkpoint(const train_config& c, model& m, optimizer& opt, in
 // --resume: the epochs done of the newest checkpoint (with a group: the
 // newest every replica has) restored into m and opt; 0 when there is none.
 expected<int> restore_epoch_checkpoint(const train_config& c, model& m, optimizer& opt,
-                                       std::span<parameter* const> params) {
+                                       std::span<parameter* const> params, replica_sync& dp) {
   std::vector<int> have;
   for (int l : c.checkpoints->labels())
     if (l >= 1 && l <= c.epochs) have.push_back(l);
   int label = have.empty() ? 0 : have.back();
   if (c.group && c.group->size() > 1) {
-    // flags[l] summed over the replicas: l is common when it reaches size().
-    std::vector<float> flags(std::size_t(c.epochs) + 1, 0.0f);
-    for (int l : have) flags[std::size_t(l)] = 1.0f;
-    std::span<float> all(flags);
-    HF_RETURN_IF_ERROR(c.group->sum(std::span<const std::span<float>>(&all, 1)));
+    // flags[l] summed over the replicas: l is common when it reaches size()
+    // (after a replica lost meanwhile, the size of the group left).
+    std::vector<float> flags;
+    HF_RETURN_IF_ERROR(dp.regroup_and_retry([&] {
+      flags.assign(std::size_t(c.epochs) + 1, 0.0f);
+      for (int l : have) flags[std::size_t(l)] = 1.0f;
+      std::span<float> all(flags);
+      return c.group->sum(std::span<const std::span<float>>(&all, 1));
+    }));
     label = 0;
     for (int l = c.epochs; l >= 1 && label == 0; --l)
       if (flags[std::size_t(l)] == float(c.group->size())) label = l;
@@ -828,7 +832,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(probed);
     // A replica lost before training starts: the others sum the speeds
     // again among themselves (a drill delays the sum, for the tests).
-    if (const double d = drill_probe_delay_s(); d > 0) std::this_thread::sleep_for(std::chrono::duration<double>(d));
+    if (const double d = drill_start_delay_s(); d > 0) std::this_thread::sleep_for(std::chrono::duration<double>(d));
     HF_RETURN_IF_ERROR(dp.regroup_and_retry([&] { return dp.update_speeds(3 * count, secs); }));
   }
 
@@ -837,7 +841,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
                                              " model need strategy dp for now (its replicas keep a host copy)");
   int first_epoch = 0;
   if (c.checkpoints && c.resume) {
-    HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, hm, *opt, params));
+    if (const double d = drill_start_delay_s(); d > 0) std::this_thread::sleep_for(std::chrono::duration<double>(d));
+    HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, hm, *opt, params, dp));
     HF_RETURN_IF_ERROR(mirror.values_to_device());
     HF_RETURN_IF_ERROR(mirror.state_to_device());
     rep.resumed_epochs = first_epoch;

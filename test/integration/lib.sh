@@ -91,10 +91,12 @@ kill_node_and_wait() {
 # TOPO.out), SIGKILL of NODE once WHEN_TEXT is in the output (then of each
 # further NODE once its WHEN_TEXT is), then waits up to END_SECONDS for the
 # run. Sets RUN_RC and KILL_TO_EXIT (seconds from the last kill to the exit).
+# RUN_AND_KILL_ARGS (environment): extra words for `hetflow run` (e.g. --resume).
 run_and_kill() {
   local topo=$1 node=$2 when=$3 when_secs=$4 end_secs=$5 run t0 t1
   shift 5
-  "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 &
+  # shellcheck disable=SC2086  # RUN_AND_KILL_ARGS: extra words for `hetflow run` (e.g. --resume)
+  "$HETFLOW" run "$topo" ${RUN_AND_KILL_ARGS:-} --report "$topo.json" >"$topo.out" 2>&1 &
   run=$!
   PIDS+=($run)
   while :; do

@@ -18,6 +18,7 @@
 #  3. two losses one after the other (4 replicas -> 2): generations 1 and 2.
 #  4. a loss at start-up, during the speed probe (measured split): the two
 #     left regroup before training (no rollback).
+#  5. a loss during --resume's agreement on the checkpoint to start from.
 # Which nodes may be lost (not replica 0's): registry_test.
 # dp_failover = false (the job stops): train_dp.sh and train_dp_resume.sh.
 source "$(dirname "$0")/lib.sh"
@@ -115,7 +116,7 @@ PY
 pass "two losses (n3 in epoch 2, n2 in epoch 3): generations 1 and 2, back to $(json_get "$two.json" 'd["rolled_back_to"]'), 2 replicas finish, every row once per epoch"
 
 # --- 4. a loss at start-up: n2 dies before the speed probe's sum (measured split) -----------
-# HETFLOW_DRILL_DP_PROBE_DELAY holds every replica 3 s between its probe and
+# HETFLOW_DRILL_DP_START_DELAY holds every replica 3 s between its probe and
 # the probe's sum; n2 is killed as rank 0 says it starts. The survivors'
 # sums fail, they regroup and sum their speeds again, and train as 2 from
 # the first step: no snapshot to go back to, no rollback.
@@ -131,11 +132,31 @@ done
 write_topology "$early" 9644 3 auto "${early_job[@]}"
 one_thread "$early"
 grep -q 'dp_split = "measured"' "$early" && grep -q '^epochs = 2$' "$early" || { cat "$early"; fail "early topology"; }
-export HETFLOW_DRILL_DP_PROBE_DELAY=3
+export HETFLOW_DRILL_DP_START_DELAY=3
 run_and_kill "$early" n2 "data parallel: 3 replicas" 60 120
-unset HETFLOW_DRILL_DP_PROBE_DELAY
+unset HETFLOW_DRILL_DP_START_DELAY
 [[ $RUN_RC -eq 0 ]] || { cat "$early.out"; fail "start-up loss: exit $RUN_RC, want 0"; }
 grep -q "replica0: lost replica2; going on as replica 0 of 2" "$early.out" || { cat "$early.out"; fail "start-up loss: regroup line"; }
 [[ $(json_get "$early.json" 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"] and d["rollbacks"] == 0 and d["replicas_at_end"] == 2 and [e["epoch"] for e in d["epochs"]] == [1, 2] and all(e["samples"] == 20000 for e in d["epochs"]) and all(len(s["rows"]) == 2 for s in d["splits"])') == True ]] ||
   { python3 -m json.tool "$early.json"; fail "start-up loss: report"; }
 pass "a replica's node lost at start-up (during the speed probe): the 2 left regroup before training, no rollback, every row once per epoch"
+
+# --- 5. a loss during --resume's agreement on a checkpoint -----------------------------------
+# Epoch 1 of 3 replicas checkpointed; the file then asks for 2 epochs and
+# `--resume` starts again with the same start-up delay; n2 dies before the
+# agreement's sum: n0 and n1 agree on epoch 1's checkpoint between them and
+# train epoch 2 as 2 replicas.
+res="$S/resume.toml"
+write_topology "$res" 9647 3 auto "${job[@]}" "checkpoint_dir = \"$S/ck\""
+sed -i 's/^epochs = 3$/epochs = 1/' "$res"
+one_thread "$res"
+timeout 300 "$HETFLOW" run "$res" --report "$res.first.json" >"$res.first.out" 2>&1 || { cat "$res.first.out"; fail "resume: the first epoch"; }
+sed -i 's/^epochs = 1$/epochs = 2/' "$res"
+export HETFLOW_DRILL_DP_START_DELAY=3 RUN_AND_KILL_ARGS=--resume
+run_and_kill "$res" n2 "data parallel: 3 replicas" 60 120
+unset HETFLOW_DRILL_DP_START_DELAY RUN_AND_KILL_ARGS
+[[ $RUN_RC -eq 0 ]] || { cat "$res.out"; fail "resume with a loss: exit $RUN_RC, want 0"; }
+[[ $(json_get "$res.json" 'd["status"] == "ok" and d["replicas_lost"] == 1 and d["replicas_identical"] and d["rollbacks"] == 0 and d["replicas_at_end"] == 2 and [e["epoch"] for e in d["epochs"]] == [2] and all(e["samples"] == 20000 for e in d["epochs"])') == True ]] ||
+  { python3 -m json.tool "$res.json"; cat "$res.out"; fail "resume with a loss: report"; }
+grep -q "resumed after epoch 1" "$res.out" || { cat "$res.out"; fail "resume with a loss: not resumed after epoch 1"; }
+pass "a replica's node lost during --resume's agreement: the 2 left agree on epoch 1's checkpoint and train epoch 2"
