@@ -106,6 +106,10 @@ struct node_shared {
   // local actor, delivered to it (from this node or over the data plane).
   struct actor_traffic {
     std::atomic<uint64_t> sent_messages{0}, sent_bytes{0}, received_messages{0}, received_bytes{0};
+    // Delivered wire messages the actor has let go of (pending_ref); the
+    // difference to received_messages is what waits in its mailbox or is
+    // still held by it.
+    std::shared_ptr<std::atomic<uint64_t>> released = std::make_shared<std::atomic<uint64_t>>(0);
     std::atomic<kernels::trace::track_id> trace_track{0};  // --trace: the actor's track, once looked up
   };
   std::unique_ptr<actor_traffic[]> traffic;  // actors.size() entries, set with actors
@@ -168,6 +172,18 @@ void wire_trace(node_shared& s, std::size_t ch, const char* name, std::size_t by
   kernels::trace::complete(id, name, kernels::trace::now_us(), 0, "bytes", int64_t(bytes));
 }
 
+// What an actor gets for one delivered wire message: the same bytes, with a
+// reference of its own whose release (the last copy of it dropped: the
+// message handled, or a kept one let go) counts `released`, so received -
+// released is what waits in its mailbox or is held by it.
+wire_buffer_ref pending_ref(wire_buffer_ref msg, const std::shared_ptr<std::atomic<uint64_t>>& released) {
+  const wire_buffer* raw = msg.get();
+  return wire_buffer_ref(raw, [keep = std::move(msg), released](const wire_buffer*) mutable {
+    keep.reset();
+    released->fetch_add(1, std::memory_order_relaxed);
+  });
+}
+
 class services_impl final : public node_services {
 public:
   explicit services_impl(std::shared_ptr<node_shared> sh) : sh_(std::move(sh)) {}
@@ -211,7 +227,7 @@ public:
       if (!dest)
         return make_error(errc::not_found, "actor '" + std::string(target) + "' is not running");
       // Same node: pass the buffer by reference. No serialization, no copy.
-      caf::anon_send(dest, wire_atom::value, sh_->self_name, std::move(msg));
+      caf::anon_send(dest, wire_atom::value, sh_->self_name, pending_ref(std::move(msg), t.released));
       return {};
     }
     // Per message: capture only a weak pointer and the node index; the
@@ -283,7 +299,7 @@ void sample_rates(node_shared& s) {
 // rates over the last second as gauges; the /metrics collector and the
 // shell's snapshot call it.
 void publish_actor_traffic(const node_shared& s) {
-  std::vector<std::pair<metrics::labels, double>> sm, sb, rm, rb, rms, rbs, sms, sbs;
+  std::vector<std::pair<metrics::labels, double>> sm, sb, rm, rb, rms, rbs, sms, sbs, pending;
   {
     std::lock_guard<std::mutex> g(s.rates_mu);
     for (std::size_t i = 0; i < s.rates.size() && i < s.actors.size(); ++i) {
@@ -311,6 +327,10 @@ void publish_actor_traffic(const node_shared& s) {
     if (r > 0) {
       rm.push_back({l, double(r)});
       rb.push_back({l, double(t.received_bytes.load(std::memory_order_relaxed))});
+      // Released after received is read: never negative (at worst one
+      // delivery behind).
+      const uint64_t done = t.released->load(std::memory_order_relaxed);
+      pending.push_back({l, double(r > done ? r - done : 0)});
     }
   }
   using metrics::kind;
@@ -332,6 +352,10 @@ void publish_actor_traffic(const node_shared& s) {
                    sbs);
   metrics::replace("hetflow_actor_wire_received_messages_per_second",
                    "Wire messages per second delivered to this local actor, over the last second", kind::gauge, rms);
+  metrics::replace("hetflow_actor_wire_pending_messages",
+                   "Wire messages delivered to this local actor and not yet let go by it: waiting in its mailbox, "
+                   "or kept by it (chunks ahead of their turn, held pulls)",
+                   kind::gauge, pending);
   metrics::replace("hetflow_actor_wire_received_bytes_per_second",
                    "Wire bytes per second delivered to this local actor, over the last second", kind::gauge, rbs);
 }
@@ -1420,8 +1444,9 @@ int run_node(const node_options& opts, const registry& reg) {
         s->traffic[ch].received_bytes.fetch_add(msg.size(), std::memory_order_relaxed);
         if (kernels::trace::enabled()) wire_trace(*s, ch, kernels::trace::intern("wire in from " + from_name), msg.size());
       }
-      caf::anon_send(dest, wire_atom::value, from_name,
-                     std::make_shared<const wire_buffer>(std::move(msg)));
+      wire_buffer_ref ref = std::make_shared<const wire_buffer>(std::move(msg));
+      if (ch < s->actors.size()) ref = pending_ref(std::move(ref), s->traffic[ch].released);
+      caf::anon_send(dest, wire_atom::value, from_name, std::move(ref));
     });
   }
 

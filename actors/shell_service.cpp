@@ -126,8 +126,14 @@ std::string state_json(const shell_node_snapshot& s, const std::string& metrics_
                         : g.running == 0 ? "stopped"
                                          : "not started";
     w.begin_object().field("name", a.name).field("type", a.type).field("node", a.node).field("state", state);
-    // CAF 0.17's mailbox size is not safe to read from outside the actor.
-    w.key("mailbox").null();
+    // CAF 0.17's mailbox size is not safe to read from outside the actor:
+    // the wire messages delivered and not yet let go by it stand in (null
+    // before its first one).
+    w.key("mailbox");
+    if (auto p = g.values.find("actor_wire_pending_messages"); p != g.values.end())
+      w.value(int64_t(p->second));
+    else
+      w.null();
     w.key("gauges").begin_object();
     for (auto& [k, v] : g.values) w.field(k, v);
     w.end_object().end_object();

@@ -468,12 +468,20 @@ private:
             "PROGRESS / WAITS");
     for (auto& r : rows)
       appendf(o.out, "%-*s %-*s %-10s %-11s %-7s %s\n", int(wn), str(r.actor, "name").c_str(), int(wt),
-              str(r.actor, "type").c_str(), str(r.actor, "node").c_str(), str(r.actor, "state").c_str(), "n/a",
-              progress_line(r.actor, r.waits).c_str());
-    appendf(o.out, "(%zu actor%s; mailbox sizes are n/a: CAF 0.17 cannot read them safely from outside an actor)\n",
+              str(r.actor, "type").c_str(), str(r.actor, "node").c_str(), str(r.actor, "state").c_str(),
+              mailbox_of(r.actor).c_str(), progress_line(r.actor, r.waits).c_str());
+    appendf(o.out,
+            "(%zu actor%s; MAILBOX: wire messages delivered and not yet let go - queued or kept by the actor; "
+            "n/a before its first)\n",
             rows.size(), rows.size() == 1 ? "" : "s");
     o.err = unreachable_note(all);
     return o;
+  }
+
+  // An actor's "mailbox" field as text: its pending wire messages, or n/a.
+  static std::string mailbox_of(const json& a) {
+    auto it = a.find("mailbox");
+    return it != a.end() && it->is_number() ? std::to_string(it->get<int64_t>()) : std::string("n/a");
   }
 
   // The placement entry of `name`, or a "did you mean" failure.
@@ -527,7 +535,8 @@ private:
     appendf(o.out, "actor %s (type %s) on node %s (%s)\n", str(a, "name").c_str(), str(a, "type").c_str(),
             str(a, "node").c_str(), addr.c_str());
     appendf(o.out, "  state      %s\n", str(a, "state").c_str());
-    appendf(o.out, "  mailbox    n/a (CAF 0.17 cannot read an actor's mailbox size safely from outside it)\n");
+    appendf(o.out, "  mailbox    %s (wire messages delivered and not yet let go: queued, or kept by the actor)\n",
+            mailbox_of(a).c_str());
     const json g = a.value("gauges", json::object());
     if (g.empty()) appendf(o.out, "  gauges     none (this actor type publishes no metrics gauges)\n");
     for (auto& [k, v] : g.items())

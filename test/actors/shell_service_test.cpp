@@ -60,12 +60,16 @@ BOOST_AUTO_TEST_CASE(state_holds_this_nodes_actors_gauges_and_waits) {
   m::set_gauge("hetflow_actor_running", "", {{"actor", "done"}, {"type", "trainer"}}, 0);
   m::set_gauge("hetflow_actor_ok", "", {{"actor", "done"}, {"type", "trainer"}}, 1);
   m::set_gauge("hetflow_train_step", "", {{"actor", "trainer"}}, 17);
+  m::set_gauge("hetflow_actor_wire_pending_messages", "", {{"actor", "trainer"}}, 3);
   m::set_gauge("hetflow_preprocess_rows", "", {{"actor", "trainer"}, {"pass", "2"}}, 5);
   auto id = w::begin("trainer", "far on node 'n1'", "batch 3");
   const std::string j = a::state_json(snap, m::render({}));
   w::end(id);
   BOOST_TEST_INFO(j);
-  BOOST_TEST(j.find("\"name\":\"trainer\",\"type\":\"trainer\",\"node\":\"n0\",\"state\":\"running\",\"mailbox\":null")
+  // mailbox: the wire messages delivered and not let go (null without any).
+  BOOST_TEST(j.find("\"name\":\"trainer\",\"type\":\"trainer\",\"node\":\"n0\",\"state\":\"running\",\"mailbox\":3")
+             != std::string::npos);
+  BOOST_TEST(j.find("\"name\":\"done\",\"type\":\"trainer\",\"node\":\"n0\",\"state\":\"finished\",\"mailbox\":null")
              != std::string::npos);
   BOOST_TEST(j.find("\"train_step\":17") != std::string::npos);
   BOOST_TEST(j.find("\"preprocess_rows{pass=2}\":5") != std::string::npos);

@@ -61,6 +61,10 @@ for i, g in enumerate(got):
     rb = {l["actor"]: v for l, v in g["hetflow_actor_wire_received_bytes_total"]}
     sb = {l["actor"]: v for l, v in g["hetflow_actor_wire_sent_bytes_total"]}
     assert rb.get(f"ring{i}", 0) > 0 and sb.get(f"ring{1 - i}", 0) > 0, (i, rb, sb)
+    # Delivered and not let go yet (the shell's MAILBOX): at most what was delivered.
+    pm = {l["actor"]: v for l, v in g["hetflow_actor_wire_pending_messages"]}
+    rmt = {l["actor"]: v for l, v in g["hetflow_actor_wire_received_messages_total"]}
+    assert 0 <= pm[f"ring{i}"] <= rmt[f"ring{i}"], (i, pm, rmt)
 # Byte counters only grow.
 b0 = got[0]["hetflow_data_plane_bytes_sent_total"][0][1]
 time.sleep(0.5)

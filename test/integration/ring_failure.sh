@@ -17,6 +17,9 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
   [[ ${RC_TWO_HOSTS:-0} == 1 ]] && sed -i -E '/^name = "n[23]"$/,/^port/ s/^host = "127.0.0.1"$/host = "127.0.0.2"/' "$topo"
   # RC_WATCHDOG=D: [cluster] watchdog = D (shorter than the 2 s collective timeout)
   [[ -n ${RC_WATCHDOG:-} ]] && sed -i "s/^connection_timeout = \(.*\)$/connection_timeout = \1\nwatchdog = \"$RC_WATCHDOG\"/" "$topo"
+  # RC_METRICS_PORT=P: [cluster] metrics_port = P; once the drill fired, the
+  # victim's /metrics must show chunks waiting for its blocked mailbox.
+  [[ -n ${RC_METRICS_PORT:-} ]] && sed -i "s/^connection_timeout = \(.*\)$/connection_timeout = \1\nmetrics_port = $RC_METRICS_PORT/" "$topo"
   local i
   start_nodes "$topo" "$nodes"
   local pids=("${NODE_PIDS[@]}")
@@ -29,6 +32,16 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
   else
     wait_for_text "$topo.n$victim.log" "fault drill" 30 || { cat "$topo".n*.log; fail "$name: drill never fired"; }
     t0=$(date +%s.%N)
+    if [[ -n ${RC_METRICS_PORT:-} ]]; then
+      sleep 0.3
+      /usr/bin/env python3 - "$((RC_METRICS_PORT + victim))" "$culprit" <<'PY' || fail "$name: no pending chunks shown for $culprit"
+import re, sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=3).read().decode()
+m = re.search(r'hetflow_actor_wire_pending_messages\{[^}]*actor="%s"\} (\S+)' % sys.argv[2], text)
+print("pending wire messages of", sys.argv[2], "while it stalls:", m and m.group(1))
+assert m and float(m.group(1)) >= 1
+PY
+    fi
   fi
   for ((i = 0; i < nodes; i++)); do
     ((i == victim)) && continue
@@ -49,7 +62,8 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
 
 run_case kill 8210 1 "n1"
 run_case die 8220 2 "ring2" 'drill_member = "ring2"' 'drill = "die"' 'drill_after = 200'
-RC_WATCHDOG=1s run_case stall 8230 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' 'drill_after = 200'
+RC_WATCHDOG=1s RC_METRICS_PORT=8235 run_case stall 8230 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' \
+  'drill_after = 200'
 # Before the timeout, ring2's node logged whom ring2 waits on: its left, the stalled ring1.
 grep -q "watchdog: no progress on node 'n2'.*ring2 waits on ring member 'ring1' (node 'n1') for the chunks of collective" \
   "$HETFLOW_SCRATCH/stall.toml.n2.log" || { cat "$HETFLOW_SCRATCH/stall.toml.n2.log"; fail "stall: n2's watchdog did not name ring1"; }
