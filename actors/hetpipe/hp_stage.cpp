@@ -37,6 +37,7 @@
 #include "actors/metrics.hpp"
 #include "actors/ps/clock_gauges.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
+#include "kernels/cuda/cuda_api.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/trainer.hpp"
 #include "kernels/zoo.hpp"
@@ -123,6 +124,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   const int keep = std::min(r.nm, r.stages - r.stage);
   for (int s = 0; s < keep; ++s) {
     HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(slice, c.where, {c.threads, c.seed + uint64_t(s)}));
+    if (c.precision && m.where().kind == kernels::device_kind::cuda)  // [job] precision: "tf32" or "f32" here
+      static_cast<kernels::cuda::context&>(m.context()).set_math(*c.precision);
     slots.push_back(std::move(m));
   }
   HF_ASSIGN_OR_RETURN(auto core, hetpipe::stage_core::make(std::move(slots), last_stage, c.optimizer));
