@@ -188,21 +188,24 @@ status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<paramete
                          std::span<const tensor> state, std::span<const std::string> names, const std::string& where,
                          device_context* device) {
   if (steps <= 0 || state.empty()) return {};
-  for (parameter* p : params)
+  // Zero gradients, in place when the buffer fits: it may be registered
+  // somewhere (a cuda replica's page-locked host copy), so it stays the same
+  // memory.
+  const auto memory = device != nullptr ? device->memory() : nullptr;  // null: host
+  for (parameter* p : params) {
     if (p->sparse) {
       p->sparse_grad = {};
-    } else if (device != nullptr && device->memory() != nullptr) {
-      if (p->grad.empty() || !(p->grad.shape() == p->value.shape()))
-        p->grad = tensor::empty_on(device->memory(), p->value.shape());
-      HF_RETURN_IF_ERROR(device->memory()->zero(p->grad.mutable_view().raw(), p->grad.byte_size()));
-    } else if (!p->grad.empty() && p->grad.shape() == p->value.shape()) {
-      // Zeroed in place: the buffer may be registered somewhere (a cuda
-      // replica's page-locked host copy), so it must stay the same memory.
+      continue;
+    }
+    if (p->grad.empty() || !(p->grad.shape() == p->value.shape()))
+      p->grad = memory ? tensor::empty_on(memory, p->value.shape()) : tensor::empty(p->value.shape());
+    if (memory) {
+      HF_RETURN_IF_ERROR(memory->zero(p->grad.mutable_view().raw(), p->grad.byte_size()));
+    } else {
       auto g = p->grad.f32_span();
       std::fill(g.begin(), g.end(), 0.0f);
-    } else {
-      p->grad = tensor::zeros(p->value.shape());
     }
+  }
   const int64_t primes = kind == optimizer_kind::adam ? steps : 1;
   for (int64_t i = 0; i < primes; ++i) HF_RETURN_IF_ERROR(opt.step(params, 0.0));
   auto st = opt.state();
@@ -217,10 +220,8 @@ status restore_optimizer(optimizer& opt, optimizer_kind kind, std::span<paramete
                                                     (i < names.size() ? names[i] : std::to_string(i)) +
                                                     " has shape " + t.shape().to_string() + ", here " +
                                                     st[i]->value.shape().to_string());
-    if (device != nullptr)
-      HF_RETURN_IF_ERROR(device->copy(t.view(), st[i]->value.mutable_view()));
-    else
-      std::copy(t.f32(), t.f32() + t.numel(), st[i]->value.f32());
+    HF_RETURN_IF_ERROR(device != nullptr ? device->copy(t.view(), st[i]->value.mutable_view())
+                                         : copy_into(t.view(), st[i]->value.mutable_view()));
   }
   return {};
 }

@@ -50,14 +50,18 @@ using clock_type = std::chrono::steady_clock;
 // It emulates an older, slower device beside a newer one on one machine
 // (bench/dp: the measured split): unlike a CPU hog, the process still
 // answers its ring at once. Read once; off (1) when unset or not > 1.
+// The number in environment variable `name` when it lies in (lo, hi), else
+// `otherwise` (unset, empty, not a number, out of range).
+double env_number(const char* name, double lo, double hi, double otherwise) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return otherwise;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  return end != e && *end == '\0' && v > lo && v < hi ? v : otherwise;
+}
+
 double bench_slowdown_factor() {
-  static const double f = [] {
-    const char* e = std::getenv("HETFLOW_BENCH_SLOWDOWN");
-    if (e == nullptr || *e == '\0') return 1.0;
-    char* end = nullptr;
-    const double v = std::strtod(e, &end);
-    return end != e && *end == '\0' && v > 1.0 && v < 1000.0 ? v : 1.0;
-  }();
+  static const double f = env_number("HETFLOW_BENCH_SLOWDOWN", 1.0, 1000.0, 1.0);
   return f;
 }
 
@@ -69,15 +73,12 @@ void bench_slowdown(std::chrono::steady_clock::time_point since) {
 }
 
 
-// HETFLOW_DRILL_DP_START_DELAY (seconds, tests): how long a data-parallel
-// replica waits before each start-up sum (the speed probe's, --resume's
+// HETFLOW_DRILL_DP_START_DELAY (seconds, tests): a data-parallel replica
+// waits this long before each start-up sum (the speed probe's, --resume's
 // agreement), so a test can lose a replica's node at start-up.
-double drill_start_delay_s() {
-  const char* e = std::getenv("HETFLOW_DRILL_DP_START_DELAY");
-  if (e == nullptr || *e == '\0') return 0.0;
-  char* end = nullptr;
-  const double v = std::strtod(e, &end);
-  return end != e && *end == '\0' && v > 0 && v < 600 ? v : 0.0;
+void drill_start_delay() {
+  if (const double d = env_number("HETFLOW_DRILL_DP_START_DELAY", 0.0, 600.0, 0.0); d > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(d));
 }
 
 double seconds_since(clock_type::time_point t0) {
@@ -244,8 +245,7 @@ public:
               t->byte_size() >= (std::size_t{256} << 10) && h.pins_.ctx->pin_host(raw, t->byte_size()))
             h.pins_.held.push_back(raw);
     }
-    HF_RETURN_IF_ERROR(h.values_to_device());
-    HF_RETURN_IF_ERROR(h.state_to_device());
+    HF_RETURN_IF_ERROR(h.all_to_device());
     return h;
   }
 
@@ -284,6 +284,11 @@ public:
   }
   status state_to_host() { return copy_state(true); }
   status state_to_device() { return copy_state(false); }
+  // Weights and state (the start, a restored snapshot or checkpoint).
+  status all_to_device() {
+    HF_RETURN_IF_ERROR(values_to_device());
+    return state_to_device();
+  }
 
 private:
   status copy_state(bool to_host) {
@@ -832,7 +837,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(probed);
     // A replica lost before training starts: the others sum the speeds
     // again among themselves (a drill delays the sum, for the tests).
-    if (const double d = drill_start_delay_s(); d > 0) std::this_thread::sleep_for(std::chrono::duration<double>(d));
+    drill_start_delay();
     HF_RETURN_IF_ERROR(dp.regroup_and_retry([&] { return dp.update_speeds(3 * count, secs); }));
   }
 
@@ -841,10 +846,9 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
                                              " model need strategy dp for now (its replicas keep a host copy)");
   int first_epoch = 0;
   if (c.checkpoints && c.resume) {
-    if (const double d = drill_start_delay_s(); d > 0) std::this_thread::sleep_for(std::chrono::duration<double>(d));
+    drill_start_delay();
     HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, hm, *opt, params, dp));
-    HF_RETURN_IF_ERROR(mirror.values_to_device());
-    HF_RETURN_IF_ERROR(mirror.state_to_device());
+    HF_RETURN_IF_ERROR(mirror.all_to_device());
     rep.resumed_epochs = first_epoch;
   }
 
@@ -910,8 +914,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_ASSIGN_OR_RETURN(opt, new_optimizer());
     HF_RETURN_IF_ERROR(
         apply_saved_state(c, hm, *opt, params, sn.values, sn.names, sn.optimizer_steps, "the failover snapshot"));
-    HF_RETURN_IF_ERROR(mirror.values_to_device());
-    HF_RETURN_IF_ERROR(mirror.state_to_device());
+    HF_RETURN_IF_ERROR(mirror.all_to_device());
     // The other snapshot may be ahead of this one: the next is taken afresh.
     for (auto& other : snapshots)
       if (&other != found) other.epoch = -1;

@@ -143,7 +143,8 @@ expected<kernels::tensor_view> stage_core::to_host(std::size_t s, kernels::tenso
 
 expected<kernels::tensor_view> stage_core::forward(int64_t p, kernels::tensor_view input) {
   HF_ASSIGN_OR_RETURN(kernels::tensor_view out, forward_in_slot(p, input));
-  return to_host(std::size_t(p % int64_t(slots_.size())), out, slot_out_[std::size_t(p % int64_t(slots_.size()))]);
+  const std::size_t s = std::size_t(p % int64_t(slots_.size()));
+  return to_host(s, out, slot_out_[s]);
 }
 
 // forward's checks and the forward itself; the output stays on the slot's

@@ -105,6 +105,10 @@ sed -i 's/^port = 7941$/port = 7941\ndevices = [ { kind = "cuda", index = 0 } ]/
 # machine without a GPU the run stops with the device's reason, no hang.
 "$HETFLOW" validate "$bad" >"$bad.out" 2>&1 || { cat "$bad.out"; fail "validate refused dp with a cuda replica"; }
 if ! "$HETFLOW" devices 2>&1 | grep -q "^cuda 0:"; then
+  # plan: the cuda replica is listed, not measurable here, and says why.
+  "$HETFLOW" plan "$bad" >"$bad.plan" 2>&1 || { cat "$bad.plan"; fail "plan of dp with a cuda replica"; }
+  grep -qE "^  1 +n1 .* cuda:0 " "$bad.plan" && grep -q "cuda:0 is not measured here (.*): the mean of the others" "$bad.plan" ||
+    { cat "$bad.plan"; fail "plan: the cuda replica's row or why it is not measured"; }
   # The launcher stops the other node at once (not after its 20 s join timeout).
   t0=$SECONDS
   timeout 60 "$HETFLOW" run "$bad" >"$bad.out" 2>&1

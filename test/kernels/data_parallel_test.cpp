@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "kernels/model.hpp"
 #include "kernels/trainer.hpp"
@@ -55,20 +57,24 @@ std::vector<int64_t> uneven(int64_t rows, std::span<const double> speeds) {
   return out;
 }
 
-// Largest |a - b| over the parameters of two weights files of `c.model`.
-double max_weight_diff(const train_config& c, const std::string& a, const std::string& b) {
+// A cpu model of `c.model` holding the weights file `path`.
+model load_model(const train_config& c, const std::string& path) {
   zoo_options zo;
   zo.input = c.data.sample;
   zo.classes = c.data.classes;
   zo.width = c.width;
   auto spec = make_model_spec(c.model, zo);
   BOOST_REQUIRE(spec.has_value());
-  auto ma = build_model(*spec, device::cpu(), build_options{1, 99});
-  auto mb = build_model(*spec, device::cpu(), build_options{1, 98});
-  BOOST_REQUIRE(ma.has_value() && mb.has_value());
-  BOOST_REQUIRE(load_weights(*ma, a).ok());
-  BOOST_REQUIRE(load_weights(*mb, b).ok());
-  auto pa = ma->parameters(), pb = mb->parameters();
+  auto m = build_model(*spec, device::cpu(), build_options{1, 99});
+  BOOST_REQUIRE(m.has_value());
+  BOOST_REQUIRE(load_weights(*m, path).ok());
+  return std::move(*m);
+}
+
+// Largest |a - b| over the parameters of two weights files of `c.model`.
+double max_weight_diff(const train_config& c, const std::string& a, const std::string& b) {
+  model ma = load_model(c, a), mb = load_model(c, b);
+  auto pa = ma.parameters(), pb = mb.parameters();
   double worst = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) {
     auto va = pa[i]->value.f32_span(), vb = pb[i]->value.f32_span();
@@ -257,4 +263,51 @@ BOOST_AUTO_TEST_CASE(host_mirrored_replicas_take_the_same_steps_bit_for_bit) {
       BOOST_CHECK_EQUAL(mixed[2]->epochs[e].test_accuracy, plain[0]->epochs[e].test_accuracy);
     }
   }
+}
+
+// Batch-norm running statistics are averaged weighted by the rows each
+// replica trained: a replica given no rows at all (a split that leaves it
+// out) does not dilute them, so the group's model - weights and statistics
+// - is the single-device one (replica 0 trains every row of every batch;
+// the sums add zeros). A plain mean would halve them towards the idle
+// replica's initial statistics.
+BOOST_AUTO_TEST_CASE(a_replica_without_rows_does_not_dilute_batch_norm_statistics) {
+  train_config c = config("resnet18");
+  c.width = 0.125;
+  c.epochs = 2;
+  const std::string single_path = temp_path("single-bn"), dp_path = temp_path("dp-bn");
+  c.save_weights = single_path;
+  auto single = train_single(c);
+  BOOST_REQUIRE_MESSAGE(single.has_value(), single.error().to_string());
+  c.save_weights = dp_path;
+  auto all_to_first = [](int64_t rows, std::span<const double> speeds) {
+    std::vector<int64_t> out(speeds.size(), 0);
+    out[0] = rows;
+    return out;
+  };
+  auto reps = run_replicas(c, 2, /*measured=*/false, nullptr, all_to_first);
+  for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+  BOOST_CHECK_EQUAL(reps[1]->weights_checksum, reps[0]->weights_checksum);
+  // Parameters bit for bit; statistics to float rounding (each replica's
+  // are scaled by its rows before the sum and by 1 / rows after).
+  model ms = load_model(c, single_path), md = load_model(c, dp_path);
+  auto ps = ms.parameters(), pd = md.parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i)
+    BOOST_CHECK_MESSAGE(std::equal(ps[i]->value.f32_span().begin(), ps[i]->value.f32_span().end(),
+                                   pd[i]->value.f32_span().begin()),
+                        ps[i]->name << " differs");
+  auto ss = ms.state(), sd = md.state();
+  BOOST_REQUIRE(!ss.empty());
+  double worst = 0;
+  for (std::size_t i = 0; i < ss.size(); ++i) {
+    auto a = ss[i]->value.f32_span(), b = sd[i]->value.f32_span();
+    for (std::size_t k = 0; k < a.size(); ++k)
+      worst = std::max(worst, double(std::abs(a[k] - b[k])) / std::max(1e-3, double(std::abs(a[k]))));
+  }
+  BOOST_TEST_MESSAGE("batch-norm statistics: largest relative difference to single-device " << worst);
+  BOOST_CHECK_LT(worst, 1e-5);  // a plain mean with the idle replica's would be ~0.5 off
+  for (std::size_t e = 0; e < single->epochs.size(); ++e)
+    BOOST_CHECK_EQUAL(reps[0]->epochs[e].test_accuracy, single->epochs[e].test_accuracy);
+  std::filesystem::remove(single_path);
+  std::filesystem::remove(dp_path);
 }
