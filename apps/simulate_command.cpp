@@ -337,12 +337,13 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
   std::string file;
   bool json_out = false;
   topology::simulation_options so;
+  bool as_run = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     if (a == "--json") {
       json_out = true;
     } else if (a == "--as-run") {
-      so.drain_waves = true;
+      as_run = true;
     } else if (a == "--waves" && i + 1 < args.size()) {
       so.waves = std::atoi(args[++i].c_str());
       if (so.waves < 2) {
@@ -403,6 +404,9 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
       return 2;
     }
     const auto& p = *e.hetpipe;
+    // --as-run: drained waves where `hetflow run` drains them (hetpipe_waves
+    // = "drain", cuda stages); its overlapped waves are HetPipe's.
+    so.drain_waves = as_run && topology::runtime_drains_waves(c, p);
     auto r = topology::simulate_hetpipe(p, *db, so);
     if (!r) {
       std::fprintf(stderr, "hetflow simulate: %s\n", r.error().message().c_str());
@@ -417,7 +421,7 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     j["simulated_samples_per_s"] = r->samples_per_s;
     j["simulated_ms"] = r->window_ms;
     j["waves"] = so.waves;
-    j["wave_model"] = so.drain_waves ? "as-run" : "overlapped";
+    j["wave_model"] = so.drain_waves ? "drained" : "overlapped";
     json vws = json::array();
     for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {
       const auto& sv = r->virtual_workers[v];
@@ -438,7 +442,9 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
                 "%d waves per VW (%d warm-up)%s\n",
                 file.c_str(), p.virtual_workers.size(), topology::to_string(p.policy), p.nm, p.staleness,
                 static_cast<long long>(p.batch), p.ps_local ? "local" : "spread", so.waves, so.warmup_waves,
-                so.drain_waves ? "; waves as hetflow run does them (--as-run)" : "");
+                so.drain_waves ? "; drained waves, as hetflow run does them here (--as-run)"
+                : as_run       ? "; overlapped waves, as hetflow run does them here (--as-run)"
+                               : "");
     if (!why.empty()) std::printf("  auto: %s\n", why.c_str());
     for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {
       const auto& sv = r->virtual_workers[v];

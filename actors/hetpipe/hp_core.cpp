@@ -1,5 +1,6 @@
 #include "actors/hetpipe/hp_core.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cuda/cuda_api.hpp"
@@ -21,9 +22,16 @@ expected<kernels::model_spec> slice_spec(const kernels::model_spec& whole, std::
 }
 
 expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::model> slots, bool last,
-                                                       const kernels::optimizer_config& opt) {
+                                                       const kernels::optimizer_config& opt, int overlap_nm) {
   if (slots.empty()) return make_error(errc::invalid_argument, "hetpipe stage: no slots");
+  if (overlap_nm < 0) return make_error(errc::invalid_argument, "hetpipe stage: a negative Nm");
+  if (overlap_nm > 0 && slots[0].where().kind != kernels::device_kind::cpu)
+    return make_error(errc::unsupported, "hetpipe stage: overlapped waves on " + slots[0].where().to_string() +
+                                             " (cpu stages only; hetpipe_waves = \"drain\")");
+  if (overlap_nm > 0 && int(slots.size()) > overlap_nm)
+    return make_error(errc::invalid_argument, "hetpipe stage: more slots than Nm");
   std::unique_ptr<stage_core> sc(new stage_core());
+  sc->overlap_nm_ = overlap_nm;
   auto ref = slots[0].parameters();
   for (auto& m : slots) {
     auto ps = m.parameters();
@@ -54,6 +62,7 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
     }
     HF_RETURN_IF_ERROR(ctx.copy(p->value.view(), q.value.mutable_view()));
     HF_ASSIGN_OR_RETURN(kernels::tensor base, kernels::copy_to_host(ctx, p->value.view()));
+    if (overlap_nm > 0) sc->before_.push_back(kernels::tensor::empty(p->value.shape()));
     sc->base_.push_back(std::move(base));
     sc->local_.push_back(std::move(q));
   }
@@ -79,7 +88,7 @@ int64_t stage_core::parameter_bytes() {
   return n;
 }
 
-status stage_core::install(std::span<const kernels::tensor_view> values) {
+status stage_core::check_values(std::span<const kernels::tensor_view> values) const {
   if (values.size() != local_.size())
     return make_error(errc::internal, "hetpipe stage: got " + std::to_string(values.size()) + " weight tensors, want " +
                                           std::to_string(local_.size()));
@@ -88,6 +97,12 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
       return make_error(errc::internal, "hetpipe stage: got " + std::to_string(values[i].byte_size()) + " bytes for " +
                                             local_[i].name + ", want " +
                                             std::to_string(local_[i].value.view().byte_size()));
+  return {};
+}
+
+status stage_core::install(std::span<const kernels::tensor_view> values) {
+  if (overlap_nm_ > 0) return make_error(errc::internal, "hetpipe stage: install() with overlapped waves");
+  HF_RETURN_IF_ERROR(check_values(values));
   kernels::device_context& ctx = slots_[0].context();
   for (std::size_t i = 0; i < local_.size(); ++i) {
     HF_RETURN_IF_ERROR(ctx.copy(values[i], local_[i].value.mutable_view()));
@@ -108,6 +123,38 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
   if (device_)
     for (std::size_t k = 1; k < slots_.size(); ++k) HF_RETURN_IF_ERROR(slots_[k].context().synchronize());
   return {};
+}
+
+status stage_core::rebase(std::span<const kernels::tensor_view> values, std::span<const int64_t> included_below) {
+  if (overlap_nm_ == 0) return make_error(errc::internal, "hetpipe stage: rebase() with drained waves");
+  HF_RETURN_IF_ERROR(check_values(values));
+  if (included_below.size() != local_.size())
+    return make_error(errc::internal, "hetpipe stage: rebase with " + std::to_string(included_below.size()) +
+                                          " wave marks for " + std::to_string(local_.size()) + " tensors");
+  for (std::size_t i = 0; i < local_.size(); ++i) {
+    float* dst = local_[i].value.f32();
+    std::memcpy(dst, values[i].f32(), values[i].byte_size());
+    const int64_t n = local_[i].value.numel();
+    for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it) {
+      const float* d = it->second[i].f32();
+      for (int64_t k = 0; k < n; ++k) dst[k] += d[k];
+    }
+    ++local_[i].version;
+  }
+  if (included_below.empty()) return {};
+  // Deltas every tensor's shard holds now are not needed again.
+  const int64_t low = *std::min_element(included_below.begin(), included_below.end());
+  delta_.erase(delta_.begin(), delta_.lower_bound(low));
+  return {};
+}
+
+expected<std::vector<kernels::tensor_view>> stage_core::wave_delta(int64_t t) {
+  auto it = delta_.find(t);
+  if (it == delta_.end())
+    return make_error(errc::internal, "hetpipe stage: no local updates of wave " + std::to_string(t) + " kept");
+  std::vector<kernels::tensor_view> v;
+  for (auto& d : it->second) v.push_back(d.view());
+  return v;
 }
 
 // `v` in `buf` on slot s's device (a copy; buf reallocated when its shape
@@ -162,6 +209,13 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
                                           "local update of minibatch " + std::to_string(p - int64_t(slots_.size())) +
                                           " (updates through " + std::to_string(next_update_ - 1) + " applied)");
   slot_mb_[s] = p;
+  if (overlap_nm_ > 0) {  // weight stashing: p's forward and backward use the local weights of now
+    auto ps = slots_[s].parameters();
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      std::memcpy(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.view().byte_size());
+      ++ps[i]->version;
+    }
+  }
   return forward_on_device(s, input);
 }
 
@@ -222,7 +276,23 @@ status stage_core::local_update(int64_t p, double lr) {
     HF_RETURN_IF_ERROR(slots_[0].context().copy(ps[i]->grad.view(), local_[i].grad.mutable_view()));
     targets.push_back(&local_[i]);
   }
-  HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+  if (overlap_nm_ > 0) {  // the step, summed into its wave's delta
+    for (std::size_t i = 0; i < local_.size(); ++i)
+      std::memcpy(before_[i].f32(), local_[i].value.f32(), local_[i].value.view().byte_size());
+    HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+    auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
+    for (std::size_t i = 0; i < local_.size(); ++i) {
+      if (fresh) it->second.push_back(kernels::tensor::zeros(local_[i].value.shape()));
+      float* d = it->second[i].f32();
+      const float* a = local_[i].value.f32();
+      const float* b = before_[i].f32();
+      const int64_t n = local_[i].value.numel();
+      for (int64_t k = 0; k < n; ++k) d[k] += a[k] - b[k];
+      ++local_[i].version;
+    }
+  } else {
+    HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+  }
   // ... and slot s's next backward (on its stream) must not overwrite its
   // gradients before slot 0's stream has copied them.
   if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[0].context().synchronize());
@@ -239,6 +309,7 @@ status stage_core::restore(kernels::optimizer_kind kind, int64_t steps, std::spa
                                                 device_ ? &slots_[0].context() : nullptr));
   next_update_ = next;
   std::fill(slot_mb_.begin(), slot_mb_.end(), -1);
+  delta_.clear();  // a checkpoint is a drained boundary: every wave before it is in the shards
   return {};
 }
 
@@ -252,6 +323,7 @@ expected<std::vector<kernels::state_tensor>> stage_core::optimizer_state() {
 }
 
 expected<std::vector<kernels::tensor>> stage_core::wave_update() {
+  if (overlap_nm_ > 0) return make_error(errc::internal, "hetpipe stage: wave_update() with overlapped waves");
   std::vector<kernels::tensor> u;
   for (std::size_t i = 0; i < local_.size(); ++i) {
     kernels::tensor d = kernels::tensor::empty(local_[i].value.shape());
@@ -267,7 +339,78 @@ expected<std::vector<kernels::tensor>> stage_core::wave_update() {
 }
 
 ps_core::ps_core(std::map<std::size_t, std::vector<kernels::tensor>> units, int workers, int64_t staleness)
-    : units_(std::move(units)), table_(workers, ps::consistency_model::ssp(staleness)), staleness_(staleness) {}
+    : ps_core(std::move(units), workers, staleness, options{}) {}
+
+ps_core::ps_core(std::map<std::size_t, std::vector<kernels::tensor>> units, int workers, int64_t staleness, options o)
+    : units_(std::move(units)),
+      table_(workers, ps::consistency_model::ssp(staleness)),
+      staleness_(staleness),
+      opt_(o),
+      exact_(o.overlap && staleness == 0),
+      included_(std::size_t(std::max(workers, 0)), 0),
+      pulled_(std::size_t(std::max(workers, 0)), -1),
+      total_(std::size_t(std::max(workers, 0)), ps::infinite_clock),
+      pulls_here_(std::size_t(std::max(workers, 0)), true) {}
+
+status ps_core::finish(int w, int64_t waves) {
+  HF_RETURN_IF_ERROR(table_.finish(w, waves));
+  total_.at(std::size_t(w)) = waves;
+  return {};
+}
+
+void ps_core::pull_overlapped(const ps::pull_ticket& t) {
+  auto& p = pulled_.at(std::size_t(t.worker));
+  p = std::max(p, t.clock);
+  waiting_.push_back(t);
+}
+
+bool ps_core::ready(const ps::pull_ticket& t) const {
+  const int64_t need = needs_below(t.clock);
+  // exact: the weights hold exactly the waves below `need` (advance_exact
+  // never adds wave need - 1 + 1 before every worker pulled past it).
+  if (exact_) return applied_below_ >= need;
+  return table_.global() >= need - staleness_;
+}
+
+// D = 0 from the start: adds the next wave t (in worker order) once every
+// worker pushed it and - unless wave t + 1 is drained - every worker that
+// pulls from this shard pulled wave t + 1 (or will never pull it), so a
+// pull of wave t + 1 never sees wave t. Which workers pull here is known
+// from their pushes (every worker pushes every wave to every shard, with
+// its unit range), and all of them pushed wave t before it can go in.
+bool ps_core::advance_exact() {
+  const int64_t t = applied_below_;
+  if (t >= table_.global()) return false;
+  int64_t top = 0;  // past every worker's last wave (all finished: g is infinite)
+  for (int64_t c : table_.clocks()) top = std::max(top, c);
+  if (t >= top) return false;
+  if (barrier_ >= 0 && t >= barrier_) return false;
+  if (!drained(t + 1))
+    for (std::size_t w = 0; w < pulled_.size(); ++w)
+      if (pulls_here_[w] && pulled_[w] < t + 1 && total_[w] > t + 1) return false;
+  while (!held_.empty() && held_.begin()->first.first == t) {
+    auto node = held_.extract(held_.begin());
+    add(node.mapped());
+  }
+  applied_below_ = t + 1;
+  std::fill(included_.begin(), included_.end(), applied_below_);
+  return true;
+}
+
+std::vector<ps::pull_ticket> ps_core::take_ready() {
+  std::vector<ps::pull_ticket> out;
+  for (;;) {
+    if (at_barrier()) return out;  // the checkpoint first (it must not wait for a pull)
+    for (auto it = waiting_.begin(); it != waiting_.end();)
+      if (ready(*it)) {
+        out.push_back(*it);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    if (!out.empty() || !exact_ || !advance_exact()) return out;
+  }
+}
 
 std::vector<std::size_t> ps_core::units_in(std::size_t first, std::size_t last) const {
   std::vector<std::size_t> v;
@@ -298,6 +441,7 @@ status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last, st
                                                   std::to_string(tag) + " has " + std::to_string(update.size()) +
                                                   " tensors, want " + std::to_string(want));
   HF_RETURN_IF_ERROR(table_.on_push(w, tag).error());
+  pulls_here_.at(std::size_t(w)) = want > 0 || !units_in(first, last).empty();
   held_[{tag, w}] = held{first, last, std::move(update)};
   ++pushes_;
   apply_ready();
@@ -319,7 +463,8 @@ void ps_core::add(const held& h) {
 void ps_core::apply_ready() {
   const int64_t g = table_.global();
   const int64_t limit = barrier_ >= 0 ? std::min(g, barrier_) : g;
-  if (staleness_ == 0) {  // waves < g in (wave, worker) order
+  if (exact_) return;  // take_ready adds, one wave at a time, between the answers
+  if (staleness_ == 0 && !opt_.overlap) {  // waves < g in (wave, worker) order
     while (!held_.empty() && held_.begin()->first.first < limit) {
       auto node = held_.extract(held_.begin());
       add(node.mapped());
@@ -332,6 +477,7 @@ void ps_core::apply_ready() {
     const auto [tag, w] = it->first;
     if (tag < table_.clock(w) && (barrier_ < 0 || tag < barrier_)) {
       add(it->second);
+      included_[std::size_t(w)] = tag + 1;
       it = held_.erase(it);
     } else {
       ++it;
@@ -342,6 +488,7 @@ void ps_core::apply_ready() {
 
 std::vector<ps::pull_ticket> ps_core::set_staleness(int64_t d) {
   staleness_ = d;
+  exact_ = false;  // pulls now see what has arrived (D = 0 too)
   table_.set_model(ps::consistency_model::ssp(d));
   apply_ready();
   return table_.released();
@@ -397,6 +544,9 @@ status ps_core::restore(std::map<std::size_t, std::vector<kernels::tensor>> unit
   table_.restore(clocks);
   held_.clear();
   applied_below_ = table_.global();
+  for (std::size_t w = 0; w < included_.size() && w < clocks.size(); ++w) included_[w] = clocks[w];
+  std::fill(pulled_.begin(), pulled_.end(), -1);
+  waiting_.clear();
   return {};
 }
 

@@ -33,9 +33,34 @@
 // min(Nm, S - j) minibatches between forward and backward, each in its own
 // slot, a copy of its units (a model of units [first, last]) holding that
 // minibatch's activations, so forwards of later minibatches do not
-// overwrite what an earlier minibatch's backward needs. The pipeline drains at every wave boundary
-// (the pull needs the wave's last update): a bubble of about S - 1 stage
-// times per wave.
+// overwrite what an earlier minibatch's backward needs.
+//
+// Two ways to cross a wave boundary (the job's `hetpipe_waves`):
+//
+//   drain (above): the pipeline drains at every wave boundary (the pull of
+//     W(c + 1) needs the wave's last update): a bubble of about S - 1 stage
+//     times per wave. A pull of wave c sees every VW's waves <= c - 1 - D.
+//   overlap (HetPipe's; the default on cpu stages): the pipeline never
+//     drains. Each stage runs one strict 1F1B schedule over all its
+//     minibatches (forward p when fewer than `slots` wait for their
+//     backward, else the backward of the oldest), so the order of its
+//     updates and forwards - and with D = 0 the whole run - is a function of
+//     the plan alone. Minibatch p's forward and backward use the stage's
+//     local weights as they are when p's forward starts (copied into p's
+//     slot: weight stashing): every local update through p - slots (>= p -
+//     Nm) and no later one. At the first forward of wave w the stage pulls
+//     G(w) and rebases: local = G(w) + its own updates G(w) does not hold
+//     yet (the shard says which: every wave of this worker below X). A pull
+//     of wave w waits for every VW's waves <= w - 2 - D (DESIGN.md's bound:
+//     wave w - 1 overlaps it). With D = 0 the shard answers it with exactly
+//     those waves: it adds wave t (in worker order) only once every worker
+//     pushed t and pulled t + 1, so a pull's weights never depend on timing.
+//     The update pushed for wave t is the sum of the local optimizer's steps
+//     of t's minibatches (kept per wave: wave_delta). Checkpoint waves
+//     (multiples of checkpoint_every) are drained boundaries: every stage
+//     finishes its backwards first, the pull of that wave waits for every
+//     VW's waves below it (the consistent cut a resumed run starts from),
+//     and a resumed run crosses them the same way. CPU stages only.
 //
 // Thread affinity: one owner thread; stage_core's forward/backward run the
 // slot models, inside their device context (the caller's job).
@@ -80,8 +105,10 @@ public:
   // `slots`: min(Nm, S - j) copies of the stage's units (built from slice_spec, any
   // seed: install() overwrites their weights). `last`: the stage computes
   // the loss. errc::invalid_argument for no slots or slots that differ.
+  // `overlap_nm` > 0: overlapped waves of that Nm (above; cpu slots only),
+  // 0: drained waves (install / wave_update).
   static expected<std::unique_ptr<stage_core>> make(std::vector<kernels::model> slots, bool last,
-                                                    const kernels::optimizer_config& opt);
+                                                    const kernels::optimizer_config& opt, int overlap_nm = 0);
 
   std::size_t slots() const noexcept { return slots_.size(); }
   kernels::model& slot(std::size_t s) noexcept { return slots_[s]; }
@@ -90,8 +117,17 @@ public:
   int64_t parameter_bytes();
 
   // W(c): copies `values` (one per parameter, in order) into every slot and
-  // into the local weights. Sizes checked.
+  // into the local weights. Sizes checked. Drained waves only.
   status install(std::span<const kernels::tensor_view> values);
+  // Overlapped waves: the pulled G (one per parameter, in order) and, per
+  // parameter, X: G holds this worker's waves < X. local = G + the kept
+  // wave deltas of waves >= X (those below X are dropped).
+  status rebase(std::span<const kernels::tensor_view> values, std::span<const int64_t> included_below);
+  // Overlapped waves: the sum of the local steps of wave t's minibatches
+  // (one per parameter; t must have updates). Valid until the next rebase.
+  expected<std::vector<kernels::tensor_view>> wave_delta(int64_t t);
+  bool overlapped() const noexcept { return overlap_nm_ > 0; }
+  std::size_t kept_deltas() const noexcept { return delta_.size(); }
   // Minibatch p's forward in slot p % slots() (train mode) on a copy of `input`
   // the slot keeps. The view stays valid until the slot's next forward.
   // Slots on a cuda device: inputs and gradients may come from the host
@@ -144,6 +180,10 @@ private:
   std::vector<kernels::tensor> slot_in_;    // each slot's input (its own copy)
   int64_t next_update_ = 0;
   std::vector<kernels::tensor> loss_grad_;  // per slot
+  int overlap_nm_ = 0;
+  std::map<int64_t, std::vector<kernels::tensor>> delta_;  // overlapped: wave -> sum of its local steps
+  std::vector<kernels::tensor> before_;                    // overlapped: the local weights before a step
+  status check_values(std::span<const kernels::tensor_view> values) const;
 };
 
 // One PS shard: the parameters of some units (unit index -> its tensors, in
@@ -151,7 +191,16 @@ private:
 // VW).
 class ps_core {
 public:
+  // `overlap`: the stages' waves overlap (stage_core above): pulls go
+  // through pull_overlapped / take_ready, and a pull of wave w needs waves
+  // <= w - 2 - D (<= w - 1 - D at drained waves: multiples of
+  // `drained_every`, when > 0). Otherwise pull / push's `released`.
+  struct options {
+    bool overlap = false;
+    int64_t drained_every = 0;
+  };
   ps_core(std::map<std::size_t, std::vector<kernels::tensor>> units, int workers, int64_t staleness);
+  ps_core(std::map<std::size_t, std::vector<kernels::tensor>> units, int workers, int64_t staleness, options o);
 
   const std::map<std::size_t, std::vector<kernels::tensor>>& units() const noexcept { return units_; }
   const ps::clock_table& clocks() const noexcept { return table_; }
@@ -160,13 +209,24 @@ public:
   std::vector<std::size_t> units_in(std::size_t first, std::size_t last) const;
 
   // Worker w will push `waves` updates in all.
-  status finish(int w, int64_t waves) { return table_.finish(w, waves); }
+  status finish(int w, int64_t waves);
   // Worker w's update of wave `tag` for its units [first, last] held here
   // (tensors in units_in order, each unit's in model order; shapes checked).
   // Appends the pulls it releases.
   status push(int w, int64_t tag, std::size_t first, std::size_t last, std::vector<kernels::tensor> update,
               std::vector<ps::pull_ticket>& released);
   bool pull(const ps::pull_ticket& t) { return table_.request(t); }
+  // Overlapped waves: a pull waits here; take_ready() returns the pulls to
+  // answer now, with the weights as they are (call it again after
+  // answering, and after a checkpoint, until it returns none: with D = 0 it
+  // adds at most the waves that the answered pulls allow). None while a
+  // checkpoint is due (at_barrier()).
+  void pull_overlapped(const ps::pull_ticket& t);
+  std::vector<ps::pull_ticket> take_ready();
+  // Worker w's waves below this are in the weights (what its pull answer
+  // tells the stage).
+  int64_t included_below(int w) const { return included_.at(std::size_t(w)); }
+  std::size_t waiting_pulls() const noexcept { return waiting_.size(); }
   // A new D from now on (`hetflow shell`'s `set staleness`); returns the
   // waiting pulls it releases. D = 0 adds later waves in worker order again.
   std::vector<ps::pull_ticket> set_staleness(int64_t d);
@@ -204,6 +264,22 @@ private:
   std::map<std::pair<int64_t, int>, held> held_;  // (tag, worker)
   int64_t applied_below_ = 0, pushes_ = 0;
   int64_t barrier_ = -1;
+  // Overlapped waves.
+  options opt_;
+  bool exact_ = false;             // D = 0 from the start: pulls see exactly waves <= w - 2 (timing-free)
+  std::vector<int64_t> included_;  // per worker: its waves below this are added
+  std::vector<int64_t> pulled_;    // per worker: the latest wave it pulled (-1: none)
+  std::vector<int64_t> total_;     // per worker: its waves in all (finish)
+  std::vector<bool> pulls_here_;   // per worker: it holds units here (it pulls here; known from its pushes)
+  std::vector<ps::pull_ticket> waiting_;
+  bool drained(int64_t wave) const noexcept {
+    return wave == 0 || (opt_.drained_every > 0 && wave % opt_.drained_every == 0);
+  }
+  int64_t needs_below(int64_t wave) const noexcept {  // the waves (of every VW) a pull of `wave` needs
+    return drained(wave) ? wave : wave - 1;
+  }
+  bool ready(const ps::pull_ticket& t) const;
+  bool advance_exact();
 };
 
 }  // namespace hetflow::hetpipe

@@ -148,8 +148,13 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   // The simulator's prediction for this very plan and these profiles, with
   // the waves as this runtime does them (bench/simulate/validate.sh compares
   // it with the measured throughput).
+  // Overlapped waves (hp_core.hpp) unless the job drains them or a stage is
+  // on a cuda device (its stage_core drains).
+  std::string why_drained;
+  const bool overlap = !topology::runtime_drains_waves(c, plan, &why_drained);
+  if (!why_drained.empty()) log_info("hetpipe: waves drained (" + why_drained + ")");
   topology::simulation_options so;
-  so.drain_waves = true;
+  so.drain_waves = !overlap;
   auto sim = plan_restored ? expected<topology::simulation_result>(make_error(errc::unsupported, "restored plan"))
                            : topology::simulate_hetpipe(plan, db, so);
   const double simulated = sim ? sim->samples_per_s : -1.0;
@@ -171,7 +176,8 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
                        std::to_string(cfg.batch_size) + " per VW, " + cfg.model + " for " +
                        std::to_string(cfg.epochs) + " epochs; predicted " +
                        std::to_string(int64_t(plan.predicted_samples_per_s)) + " samples/s (planner), " +
-                       std::to_string(int64_t(simulated)) + " (simulated as run)";
+                       std::to_string(int64_t(simulated)) + " (simulated as run: waves " +
+                       (overlap ? "overlapped" : "drained") + ")";
     log_info(line);
     for (int v = 0; v < V; ++v) {
       std::string s = "  VW " + std::to_string(v) + ":";
@@ -212,7 +218,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
           {"minibatches", std::to_string(mbs)}, {"timeout", std::to_string(timeout)},
           {"jitter", std::to_string(p.get_number("hetpipe_drill_jitter", 0.0))},
           {"ckpt_every", std::to_string(ckpt_every)},
-          {"resume", resume ? "1" : "0"}};
+          {"resume", resume ? "1" : "0"},     {"overlap", overlap ? "1" : "0"}};
       if (s > 0) kv["prev"] = sn[std::size_t(s - 1)];
       if (s + 1 < S) kv["next"] = sn[std::size_t(s + 1)];
       HF_RETURN_IF_ERROR(ib.send(sn[std::size_t(s)], kind_role, {}, {}, {}, encode_role(kv)));
@@ -236,7 +242,8 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
                                           {"names", all_names},
                                           {"staleness", std::to_string(plan.staleness)},
                                           {"ckpt_every", std::to_string(ckpt_every)},
-                                          {"resume", resume ? "1" : "0"}};
+                                          {"resume", resume ? "1" : "0"},
+                                          {"overlap", overlap ? "1" : "0"}};
     HF_RETURN_IF_ERROR(ib.send(ps_name(int(n)), kind_role, {}, {}, {}, encode_role(kv)));
   }
   // --resume: the newest checkpoint every used stage and every shard can read.
@@ -383,6 +390,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   j.end_array();
   j.field("predicted_samples_per_s", plan.predicted_samples_per_s);
   j.field("simulated_samples_per_s", simulated);
+  j.field("hetpipe_waves", overlap ? "overlap" : "drain");
   j.field("samples_per_s", train_seconds > 0 ? double(samples) / train_seconds : 0.0);
   j.field("plan_seconds", plan_seconds).field("train_seconds", train_seconds);
   j.field("resumed_wave", resumed);

@@ -33,6 +33,7 @@ using clock_type = std::chrono::steady_clock;
 
 struct waiting_pull {
   std::string sender;
+  int worker = 0;
   int64_t clock = 0;
   std::size_t first = 0, last = 0;
   bool final = false;
@@ -49,7 +50,9 @@ status answer(inbox& ib, const hetpipe::ps_core& core, const waiting_pull& w, in
     for (const auto& t : core.units().at(u)) ts.push_back(t.view());
   ralp::ralp_info info;
   info.clock = w.clock;
-  info.global = core.applied_below();
+  // Overlapped waves: the puller's own waves below this are in (it adds
+  // the later ones itself).
+  info.global = w.final ? core.applied_below() : core.included_below(w.worker);
   return ib.send(w.sender, kind_weights, info, ts);
 }
 
@@ -114,9 +117,10 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
       }
     }
   }
-  hetpipe::ps_core core(std::move(held), int(waves.size()), staleness);
   // Checkpoints and --resume.
   const int64_t every = kv.count("ckpt_every") ? std::stoll(kv.at("ckpt_every")) : 0;
+  const bool overlap = kv.count("overlap") && kv.at("overlap") == "1";
+  hetpipe::ps_core core(std::move(held), int(waves.size()), staleness, {overlap, every});
   const std::string ckpt_dir = cluster.job.params.get_string("checkpoint_dir", "");
   std::shared_ptr<ps::checkpoint_store> store;
   if (every > 0) store = ps::make_directory_store(ckpt_dir);
@@ -180,6 +184,16 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
     }
     return {};
   };
+  // Overlapped waves: checkpoints due, then the pulls the shard may answer
+  // now, until neither (with D = 0 each round may add one wave).
+  auto settle = [&]() -> status {
+    for (;;) {
+      HF_RETURN_IF_ERROR(checkpoint_due());
+      auto ready = core.take_ready();
+      if (ready.empty() && !core.at_barrier()) return release({});  // (at the barrier: write it, go on)
+      HF_RETURN_IF_ERROR(release(ready));
+    }
+  };
   for (;;) {
     // Waits past ps_timeout: name the stage holding the global clock back.
     for (auto& [id, w] : waits)
@@ -198,7 +212,7 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
                ", set by `hetflow shell`)");
       auto ready = core.set_staleness(d);
       ps::publish_server_clocks(me, core.clocks());
-      HF_RETURN_IF_ERROR(release(ready));
+      HF_RETURN_IF_ERROR(overlap ? settle() : release(ready));
     }
     auto m = ib.next([](const ralp::ralp_message&) { return true; }, 0.25, "the stages", "pushes or pulls");
     if (!m) {
@@ -217,13 +231,17 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
       std::vector<ps::pull_ticket> ready;
       HF_RETURN_IF_ERROR(core.push(w, m->info.clock, std::size_t(m->info.aux), std::size_t(m->info.reserved),
                                    std::move(update), ready));
-      HF_RETURN_IF_ERROR(checkpoint_due());
       ps::publish_server_clocks(me, core.clocks());
-      HF_RETURN_IF_ERROR(release(ready));
+      if (overlap) {
+        HF_RETURN_IF_ERROR(settle());
+      } else {
+        HF_RETURN_IF_ERROR(checkpoint_due());
+        HF_RETURN_IF_ERROR(release(ready));
+      }
     } else if (m->kind == kind_pull) {
       ++pulls;
-      waiting_pull wp{m->sender, m->info.clock, std::size_t(m->info.aux), std::size_t(m->info.reserved),
-                      (m->info.flags & ralp::flag_final) != 0, clock_type::now()};
+      waiting_pull wp{m->sender, m->info.worker, m->info.clock, std::size_t(m->info.aux),
+                      std::size_t(m->info.reserved), (m->info.flags & ralp::flag_final) != 0, clock_type::now()};
       if (wp.final) {
         if (core.clocks().all_finished())
           HF_RETURN_IF_ERROR(answer(ib, core, wp, max_distance));
@@ -231,8 +249,16 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
           finals.push_back(wp);
         continue;
       }
+      if (wp.worker < 0 || wp.worker >= int(waves.size()))
+        return make_error(errc::wire_corrupt, me + ": pull from an unknown worker");
       ps::pull_ticket t{m->info.worker, m->info.clock, next_id++};
-      if (core.pull(t)) {
+      if (overlap) {
+        core.pull_overlapped(t);
+        ++pulls_waited;  // counted back below when answered at once
+        waits[t.id] = wp;
+        HF_RETURN_IF_ERROR(settle());
+        if (!waits.count(t.id)) --pulls_waited;
+      } else if (core.pull(t)) {
         HF_RETURN_IF_ERROR(answer(ib, core, wp, max_distance));
       } else {
         ++pulls_waited;

@@ -58,6 +58,7 @@ struct role_info {
   double jitter_s = 0;  // hetpipe_drill_jitter
   int64_t ckpt_every = 0;  // waves between checkpoints (0: none)
   bool resume = false;
+  bool overlap = false;    // overlapped waves (hp_core.hpp)
 };
 
 expected<role_info> parse_role(const std::string& me, const std::map<std::string, std::string>& kv) {
@@ -79,6 +80,7 @@ expected<role_info> parse_role(const std::string& me, const std::map<std::string
     if (kv.count("jitter")) r.jitter_s = std::stod(kv.at("jitter"));
     if (kv.count("ckpt_every")) r.ckpt_every = std::stoll(kv.at("ckpt_every"));
     r.resume = kv.count("resume") && kv.at("resume") == "1";
+    r.overlap = kv.count("overlap") && kv.at("overlap") == "1";
   } catch (const std::exception& e) {
     return make_error(errc::wire_corrupt, me + ": a malformed role from the head (" + e.what() + ")");
   }
@@ -128,7 +130,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       static_cast<kernels::cuda::context&>(m.context()).set_math(*c.precision);
     slots.push_back(std::move(m));
   }
-  HF_ASSIGN_OR_RETURN(auto core, hetpipe::stage_core::make(std::move(slots), last_stage, c.optimizer));
+  HF_ASSIGN_OR_RETURN(auto core, hetpipe::stage_core::make(std::move(slots), last_stage, c.optimizer,
+                                                           r.overlap ? r.nm : 0));
   st.param_bytes = core->parameter_bytes();
   // Each unit's parameter count, to split pulled weights by unit.
   std::vector<std::size_t> unit_params;
@@ -207,14 +210,31 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     }
     std::vector<kernels::tensor_view> all;
     for (auto& v : by_unit) all.insert(all.end(), v.begin(), v.end());
-    HF_RETURN_IF_ERROR(core->install(all));
+    if (core->overlapped()) {
+      // Per tensor: this worker's waves its shard already holds.
+      std::vector<int64_t> x;
+      for (std::size_t u = r.first; u <= r.last; ++u) {
+        const auto a = std::size_t(std::find(shards.begin(), shards.end(), int(r.unit_ps[u])) - shards.begin());
+        for (std::size_t i = 0; i < unit_params[u - r.first]; ++i) x.push_back(answers[a].info.global);
+      }
+      HF_RETURN_IF_ERROR(core->rebase(all, x));
+    } else {
+      HF_RETURN_IF_ERROR(core->install(all));
+    }
     st.pull_seconds += since(t0);
     return {};
   };
 
   auto push = [&](int64_t wave) -> status {
     kernels::trace::scope t("push", tk, "wave", wave);
-    HF_ASSIGN_OR_RETURN(std::vector<kernels::tensor> u, core->wave_update());
+    std::vector<kernels::tensor> owned;
+    std::vector<kernels::tensor_view> u;
+    if (core->overlapped()) {
+      HF_ASSIGN_OR_RETURN(u, core->wave_delta(wave));
+    } else {
+      HF_ASSIGN_OR_RETURN(owned, core->wave_update());
+      for (auto& t : owned) u.push_back(t.view());
+    }
     // Every shard gets a push (empty when it holds none of these units):
     // its clock table counts every stage of every VW.
     const int nodes = int(cluster.nodes.size());
@@ -223,7 +243,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       std::size_t k = 0;
       for (std::size_t un = r.first; un <= r.last; ++un)
         for (std::size_t i = 0; i < unit_params[un - r.first]; ++i, ++k)
-          if (r.unit_ps[un] == n) ts.push_back(u[k].view());
+          if (r.unit_ps[un] == n) ts.push_back(u[k]);
       ralp::ralp_info info;
       info.worker = r.worker;
       info.clock = wave;
@@ -290,11 +310,136 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     return {};
   };
 
+  // Stage 0: minibatch p from the data (its batch, forward, activations +
+  // labels -> the next stage; a one-stage VW: forward, loss, backward).
+  auto start_one = [&](int64_t p) -> status {
+    const int epoch = int(p / per_epoch);
+    const int64_t step = r.vw + (p % per_epoch) * r.vws;
+    if (epoch != open_epoch) {
+      if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
+      HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
+      open_epoch = epoch;
+    }
+    HF_ASSIGN_OR_RETURN(kernels::train_batch b, source->next(epoch, step));
+    const double lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, step, plan.steps, c.epochs);
+    lr_of[p] = lr;
+    epoch_of[p] = epoch;
+    jitter();
+    const auto tc = clock_type::now();
+    if (last_stage) {  // a one-stage VW
+      HF_RETURN_IF_ERROR(last_step(p, b.images, b.labels, lr));
+    } else {
+      kernels::trace::scope t("forward", tk, "minibatch", p);
+      HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, b.images));
+      ralp::ralp_info info;
+      info.clock = p;
+      info.global = epoch;
+      info.aux = step;
+      info.lr = lr;
+      std::vector<kernels::tensor_view> ts{act};
+      HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, b.labels));
+    }
+    st.compute_seconds += since(tc);
+    return {};
+  };
+  int kept = 0;  // forwarded here, backward not yet
+  // Activations of minibatch p from the previous stage.
+  auto on_forward = [&](const ralp::ralp_message& m) -> status {
+    const int64_t p = m.info.clock;
+    if (first_stage || m.sender != r.prev)
+      return make_error(errc::internal, me + ": activations from '" + m.sender + "', not its previous stage");
+    jitter();
+    const auto tc = clock_type::now();
+    lr_of[p] = m.info.lr;
+    epoch_of[p] = int(m.info.global);
+    HF_ASSIGN_OR_RETURN(kernels::tensor_view in, f32_view(m, 0));
+    HF_ASSIGN_OR_RETURN(std::vector<int32_t> labels, ralp::i32_values(m, 1));
+    if (last_stage) {
+      HF_RETURN_IF_ERROR(last_step(p, in, labels, m.info.lr));
+    } else {
+      kernels::trace::scope t("forward", tk, "minibatch", p);
+      HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, in));
+      ralp::ralp_info info = m.info;
+      std::vector<kernels::tensor_view> ts{act};
+      HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, labels));
+      ++kept;
+    }
+    st.compute_seconds += since(tc);
+    return {};
+  };
+  // dL/d(output) of minibatch p from the next stage: backward, dL/d(input)
+  // to the previous stage, the local update.
+  auto on_backward = [&](const ralp::ralp_message& m) -> status {
+    const int64_t p = m.info.clock;
+    if (last_stage || m.sender != r.next)
+      return make_error(errc::internal, me + ": gradients from '" + m.sender + "', not its next stage");
+    const auto tc = clock_type::now();
+    HF_ASSIGN_OR_RETURN(kernels::tensor_view g, f32_view(m, 0));
+    {
+      kernels::trace::scope t("backward", tk, "minibatch", p);
+      HF_ASSIGN_OR_RETURN(kernels::tensor_view dx, core->backward(p, g, !first_stage));
+      if (!first_stage) {
+        ralp::ralp_info info;
+        info.clock = p;
+        std::vector<kernels::tensor_view> ts{dx};
+        HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
+      }
+    }
+    HF_RETURN_IF_ERROR(core->local_update(p, lr_of[p]));
+    --kept;
+    st.compute_seconds += since(tc);
+    return {};
+  };
+  // `hetflow shell`'s pause: no new work until resume.
+  auto honour_pause = [&]() -> status {
+    if (!control::paused(me)) return {};
+    kernels::waits::scope w(me, "the shell", "resume (paused by `hetflow shell`)");
+    while (control::paused(me)) {
+      if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return {};
+  };
+  auto after_step = [&](int64_t done_before) {
+    for (int64_t q = done_before; q < core->updates(); ++q) {  // q is done here
+      lr_of.erase(q);
+      epoch_of.erase(q);
+    }
+    kernels::waits::progress();
+    actors::metrics::set_gauge("hetflow_hetpipe_in_flight", "Minibatches between forward and backward at a HetPipe stage",
+                               {{"actor", me}}, double(kept));
+  };
+  // Checkpoints of the local optimizer state (the shards keep the weights),
+  // written before the pull of `wave` (waves < `wave` are in).
+  std::shared_ptr<ps::checkpoint_store> store;
+  if (r.ckpt_every > 0) store = ps::make_directory_store(cluster.job.params.get_string("checkpoint_dir", ""));
+  auto write_checkpoint = [&](int64_t wave) -> status {
+    kernels::trace::scope t("checkpoint", tk, "wave", wave);
+    ps::checkpoint_meta meta;
+    meta.shard_name = me;
+    meta.shard = r.worker;
+    meta.label = wave;
+    meta.clocks = {wave};
+    meta.optimizer_steps = core->optimizer_steps();
+    std::vector<ps::named_tensor> ts;
+    HF_ASSIGN_OR_RETURN(std::vector<kernels::state_tensor> state, core->optimizer_state());
+    for (auto& t : state) ts.push_back({t.name, &t.value});
+    meta.state_tensors = int64_t(ts.size());
+    HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
+    ++st.checkpoints;
+    return {};
+  };
+  auto pushed = [&](int64_t wave) -> status {
+    HF_RETURN_IF_ERROR(push(wave));
+    ++st.waves;
+    ps::publish_worker_clock(me, wave + 1);  // waves pushed (the shell's `clocks`)
+    return {};
+  };
+  const std::string upstream = first_stage ? "stage " + std::to_string(r.stage + 1) + " " + ib.who(r.next)
+                                           : "its neighbour stages";
+
   expected<stage_stats> result = make_error(errc::internal, "did not run");
   core->slot(0).context().run([&] { result = [&]() -> expected<stage_stats> {
-    // Checkpoints of the local optimizer state (the shards keep the weights).
-    std::shared_ptr<ps::checkpoint_store> store;
-    if (r.ckpt_every > 0) store = ps::make_directory_store(cluster.job.params.get_string("checkpoint_dir", ""));
     int64_t first_wave = 0;
     if (r.resume) {
       HF_ASSIGN_OR_RETURN(int64_t label, agree_on_label(ib, store.get(), me));
@@ -306,72 +451,71 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         st.resumed_wave = label;
       }
     }
-    for (int64_t wave = first_wave; wave < waves.waves(); ++wave) {
-      if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
-      if (store && wave > first_wave && wave % r.ckpt_every == 0) {  // before the pull: waves < `wave` are in
-        kernels::trace::scope t("checkpoint", tk, "wave", wave);
-        ps::checkpoint_meta meta;
-        meta.shard_name = me;
-        meta.shard = r.worker;
-        meta.label = wave;
-        meta.clocks = {wave};
-        meta.optimizer_steps = core->optimizer_steps();
-        std::vector<ps::named_tensor> ts;
-        HF_ASSIGN_OR_RETURN(std::vector<kernels::state_tensor> state, core->optimizer_state());
-        for (auto& t : state) ts.push_back({t.name, &t.value});
-        meta.state_tensors = int64_t(ts.size());
-        HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
-        ++st.checkpoints;
-      }
-      HF_RETURN_IF_ERROR(pull(wave));
-      const int64_t begin = waves.first_of(wave), end = begin + waves.size_of(wave);
-      int kept = 0;               // forwarded here, backward not yet
-      int64_t next_start = begin;  // stage 0: the next minibatch to start
-      auto start_one = [&](int64_t p) -> status {
-        const int epoch = int(p / per_epoch);
-        const int64_t step = r.vw + (p % per_epoch) * r.vws;
-        if (epoch != open_epoch) {
-          if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
-          HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
-          open_epoch = epoch;
-        }
-        HF_ASSIGN_OR_RETURN(kernels::train_batch b, source->next(epoch, step));
-        const double lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, step, plan.steps, c.epochs);
-        lr_of[p] = lr;
-        epoch_of[p] = epoch;
-        jitter();
-        const auto tc = clock_type::now();
-        if (last_stage) {  // a one-stage VW
-          HF_RETURN_IF_ERROR(last_step(p, b.images, b.labels, lr));
-          lr_of.erase(p);
-          epoch_of.erase(p);
-        } else {
-          kernels::trace::scope t("forward", tk, "minibatch", p);
-          HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, b.images));
-          ralp::ralp_info info;
-          info.clock = p;
-          info.global = epoch;
-          info.aux = step;
-          info.lr = lr;
-          std::vector<kernels::tensor_view> ts{act};
-          HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, b.labels));
-        }
-        st.compute_seconds += since(tc);
-        return {};
-      };
-      while (core->updates() < end) {
-        // `hetflow shell`'s pause: no new work until resume.
-        if (control::paused(me)) {
-          kernels::waits::scope w(me, "the shell", "resume (paused by `hetflow shell`)");
-          while (control::paused(me)) {
-            if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (r.overlap) {
+      // Overlapped waves: one strict 1F1B schedule over every minibatch -
+      // forward the next while fewer than `keep` wait here for their
+      // backward, else the backward of the oldest - pulling at each wave's
+      // first forward and pushing after its last update. Checkpoint waves
+      // are drained: every backward before them first.
+      const int64_t total = r.minibatches;
+      int64_t next_f = waves.first_of(first_wave);
+      int64_t pulled = -1;  // the latest wave pulled
+      while (core->updates() < total) {
+        if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+        HF_RETURN_IF_ERROR(honour_pause());
+        const int64_t done = core->updates();
+        bool forward = next_f < total && kept < keep;
+        if (forward && waves.wave_of(next_f) != pulled) {  // the wave's first forward
+          const int64_t w = waves.wave_of(next_f);
+          const bool drained = r.ckpt_every > 0 && w % r.ckpt_every == 0;
+          if (drained && done < next_f) {
+            forward = false;  // finish the backwards before it
+          } else {
+            if (store && drained && w > first_wave) HF_RETURN_IF_ERROR(write_checkpoint(w));
+            HF_RETURN_IF_ERROR(pull(w));
+            pulled = w;
           }
         }
+        if (forward && first_stage) {
+          HF_RETURN_IF_ERROR(start_one(next_f));
+          if (!last_stage) ++kept;
+        } else {
+          const auto want_kind = forward ? kind_forward : kind_backward;
+          const int64_t want = forward ? next_f : done;
+          HF_ASSIGN_OR_RETURN(auto m, ib.next(
+                                          [&](const ralp::ralp_message& x) {
+                                            return x.kind == want_kind && x.info.clock == want;
+                                          },
+                                          r.timeout_s, upstream,
+                                          std::string(forward ? "activations" : "gradients") + " of minibatch " +
+                                              std::to_string(want) + " (wave " +
+                                              std::to_string(waves.wave_of(want)) + ")"));
+          HF_RETURN_IF_ERROR(forward ? on_forward(m) : on_backward(m));
+        }
+        if (forward) ++next_f;
+        for (int64_t q = done; q < core->updates(); ++q)  // a wave's last update: its push
+          if (q + 1 == total || waves.wave_of(q + 1) != waves.wave_of(q)) HF_RETURN_IF_ERROR(pushed(waves.wave_of(q)));
+        after_step(done);
+      }
+      if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
+      st.minibatches = core->updates() - waves.first_of(first_wave);
+      return st;
+    }
+    for (int64_t wave = first_wave; wave < waves.waves(); ++wave) {
+      if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
+      if (store && wave > first_wave && wave % r.ckpt_every == 0) HF_RETURN_IF_ERROR(write_checkpoint(wave));
+      HF_RETURN_IF_ERROR(pull(wave));
+      const int64_t begin = waves.first_of(wave), end = begin + waves.size_of(wave);
+      int64_t next_start = begin;  // stage 0: the next minibatch to start
+      while (core->updates() < end) {
+        HF_RETURN_IF_ERROR(honour_pause());
+        const int64_t done = core->updates();
         if (first_stage) {  // start what the limit allows (a one-stage VW: all of the wave)
           while (next_start < end && kept < keep) {
+            const int64_t d = core->updates();
             HF_RETURN_IF_ERROR(start_one(next_start++));
             if (!last_stage) ++kept;
+            after_step(d);
           }
           if (core->updates() >= end) break;
         }
@@ -381,62 +525,17 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
                                         [&](const ralp::ralp_message& x) {
                                           return x.kind == kind_backward || (x.kind == kind_forward && kept < keep);
                                         },
-                                        r.timeout_s,
-                                        first_stage ? "stage " + std::to_string(r.stage + 1) + " " + ib.who(r.next)
-                                                    : "its neighbour stages",
+                                        r.timeout_s, upstream,
                                         "activations or gradients of wave " + std::to_string(wave)));
         const int64_t p = m.info.clock;
         if (p < begin || p >= end)
           return make_error(errc::internal, me + ": minibatch " + std::to_string(p) + " from '" + m.sender +
                                                 "' is not in wave " + std::to_string(wave) + " [" +
                                                 std::to_string(begin) + ", " + std::to_string(end) + ")");
-        if (m.kind == kind_forward) jitter();
-        const auto tc = clock_type::now();
-        if (m.kind == kind_forward) {
-          if (first_stage || m.sender != r.prev)
-            return make_error(errc::internal, me + ": activations from '" + m.sender + "', not its previous stage");
-          lr_of[p] = m.info.lr;
-          epoch_of[p] = int(m.info.global);
-          HF_ASSIGN_OR_RETURN(kernels::tensor_view in, f32_view(m, 0));
-          HF_ASSIGN_OR_RETURN(std::vector<int32_t> labels, ralp::i32_values(m, 1));
-          if (last_stage) {
-            HF_RETURN_IF_ERROR(last_step(p, in, labels, m.info.lr));
-          } else {
-            kernels::trace::scope t("forward", tk, "minibatch", p);
-            HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, in));
-            ralp::ralp_info info = m.info;
-            std::vector<kernels::tensor_view> ts{act};
-            HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, labels));
-            ++kept;
-          }
-        } else {
-          if (last_stage || m.sender != r.next)
-            return make_error(errc::internal, me + ": gradients from '" + m.sender + "', not its next stage");
-          HF_ASSIGN_OR_RETURN(kernels::tensor_view g, f32_view(m, 0));
-          kernels::trace::scope t("backward", tk, "minibatch", p);
-          HF_ASSIGN_OR_RETURN(kernels::tensor_view dx, core->backward(p, g, !first_stage));
-          if (!first_stage) {
-            ralp::ralp_info info;
-            info.clock = p;
-            std::vector<kernels::tensor_view> ts{dx};
-            HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
-          }
-          HF_RETURN_IF_ERROR(core->local_update(p, lr_of[p]));
-          --kept;
-        }
-        if (core->updates() > p) {  // p is done here
-          lr_of.erase(p);
-          epoch_of.erase(p);
-        }
-        st.compute_seconds += since(tc);
-        kernels::waits::progress();
-        actors::metrics::set_gauge("hetflow_hetpipe_in_flight",
-                                   "Minibatches between forward and backward at a HetPipe stage",
-                                   {{"actor", me}}, double(kept));
+        HF_RETURN_IF_ERROR(m.kind == kind_forward ? on_forward(m) : on_backward(m));
+        after_step(done);
       }
-      HF_RETURN_IF_ERROR(push(wave));
-      ++st.waves;
-      ps::publish_worker_clock(me, wave + 1);  // waves pushed (the shell's `clocks`)
+      HF_RETURN_IF_ERROR(pushed(wave));
     }
     if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
     st.minibatches = core->updates() - waves.first_of(first_wave);

@@ -7,6 +7,7 @@
 # (strategy single); HetPipe pipelines one VW over both devices.
 #
 #   bench/hetpipe/run.sh            # uses build/bin/hetflow; STEPS=300 NMS="4 8 16"
+#                                   # WAVES="overlap drain" (hetpipe_waves)
 #
 # Prints per config the measured samples/s (the last epoch, training only),
 # the planner's bound, the simulator's prediction for the waves as the runtime
@@ -17,6 +18,7 @@ src="$(cd "$(dirname "$0")/../.." && pwd)"
 hetflow="${HETFLOW:-$src/build/bin/hetflow}"
 steps="${STEPS:-300}"
 nms="${NMS:-4 8 16}"
+wave_modes="${WAVES:-overlap drain}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -58,18 +60,21 @@ topo "$tmp/single.toml" 'strategy = "single"'
 "$hetflow" run "$tmp/single.toml" --report "$tmp/single.json" >"$tmp/single.out" 2>&1 || { cat "$tmp/single.out"; exit 1; }
 base=$(python3 -c "import json; print(json.load(open('$tmp/single.json'))['epochs'][-1]['samples_per_s'])")
 echo
-echo "| config | measured samples/s | planner bound | measured / bound | simulated (as run) | vs DP baseline |"
+echo "| config | measured samples/s | planner bound | measured / bound | simulated (waves as run) | vs DP baseline |"
 echo "|---|---:|---:|---:|---:|---:|"
 printf "| DP baseline: single on n0 (the only device that holds the model) | %.0f | | | | 1.00x |\n" "$base"
 for nm in $nms; do
-  topo "$tmp/hp$nm.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' "nm = $nm"
-  "$hetflow" run "$tmp/hp$nm.toml" --report "$tmp/hp$nm.json" >"$tmp/hp$nm.out" 2>&1 || { cat "$tmp/hp$nm.out"; exit 1; }
-  python3 - "$tmp/hp$nm.json" "$base" "$nm" <<'PY'
+  for wm in $wave_modes; do
+    f="$tmp/hp$nm-$wm"
+    topo "$f.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' "nm = $nm" "hetpipe_waves = \"$wm\""
+    "$hetflow" run "$f.toml" --report "$f.json" >"$f.out" 2>&1 || { cat "$f.out"; exit 1; }
+    python3 - "$f.json" "$base" "$nm" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); base = float(sys.argv[2]); nm = sys.argv[3]
 m = d["epochs"][-1]["samples_per_s"]
 st = " + ".join(f"{s['node']} units {s['first_unit']}-{s['last_unit']}" for s in d["virtual_workers"][0]["stages"])
-print(f"| hetpipe 1 VW ({st}), Nm = {nm} | {m:.0f} | {d['predicted_samples_per_s']:.0f} | "
+print(f"| hetpipe 1 VW ({st}), Nm = {nm}, waves {d['hetpipe_waves']} | {m:.0f} | {d['predicted_samples_per_s']:.0f} | "
       f"{m / d['predicted_samples_per_s']:.2f}x | {d['simulated_samples_per_s']:.0f} | {m / base:.2f}x |")
 PY
+  done
 done

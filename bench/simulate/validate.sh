@@ -24,7 +24,7 @@ for cfg in lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1vw lenet5-h
   f="$dir/$cfg.toml"
   "$hetflow" profile "$f" > "$tmp/$cfg.profile.txt" 2>&1 || true
   as_run=()
-  [[ "$cfg" == *hetpipe* ]] && as_run=(--as-run)  # the runtime's waves, not HetPipe's overlapped ones
+  [[ "$cfg" == *hetpipe* ]] && as_run=(--as-run)  # the waves as the runtime does them (overlapped unless drained)
   "$hetflow" simulate "$f" --json "${as_run[@]}" > "$tmp/$cfg.sim.json"
   "$hetflow" run "$f" --report "$tmp/$cfg.report.json" > "$tmp/$cfg.run.txt" 2>&1
   python3 - "$cfg" "$tmp/$cfg.sim.json" "$tmp/$cfg.report.json" <<'PY'

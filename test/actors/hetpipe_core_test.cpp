@@ -49,13 +49,14 @@ kernels::optimizer_config sgd() { return {kernels::optimizer_kind::sgd, 0.05, 0.
 
 // A stage core of units [first, last] of `whole` with nm slots (seeds differ
 // from the whole model's: install() must overwrite them).
+// overlap_nm > 0: overlapped waves of that Nm (rebase / wave_delta).
 std::unique_ptr<stage_core> make_stage(const kernels::model& whole, std::size_t first, std::size_t last, int nm,
-                                       bool is_last) {
+                                       bool is_last, int overlap_nm = 0) {
   auto spec = slice_spec(whole.spec(), first, last, whole.sample_shape(first));
   BOOST_REQUIRE_MESSAGE(spec.has_value(), spec.error().message());
   std::vector<kernels::model> slots;
   for (int s = 0; s < nm; ++s) slots.push_back(build(*spec, 1000 + uint64_t(s)));
-  auto sc = stage_core::make(std::move(slots), is_last, sgd());
+  auto sc = stage_core::make(std::move(slots), is_last, sgd(), overlap_nm);
   BOOST_REQUIRE_MESSAGE(sc.has_value(), sc.error().message());
   return std::move(*sc);
 }
@@ -739,4 +740,290 @@ BOOST_AUTO_TEST_CASE(ps_restore_without_parameterless_units) {
   auto missing = shard_units();
   missing.erase(1);
   BOOST_CHECK(!ps.restore(std::move(missing), {2, 2}).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Overlapped waves (hetpipe_waves = "overlap")
+
+namespace {
+
+std::vector<kernels::tensor_view> delta_of(stage_core& sc, int64_t t) {
+  auto d = sc.wave_delta(t);
+  BOOST_REQUIRE_MESSAGE(d.has_value(), d.error().to_string());
+  return *d;
+}
+
+void add_into(std::vector<kernels::tensor>& dst, const std::vector<kernels::tensor_view>& src) {
+  BOOST_REQUIRE_EQUAL(dst.size(), src.size());
+  for (std::size_t i = 0; i < dst.size(); ++i) {
+    float* d = dst[i].f32();
+    const float* s = src[i].f32();
+    for (int64_t k = 0; k < dst[i].numel(); ++k) d[k] += s[k];
+  }
+}
+
+std::vector<kernels::tensor> copies(const std::vector<kernels::tensor_view>& v) {
+  std::vector<kernels::tensor> out;
+  for (auto& x : v) out.push_back(copy_of(x));
+  return out;
+}
+
+}  // namespace
+
+// One stage, Nm = 1, the shard's overlapped rule (a pull of wave w holds the
+// waves <= w - 2; the stage adds its own wave w - 1): plain SGD on the whole
+// model, bit for bit, like the drained waves.
+BOOST_AUTO_TEST_CASE(overlapped_one_stage_nm1_is_plain_training) {
+  auto spec = whole_spec();
+  auto ref = build(spec);
+  auto init = values_of(ref.parameters());
+  auto stage = make_stage(ref, 0, 3, 1, true, 1);
+  BOOST_CHECK(stage->overlapped());
+  BOOST_CHECK(!stage->install(views_of(init)).ok());  // drained waves only
+  BOOST_CHECK(!stage->wave_update().has_value());
+  const int64_t steps = 6;
+  auto lr_of = [](int64_t p) { return 0.05 / (1.0 + 0.2 * double(p)); };
+  auto opt = kernels::make_optimizer(sgd());
+  BOOST_REQUIRE(opt.has_value());
+  auto rp = ref.parameters();
+  std::vector<double> ref_losses;
+  ref.context().run([&] {
+    for (int64_t p = 0; p < steps; ++p) {
+      auto b = make_batch(p);
+      auto logits = ref.forward(b.images.view(), kernels::mode::train);
+      BOOST_REQUIRE(logits.has_value());
+      auto g = kernels::tensor::empty(logits->shape());
+      auto l = kernels::softmax_cross_entropy(*logits, b.labels, g.mutable_view());
+      BOOST_REQUIRE(l.has_value());
+      ref_losses.push_back(l->loss);
+      BOOST_REQUIRE(ref.backward(g.view()).has_value());
+      BOOST_REQUIRE((*opt)->step(rp, lr_of(p)).ok());
+    }
+  });
+  // The shard: G = init + the pushed deltas of waves <= w - 2.
+  std::vector<kernels::tensor> shard;
+  for (auto& t : init) shard.push_back(copy_of(t.view()));
+  std::vector<std::vector<kernels::tensor>> pushed;
+  for (int64_t w = 0; w < steps; ++w) {
+    if (w >= 2) add_into(shard, views_of(pushed[std::size_t(w - 2)]));
+    const int64_t x = std::max<int64_t>(0, w - 1);
+    BOOST_REQUIRE(stage->rebase(views_of(shard), std::vector<int64_t>(shard.size(), x)).ok());
+    BOOST_CHECK_LE(stage->kept_deltas(), 1u);  // only wave w - 1's, not yet in G
+    auto b = make_batch(w);
+    stage->slot(0).context().run([&] {
+      auto r = stage->forward_backward_last(w, b.images.view(), b.labels, false);
+      BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message());
+      BOOST_CHECK_EQUAL(r->loss.loss, ref_losses[std::size_t(w)]);
+    });
+    BOOST_REQUIRE(stage->local_update(w, lr_of(w)).ok());
+    pushed.push_back(copies(delta_of(*stage, w)));
+  }
+  for (std::size_t i = 0; i < rp.size(); ++i) {  // G + the last two waves = the reference
+    std::vector<kernels::tensor> v;
+    v.push_back(copy_of(shard[i].view()));
+    add_into(v, {pushed[std::size_t(steps - 2)][i].view()});
+    add_into(v, {pushed[std::size_t(steps - 1)][i].view()});
+    check_close(v[0].f32_span(), rp[i]->value.f32_span(), 1e-6, "parameter " + rp[i]->name);
+  }
+  // Bad rebases.
+  BOOST_CHECK(!stage->rebase(views_of(shard), std::vector<int64_t>(shard.size() - 1, 0)).ok());
+  auto few = views_of(shard);
+  few.pop_back();
+  BOOST_CHECK(!stage->rebase(few, std::vector<int64_t>(few.size(), 0)).ok());
+  BOOST_CHECK(!stage->wave_delta(99).has_value());
+}
+
+// Weight stashing: two minibatches in flight; the update of 0 before the
+// backward of 1 does not change 1's weights (its slot keeps the local
+// weights of its forward), the forward of 2 takes the updated ones, and the
+// wave's delta is the sum of its steps.
+BOOST_AUTO_TEST_CASE(overlapped_slots_keep_the_weights_of_their_forward) {
+  auto spec = whole_spec();
+  auto whole = build(spec);
+  auto init = values_of(whole.parameters());
+  auto sc = make_stage(whole, 0, 3, 2, false, 2);
+  BOOST_REQUIRE(sc->rebase(views_of(init), std::vector<int64_t>(init.size(), 0)).ok());
+  auto a = make_batch(20), b = make_batch(21);
+  const kernels::shape out{6, k_classes};
+  auto ga = random_like(out, 3), gb = random_like(out, 4);
+  std::vector<kernels::tensor> after0;
+  sc->slot(0).context().run([&] {
+    BOOST_REQUIRE(sc->forward(0, a.images.view()).has_value());
+    BOOST_REQUIRE(sc->forward(1, b.images.view()).has_value());
+    BOOST_REQUIRE(sc->backward(0, ga.view(), false).has_value());
+  });
+  BOOST_REQUIRE(sc->local_update(0, 0.05).ok());
+  // Slot 1 still holds the weights minibatch 1 started with.
+  auto s1 = sc->slot(1).parameters();
+  for (std::size_t i = 0; i < s1.size(); ++i)
+    BOOST_CHECK(std::memcmp(s1[i]->value.f32(), init[i].f32(), init[i].byte_size()) == 0);
+  // Its gradient is the one at W (as on a fresh drained stage).
+  auto alone = make_stage(whole, 0, 3, 1, false);
+  BOOST_REQUIRE(alone->install(views_of(init)).ok());
+  alone->slot(0).context().run([&] {
+    BOOST_REQUIRE(alone->forward(0, b.images.view()).has_value());
+    BOOST_REQUIRE(alone->backward(0, gb.view(), false).has_value());
+  });
+  sc->slot(0).context().run([&] { BOOST_REQUIRE(sc->backward(1, gb.view(), false).has_value()); });
+  auto want = grads_of(alone->slot(0).parameters()), got = grads_of(s1);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    check_close(got[i].f32_span(), want[i].f32_span(), 0.0, "minibatch 1 gradient " + std::to_string(i));
+  // Minibatch 2's forward takes the local weights after update 0.
+  auto d0 = copies(delta_of(*sc, 0));
+  sc->slot(0).context().run([&] { BOOST_REQUIRE(sc->forward(2, a.images.view()).has_value()); });
+  auto s0 = sc->slot(0).parameters();
+  for (std::size_t i = 0; i < s0.size(); ++i) {
+    std::vector<kernels::tensor> v;
+    v.push_back(copy_of(init[i].view()));
+    add_into(v, {d0[i].view()});
+    check_close(s0[i]->value.f32_span(), v[0].f32_span(), 1e-7, "slot 0 after update 0, " + s0[i]->name);
+    BOOST_CHECK(!all_zero(d0[i]));
+  }
+  BOOST_REQUIRE(sc->local_update(1, 0.05).ok());
+  // Wave 0 = minibatches 0 and 1: one delta holding both steps.
+  BOOST_CHECK_EQUAL(sc->kept_deltas(), 1u);
+  // Wave 1's first update opens its own delta; a rebase with X = 1 drops
+  // wave 0's and adds wave 1's to G.
+  sc->slot(0).context().run([&] { BOOST_REQUIRE(sc->backward(2, ga.view(), false).has_value()); });
+  BOOST_REQUIRE(sc->local_update(2, 0.05).ok());
+  BOOST_CHECK_EQUAL(sc->kept_deltas(), 2u);
+  auto d1 = copies(delta_of(*sc, 1));
+  std::vector<kernels::tensor> g;
+  for (auto& t : init) g.push_back(kernels::tensor::filled(t.shape(), 0.5f));
+  BOOST_REQUIRE(sc->rebase(views_of(g), std::vector<int64_t>(g.size(), 1)).ok());
+  BOOST_CHECK_EQUAL(sc->kept_deltas(), 1u);
+  sc->slot(0).context().run([&] { BOOST_REQUIRE(sc->forward(3, b.images.view()).has_value()); });
+  auto s1b = sc->slot(1).parameters();
+  for (std::size_t i = 0; i < s1b.size(); ++i) {
+    std::vector<kernels::tensor> v;
+    v.push_back(copy_of(g[i].view()));
+    add_into(v, {d1[i].view()});
+    check_close(s1b[i]->value.f32_span(), v[0].f32_span(), 0.0, "after the rebase, " + s1b[i]->name);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(overlapped_stage_make_errors) {
+  auto spec = whole_spec();
+  auto whole = build(spec);
+  auto sub = slice_spec(spec, 0, 3, whole.sample_shape(0));
+  BOOST_REQUIRE(sub.has_value());
+  std::vector<kernels::model> three;
+  for (int s = 0; s < 3; ++s) three.push_back(build(*sub));
+  BOOST_CHECK(!stage_core::make(std::move(three), true, sgd(), 2).has_value());  // more slots than Nm
+  std::vector<kernels::model> one;
+  one.push_back(build(*sub));
+  BOOST_CHECK(!stage_core::make(std::move(one), true, sgd(), -1).has_value());
+}
+
+// D = 0, overlapped: a pull of wave w is answered with exactly the waves
+// <= w - 2 of every worker: wave t is added only once every worker pushed it
+// and pulled t + 1, so no answer depends on when the pushes came.
+BOOST_AUTO_TEST_CASE(ps_overlapped_exact_pulls_see_waves_below_w_minus_1) {
+  ps_core ps(shard_units(), 2, 0, {true, 0});
+  for (int w = 0; w < 2; ++w) BOOST_REQUIRE(ps.finish(w, 4).ok());
+  auto ids = [](const std::vector<ps::pull_ticket>& v) {
+    std::vector<uint64_t> out;
+    for (auto& t : v) out.push_back(t.id);
+    return out;
+  };
+  std::vector<ps::pull_ticket> released;
+  ps.pull_overlapped({0, 0, 1});
+  ps.pull_overlapped({1, 0, 2});
+  BOOST_CHECK((ids(ps.take_ready()) == std::vector<uint64_t>{1, 2}));
+  BOOST_REQUIRE(ps.push(0, 0, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_REQUIRE(ps.push(1, 0, 0, 3, update_of(2, 2, 2), released).ok());
+  BOOST_CHECK(released.empty());
+  BOOST_CHECK(ps.take_ready().empty());
+  check_all(ps.units().at(3)[0], 3.0f, "wave 0 waits for every pull of wave 1");
+  // Wave 1's pulls need nothing (waves <= -1): answered with the initial
+  // weights, and wave 0 goes in only after the second.
+  ps.pull_overlapped({1, 1, 3});
+  BOOST_CHECK((ids(ps.take_ready()) == std::vector<uint64_t>{3}));
+  check_all(ps.units().at(3)[0], 3.0f, "wave 0 still out");
+  BOOST_CHECK(ps.take_ready().empty());
+  BOOST_CHECK_EQUAL(ps.applied_below(), 0);
+  ps.pull_overlapped({0, 1, 4});
+  BOOST_CHECK((ids(ps.take_ready()) == std::vector<uint64_t>{4}));
+  check_all(ps.units().at(3)[0], 3.0f, "answered before wave 0 goes in");
+  BOOST_CHECK(ps.take_ready().empty());
+  check_all(ps.units().at(3)[0], 3.0f + 1.0f + 2.0f, "wave 0 in");
+  BOOST_CHECK_EQUAL(ps.applied_below(), 1);
+  BOOST_CHECK_EQUAL(ps.included_below(0), 1);
+  BOOST_CHECK_EQUAL(ps.included_below(1), 1);
+  // Wave 2 needs waves <= 0 (in); wave 3 needs wave 1 of both.
+  ps.pull_overlapped({0, 2, 5});
+  BOOST_CHECK((ids(ps.take_ready()) == std::vector<uint64_t>{5}));
+  BOOST_REQUIRE(ps.push(0, 1, 0, 3, update_of(4, 4, 4), released).ok());
+  ps.pull_overlapped({0, 3, 6});
+  BOOST_CHECK(ps.take_ready().empty());  // worker 1's wave 1 missing
+  BOOST_REQUIRE(ps.push(1, 1, 0, 3, update_of(8, 8, 8), released).ok());
+  BOOST_CHECK(ps.take_ready().empty());  // and worker 1's pull of wave 2
+  ps.pull_overlapped({1, 2, 7});
+  BOOST_CHECK((ids(ps.take_ready()) == std::vector<uint64_t>{7}));
+  check_all(ps.units().at(3)[0], 6.0f, "worker 1's wave 2 pull: waves <= 0");
+  BOOST_CHECK((ids(ps.take_ready()) == std::vector<uint64_t>{6}));
+  check_all(ps.units().at(3)[0], 18.0f, "worker 0's wave 3 pull: waves <= 1");
+  BOOST_CHECK_EQUAL(ps.waiting_pulls(), 0u);
+  // A finished worker does not hold the waves back: worker 0 pushes its
+  // last waves; wave 2 waits for worker 1's pull of 3, wave 3 for nobody.
+  BOOST_REQUIRE(ps.push(0, 2, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_REQUIRE(ps.push(1, 2, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_REQUIRE(ps.push(0, 3, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_CHECK(ps.take_ready().empty());
+  BOOST_CHECK_EQUAL(ps.applied_below(), 2);
+  ps.pull_overlapped({1, 3, 8});
+  BOOST_CHECK((ids(ps.take_ready()) == std::vector<uint64_t>{8}));
+  BOOST_REQUIRE(ps.push(1, 3, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_CHECK(ps.take_ready().empty());
+  BOOST_CHECK_EQUAL(ps.applied_below(), 4);
+  check_all(ps.units().at(3)[0], 22.0f, "every wave in at the end");
+}
+
+// Drained waves (checkpoints every 2): a pull of wave 2 needs waves <= 1,
+// added without waiting for pulls of 2; the checkpoint at the barrier comes
+// before that pull's answer.
+BOOST_AUTO_TEST_CASE(ps_overlapped_drained_waves_and_barrier) {
+  ps_core ps(shard_units(), 2, 0, {true, 2});
+  for (int w = 0; w < 2; ++w) BOOST_REQUIRE(ps.finish(w, 6).ok());
+  ps.set_barrier(2);
+  std::vector<ps::pull_ticket> released;
+  for (int w = 0; w < 2; ++w) ps.pull_overlapped({w, 0, uint64_t(10 + w)});
+  BOOST_CHECK_EQUAL(ps.take_ready().size(), 2u);
+  for (int w = 0; w < 2; ++w) BOOST_REQUIRE(ps.push(w, 0, 0, 3, update_of(1, 1, 1), released).ok());
+  for (int w = 0; w < 2; ++w) ps.pull_overlapped({w, 1, uint64_t(20 + w)});
+  BOOST_CHECK_EQUAL(ps.take_ready().size(), 2u);
+  BOOST_CHECK(ps.take_ready().empty());
+  BOOST_CHECK_EQUAL(ps.applied_below(), 1);
+  for (int w = 0; w < 2; ++w) BOOST_REQUIRE(ps.push(w, 1, 0, 3, update_of(1, 1, 1), released).ok());
+  ps.pull_overlapped({0, 2, 30});
+  BOOST_CHECK(ps.take_ready().empty());  // at the barrier: the checkpoint first
+  BOOST_CHECK(ps.at_barrier());
+  BOOST_CHECK_EQUAL(ps.applied_below(), 2);
+  check_all(ps.units().at(3)[0], 7.0f, "waves 0 and 1 in the checkpoint");
+  ps.set_barrier(4);
+  auto r = ps.take_ready();
+  BOOST_REQUIRE_EQUAL(r.size(), 1u);
+  BOOST_CHECK_EQUAL(r[0].id, 30u);
+  BOOST_CHECK_EQUAL(ps.included_below(0), 2);
+}
+
+// D = 1, overlapped: a pull of wave w needs every worker's waves <= w - 3
+// (global clock >= w - 2); updates go in on arrival and the answer says
+// which of the puller's own waves are in.
+BOOST_AUTO_TEST_CASE(ps_overlapped_staleness1) {
+  ps_core ps(shard_units(), 2, 1, {true, 0});
+  for (int w = 0; w < 2; ++w) BOOST_REQUIRE(ps.finish(w, 8).ok());
+  std::vector<ps::pull_ticket> released;
+  for (int64_t c = 0; c < 3; ++c) ps.pull_overlapped({0, c, uint64_t(c + 1)});
+  BOOST_CHECK_EQUAL(ps.take_ready().size(), 3u);  // waves 0..2 need nothing
+  BOOST_REQUIRE(ps.push(0, 0, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_REQUIRE(ps.push(0, 1, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_CHECK_EQUAL(ps.included_below(0), 2);
+  BOOST_CHECK_EQUAL(ps.included_below(1), 0);
+  check_all(ps.units().at(3)[0], 5.0f, "on arrival");
+  ps.pull_overlapped({0, 3, 9});
+  BOOST_CHECK(ps.take_ready().empty());  // needs worker 1's wave 0
+  BOOST_REQUIRE(ps.push(1, 0, 0, 3, update_of(1, 1, 1), released).ok());
+  BOOST_CHECK_EQUAL(ps.take_ready().size(), 1u);
+  BOOST_CHECK_EQUAL(ps.included_below(1), 1);
 }
