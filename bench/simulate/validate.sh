@@ -9,6 +9,7 @@
 #
 #   bench/simulate/validate.sh            # uses build/bin/hetflow
 #   HETFLOW=/path/to/hetflow bench/simulate/validate.sh
+#   CONFIGS="lenet5-hetpipe-1vw lenet5-hetpipe-2vw" bench/simulate/validate.sh   # a subset
 #
 # Timings on a busy machine are noise: run it on a quiet one.
 set -euo pipefail
@@ -20,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "| config | predicted samples/s | measured samples/s | error |"
 echo "|---|---:|---:|---:|"
-for cfg in lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1vw lenet5-hetpipe-2vw; do
+for cfg in ${CONFIGS:-lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1vw lenet5-hetpipe-2vw}; do
   f="$dir/$cfg.toml"
   "$hetflow" profile "$f" > "$tmp/$cfg.profile.txt" 2>&1 || true
   as_run=()
