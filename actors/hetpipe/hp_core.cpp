@@ -40,9 +40,8 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
     for (std::size_t i = 0; i < ps.size(); ++i)
       if (!(ps[i]->value.shape() == ref[i]->value.shape()) || ps[i]->sparse)
         return make_error(errc::invalid_argument, "hetpipe stage: slots with different (or sparse) parameters");
-    if (!m.state().empty())
-      return make_error(errc::unsupported, "hetpipe: model units with saved state (batch norm running statistics) "
-                                           "are not supported yet: the slots and the PS keep parameters only");
+    if (m.state().size() != slots[0].state().size())
+      return make_error(errc::invalid_argument, "hetpipe stage: slots with different saved state");
   }
   // The local weights and their optimizer live on the slots' device (a cuda
   // stage's minibatches never cross to the host for their updates); W(c)
@@ -65,6 +64,18 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
     if (overlap_nm > 0) sc->before_.push_back(kernels::tensor::empty(p->value.shape()));
     sc->base_.push_back(std::move(base));
     sc->local_.push_back(std::move(q));
+  }
+  for (kernels::state_tensor* t : slots[0].state()) {
+    kernels::state_tensor q;
+    q.name = t->name;
+    try {
+      q.value = sc->device_ ? kernels::tensor::empty_on(ctx.memory(), t->value.shape())
+                            : kernels::tensor::empty(t->value.shape());
+    } catch (const std::bad_alloc&) {
+      return make_error(errc::out_of_memory, "hetpipe stage: " + ctx.where().to_string() + " has no room for " + t->name);
+    }
+    HF_RETURN_IF_ERROR(ctx.copy(t->value.view(), q.value.mutable_view()));
+    sc->state_.push_back(std::move(q));
   }
   if (sc->device_) {
     HF_ASSIGN_OR_RETURN(sc->opt_, static_cast<kernels::cuda::context&>(ctx).make_optimizer(opt));
@@ -224,9 +235,40 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
 // message) moves on. The output stays on the slot's device.
 expected<kernels::tensor_view> stage_core::forward_on_device(std::size_t s, kernels::tensor_view input) {
   kernels::tensor& in = slot_in_[s];
+  kernels::device_context& ctx = slots_[s].context();
   HF_RETURN_IF_ERROR(slot_buffer(s, in, input.shape(), "an input"));
-  HF_RETURN_IF_ERROR(slots_[s].context().copy(input, in.mutable_view()));
-  return slots_[s].forward(in.view(), kernels::mode::train);
+  HF_RETURN_IF_ERROR(ctx.copy(input, in.mutable_view()));
+  if (state_.empty()) return slots_[s].forward(in.view(), kernels::mode::train);
+  // The running statistics move on from the stage's copy, in forward order.
+  auto st = slots_[s].state();
+  for (std::size_t i = 0; i < st.size(); ++i) HF_RETURN_IF_ERROR(ctx.copy(state_[i].value.view(), st[i]->value.mutable_view()));
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view out, slots_[s].forward(in.view(), kernels::mode::train));
+  for (std::size_t i = 0; i < st.size(); ++i) HF_RETURN_IF_ERROR(ctx.copy(st[i]->value.view(), state_[i].value.mutable_view()));
+  if (device_) HF_RETURN_IF_ERROR(ctx.synchronize());  // the next forward may be another slot's stream
+  return out;
+}
+
+expected<std::vector<kernels::state_tensor>> stage_core::state_host() {
+  std::vector<kernels::state_tensor> out;
+  for (auto& t : state_) {
+    HF_ASSIGN_OR_RETURN(kernels::tensor h, kernels::copy_to_host(slots_[0].context(), t.value.view()));
+    out.push_back(kernels::state_tensor{t.name, std::move(h)});
+  }
+  return out;
+}
+
+status stage_core::restore_state(std::span<const std::string> names, std::span<const kernels::tensor> values,
+                                 const std::string& where) {
+  if (names.size() != values.size()) return make_error(errc::invalid_argument, where + ": state names and values differ");
+  for (auto& t : state_) {
+    std::size_t k = 0;
+    while (k < names.size() && names[k] != t.name) ++k;
+    if (k == names.size()) return make_error(errc::invalid_argument, where + ": no " + t.name + " in the checkpoint");
+    if (values[k].view().byte_size() != t.value.view().byte_size())
+      return make_error(errc::invalid_argument, where + ": " + t.name + " has another size in the checkpoint");
+    HF_RETURN_IF_ERROR(slots_[0].context().copy(values[k].view(), t.value.mutable_view()));
+  }
+  return {};
 }
 
 expected<stage_core::last_result> stage_core::forward_backward_last(int64_t p, kernels::tensor_view input,

@@ -159,6 +159,14 @@ public:
   // Host copies of the local optimizer's state (it may live on a device).
   expected<std::vector<kernels::state_tensor>> optimizer_state();
   int64_t optimizer_steps() const noexcept { return opt_->steps(); }
+  // Batch-norm running statistics (the units' saved state): one copy per
+  // stage, which every forward's slot starts from and writes back, so they
+  // advance as on one device, in forward order. Host copies (names as the
+  // whole model's: "bn1.running_mean"), and restoring them by name.
+  bool has_state() const noexcept { return !state_.empty(); }
+  expected<std::vector<kernels::state_tensor>> state_host();
+  status restore_state(std::span<const std::string> names, std::span<const kernels::tensor> values,
+                       const std::string& where);
   status restore(kernels::optimizer_kind kind, int64_t steps, std::span<const kernels::tensor> state,
                  std::span<const std::string> names, int64_t next, const std::string& where);
 
@@ -181,6 +189,7 @@ private:
   int64_t next_update_ = 0;
   std::vector<kernels::tensor> loss_grad_;  // per slot
   int overlap_nm_ = 0;
+  std::vector<kernels::state_tensor> state_;  // the stage's running statistics (on the slots' device)
   std::map<int64_t, std::vector<kernels::tensor>> delta_;  // overlapped: wave -> sum of its local steps
   std::vector<kernels::tensor> before_;                    // overlapped: the local weights before a step
   status check_values(std::span<const kernels::tensor_view> values) const;

@@ -316,6 +316,73 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     }
   }
   for (std::size_t n = 0; n < c.nodes.size(); ++n) (void)ib.send(ps_name(int(n)), kind_bye, {});
+  // Batch-norm running statistics: from every stage whose units have them,
+  // each averaged over the VWs (each VW saw its own share of the data).
+  if (!whole.state().empty()) {
+    int want = 0;
+    for (const auto& vw : plan.virtual_workers)
+      for (const auto& sp : vw.stages)
+        for (std::size_t u = sp.first_unit; u <= sp.last_unit; ++u) {
+          std::vector<kernels::state_tensor*> st;
+          whole.at(u).state(st);
+          if (!st.empty()) {
+            ++want;
+            break;
+          }
+        }
+    std::map<std::string, std::pair<std::vector<double>, int>> sums;  // name -> (sum, count)
+    for (int got = 0; got < want; ++got) {
+      HF_ASSIGN_OR_RETURN(auto m, ib.next([](const ralp::ralp_message& x) { return x.kind == kind_state; }, timeout,
+                                          "the stages", "their batch-norm running statistics"));
+      std::istringstream names(m.text);
+      std::string name;
+      for (std::size_t t = 0; std::getline(names, name); ++t) {
+        HF_ASSIGN_OR_RETURN(auto v, f32_view(m, t));
+        auto& [sum, count] = sums[name];
+        if (sum.empty()) sum.assign(std::size_t(v.numel()), 0.0);
+        if (sum.size() != std::size_t(v.numel()))
+          return make_error(errc::internal, me + ": " + m.sender + " sent " + name + " of another size");
+        for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += double(v.f32()[k]);
+        ++count;
+      }
+    }
+    for (kernels::state_tensor* t : whole.state()) {
+      auto it = sums.find(t->name);
+      if (it == sums.end()) return make_error(errc::internal, me + ": no stage sent " + t->name);
+      auto& [sum, count] = it->second;
+      if (sum.size() != std::size_t(t->value.numel()))
+        return make_error(errc::internal, me + ": " + t->name + " has another size at the stages");
+      float* d = t->value.f32();
+      for (std::size_t k = 0; k < sum.size(); ++k) d[k] = float(sum[k] / double(count));
+    }
+    // Several VWs: the shards' weights are the sum of every VW's updates,
+    // not the weights any VW's statistics were taken with (measured: a
+    // ResNet-18 whose VWs trained to loss 0.04-0.12 evaluated at 0.16-0.44
+    // with the averaged statistics), so they are recomputed for the final
+    // weights: forward passes in train mode (no update) over up to 100
+    // training batches, from the averaged values.
+    if (V > 1) {
+      const auto t_bn = clock_type::now();
+      HF_ASSIGN_OR_RETURN(auto src, kernels::make_memory_source(data.train, cfg));
+      HF_RETURN_IF_ERROR(src->begin_epoch(0));
+      const int64_t n = std::min<int64_t>(100, src->plan().steps);
+      status st;
+      whole.context().run([&] {
+        for (int64_t k = 0; k < n && st.ok(); ++k) {
+          auto b = src->next(0, k);
+          if (!b) {
+            st = b.error();
+            break;
+          }
+          auto out = whole.forward(b->images, kernels::mode::train);
+          if (!out) st = out.error();
+        }
+      });
+      HF_RETURN_IF_ERROR(st);
+      log_info("batch-norm statistics of the final weights: recomputed over " + std::to_string(n) +
+               " training batches in " + std::to_string(int(since(t_bn) * 1000)) + " ms");
+    }
+  }
   // Epochs: every VW's minibatches of that epoch.
   std::map<int, vw_epoch> total;
   for (auto& [v, per] : stats)

@@ -75,6 +75,7 @@ enum : uint32_t {
   kind_error = 0x48500009,
   kind_labels = 0x4850000a,   // stage/shard -> head (--resume): text = its checkpoint labels, comma separated
   kind_restore = 0x4850000b,  // head -> stage/shard: clock = the label to restore (-1: none, from the start)
+  kind_state = 0x4850000c,    // stage -> head at the end: its running statistics (text: their names, one a line)
 };
 
 inline const std::string head_name = "hphead";

@@ -424,6 +424,12 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     std::vector<ps::named_tensor> ts;
     HF_ASSIGN_OR_RETURN(std::vector<kernels::state_tensor> state, core->optimizer_state());
     for (auto& t : state) ts.push_back({t.name, &t.value});
+    // ... and the running statistics ("state:" + name).
+    HF_ASSIGN_OR_RETURN(std::vector<kernels::state_tensor> stats, core->state_host());
+    for (auto& t : stats) {
+      t.name = "state:" + t.name;
+      ts.push_back({t.name, &t.value});
+    }
     meta.state_tensors = int64_t(ts.size());
     HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
     ++st.checkpoints;
@@ -435,6 +441,22 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     ps::publish_worker_clock(me, wave + 1);  // waves pushed (the shell's `clocks`)
     return {};
   };
+  // At the end: the stage's running statistics to the head (which averages
+  // each over the VWs for the final evaluation).
+  auto send_state = [&]() -> status {
+    if (!core->has_state()) return {};
+    HF_ASSIGN_OR_RETURN(std::vector<kernels::state_tensor> stats, core->state_host());
+    std::vector<kernels::tensor_view> ts;
+    std::string names;
+    for (auto& t : stats) {
+      ts.push_back(t.value.view());
+      names += t.name + "\n";
+    }
+    ralp::ralp_info info;
+    info.worker = r.vw;
+    info.aux = int64_t(r.first);
+    return ib.send(head_name, kind_state, info, ts, {}, names);
+  };
   const std::string upstream = first_stage ? "stage " + std::to_string(r.stage + 1) + " " + ib.who(r.next)
                                            : "its neighbour stages";
 
@@ -445,8 +467,17 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       HF_ASSIGN_OR_RETURN(int64_t label, agree_on_label(ib, store.get(), me));
       if (label >= 0) {
         HF_ASSIGN_OR_RETURN(ps::loaded_checkpoint ck, ps::read_checkpoint(*store, me, label));
-        HF_RETURN_IF_ERROR(core->restore(c.optimizer.kind, ck.meta.optimizer_steps, ck.tensors, ck.names,
-                                         waves.first_of(label), me + ": checkpoint " + std::to_string(label)));
+        const std::string where = me + ": checkpoint " + std::to_string(label);
+        std::vector<std::string> opt_names, stat_names;
+        std::vector<kernels::tensor> opt_values, stat_values;
+        for (std::size_t i = 0; i < ck.names.size() && i < ck.tensors.size(); ++i) {
+          const bool stat = ck.names[i].rfind("state:", 0) == 0;
+          (stat ? stat_names : opt_names).push_back(stat ? ck.names[i].substr(6) : ck.names[i]);
+          (stat ? stat_values : opt_values).push_back(std::move(ck.tensors[i]));
+        }
+        HF_RETURN_IF_ERROR(core->restore(c.optimizer.kind, ck.meta.optimizer_steps, opt_values, opt_names,
+                                         waves.first_of(label), where));
+        HF_RETURN_IF_ERROR(core->restore_state(stat_names, stat_values, where));
         first_wave = label;
         st.resumed_wave = label;
       }
@@ -499,6 +530,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       }
       if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
       st.minibatches = core->updates() - waves.first_of(first_wave);
+      HF_RETURN_IF_ERROR(send_state());
       return st;
     }
     for (int64_t wave = first_wave; wave < waves.waves(); ++wave) {
@@ -539,6 +571,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     }
     if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
     st.minibatches = core->updates() - waves.first_of(first_wave);
+    HF_RETURN_IF_ERROR(send_state());
     return st;
   }(); });
   return result;
