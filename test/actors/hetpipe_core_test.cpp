@@ -120,6 +120,31 @@ void check_close(std::span<const float> a, std::span<const float> b, double tol,
                                          << b[at] << ")");
 }
 
+double lr_at(int64_t p) { return 0.05 / (1.0 + 0.2 * double(p)); }
+
+// Plain training of `ref` on batches 0 .. steps - 1 (SGD momentum, lr_at);
+// the losses.
+std::vector<double> train_reference(kernels::model& ref, int64_t steps) {
+  auto opt = kernels::make_optimizer(sgd());
+  BOOST_REQUIRE(opt.has_value());
+  auto rp = ref.parameters();
+  std::vector<double> losses;
+  ref.context().run([&] {
+    for (int64_t p = 0; p < steps; ++p) {
+      auto b = make_batch(p);
+      auto logits = ref.forward(b.images.view(), kernels::mode::train);
+      BOOST_REQUIRE(logits.has_value());
+      auto g = kernels::tensor::empty(logits->shape());
+      auto l = kernels::softmax_cross_entropy(*logits, b.labels, g.mutable_view());
+      BOOST_REQUIRE(l.has_value());
+      losses.push_back(l->loss);
+      BOOST_REQUIRE(ref.backward(g.view()).has_value());
+      BOOST_REQUIRE((*opt)->step(rp, lr_at(p)).ok());
+    }
+  });
+  return losses;
+}
+
 bool all_zero(const kernels::tensor& t) {
   for (float x : t.f32_span())
     if (x != 0.0f) return false;
@@ -187,26 +212,8 @@ BOOST_AUTO_TEST_CASE(one_stage_nm1_is_plain_training) {
   BOOST_REQUIRE(stage->install(views_of(init)).ok());
 
   const int64_t steps = 5;
-  auto lr_of = [](int64_t p) { return 0.05 / (1.0 + 0.2 * double(p)); };
-
-  // Reference.
-  auto opt = kernels::make_optimizer(sgd());
-  BOOST_REQUIRE(opt.has_value());
   auto rp = ref.parameters();
-  std::vector<double> ref_losses;
-  ref.context().run([&] {
-    for (int64_t p = 0; p < steps; ++p) {
-      auto b = make_batch(p);
-      auto logits = ref.forward(b.images.view(), kernels::mode::train);
-      BOOST_REQUIRE(logits.has_value());
-      auto g = kernels::tensor::empty(logits->shape());
-      auto l = kernels::softmax_cross_entropy(*logits, b.labels, g.mutable_view());
-      BOOST_REQUIRE(l.has_value());
-      ref_losses.push_back(l->loss);
-      BOOST_REQUIRE(ref.backward(g.view()).has_value());
-      BOOST_REQUIRE((*opt)->step(rp, lr_of(p)).ok());
-    }
-  });
+  const std::vector<double> ref_losses = train_reference(ref, steps);
 
   // Through the stage core: each wave (one minibatch) starts from W(c),
   // pushes u = local - W(c), and the next wave installs W(c) + u.
@@ -220,7 +227,7 @@ BOOST_AUTO_TEST_CASE(one_stage_nm1_is_plain_training) {
       BOOST_CHECK_EQUAL(r->loss.loss, ref_losses[std::size_t(p)]);
       BOOST_CHECK(r->input_grad.empty());
     });
-    BOOST_REQUIRE(stage->local_update(p, lr_of(p)).ok());
+    BOOST_REQUIRE(stage->local_update(p, lr_at(p)).ok());
     auto u = wave_update_of(*stage);
     BOOST_REQUIRE_EQUAL(u.size(), base.size());
     for (std::size_t i = 0; i < base.size(); ++i) {
@@ -782,24 +789,8 @@ BOOST_AUTO_TEST_CASE(overlapped_one_stage_nm1_is_plain_training) {
   BOOST_CHECK(!stage->install(views_of(init)).ok());  // drained waves only
   BOOST_CHECK(!stage->wave_update().has_value());
   const int64_t steps = 6;
-  auto lr_of = [](int64_t p) { return 0.05 / (1.0 + 0.2 * double(p)); };
-  auto opt = kernels::make_optimizer(sgd());
-  BOOST_REQUIRE(opt.has_value());
   auto rp = ref.parameters();
-  std::vector<double> ref_losses;
-  ref.context().run([&] {
-    for (int64_t p = 0; p < steps; ++p) {
-      auto b = make_batch(p);
-      auto logits = ref.forward(b.images.view(), kernels::mode::train);
-      BOOST_REQUIRE(logits.has_value());
-      auto g = kernels::tensor::empty(logits->shape());
-      auto l = kernels::softmax_cross_entropy(*logits, b.labels, g.mutable_view());
-      BOOST_REQUIRE(l.has_value());
-      ref_losses.push_back(l->loss);
-      BOOST_REQUIRE(ref.backward(g.view()).has_value());
-      BOOST_REQUIRE((*opt)->step(rp, lr_of(p)).ok());
-    }
-  });
+  const std::vector<double> ref_losses = train_reference(ref, steps);
   // The shard: G = init + the pushed deltas of waves <= w - 2.
   std::vector<kernels::tensor> shard;
   for (auto& t : init) shard.push_back(copy_of(t.view()));
@@ -815,7 +806,7 @@ BOOST_AUTO_TEST_CASE(overlapped_one_stage_nm1_is_plain_training) {
       BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message());
       BOOST_CHECK_EQUAL(r->loss.loss, ref_losses[std::size_t(w)]);
     });
-    BOOST_REQUIRE(stage->local_update(w, lr_of(w)).ok());
+    BOOST_REQUIRE(stage->local_update(w, lr_at(w)).ok());
     pushed.push_back(copies(delta_of(*stage, w)));
   }
   for (std::size_t i = 0; i < rp.size(); ++i) {  // G + the last two waves = the reference
