@@ -218,7 +218,8 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
           {"minibatches", std::to_string(mbs)}, {"timeout", std::to_string(timeout)},
           {"jitter", std::to_string(p.get_number("hetpipe_drill_jitter", 0.0))},
           {"ckpt_every", std::to_string(ckpt_every)},
-          {"resume", resume ? "1" : "0"},     {"overlap", overlap ? "1" : "0"}};
+          {"resume", resume ? "1" : "0"},     {"overlap", overlap ? "1" : "0"},
+          {"staleness", std::to_string(plan.staleness)}};
       if (s > 0) kv["prev"] = sn[std::size_t(s - 1)];
       if (s + 1 < S) kv["next"] = sn[std::size_t(s + 1)];
       HF_RETURN_IF_ERROR(ib.send(sn[std::size_t(s)], kind_role, {}, {}, {}, encode_role(kv)));

@@ -59,6 +59,7 @@ struct role_info {
   int64_t ckpt_every = 0;  // waves between checkpoints (0: none)
   bool resume = false;
   bool overlap = false;    // overlapped waves (hp_core.hpp)
+  int64_t staleness = 0;   // D at the start
 };
 
 expected<role_info> parse_role(const std::string& me, const std::map<std::string, std::string>& kv) {
@@ -81,6 +82,7 @@ expected<role_info> parse_role(const std::string& me, const std::map<std::string
     if (kv.count("ckpt_every")) r.ckpt_every = std::stoll(kv.at("ckpt_every"));
     r.resume = kv.count("resume") && kv.at("resume") == "1";
     r.overlap = kv.count("overlap") && kv.at("overlap") == "1";
+    if (kv.count("staleness")) r.staleness = std::stoll(kv.at("staleness"));
   } catch (const std::exception& e) {
     return make_error(errc::wire_corrupt, me + ": a malformed role from the head (" + e.what() + ")");
   }
@@ -171,9 +173,16 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   std::map<int64_t, int> epoch_of;
   int open_epoch = -1;
 
-  auto pull = [&](int64_t wave) -> status {
-    kernels::trace::scope t("pull", tk, "wave", wave);
-    const auto t0 = clock_type::now();
+  // Pulls: the request to every shard holding its units, then their
+  // answers. Overlapped waves with D = 0 request wave w + 1 as soon as wave
+  // w's answer is in, so the shards' answer waits in the inbox for the
+  // wave's first forward (their round trip is hidden; with D = 0 the answer
+  // holds exactly the waves <= w - 1 whenever it comes). With D > 0 a shard
+  // answers as soon as the bound allows, with what has arrived, so an early
+  // request would only get staler weights: those pull at the forward.
+  int64_t requested = -1;  // the latest wave whose pull was requested
+  auto request_pull = [&](int64_t wave) -> status {
+    if (wave <= requested) return {};
     for (int n : shards) {
       ralp::ralp_info info;
       info.worker = r.worker;
@@ -182,6 +191,13 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       info.reserved = int32_t(r.last);
       HF_RETURN_IF_ERROR(ib.send(ps_name(n), kind_pull, info));
     }
+    requested = wave;
+    return {};
+  };
+  auto pull = [&](int64_t wave) -> status {
+    kernels::trace::scope t("pull", tk, "wave", wave);
+    const auto t0 = clock_type::now();
+    HF_RETURN_IF_ERROR(request_pull(wave));
     // Each shard answers with its units of [first, last] in order.
     std::vector<std::vector<kernels::tensor_view>> by_unit(r.last - r.first + 1);
     std::vector<ralp::ralp_message> answers;
@@ -505,6 +521,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
             if (store && drained && w > first_wave) HF_RETURN_IF_ERROR(write_checkpoint(w));
             HF_RETURN_IF_ERROR(pull(w));
             pulled = w;
+            if (r.staleness == 0 && w + 1 < waves.waves()) HF_RETURN_IF_ERROR(request_pull(w + 1));
           }
         }
         if (forward && first_stage) {
