@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/elementwise.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 
 namespace hetflow::hetpipe {
@@ -145,11 +146,8 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
   for (std::size_t i = 0; i < local_.size(); ++i) {
     float* dst = local_[i].value.f32();
     std::memcpy(dst, values[i].f32(), values[i].byte_size());
-    const int64_t n = local_[i].value.numel();
-    for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it) {
-      const float* d = it->second[i].f32();
-      for (int64_t k = 0; k < n; ++k) dst[k] += d[k];
-    }
+    for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
+      kernels::cpu::add(dst, it->second[i].f32(), dst, local_[i].value.numel());
     ++local_[i].version;
   }
   if (included_below.empty()) return {};
