@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -81,6 +82,14 @@ std::vector<char> auth_mac(std::string_view key, std::string_view label,
     msg.append(p);
   }
   return hmac_sha256(key, msg);
+}
+
+uint64_t data_plane_token(std::string_view secret, std::string_view cluster_name, uint64_t content_hash) {
+  const std::string hash = std::to_string(content_hash);
+  auto mac = auth_mac(secret, "hetflow-data-plane", {cluster_name, hash});
+  uint64_t token = 0;
+  std::memcpy(&token, mac.data(), sizeof token);
+  return token != 0 ? token : 1;
 }
 
 bool mac_equal(const std::vector<char>& a, const std::vector<char>& b) {

@@ -47,6 +47,12 @@ std::vector<char> random_nonce(std::size_t n = 32);
 std::vector<char> auth_mac(std::string_view key, std::string_view label,
                            const std::vector<std::string_view>& parts);
 
+// The data-plane token of a cluster with this secret (never 0): the first 8
+// bytes of H("hetflow-data-plane", cluster name, topology content hash).
+// Every node of the cluster derives the same value; see
+// schemas::set_wire_token.
+uint64_t data_plane_token(std::string_view secret, std::string_view cluster_name, uint64_t content_hash);
+
 // Constant-time equality of two MACs (false when the sizes differ).
 bool mac_equal(const std::vector<char>& a, const std::vector<char>& b);
 

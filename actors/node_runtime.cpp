@@ -101,6 +101,12 @@ struct node_shared {
   schemas::read_limits limits;
   std::map<std::string, std::size_t, std::less<>> actor_index;  // name -> index in actors
   std::string secret;  // the cluster secret (cluster_auth.hpp); empty: no authentication
+  // The data-plane token derived from the secret (0 without one): in every
+  // envelope this node builds (schemas::set_wire_token) and in the UCX
+  // control messages; data-plane arrivals without it are dropped.
+  uint64_t wire_token = 0;
+  std::atomic<uint64_t> rejected_messages{0};  // data-plane arrivals dropped for a wrong token
+  std::atomic<int64_t> rejected_logged_at_ms{-1000000};  // last log line about them (steady clock)
   // Wire traffic per actor of the job (index in actors), for /metrics and the
   // shell: messages and bytes this node sent to it (send_wire) and, for a
   // local actor, delivered to it (from this node or over the data plane).
@@ -1046,6 +1052,23 @@ private:
 
 // --- data plane choice ---------------------------------------------------------
 
+// A data-plane message that does not carry the cluster's token: dropped and
+// counted; logged at most once a second (a stranger can send many).
+void reject_wire(node_shared& sh, const std::string& from_name, dataplane::channel_id ch, std::size_t bytes,
+                 const std::string& why) {
+  const uint64_t n = sh.rejected_messages.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  int64_t last = sh.rejected_logged_at_ms.load(std::memory_order_relaxed);
+  if (now_ms - last < 1000 || !sh.rejected_logged_at_ms.compare_exchange_strong(last, now_ms)) return;
+  log_warn("data plane: refused a message of " + std::to_string(bytes) + " bytes on channel " +
+           std::to_string(ch) + " claiming to come from node '" + from_name +
+           "': it does not carry the cluster's data-plane token (a stranger on the data plane's port, or a "
+           "node with another secret)" +
+           (why.empty() ? "" : " (" + why + ")") + "; " + std::to_string(n) + " refused so far");
+}
+
 expected<std::shared_ptr<dataplane::data_plane>> make_data_plane(node_shared& sh) {
   const auto& rt = sh.cluster.runtime;
   if (rt.data_plane == "caf") {
@@ -1065,6 +1088,7 @@ expected<std::shared_ptr<dataplane::data_plane>> make_data_plane(node_shared& sh
                                                : dataplane::ucx_error_mode::automatic;
   o.max_message_bytes = rt.max_message_bytes;
   o.self_peer = static_cast<dataplane::peer_id>(sh.self);
+  o.control_token = sh.wire_token;
   // Large receive buffers come back to a pool when the last actor drops them.
   auto pool = buffer_pool::create(std::size_t{1} << 20, std::size_t{512} << 20);
   o.receive_buffer_allocator = [pool](std::size_t bytes) { return pool->allocate(bytes); };
@@ -1236,6 +1260,11 @@ int run_node(const node_options& opts, const registry& reg) {
     }
     if (!warning.empty()) log_warn(warning);
     sh->secret = std::move(*secret);
+    if (!sh->secret.empty()) {
+      // Before any message is built: every envelope carries it from now on.
+      sh->wire_token = data_plane_token(sh->secret, sh->cluster.name, sh->cluster.content_hash);
+      schemas::set_wire_token(sh->wire_token);
+    }
   }
 
   auto actors = job_actors(sh->cluster, reg);
@@ -1362,6 +1391,9 @@ int run_node(const node_options& opts, const registry& reg) {
                      static_cast<double>(d.messages_received));
         metrics::set("hetflow_data_plane_bytes_received_total", "Bytes this node received over the data plane",
                      kind::counter, none, static_cast<double>(d.bytes_received));
+        metrics::set("hetflow_data_plane_refused_messages_total",
+                     "Data-plane messages dropped because they lacked the cluster's token (secret_file/secret_env)",
+                     kind::counter, none, static_cast<double>(s->rejected_messages.load()));
       }
     };
     auto srv = metrics::http_server::start(me.host, mp + sh->self,
@@ -1434,6 +1466,15 @@ int run_node(const node_options& opts, const registry& reg) {
       }
       std::string from_name =
           from < s->cluster.nodes.size() ? s->cluster.nodes[from].name : std::to_string(from);
+      if (s->wire_token != 0) {
+        // The data plane's port is open to anyone who reaches it (UCX has
+        // no authentication); only the cluster's nodes know the token.
+        auto t = schemas::read_wire_token(msg.bytes());
+        if (!t || *t != s->wire_token) {
+          reject_wire(*s, from_name, ch, msg.size(), t ? "" : t.error().message());
+          return;
+        }
+      }
       if (!dest) {
         log_error("data plane: message for unknown channel " + std::to_string(ch) +
                   " from node '" + from_name + "' dropped");
@@ -1448,6 +1489,18 @@ int run_node(const node_options& opts, const registry& reg) {
       if (ch < s->actors.size()) ref = pending_ref(std::move(ref), s->traffic[ch].released);
       caf::anon_send(dest, wire_atom::value, from_name, std::move(ref));
     });
+  }
+  if (const char* f = std::getenv("HETFLOW_DRILL_DP_ADDRESS_FILE")) {
+    // Tests: where a stranger would connect (its address, hex, one line).
+    static const char* hex = "0123456789abcdef";
+    std::string line;
+    for (char c : sh->dp->local_address()) {
+      line += hex[(static_cast<unsigned char>(c) >> 4) & 15];
+      line += hex[static_cast<unsigned char>(c) & 15];
+    }
+    const std::string tmp = std::string(f) + ".tmp";
+    std::ofstream(tmp) << line << "\n";
+    std::rename(tmp.c_str(), f);
   }
 
   const auto& me = sh->cluster.nodes[sh->self];

@@ -114,6 +114,7 @@ status decode_weights(model& m, const wire_buffer_ref& buffer, const std::string
 
 status save_weights(model& m, const std::string& path) {
   HF_ASSIGN_OR_RETURN(wire_buffer buf, encode_weights(m));
+  schemas::clear_wire_token(buf);  // files never carry the data-plane token
   const std::string tmp = path + ".tmp";
   {
     std::unique_ptr<std::FILE, file_closer> f(std::fopen(tmp.c_str(), "wb"));

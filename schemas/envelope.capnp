@@ -15,4 +15,6 @@ struct Envelope {
   target @3 :Text;           # actor name
   tensors @4 :List(Tensor);
   payload @5 :Data;          # free-form control bytes
+  auth @6 :UInt64;           # the cluster's data-plane token (0: none); see
+                             # tensor_codec.hpp, "Data-plane token"
 }

@@ -5,7 +5,7 @@
 //
 //   word 0                 segment table: u32 0 (= 1 segment), u32 segment words
 //   word 1                 root pointer -> Envelope
-//   Envelope struct        data (kind, seq) + 4 pointers
+//   Envelope struct        data (kind, seq, auth) + 4 pointers
 //   sender, target text    NUL-terminated, only when non-empty
 //   List(Tensor)           tag word + one struct per tensor, only when any
 //   shape lists            List(Int64) of each tensor, in tensor order
@@ -21,6 +21,7 @@
 
 #include "schemas/tensor_codec.hpp"
 
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
@@ -142,11 +143,55 @@ expected<layout> plan_layout(const envelope_header& header, std::span<const tens
   return l;
 }
 
+std::atomic<uint64_t> process_wire_token{0};
+
+// Where the envelope's `auth` field lies: word index of the envelope's data
+// section + 2 (kind/padding, seq, auth), checked against the buffer.
+// Returns the byte offset of the field, 0 when the envelope's data section
+// is too short to hold it, or an error.
+expected<std::size_t> auth_offset(std::span<const std::byte> buf) {
+  auto corrupt = [](const std::string& what) {
+    return status{errc::wire_corrupt, "data-plane token: " + what};
+  };
+  if (buf.size() < 2 * word_bytes || buf.size() % word_bytes != 0)
+    return corrupt(std::to_string(buf.size()) + " bytes is not a message");
+  uint32_t table[2];
+  std::memcpy(table, buf.data(), sizeof table);
+  const uint64_t words = buf.size() / word_bytes - 1;
+  if (table[0] != 0 || table[1] != words) return corrupt("not a single-segment message");
+  uint64_t root;
+  std::memcpy(&root, buf.data() + word_bytes, sizeof root);
+  if ((root & 3) != 0) return corrupt("the root is not a struct");
+  // Signed 30-bit offset in words, from the end of the pointer (segment word 1).
+  const int64_t offset = int64_t(int32_t(uint32_t(root) & ~3u)) >> 2;
+  const uint64_t data_words = (root >> 32) & 0xffff;
+  const int64_t start = 1 + offset;  // segment word of the data section
+  if (start < 1 || uint64_t(start) + data_words > words) return corrupt("the root struct lies outside the message");
+  constexpr uint64_t auth_word = 2;  // kind @0 (u32), seq @1 (u64), auth @6 (u64)
+  if (data_words <= auth_word) return std::size_t{0};
+  return std::size_t((1 + uint64_t(start) + auth_word) * word_bytes);
+}
+
 status wire_error(errc code, std::string_view peer, const std::string& what) {
   return status{code, "message from " + std::string(peer) + ": " + what};
 }
 
 }  // namespace
+
+void set_wire_token(uint64_t token) noexcept { process_wire_token.store(token, std::memory_order_relaxed); }
+uint64_t wire_token() noexcept { return process_wire_token.load(std::memory_order_relaxed); }
+
+expected<uint64_t> read_wire_token(std::span<const std::byte> buf) {
+  HF_ASSIGN_OR_RETURN(std::size_t at, auth_offset(buf));
+  uint64_t token = 0;
+  if (at != 0) std::memcpy(&token, buf.data() + at, sizeof token);
+  return token;
+}
+
+void clear_wire_token(wire_buffer& buf) noexcept {
+  auto at = auth_offset(buf.bytes());
+  if (at && *at != 0) std::memset(buf.data() + *at, 0, sizeof(uint64_t));
+}
 
 int64_t tensor_meta::numel() const noexcept { return checked_numel(shape); }
 int64_t tensor_view::numel() const noexcept { return checked_numel(shape); }
@@ -208,6 +253,7 @@ message_builder::message_builder(const envelope_header& header,
     auto env = message.initRoot<wire::Envelope>();
     env.setKind(header.kind);
     env.setSeq(header.seq);
+    env.setAuth(wire_token());
     // Empty texts stay null pointers (read back as ""), costing no words.
     if (!header.sender.empty())
       env.setSender(capnp::Text::Reader(header.sender.data(), header.sender.size()));

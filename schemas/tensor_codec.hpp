@@ -154,6 +154,25 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
+// Data-plane token. A node of a cluster with a secret derives a 64-bit token
+// from it (node_runtime) and sets it here once, before it builds any message:
+// message_builder then writes it into every envelope (`auth`), and a receiver
+// drops data-plane messages whose token differs (a stranger who reached the
+// data plane's port, or a node with another secret). 0 (the default): none.
+// The token is process-wide: a process is one node of one cluster.
+// Files must not carry it: writers of messages to disk call clear_wire_token.
+void set_wire_token(uint64_t token) noexcept;
+uint64_t wire_token() noexcept;
+
+// The token in `buf`'s envelope: 0 when the envelope has none (a message of
+// an older build, or a file). Reads only the segment table, the root pointer
+// and the envelope's data section, with bounds checks: wire_corrupt for
+// anything that is not a single-segment message with a struct root.
+expected<uint64_t> read_wire_token(std::span<const std::byte> buf);
+
+// Sets the token of a message built by message_builder to 0 (files).
+void clear_wire_token(wire_buffer& buf) noexcept;
+
 // Decodes and validates `buf` (from `peer`, used in error messages). Cost is
 // O(tensors + dims), independent of tensor bytes. Every Cap'n Proto exception
 // is caught here and becomes a status "message from <peer>: ...".

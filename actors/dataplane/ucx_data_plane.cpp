@@ -8,6 +8,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
 #include <string_view>
 #include <atomic>
@@ -38,6 +39,8 @@ constexpr uint32_t control_sender = 0xffff;
 constexpr uint32_t max_peer_id = control_sender - 1;
 
 enum class control_op : uint8_t { goodbye = 1, heartbeat = 2 };
+// A control message: the op, then ucx_options::control_token (8 bytes).
+constexpr std::size_t control_bytes = 9;
 
 constexpr char address_magic[4] = {'H', 'F', 'U', 'X'};
 constexpr uint32_t address_version = 1;
@@ -268,6 +271,13 @@ struct peer_info {
 class ucx_data_plane final : public data_plane {
 public:
   explicit ucx_data_plane(const ucx_options& options) : options_(options) {
+    // Control messages: [op][the cluster's token, 8 bytes little-endian].
+    auto fill = [&](std::array<std::byte, control_bytes>& m, control_op op) {
+      m[0] = static_cast<std::byte>(op);
+      std::memcpy(m.data() + 1, &options_.control_token, sizeof options_.control_token);
+    };
+    fill(goodbye_msg_, control_op::goodbye);
+    fill(heartbeat_msg_, control_op::heartbeat);
     if (!options_.on_error) {
       options_.on_error = [](const status& s) {
         std::fprintf(stderr, "hetflow ucx data plane: %s\n", s.to_string().c_str());
@@ -951,6 +961,15 @@ private:
     if (q.empty()) recv_queues_.erase(it);
   }
 
+  // A control message carries this plane's token (any one when it has none).
+  bool control_token_ok(const recv_op& op) const {
+    if (options_.control_token == 0) return true;
+    uint64_t t = 0;
+    if (op.length != control_bytes) return false;
+    std::memcpy(&t, op.scratch + 1, sizeof t);
+    return t == options_.control_token;
+  }
+
   void finish_side_recv(recv_op* op) {
     auto owned = std::move(side_recvs_.at(op));
     side_recvs_.erase(op);
@@ -960,6 +979,15 @@ private:
       case recv_kind::control:
         if (op->result == UCS_OK && op->length >= 1 &&
             op->scratch[0] == static_cast<std::byte>(control_op::goodbye)) {
+          if (!control_token_ok(*op)) {
+            // A stranger on our port, or a node with another secret: a
+            // forged goodbye must not take a live peer out of the job.
+            report(make_error(errc::peer_refused,
+                              "a goodbye claiming to come from peer " + std::to_string(ch) +
+                                  " without the cluster's data-plane token was ignored (a stranger on "
+                                  "the data plane's port, or a node with another secret)"));
+            break;
+          }
           mark_peer_down(static_cast<peer_id>(ch), "it shut down", /*orderly=*/true);
         }
         break;
@@ -1112,12 +1140,11 @@ private:
         continue;
       }
       if (conn->watch_process || conn->heartbeat_in_flight) continue;
-      static const std::byte heartbeat{static_cast<uint8_t>(control_op::heartbeat)};
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       p.cb.send = &ucx_data_plane::on_heartbeat_sent;
       p.user_data = conn.get();
-      ucs_status_ptr_t r = ucp_tag_send_nbx(conn->ep, &heartbeat, 1,
+      ucs_status_ptr_t r = ucp_tag_send_nbx(conn->ep, heartbeat_msg_.data(), heartbeat_msg_.size(),
                                             make_tag(control_sender, options_.self_peer), &p);
       if (UCS_PTR_IS_ERR(r))
         ep_errors_.emplace_back(conn.get(), UCS_PTR_STATUS(r));
@@ -1185,14 +1212,13 @@ private:
     }
     run_send_completions();
 
-    static const std::byte goodbye{static_cast<uint8_t>(control_op::goodbye)};
     for (auto& [id, conn] : conns_) {
       if (conn->down || conn->ep == nullptr) continue;
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       p.cb.send = &ucx_data_plane::on_control_sent;
       p.user_data = this;
-      ucs_status_ptr_t r = ucp_tag_send_nbx(conn->ep, &goodbye, 1,
+      ucs_status_ptr_t r = ucp_tag_send_nbx(conn->ep, goodbye_msg_.data(), goodbye_msg_.size(),
                                             make_tag(control_sender, options_.self_peer), &p);
       if (r != nullptr && !UCS_PTR_IS_ERR(r)) ++goodbyes_in_flight_;
     }
@@ -1335,6 +1361,7 @@ private:
   std::deque<recv_op*> deferred_receives_;
   uint32_t active_large_receives_ = 0;
   int goodbyes_in_flight_ = 0;
+  std::array<std::byte, control_bytes> goodbye_msg_{}, heartbeat_msg_{};
   std::vector<std::pair<peer_conn*, ucs_status_t>> ep_errors_;
   std::vector<void*> close_requests_;
   std::vector<std::unique_ptr<send_op>> abandoned_sends_;

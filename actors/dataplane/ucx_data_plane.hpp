@@ -12,7 +12,8 @@
 // Tag layout (64 bits):   | sender peer id : 16 | channel : 48 |
 // Sender id 0xffff is reserved for control messages (a "goodbye" sent by
 // shutdown(), so peers in the same or another process learn at once that this
-// node stopped, whatever the transport). Hence peer ids must be < 0xffff and
+// node stopped, whatever the transport; heartbeats): 9 bytes, the op and
+// ucx_options::control_token. Hence peer ids must be < 0xffff and
 // channels < 2^48 (send() rejects larger ones with invalid_argument).
 //
 // Address (local_address()):  | "HFUX" | version u32 | peer id u32 | error mode u32 |
@@ -138,6 +139,12 @@ struct ucx_options {
   uint64_t max_message_bytes = 1ull << 30;
   // This node's peer id (< 0xffff); becomes the top 16 bits of every tag sent.
   uint32_t self_peer = 0;
+  // The cluster's data-plane token (schemas::set_wire_token; 0: none). Sent
+  // in this plane's control messages (goodbye, heartbeat); with a nonzero
+  // token a goodbye that does not carry it is ignored and reported, so a
+  // stranger who reaches the port cannot take a peer out of the job. Data
+  // messages are checked by the runtime (their envelopes carry the token).
+  uint64_t control_token = 0;
   // Errors not tied to one send(): an oversized or failed arrival, a peer
   // going down. Runs on the progress thread. Empty: printed to stderr.
   std::function<void(const status&)> on_error;

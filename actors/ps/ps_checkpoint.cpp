@@ -212,6 +212,7 @@ status write_checkpoint(checkpoint_store& store, const checkpoint_meta& meta, co
   }
   std::memcpy(b.payload().data(), payload.data(), payload.size());
   wire_buffer buf = std::move(b).finish();
+  schemas::clear_wire_token(buf);  // files never carry the data-plane token
   HF_RETURN_IF_ERROR(store.put(checkpoint_name(meta.shard_name, meta.label), buf.bytes()));
   // Older checkpoints beyond `keep`, and stale temporaries of this shard.
   auto labels = list_checkpoints(store, meta.shard_name);

@@ -22,6 +22,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hetflow::wire_buffer buf(size);
   if (size > 0) std::memcpy(buf.data(), data, size);
   auto ref = std::make_shared<const hetflow::wire_buffer>(std::move(buf));
+  // The data-plane token check runs on every arrival before decoding.
+  auto token = hs::read_wire_token(ref->bytes());
+  if (!token.has_value() && token.error().code() != hetflow::errc::wire_corrupt) std::abort();
   auto decoded = hs::decode_message(ref, limits, "fuzz");
   if (!decoded.has_value()) {
     const auto code = decoded.error().code();

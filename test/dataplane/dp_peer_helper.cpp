@@ -1,11 +1,17 @@
 // A peer in its own process, for ucx_data_plane_test's peer-death cases.
 //
-//   dp_peer_helper TLS SELF_ID PEER_ID peer|none [flood]
+//   dp_peer_helper TLS SELF_ID PEER_ID peer|none [flood|stranger]
 //   stdout: "<hex address of this plane>\n", later "ready\n"
 //   stdin:  "<hex address of the peer>\n"
 // Then it receives (and discards) messages until it is killed or stdin
 // closes; with "flood" it also sends 16 MiB messages to the peer, 4 at a time.
 // peer|none is the ucx_error_mode (it must match the other side's).
+//
+// "stranger" (it_auth_secret): a process that reached a node's data-plane
+// port without the cluster secret. It sends the peer, on channels 0..3, a
+// well-formed envelope built with a made-up data-plane token and 64 KiB of
+// garbage, prints "sent", and when stdin closes shuts down, which sends a
+// goodbye under SELF_ID (a node it pretends to be) with its made-up token.
 #include <unistd.h>
 
 #include <atomic>
@@ -16,12 +22,13 @@
 #include <string>
 
 #include "actors/dataplane/ucx_data_plane.hpp"
+#include "schemas/tensor_codec.hpp"
 
 using namespace hetflow::dataplane;
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
-    std::fprintf(stderr, "usage: %s TLS SELF_ID PEER_ID peer|none [flood]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s TLS SELF_ID PEER_ID peer|none [flood|stranger]\n", argv[0]);
     return 2;
   }
   ucx_options o;
@@ -29,6 +36,11 @@ int main(int argc, char** argv) {
   o.self_peer = static_cast<uint32_t>(std::atoi(argv[2]));
   auto peer = static_cast<peer_id>(std::atoi(argv[3]));
   o.error_mode = std::string(argv[4]) == "none" ? ucx_error_mode::none : ucx_error_mode::peer;
+  const std::string mode = argc == 6 ? argv[5] : "";
+  if (mode == "stranger") {
+    o.control_token = 0x5eed5eed5eed5eedull;
+    hetflow::schemas::set_wire_token(o.control_token);
+  }
   auto plane = make_ucx_data_plane(o);
   if (!plane) {
     std::fprintf(stderr, "dp_peer_helper: %s\n", plane.error().to_string().c_str());
@@ -53,7 +65,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "ready" << std::endl;
-  if (argc == 6) {
+  if (mode == "stranger") {
+    for (channel_id ch = 0; ch < 4; ++ch) {
+      hetflow::schemas::message_builder b({1, 0, "n" + std::to_string(o.self_peer), "stranger"},
+                                          {hetflow::schemas::tensor_meta{hetflow::dtype::u8, {16}}});
+      std::memset(b.tensor_data(0).data(), 0x42, 16);
+      auto envelope = std::make_shared<const hetflow::wire_buffer>(std::move(b).finish());
+      auto garbage = std::make_shared<hetflow::wire_buffer>(std::size_t{64} << 10);
+      std::memset(garbage->data(), 0x5a, garbage->size());
+      if (!(*plane)->send(peer, ch, envelope).ok() || !(*plane)->send(peer, ch, garbage).ok()) return 1;
+    }
+    std::cout << "sent" << std::endl;
+  } else if (mode == "flood") {
     auto msg = std::make_shared<hetflow::wire_buffer>(std::size_t{16} << 20);
     std::memset(msg->data(), 7, msg->size());
     std::atomic<int> in_flight{0};

@@ -282,6 +282,46 @@ BOOST_DATA_TEST_CASE(receiver_discards_oversized_messages, bdata::make(ucx_impls
   BOOST_CHECK_EQUAL(p.b->stats().messages_received, 1u);
 }
 
+// With a control token (a cluster secret), a goodbye that does not carry it
+// (a stranger on the port, claiming to be peer 1) is ignored and reported:
+// peer 1 stays up. Peer 1's own goodbye still takes it down.
+BOOST_DATA_TEST_CASE(goodbye_without_the_token_is_ignored, bdata::make(ucx_impls), impl) {
+  error_log errors;
+  ucx_options base;
+  base.on_error = errors.handler();
+  base.control_token = 0x1234abcd5678ef01ull;
+  auto p = make_connected_pair(impl, 1ull << 30, 1ull << 30, base);
+  inbox in;
+  in.install(*p.b);
+  ucx_options other;
+  other.control_token = 0x1111;  // another secret's token
+  auto stranger = make_plane(impl, 1, 1ull << 30, p.fabric, other);
+  BOOST_REQUIRE(stranger->connect(0, p.a->local_address()).ok());
+  BOOST_REQUIRE(stranger->send(0, 3, make_payload(64, 1)).ok());
+  stranger->shutdown();  // its goodbye claims peer 1
+  bool reported = false;
+  for (int i = 0; i < 300 && !reported; ++i) {
+    reported = errors.count(errc::peer_refused) > 0;
+    if (!reported) std::this_thread::sleep_for(10ms);
+  }
+  BOOST_REQUIRE_MESSAGE(reported, impl << ": the forged goodbye was not reported");
+  for (const status& s : errors.errors()) BOOST_TEST_MESSAGE(impl << ": " << s.to_string());
+  // Peer 1 is still up for peer 0.
+  BOOST_REQUIRE(p.a->send(1, 4, make_payload(1 << 20, 2)).ok());
+  BOOST_REQUIRE(in.wait_for(1, 5s));
+  BOOST_CHECK_EQUAL(in.take().at(0).channel, 4u);
+  // The real peer 1's goodbye carries the token: peer 0 learns it is gone.
+  p.b->shutdown();
+  status s;
+  for (int i = 0; i < 500; ++i) {
+    s = p.a->send(1, 1, make_payload(8, 1));
+    if (!s.ok()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_CHECK_EQUAL(s.code(), errc::peer_down);
+  BOOST_CHECK_EQUAL(errors.count(errc::peer_refused), 1u);
+}
+
 BOOST_DATA_TEST_CASE(reconnect_after_peer_restart, bdata::make(ucx_impls), impl) {
   auto p = make_connected_pair(impl);
   p.b->shutdown();

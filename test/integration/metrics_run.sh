@@ -54,6 +54,7 @@ for i, g in enumerate(got):
     assert g["hetflow_uptime_seconds"][0][1] > 0 and g["hetflow_resident_memory_bytes"][0][1] > 1e6
     for k in ("bytes_sent_total", "bytes_received_total", "messages_sent_total"):
         assert g["hetflow_data_plane_" + k][0][1] > 0, (i, k, g["hetflow_data_plane_" + k])  # the ring moves bytes
+    assert g["hetflow_data_plane_refused_messages_total"][0][1] == 0, g["hetflow_data_plane_refused_messages_total"]
     assert g["hetflow_train_samples_per_second"][0][1] > 0 and g["hetflow_train_loss"][0][1] > 0
     assert 0 <= g["hetflow_train_accuracy"][0][1] <= 1, g["hetflow_train_accuracy"]
     assert g["hetflow_train_epoch"][0][0]["actor"] == f"replica{i}"

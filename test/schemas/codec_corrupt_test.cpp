@@ -299,17 +299,18 @@ BOOST_AUTO_TEST_CASE(aliased_blobs_hit_the_traversal_limit) {
   fill_pattern(mb.tensor_data(0), 1);
   wire_buffer b = std::move(mb).finish();
   auto* w = reinterpret_cast<uint64_t*>(b.data());
-  // Layout (empty names): [0] table [1] root [2..7] envelope [8] list tag
-  // [9+3i .. 11+3i] tensor i (data word, shape ptr, data ptr) [9+3n+i] shape i
-  // [9+4n ...] blob 0.
-  const int blob_word = 9 + 4 * n;
+  // Layout (empty names): [0] table [1] root [2..8] envelope (3 data words,
+  // 4 pointers) [9] list tag
+  // [10+3i .. 12+3i] tensor i (data word, shape ptr, data ptr) [10+3n+i] shape i
+  // [10+4n ...] blob 0.
+  const int blob_word = 10 + 4 * n;
   auto offset_of = [&](int ptr_word) { return int32_t(uint32_t(w[ptr_word]) >> 2); };
-  BOOST_TEST_REQUIRE(offset_of(11) == blob_word - 12);  // tensor 0 data -> blob 0
-  BOOST_TEST_REQUIRE(w[9 + 3 * n + 1] == 0u);           // tensor 1 shape {0}
+  BOOST_TEST_REQUIRE(offset_of(12) == blob_word - 13);  // tensor 0 data -> blob 0
+  BOOST_TEST_REQUIRE(w[10 + 3 * n + 1] == 0u);           // tensor 1 shape {0}
   // Patch tensors 1..n-1: shape {blob}, data -> blob 0 with blob bytes.
   for (int i = 1; i < n; ++i) {
-    w[9 + 3 * n + i] = uint64_t(blob);
-    const int ptr_word = 11 + 3 * i;
+    w[10 + 3 * n + i] = uint64_t(blob);
+    const int ptr_word = 12 + 3 * i;
     w[ptr_word] = (uint64_t(blob) << 35) | (uint64_t(2) << 32) |
                   (uint32_t(blob_word - (ptr_word + 1)) << 2) | 1u;
   }

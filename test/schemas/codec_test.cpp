@@ -193,8 +193,8 @@ BOOST_AUTO_TEST_CASE(no_tensors_empty_names) {
   message_builder b({}, {}, 5);
   fill_pattern(b.payload(), 3);
   auto buf = std::move(b).finish();
-  // root pointer + Envelope (2 data words, 4 pointers) + 1 payload word + table
-  BOOST_TEST(buf.size() == 8u * (1 + 1 + 6 + 1));
+  // root pointer + Envelope (3 data words, 4 pointers) + 1 payload word + table
+  BOOST_TEST(buf.size() == 8u * (1 + 1 + 7 + 1));
   auto d = decode_message(share(std::move(buf)), {}, "n1");
   BOOST_TEST_REQUIRE(d.has_value(), d.error().to_string());
   BOOST_TEST(d->tensor_count() == 0u);
@@ -349,6 +349,90 @@ BOOST_AUTO_TEST_CASE(builder_moves) {
   auto d = decode_message(share(std::move(b).finish()), {}, "n1");
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(same_bytes(d->tensor(0).data, pattern(8, 8)));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(data_plane_token)
+
+// The process-wide token goes into every envelope built after it is set;
+// read_wire_token finds it, clear_wire_token removes it, and decoding is
+// unaffected.
+BOOST_AUTO_TEST_CASE(builder_stamps_the_process_token) {
+  struct restore {
+    ~restore() { set_wire_token(0); }
+  } r;
+  const tensor_meta meta{dtype::f32, {3, 5}};
+  auto build = [&](const envelope_header& h) {
+    message_builder b(h, {meta}, 7);
+    fill_pattern(b.tensor_data(0), 3);
+    fill_pattern(b.payload(), 4);
+    return std::move(b).finish();
+  };
+  wire_buffer plain = build({1, 2, "s", "t"});
+  BOOST_TEST(*read_wire_token(plain.bytes()) == 0u);
+  set_wire_token(0xfeedface12345678ull);
+  for (const envelope_header& h : {envelope_header{1, 2, "s", "t"}, envelope_header{9, 0, "", ""},
+                                   envelope_header{7, ~0ull, std::string(300, 'x'), "y"}}) {
+    wire_buffer buf = build(h);
+    BOOST_TEST(buf.size() == *encoded_size(h, std::span(&meta, 1), 7));
+    BOOST_TEST(*read_wire_token(buf.bytes()) == 0xfeedface12345678ull);
+    // The generated reader sees the same field.
+    capnp::FlatArrayMessageReader reader(
+        kj::arrayPtr(reinterpret_cast<const capnp::word*>(buf.data()), buf.size() / 8));
+    BOOST_TEST(reader.getRoot<wire::Envelope>().getAuth() == 0xfeedface12345678ull);
+    auto msg = decode_message(share(copy_of(buf.bytes())), {}, "test");
+    BOOST_REQUIRE(msg.has_value());
+    BOOST_TEST(msg->header().kind == h.kind);
+    BOOST_TEST(msg->header().seq == h.seq);
+    clear_wire_token(buf);
+    BOOST_TEST(*read_wire_token(buf.bytes()) == 0u);
+    auto again = decode_message(share(std::move(buf)), {}, "test");
+    BOOST_REQUIRE(again.has_value());
+    BOOST_TEST(same_bytes(again->tensor(0).data, msg->tensor(0).data));
+    BOOST_TEST(same_bytes(again->payload(), msg->payload()));
+  }
+}
+
+// An envelope of an older build (no auth field: two data words) reads as 0;
+// anything that is not a message is an error, never a read out of bounds.
+BOOST_AUTO_TEST_CASE(read_wire_token_of_old_and_bad_messages) {
+  capnp::MallocMessageBuilder old;
+  auto root = old.initRoot<wire::Envelope>();
+  root.setKind(5);
+  root.setSeq(6);
+  auto flat = capnp::messageToFlatArray(old);
+  std::vector<std::byte> bytes(flat.asBytes().size());
+  std::memcpy(bytes.data(), flat.asBytes().begin(), bytes.size());
+  BOOST_TEST(*read_wire_token(bytes) == 0u);
+  // Shrink the root struct's data section to 2 words by hand (an old sender).
+  uint64_t ptr;
+  std::memcpy(&ptr, bytes.data() + 8, 8);
+  ptr = (ptr & ~(uint64_t{0xffff} << 32)) | (uint64_t{2} << 32);
+  std::memcpy(bytes.data() + 8, &ptr, 8);
+  BOOST_TEST(*read_wire_token(bytes) == 0u);
+  // Not messages.
+  BOOST_TEST(!read_wire_token({}).has_value());
+  BOOST_TEST(!read_wire_token(std::span(bytes.data(), 12)).has_value());
+  std::vector<std::byte> junk = pattern(64, 9);
+  BOOST_TEST(!read_wire_token(junk).has_value());
+  // A root pointer far outside the segment.
+  std::vector<std::byte> far(bytes);
+  ptr = (uint64_t{3} << 32) | (uint64_t(0x1000000) << 2);
+  std::memcpy(far.data() + 8, &ptr, 8);
+  BOOST_TEST(!read_wire_token(far).has_value());
+  // A negative offset pointing before the segment.
+  ptr = (uint64_t{3} << 32) | (uint32_t(-5) << 2);
+  std::memcpy(far.data() + 8, &ptr, 8);
+  BOOST_TEST(!read_wire_token(far).has_value());
+  // Every 8-byte prefix length of a real message, and random words: no crash.
+  for (std::size_t n = 0; n <= bytes.size(); n += 8) (void)read_wire_token(std::span(bytes.data(), n));
+  for (uint32_t seed = 0; seed < 2000; ++seed) {
+    auto r = pattern(8 * (2 + seed % 9), seed);
+    const uint32_t table[2] = {0, uint32_t(r.size() / 8 - 1)};
+    std::memcpy(r.data(), table, 8);
+    (void)read_wire_token(r);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
