@@ -11,12 +11,13 @@
 #include <string>
 
 #include "actors/registry.hpp"
+#include "kernels/custom_layer.hpp"
 #include "schemas/error.hpp"
 #include "topology/catalog.hpp"
 
 // Version of the plugin ABI: the descriptor below and the C++ types a plugin
 // receives. Plugins built for another version are refused.
-#define HETFLOW_PLUGIN_ABI_VERSION 2u
+#define HETFLOW_PLUGIN_ABI_VERSION 3u
 
 // The C++ ABI a plugin was compiled with: GCC/Clang's __GXX_ABI_VERSION and
 // libstdc++'s dual std::string ABI; must match the host's.
@@ -54,6 +55,10 @@ public:
   // streamed train job, with its keys as `[job] NAME = { key = ... }`
   // (actors/registry.hpp: sample_transform says what it must be).
   virtual status add_transform(actors::transform_entry entry) = 0;
+  // Adds a layer, `[job] insert_layers = ["AFTER:NAME"]` of a train job: the
+  // unit the factory builds (kernels/custom_layer.hpp says what it must do;
+  // cpu devices only). A name already registered by this load is refused.
+  virtual status add_layer(const std::string& name, kernels::custom_unit_factory factory) = 0;
 
 protected:
   ~host() = default;  // owned by the host; plugins never delete it

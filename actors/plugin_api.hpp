@@ -1,5 +1,6 @@
-// plugin_api: everything a plugin author includes to add actor types and job
-// kinds to hetflow (README "Write your own actor type").
+// plugin_api: everything a plugin author includes to add actor types, job
+// kinds, image transforms and model layers to hetflow (README "Write your own
+// actor type"; layers: kernels/custom_layer.hpp).
 //
 // A plugin is a shared library named in the topology file
 //   [cluster]

@@ -7,6 +7,7 @@
 
 #include "actors/plugin_abi.hpp"
 #include "actors/registry.hpp"
+#include "kernels/custom_layer.hpp"
 
 namespace hetflow::actors {
 namespace {
@@ -20,7 +21,7 @@ std::string version_text(uint32_t caf) {
 
 // Who registered each name so far: absent = hetflow itself (built-in).
 struct owners {
-  std::map<std::string, std::string> actor_types, job_kinds, transforms;
+  std::map<std::string, std::string> actor_types, job_kinds, transforms, layers;
 };
 
 std::string owner_text(const std::map<std::string, std::string>& m, const std::string& name) {
@@ -72,8 +73,24 @@ public:
     return {};
   }
 
+  status add_layer(const std::string& name, kernels::custom_unit_factory factory) override {
+    if (name.empty() || !factory) return refuse("add_layer needs a name and a factory");
+    if (own_.layers.count(name) != 0)
+      return refuse("layer '" + name + "' is already registered by " + owner_text(own_.layers, name) +
+                    "; rename it in this plugin");
+    // The kernels' registry is process-wide and libraries are never
+    // unloaded: a name it holds already comes from an earlier load of the
+    // plugins in this process (the same library, dlopen hands it back), and
+    // its factory stays valid.
+    if (kernels::find_custom_layer(name) == nullptr)
+      if (auto s = kernels::register_custom_layer(name, std::move(factory)); !s.ok()) return refuse(s.message());
+    own_.layers[name] = file_;
+    layers_.push_back(name);
+    return {};
+  }
+
   const std::vector<std::string>& refused() const { return refused_; }
-  std::vector<std::string> actor_types_, job_kinds_, transforms_;
+  std::vector<std::string> actor_types_, job_kinds_, transforms_, layers_;
 
 private:
   status refuse(std::string why) {
@@ -176,7 +193,7 @@ plugin_load_result load_plugin_entries(const std::string& file_for_messages,
       continue;
     }
     if (!host.refused().empty()) continue;
-    r.loaded.push_back(loaded_plugin{e.path, name, host.actor_types_, host.job_kinds_, host.transforms_});
+    r.loaded.push_back(loaded_plugin{e.path, name, host.actor_types_, host.job_kinds_, host.transforms_, host.layers_});
   }
   return r;
 }

@@ -37,6 +37,7 @@ struct loaded_plugin {
   std::vector<std::string> actor_types;
   std::vector<std::string> job_kinds;
   std::vector<std::string> transforms;
+  std::vector<std::string> layers;
 };
 
 struct plugin_load_result {

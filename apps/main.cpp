@@ -210,6 +210,9 @@ bool load_plugins_of(const std::string& cmd, const std::vector<std::string>& arg
       std::string tf;
       for (auto& t : p.transforms) tf += (tf.empty() ? "transforms " : ", ") + t;
       if (!tf.empty()) what += (what.empty() ? "" : "; ") + tf;
+      std::string ly;
+      for (auto& t : p.layers) ly += (ly.empty() ? "layers " : ", ") + t;
+      if (!ly.empty()) what += (what.empty() ? "" : "; ") + ly;
       std::printf("plugin '%s' (%s): %s\n", p.name.c_str(), p.path.c_str(),
                   what.empty() ? "registered nothing" : what.c_str());
     }

@@ -17,6 +17,7 @@ const char* to_string(layer_kind k) noexcept {
     case layer_kind::flatten: return "flatten";
     case layer_kind::residual: return "residual";
     case layer_kind::dlrm_interaction: return "dlrm_interaction";
+    case layer_kind::custom: return "custom";
   }
   return "?";
 }
@@ -98,6 +99,12 @@ layer_spec layer_spec::residual(std::string name, std::vector<layer_spec> body,
 layer_spec layer_spec::dlrm_features(std::string name, dlrm_spec spec) {
   layer_spec s = make(layer_kind::dlrm_interaction, std::move(name));
   s.dlrm = std::move(spec);
+  return s;
+}
+
+layer_spec layer_spec::custom(std::string name, std::string type) {
+  layer_spec s = make(layer_kind::custom, std::move(name));
+  s.custom_type = std::move(type);
   return s;
 }
 

@@ -27,7 +27,8 @@ enum class layer_kind : uint8_t {
   dropout,         // probability `p` of zeroing; scaled by 1/(1-p); eval: identity
   flatten,         // (N, ...) -> (N, prod(...)); a view
   residual,        // y = relu?(body(x) + shortcut(x)); empty shortcut = identity
-  dlrm_interaction // DLRM bottom MLP + embeddings + dot interaction, see dlrm_spec
+  dlrm_interaction, // DLRM bottom MLP + embeddings + dot interaction, see dlrm_spec
+  custom           // a plugin's layer (`custom_type`, kernels/custom_layer.hpp); cpu only
 };
 
 const char* to_string(layer_kind k) noexcept;
@@ -59,6 +60,7 @@ struct layer_spec {
   double momentum = 0.1;   // batch_norm running-stat update (PyTorch meaning)
   std::vector<layer_spec> body, shortcut;  // residual
   dlrm_spec dlrm;          // dlrm_interaction
+  std::string custom_type; // custom: the name a plugin registered
 
   static layer_spec linear(std::string name, int64_t out, bool relu = false, bool bias = true);
   static layer_spec conv2d(std::string name, int64_t out, int64_t kernel, int64_t stride = 1,
@@ -73,6 +75,7 @@ struct layer_spec {
   static layer_spec residual(std::string name, std::vector<layer_spec> body,
                              std::vector<layer_spec> shortcut, bool relu = true);
   static layer_spec dlrm_features(std::string name, dlrm_spec spec);
+  static layer_spec custom(std::string name, std::string type);
 };
 
 struct model_spec {

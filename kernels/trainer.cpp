@@ -1361,6 +1361,7 @@ expected<zoo_options> model_options_for(const train_config& c) {
   zoo_options zo;
   zo.width = c.width;
   zo.head_width = c.head_width;
+  zo.insert_layers = c.insert_layers;
   switch (c.data.kind) {
     case dataset_kind::fashion_mnist:
       zo.input = shape{1, 28, 28};

@@ -194,6 +194,7 @@ struct train_config {
   std::string model = "lenet5";  // a zoo model; dlrm trains on (and only on) dataset_kind::criteo
   double width = 1.0;            // zoo width multiplier
   int64_t head_width = 0;        // zoo vgg: hidden width of the FC head (0: the zoo's default)
+  std::vector<inserted_layer> insert_layers;  // plugins' layers (zoo.hpp), [job] insert_layers
   dataset_config data;
   dlrm_sizes dlrm;               // model dlrm only
   int epochs = 3;

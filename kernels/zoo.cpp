@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/custom_layer.hpp"
+
 namespace hetflow::kernels {
 namespace {
 
@@ -117,7 +119,39 @@ std::vector<std::string> zoo_names() {
   return {"mlp", "lenet5", "vgg11", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "dlrm"};
 }
 
+namespace {
+expected<model_spec> make_zoo_spec(std::string_view name, const zoo_options& o);
+}
+
 expected<model_spec> make_model_spec(std::string_view name, const zoo_options& o) {
+  HF_ASSIGN_OR_RETURN(model_spec m, make_zoo_spec(name, o));
+  for (const inserted_layer& ins : o.insert_layers) {
+    if (find_custom_layer(ins.type) == nullptr) {
+      std::string known;
+      for (auto& n : custom_layer_names()) known += (known.empty() ? "" : ", ") + n;
+      return make_error(errc::not_found, "insert_layers: no plugin registered layer '" + ins.type +
+                                             "' (registered: " + (known.empty() ? "none" : known) +
+                                             "; name the plugin in [cluster] plugins)");
+    }
+    auto at = std::find_if(m.layers.begin(), m.layers.end(), [&](const layer_spec& l) { return l.name == ins.after; });
+    if (at == m.layers.end()) {
+      std::string units;
+      for (auto& l : m.layers) units += (units.empty() ? "" : ", ") + l.name;
+      return make_error(errc::not_found, "insert_layers: " + std::string(name) + " has no unit '" + ins.after +
+                                             "' (its units: " + units + ")");
+    }
+    std::string unit_name = ins.after + "_" + ins.type;
+    for (auto& l : m.layers)
+      if (l.name == unit_name)
+        return make_error(errc::already_exists, "insert_layers: layer '" + ins.type + "' is inserted after '" +
+                                                    ins.after + "' twice");
+    m.layers.insert(at + 1, layer_spec::custom(std::move(unit_name), ins.type));
+  }
+  return m;
+}
+
+namespace {
+expected<model_spec> make_zoo_spec(std::string_view name, const zoo_options& o) {
   if (!(o.width > 0.0) || o.classes <= 0)
     return make_error(errc::invalid_argument, std::string(name) + ": width and classes must be positive");
   if (name == "mlp") {
@@ -166,5 +200,7 @@ expected<model_spec> make_model_spec(std::string_view name, const zoo_options& o
   for (const auto& n : zoo_names()) known += (known.empty() ? "" : ", ") + n;
   return make_error(errc::not_found, "unknown model '" + std::string(name) + "'; known models: " + known);
 }
+
+}  // namespace
 
 }  // namespace hetflow::kernels

@@ -12,6 +12,9 @@
 //              and max pool for inputs >= 64 px, else a 3x3 stem (CIFAR style)
 //   dlrm       dlrm_features unit (bottom MLP, embeddings, dot interaction)
 //              then the top MLP; input (dense + tables) columns, see dlrm_spec
+//
+// zoo_options::insert_layers adds plugins' layers (kernels/custom_layer.hpp)
+// after named top-level units of any of them.
 #pragma once
 
 #include <string>
@@ -23,6 +26,13 @@
 
 namespace hetflow::kernels {
 
+// A plugin's layer to insert right after the top-level unit `after`; the
+// unit is named "<after>_<type>" (parameters "<after>_<type>.<name>").
+struct inserted_layer {
+  std::string after;
+  std::string type;
+};
+
 struct zoo_options {
   shape input{1, 28, 28};     // one sample, (C, H, W) for image models
   int64_t classes = 10;
@@ -33,6 +43,9 @@ struct zoo_options {
   // dlrm only:
   dlrm_spec dlrm{13, std::vector<int64_t>(26, 10000), 16, {512, 256, 64}};
   std::vector<int64_t> dlrm_top_mlp{512, 256};
+  // In order; not_found names the units when `after` is none of them, and
+  // the registered layers when `type` is not one.
+  std::vector<inserted_layer> insert_layers;
 };
 
 std::vector<std::string> zoo_names();

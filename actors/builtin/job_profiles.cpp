@@ -13,11 +13,24 @@
 
 namespace hetflow::actors {
 
+expected<std::vector<kernels::inserted_layer>> insert_layers_of(const topology::settings& p) {
+  std::vector<kernels::inserted_layer> out;
+  for (const std::string& e : p.get_strings("insert_layers")) {
+    const auto colon = e.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == e.size() || e.find(':', colon + 1) != std::string::npos)
+      return make_error(errc::invalid_argument, "[job] insert_layers: '" + e +
+                                                    "' is not \"AFTER:TYPE\" (a unit of the model, a plugin's layer)");
+    out.push_back({e.substr(0, colon), e.substr(colon + 1)});
+  }
+  return out;
+}
+
 expected<kernels::model_spec> train_model_spec(const topology::cluster& c) {
   const auto& p = c.job.params;
   kernels::zoo_options zo;
   zo.width = p.get_number("width", 1.0);
   zo.head_width = p.get_int("head_width", 0);
+  HF_ASSIGN_OR_RETURN(zo.insert_layers, insert_layers_of(p));
   if (p.get_string("dataset", "fashion-mnist") == "synthetic") {
     auto s = p.get_ints("input_shape");
     if (s.size() == 3) zo.input = kernels::shape{s[0], s[1], s[2]};

@@ -8,6 +8,7 @@
 
 #include "kernels/layer_spec.hpp"
 #include "kernels/model.hpp"
+#include "kernels/zoo.hpp"
 #include "schemas/error.hpp"
 #include "topology/cluster.hpp"
 #include "topology/profile_db.hpp"
@@ -17,6 +18,11 @@ namespace hetflow::actors {
 // The model of a train job (model, width, and for the synthetic dataset its
 // input shape and classes), as the trainer builds it.
 expected<kernels::model_spec> train_model_spec(const topology::cluster& c);
+
+// [job] insert_layers = ["AFTER:TYPE", ...]: plugins' layers to insert
+// (kernels/zoo.hpp, inserted_layer); invalid_argument for an entry that is
+// not AFTER:TYPE.
+expected<std::vector<kernels::inserted_layer>> insert_layers_of(const topology::settings& p);
 
 // A cpu device's thread count (threads, else the node's cpus, else every
 // hardware thread).

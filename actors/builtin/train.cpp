@@ -27,6 +27,7 @@
 #include <filesystem>
 
 #include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/job_profiles.hpp"
 #include "actors/builtin/skeleton.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/caf_types.hpp"
@@ -70,6 +71,7 @@ expected<kernels::train_config> train_config_of(const topology::cluster& c, cons
   cfg.model = p.get_string("model", "lenet5");
   cfg.width = p.get_number("width", 1.0);
   cfg.head_width = p.get_int("head_width", 0);
+  HF_ASSIGN_OR_RETURN(cfg.insert_layers, insert_layers_of(p));
   std::string ds = p.get_string("dataset", "fashion-mnist");
   if (ds == "fashion-mnist") {
     cfg.data.kind = kernels::dataset_kind::fashion_mnist;
@@ -679,6 +681,9 @@ void add_train(registry& reg) {
   key("model", key_type::string, std::string("lenet5"), "model zoo name", {}, {},
       {"mlp", "lenet5", "vgg11", "vgg16", "vgg19", "resnet18", "resnet50", "resnet152", "dlrm"});
   key("width", key_type::number, 1.0, "width multiplier of image models", 0.01, 16.0);
+  key("insert_layers", key_type::string_list, std::vector<std::string>{},
+      "plugins' layers inserted into the model, each \"AFTER:TYPE\": layer TYPE (a plugin's add_layer) right "
+      "after the model's top-level unit AFTER, named AFTER_TYPE; cpu devices only");
   key("head_width", key_type::integer, int64_t{0},
       "vgg*: hidden width of the two fully connected layers of the head (0: 4096 for inputs of 64 px and more, "
       "else one layer of 512; not scaled by width)",
@@ -784,6 +789,8 @@ void add_train(registry& reg) {
       [reg = &reg](const topology::cluster& c) -> expected<std::vector<topology::actor_spec>> {
         const bool stream = c.job.params.get_string("input", "memory") == "stream";
         HF_RETURN_IF_ERROR(check_dataset_keys(c));
+        if (!c.job.params.get_strings("insert_layers").empty())  // unknown layers or units: at validate time
+          HF_RETURN_IF_ERROR(train_model_spec(c).error());
         if (!c.job.params.get_strings("transforms").empty()) {
           const std::string ds = c.job.params.get_string("dataset", "fashion-mnist");
           if (!stream)

@@ -110,6 +110,9 @@ std::vector<long long> apply(const layer_spec& l, std::vector<long long> s, cost
     case layer_kind::dlrm_interaction:
       std::fprintf(stderr, "dlrm is not an image model\n");
       std::exit(2);
+    case layer_kind::custom:
+      std::fprintf(stderr, "plugin layers have no paper profile\n");
+      std::exit(2);
   }
   c.act += (unsigned long long)numel(s);
   return s;

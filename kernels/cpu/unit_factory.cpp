@@ -1,6 +1,7 @@
 #include "kernels/cpu/unit_factory.hpp"
 
 #include "kernels/cpu/units.hpp"
+#include "kernels/custom_layer.hpp"
 
 namespace hetflow::kernels::cpu {
 
@@ -26,6 +27,7 @@ expected<built_unit> make_unit(cpu_context& ctx, const layer_spec& spec, const s
     case layer_kind::flatten: return make_flatten(ctx, spec, sample_input, init, prefix);
     case layer_kind::residual: return make_residual(ctx, spec, sample_input, init, prefix);
     case layer_kind::dlrm_interaction: return make_dlrm_features(ctx, spec, sample_input, init, prefix);
+    case layer_kind::custom: return make_custom_unit(spec, sample_input, init, prefix);
   }
   return make_error(errc::invalid_argument, "unit " + spec.name + ": unknown layer kind");
 }

@@ -50,6 +50,10 @@ expected<built_unit> context_impl::make_unit(const layer_spec& spec, const shape
       case layer_kind::flatten: return make_flatten(*this, spec, sample_input, init, prefix);
       case layer_kind::residual: return make_residual(*this, spec, sample_input, init, prefix);
       case layer_kind::dlrm_interaction: return make_dlrm_features(*this, spec, sample_input, init, prefix);
+      case layer_kind::custom:
+        return make_error(errc::unsupported, "unit " + prefix + spec.name + ": layer '" + spec.custom_type +
+                                                 "' comes from a plugin and runs on cpu devices only, not on " +
+                                                 where().to_string());
     }
   } catch (const std::bad_alloc&) {
     return make_error(errc::out_of_memory, "unit " + prefix + spec.name + ": " + where().to_string() +

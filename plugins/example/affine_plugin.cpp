@@ -21,6 +21,11 @@
 //     of shards trains the same. Use: [job] input = "stream",
 //     transforms = ["cutout"], cutout = { size = 8 }. A size at least the
 //     image's height and width erases the whole image.
+//   layer `channel_affine` (a model layer for train jobs): y = x * scale[c]
+//     + shift[c] per channel c (dim 1 of the batch), learnable, scale 1 and
+//     shift 0 at the start, so the model first computes what it computes
+//     without it. Use: [job] insert_layers = ["fc1:channel_affine"] (the
+//     unit fc1_channel_affine, parameters fc1_channel_affine.scale/.shift).
 //
 // Build: plugins/example/CMakeLists.txt (hetflow_add_plugin). Use:
 // plugins/example/affine.toml.
@@ -120,7 +125,85 @@ actors::sample_transform make_cutout(int64_t size, float value) {
 
 // The register function: called once per process, before the topology is
 // checked. Everything it adds must be the same on every node.
+// The channel_affine layer: a kernels::unit (kernels/unit.hpp's contract).
+class channel_affine final : public kernels::unit {
+public:
+  channel_affine(std::string name, int64_t channels, const std::string& prefix) : unit(std::move(name)) {
+    scale_.name = prefix + this->name() + ".scale";
+    scale_.value = kernels::tensor::filled(kernels::shape{channels}, 1.0f);
+    scale_.grad = kernels::tensor::zeros(kernels::shape{channels});
+    shift_.name = prefix + this->name() + ".shift";
+    shift_.value = kernels::tensor::zeros(kernels::shape{channels});
+    shift_.grad = kernels::tensor::zeros(kernels::shape{channels});
+  }
+  kernels::layer_kind kind() const noexcept override { return kernels::layer_kind::custom; }
+
+  expected<kernels::shape> prepare(const kernels::shape& in) override {
+    if (in.rank() < 2 || in[1] != scale_.value.numel())
+      return make_error(errc::invalid_argument, "unit " + name() + ": input " + in.to_string() + " has not " +
+                                                    std::to_string(scale_.value.numel()) + " channels in dim 1");
+    if (!(in == shape_)) {
+      shape_ = in;
+      out_ = kernels::tensor::empty(in);
+      dx_ = kernels::tensor::empty(in);
+    }
+    return in;
+  }
+  expected<kernels::tensor_view> forward(kernels::tensor_view x, kernels::mode) override {
+    // Models do not call prepare: a new batch shape arrives here.
+    if (!(x.shape() == shape_)) HF_RETURN_IF_ERROR(prepare(x.shape()).error());
+    x_ = x;
+    const float* a = scale_.value.f32();
+    const float* b = shift_.value.f32();
+    const float* in = x.f32();
+    float* out = out_.f32();
+    const int64_t c = shape_[1], inner = shape_.numel() / (shape_[0] * c);
+    for (int64_t n = 0; n < shape_[0]; ++n)
+      for (int64_t k = 0; k < c; ++k)
+        for (int64_t i = 0, o = (n * c + k) * inner; i < inner; ++i) out[o + i] = in[o + i] * a[k] + b[k];
+    return out_.view();
+  }
+  expected<kernels::tensor_view> backward(kernels::tensor_view dy, bool need_input_grad) override {
+    if (!(dy.shape() == shape_)) return shape_mismatch(dy.shape(), shape_);
+    const float* a = scale_.value.f32();
+    const float* g = dy.f32();
+    const float* in = x_.f32();
+    float* da = scale_.grad.f32();
+    float* db = shift_.grad.f32();
+    float* dx = dx_.f32();
+    const int64_t c = shape_[1], inner = shape_.numel() / (shape_[0] * c);
+    for (int64_t k = 0; k < c; ++k) da[k] = db[k] = 0.0f;
+    for (int64_t n = 0; n < shape_[0]; ++n)
+      for (int64_t k = 0; k < c; ++k)
+        for (int64_t i = 0, o = (n * c + k) * inner; i < inner; ++i) {
+          da[k] += g[o + i] * in[o + i];
+          db[k] += g[o + i];
+          if (need_input_grad) dx[o + i] = g[o + i] * a[k];
+        }
+    return need_input_grad ? dx_.view() : kernels::tensor_view{};
+  }
+  void parameters(std::vector<kernels::parameter*>& out) override {
+    out.push_back(&scale_);
+    out.push_back(&shift_);
+  }
+  uint64_t activation_bytes() const override { return out_.view().byte_size() + dx_.view().byte_size(); }
+
+private:
+  kernels::parameter scale_, shift_;
+  kernels::shape shape_;
+  kernels::tensor out_, dx_;
+  kernels::tensor_view x_;
+};
+
 status register_types(plugin::host& host) {
+  HF_RETURN_IF_ERROR(host.add_layer("channel_affine", [](const kernels::layer_spec& spec, const kernels::shape& in,
+                                                         kernels::rng&, const std::string& prefix)
+                                                          -> expected<kernels::built_unit> {
+    if (in.rank() < 1 || in[0] <= 0)
+      return make_error(errc::invalid_argument, "channel_affine needs a channel dimension, got " + in.to_string());
+    return kernels::built_unit{std::make_unique<channel_affine>(spec.name, in[0], prefix), in};
+  }));
+
   using topology::key_spec;
   using topology::key_type;
 

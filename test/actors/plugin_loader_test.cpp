@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/plugin_abi.hpp"
 #include "actors/plugin_loader.hpp"
 #include "actors/registry.hpp"
 #include "topology/parser.hpp"
@@ -185,7 +186,9 @@ BOOST_AUTO_TEST_CASE(missing_entry_point) {
 
 BOOST_AUTO_TEST_CASE(abi_version_mismatch) {
   auto d = refused_one(PLUGIN_ABI_MISMATCH);
-  BOOST_TEST(contains(d.message, "built for plugin ABI version 3, but this hetflow has 2"), d.message);
+  const std::string want = "built for plugin ABI version " + std::to_string(HETFLOW_PLUGIN_ABI_VERSION + 1) +
+                           ", but this hetflow has " + std::to_string(HETFLOW_PLUGIN_ABI_VERSION);
+  BOOST_TEST(contains(d.message, want), d.message);
 }
 
 BOOST_AUTO_TEST_CASE(caf_version_mismatch) {

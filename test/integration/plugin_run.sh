@@ -177,6 +177,63 @@ write_plugin_topology "$t" 9940 1 "" '[job]' 'kind = "train"' 'dataset = "synthe
 tf_refused "unknown transform 'cutout' (none is registered;" "$t"
 pass "transform errors at validate: unknown name, bad key, no stream shards, no plugin"
 
+# --- the plugin's layer in a train job ---------------------------------------
+# channel_affine (y = x * scale[c] + shift[c], learnable, identity at the
+# start) inserted after fc1: validate lists it; single-device training
+# reaches the accuracy of the plain model (same seed; its 240 parameters are
+# in the model); data parallelism over 2 processes sums its gradients in the
+# ring like the others (both replicas end on the same weights); and the
+# errors (unknown layer, unknown unit, not AFTER:TYPE, no plugin) at validate.
+ly_topo() {  # ly_topo FILE PORT NODES [job lines...]
+  local f=$1 p=$2 n=$3
+  shift 3
+  write_plugin_topology "$f" "$p" "$n" "\"$rel\"" '[job]' 'kind = "train"' 'model = "lenet5"' \
+    'dataset = "synthetic"' 'input_shape = [1, 28, 28]' 'train_size = 2000' 'test_size = 400' 'batch_size = 64' \
+    'seed = 3' 'epochs = 3' 'lr = 0.02' "$@"
+}
+ly_run() {  # ly_run FILE: runs it, checks ok, prints the last test accuracy
+  timeout 180 "$HETFLOW" run "$1" --report "$1.json" >"$1.out" 2>&1 || { cat "$1.out"; fail "run $1"; }
+  json_get "$1.json" 'd["epochs"][-1]["test_accuracy"]'
+}
+t_plain="$HETFLOW_SCRATCH/topo/ly-plain.toml"
+t_aff="$HETFLOW_SCRATCH/topo/ly-affine.toml"
+t_dp="$HETFLOW_SCRATCH/topo/ly-dp.toml"
+ly_topo "$t_plain" 9950 1
+ly_topo "$t_aff" 9955 1 'insert_layers = ["fc1:channel_affine"]'
+ly_topo "$t_dp" 9960 2 'insert_layers = ["fc1:channel_affine"]' 'strategy = "dp"' 'dp_split = "equal"'
+out=$("$HETFLOW" validate "$t_aff" 2>&1) || { echo "$out"; fail "validate a job with insert_layers"; }
+grep -q "plugin 'example-affine' .*; layers channel_affine" <<<"$out" || { echo "$out"; fail "validate lists the layer"; }
+a_plain=$(ly_run "$t_plain")
+a_aff=$(ly_run "$t_aff")
+p_plain=$(json_get "$t_plain.json" 'd["parameters"]')
+p_aff=$(json_get "$t_aff.json" 'd["parameters"]')
+((p_aff == p_plain + 240)) || fail "with channel_affine after fc1 the model has $p_aff parameters, want $p_plain + 240"
+[[ $(json_get "$t_aff.json" 'd["epochs"][-1]["test_accuracy"] > 0.85') == True ]] ||
+  { cat "$t_aff.json"; fail "lenet5 with channel_affine did not train (accuracy $a_aff; plain $a_plain)"; }
+[[ $(json_get "$t_aff.json" 'd["epochs"][0]["loss"]') != $(json_get "$t_plain.json" 'd["epochs"][0]["loss"]') ]] ||
+  fail "channel_affine changed nothing in training (its parameters never trained?)"
+a_dp=$(ly_run "$t_dp")
+[[ $(json_get "$t_dp.json" 'd["epochs"][-1]["test_accuracy"] > 0.85') == True ]] ||
+  { cat "$t_dp.json"; fail "dp with channel_affine did not train (accuracy $a_dp)"; }
+[[ $(json_get "$t_dp.json" 'd["replicas_identical"]') == True ]] ||
+  { cat "$t_dp.json"; fail "dp replicas with channel_affine ended on different weights"; }
+pass "the plugin's layer trains: single $a_aff (plain $a_plain, +240 parameters), dp over 2 processes $a_dp, replicas identical"
+ly_refused() {  # ly_refused WANT FILE
+  out=$("$HETFLOW" validate "$2" 2>&1)
+  [[ $? -eq 2 ]] && grep -qF -- "$1" <<<"$out" || { echo "$out"; fail "validate $(basename "$2"): want '$1'"; }
+}
+t="$HETFLOW_SCRATCH/topo/ly-bad.toml"
+ly_topo "$t" 9965 1 'insert_layers = ["fc1:channel_afine"]'
+ly_refused "no plugin registered layer 'channel_afine' (registered: channel_affine;" "$t"
+ly_topo "$t" 9965 1 'insert_layers = ["fc9:channel_affine"]'
+ly_refused "lenet5 has no unit 'fc9' (its units: conv1," "$t"
+ly_topo "$t" 9965 1 'insert_layers = ["channel_affine"]'
+ly_refused "'channel_affine' is not \"AFTER:TYPE\"" "$t"
+write_plugin_topology "$t" 9965 1 "" '[job]' 'kind = "train"' 'dataset = "synthetic"' \
+  'insert_layers = ["fc1:channel_affine"]'
+ly_refused "no plugin registered layer 'channel_affine' (registered: none;" "$t"
+pass "layer errors at validate: unknown layer, unknown unit, not AFTER:TYPE, no plugin"
+
 # --- bad plugins: clear errors at validate and at start-up, exit 2 ------------
 # Longer than an ELF header (shorter files give "file too short").
 head -c 300 /dev/zero | tr '\0' x >"$HETFLOW_SCRATCH/topo/libjunk.so"
@@ -194,7 +251,7 @@ check_refused() {  # check_refused CMD... : exit 2 and the message at line 3, co
 port=9460
 for case in "libjunk.so|cannot be loaded: |invalid ELF header" \
   "$tplug/libhetflow_test_plugin_no_entry.so|has no entry point 'hetflow_plugin'|" \
-  "$tplug/libhetflow_test_plugin_abi_mismatch.so|built for plugin ABI version 3, but this hetflow has 2|" \
+  "$tplug/libhetflow_test_plugin_abi_mismatch.so|built for plugin ABI version 4, but this hetflow has 3|" \
   "$tplug/libhetflow_test_plugin_dup_builtin.so|actor type 'producer' is already registered by hetflow (built-in)|"; do
   IFS='|' read -r plug want want2 <<<"$case"
   topo="$HETFLOW_SCRATCH/topo/bad-$port.toml"
