@@ -282,6 +282,18 @@ BOOST_DATA_TEST_CASE(receiver_discards_oversized_messages, bdata::make(ucx_impls
   BOOST_CHECK_EQUAL(p.b->stats().messages_received, 1u);
 }
 
+// Sends small messages to `peer` every 10 ms until send() refuses one (at
+// most 5 s): the status of the refusal, or ok.
+status send_until_refused(data_plane& from, peer_id peer) {
+  status s;
+  for (int i = 0; i < 500; ++i) {
+    s = from.send(peer, 1, make_payload(8, 1));
+    if (!s.ok()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return s;
+}
+
 // With a control token (a cluster secret), a goodbye that does not carry it
 // (a stranger on the port, claiming to be peer 1) is ignored and reported:
 // peer 1 stays up. Peer 1's own goodbye still takes it down.
@@ -312,13 +324,7 @@ BOOST_DATA_TEST_CASE(goodbye_without_the_token_is_ignored, bdata::make(ucx_impls
   BOOST_CHECK_EQUAL(in.take().at(0).channel, 4u);
   // The real peer 1's goodbye carries the token: peer 0 learns it is gone.
   p.b->shutdown();
-  status s;
-  for (int i = 0; i < 500; ++i) {
-    s = p.a->send(1, 1, make_payload(8, 1));
-    if (!s.ok()) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  BOOST_CHECK_EQUAL(s.code(), errc::peer_down);
+  BOOST_CHECK_EQUAL(send_until_refused(*p.a, 1).code(), errc::peer_down);
   BOOST_CHECK_EQUAL(errors.count(errc::peer_refused), 1u);
 }
 
@@ -326,13 +332,7 @@ BOOST_DATA_TEST_CASE(reconnect_after_peer_restart, bdata::make(ucx_impls), impl)
   auto p = make_connected_pair(impl);
   p.b->shutdown();
   // Wait until peer 0 has learnt (from the goodbye) that peer 1 is gone.
-  status s;
-  for (int i = 0; i < 500; ++i) {
-    s = p.a->send(1, 1, make_payload(8, 1));
-    if (!s.ok()) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  BOOST_REQUIRE_EQUAL(s.code(), errc::peer_down);
+  BOOST_REQUIRE_EQUAL(send_until_refused(*p.a, 1).code(), errc::peer_down);
   auto b2 = make_plane(impl, 1, 1ull << 30, p.fabric);
   inbox in;
   in.install(*b2);

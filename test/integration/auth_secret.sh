@@ -8,6 +8,19 @@ secret="$HETFLOW_SCRATCH/cluster.secret"
 head -c 32 /dev/urandom | base64 >"$secret"
 chmod 600 "$secret"
 
+# finish_with_n1_n2 WHAT: n0 ($p0) of $topo runs; start n1 and n2 and expect
+# the job to finish on n0 with exit 0.
+finish_with_n1_n2() {
+  local i
+  for i in 1 2; do
+    "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+  wait_exit $p0 60 || fail "$1 did not finish"
+  [[ $WAIT_RC -eq 0 ]] || { cat "$topo".n*.log; fail "$1: n0 exit $WAIT_RC, want 0"; }
+  grep -q "job finished" "$topo.n0.log" || { cat "$topo.n0.log"; fail "$1: no 'job finished' on n0"; }
+}
+
 # 1. Three nodes with the same secret file run the skeleton job; before
 #    the others start, a stranger writes garbage to n0's port.
 topo="$HETFLOW_SCRATCH/file.toml"
@@ -29,13 +42,7 @@ if command -v ss >/dev/null; then
   ! grep -qv '^127\.' <<<"$socks" || { echo "$socks"; fail "n0 listens beyond loopback"; }
   pass "n0 listens on loopback only: $(tr '\n' ' ' <<<"$socks")"
 fi
-for i in 1 2; do
-  "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
-  PIDS+=($!)
-done
-wait_exit $p0 60 || fail "the job with a shared secret did not finish"
-[[ $WAIT_RC -eq 0 ]] || { cat "$topo".n*.log; fail "job with a shared secret: n0 exit $WAIT_RC, want 0"; }
-grep -q "job finished" "$topo.n0.log" || { cat "$topo.n0.log"; fail "no 'job finished' on n0"; }
+finish_with_n1_n2 "the job with a shared secret"
 cat "$topo".n*.log | grep -q "refused" && { cat "$topo".n*.log; fail "a node was refused although all share the secret"; }
 pass "nodes sharing a secret file run the job (a stranger's garbage on the port changed nothing)"
 
@@ -127,13 +134,7 @@ if [[ -x "${HETFLOW_DP_PEER_HELPER:-}" ]]; then
     { cat "$topo.n0.log"; fail "n0's refusal does not say why"; }
   wait_for_text "$topo.n0.log" "goodbye claiming to come from peer 1 without the cluster's data-plane token was ignored" 10 ||
     { cat "$topo.n0.log"; fail "n0 did not ignore the stranger's goodbye"; }
-  for i in 1 2; do
-    "$HETFLOW" node "$topo" --name "n$i" >"$topo.n$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-  wait_exit $p0 60 || fail "the job after a data-plane stranger did not finish"
-  [[ $WAIT_RC -eq 0 ]] || { cat "$topo".n*.log; fail "job after a data-plane stranger: n0 exit $WAIT_RC, want 0"; }
-  grep -q "job finished" "$topo.n0.log" || { cat "$topo.n0.log"; fail "no 'job finished' on n0"; }
+  finish_with_n1_n2 "the job after a data-plane stranger"
   ! grep -q "unknown channel\|unexpected message" "$topo.n0.log" ||
     { cat "$topo.n0.log"; fail "a stranger's message reached n0's actors"; }
   # Nodes that share the secret refuse none of each other's messages.

@@ -113,13 +113,14 @@ pass "without the plugin its job kind is unknown"
 # above chance, which shows it reached every sample; size = 8 changes the
 # losses, and 1 shard trains exactly what 2 shards do (a transform depends on
 # the row, not on the shard).
-tf_topo() {  # tf_topo FILE PORT NODES [job lines...]
+train_topo() {  # train_topo FILE PORT NODES [job lines...]: LeNet-5 on a synthetic set, with the plugin
   local f=$1 p=$2 n=$3
   shift 3
   write_plugin_topology "$f" "$p" "$n" "\"$rel\"" '[job]' 'kind = "train"' 'model = "lenet5"' \
     'dataset = "synthetic"' 'input_shape = [1, 28, 28]' 'train_size = 2000' 'test_size = 400' 'batch_size = 64' \
-    'seed = 3' 'epochs = 2' 'input = "stream"' "$@"
+    'seed = 3' "$@"
 }
+tf_topo() { train_topo "$1" "$2" "$3" 'epochs = 2' 'input = "stream"' "${@:4}"; }
 tf_run() {  # tf_run FILE: runs it, checks ok, prints the per-epoch losses
   timeout 120 "$HETFLOW" run "$1" --report "$1.json" >"$1.out" 2>&1 || { cat "$1.out"; fail "streamed run $1"; }
   json_get "$1.json" '[e["loss"] for e in d["epochs"]]'
@@ -184,13 +185,7 @@ pass "transform errors at validate: unknown name, bad key, no stream shards, no 
 # in the model); data parallelism over 2 processes sums its gradients in the
 # ring like the others (both replicas end on the same weights); and the
 # errors (unknown layer, unknown unit, not AFTER:TYPE, no plugin) at validate.
-ly_topo() {  # ly_topo FILE PORT NODES [job lines...]
-  local f=$1 p=$2 n=$3
-  shift 3
-  write_plugin_topology "$f" "$p" "$n" "\"$rel\"" '[job]' 'kind = "train"' 'model = "lenet5"' \
-    'dataset = "synthetic"' 'input_shape = [1, 28, 28]' 'train_size = 2000' 'test_size = 400' 'batch_size = 64' \
-    'seed = 3' 'epochs = 3' 'lr = 0.02' "$@"
-}
+ly_topo() { train_topo "$1" "$2" "$3" 'epochs = 3' 'lr = 0.02' "${@:4}"; }
 ly_run() {  # ly_run FILE: runs it, checks ok, prints the last test accuracy
   timeout 180 "$HETFLOW" run "$1" --report "$1.json" >"$1.out" 2>&1 || { cat "$1.out"; fail "run $1"; }
   json_get "$1.json" 'd["epochs"][-1]["test_accuracy"]'
@@ -218,20 +213,16 @@ a_dp=$(ly_run "$t_dp")
 [[ $(json_get "$t_dp.json" 'd["replicas_identical"]') == True ]] ||
   { cat "$t_dp.json"; fail "dp replicas with channel_affine ended on different weights"; }
 pass "the plugin's layer trains: single $a_aff (plain $a_plain, +240 parameters), dp over 2 processes $a_dp, replicas identical"
-ly_refused() {  # ly_refused WANT FILE
-  out=$("$HETFLOW" validate "$2" 2>&1)
-  [[ $? -eq 2 ]] && grep -qF -- "$1" <<<"$out" || { echo "$out"; fail "validate $(basename "$2"): want '$1'"; }
-}
 t="$HETFLOW_SCRATCH/topo/ly-bad.toml"
 ly_topo "$t" 9965 1 'insert_layers = ["fc1:channel_afine"]'
-ly_refused "no plugin registered layer 'channel_afine' (registered: channel_affine;" "$t"
+tf_refused "no plugin registered layer 'channel_afine' (registered: channel_affine;" "$t"
 ly_topo "$t" 9965 1 'insert_layers = ["fc9:channel_affine"]'
-ly_refused "lenet5 has no unit 'fc9' (its units: conv1," "$t"
+tf_refused "lenet5 has no unit 'fc9' (its units: conv1," "$t"
 ly_topo "$t" 9965 1 'insert_layers = ["channel_affine"]'
-ly_refused "'channel_affine' is not \"AFTER:TYPE\"" "$t"
+tf_refused "'channel_affine' is not \"AFTER:TYPE\"" "$t"
 write_plugin_topology "$t" 9965 1 "" '[job]' 'kind = "train"' 'dataset = "synthetic"' \
   'insert_layers = ["fc1:channel_affine"]'
-ly_refused "no plugin registered layer 'channel_affine' (registered: none;" "$t"
+tf_refused "no plugin registered layer 'channel_affine' (registered: none;" "$t"
 pass "layer errors at validate: unknown layer, unknown unit, not AFTER:TYPE, no plugin"
 
 # --- bad plugins: clear errors at validate and at start-up, exit 2 ------------
