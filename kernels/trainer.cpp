@@ -850,6 +850,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, hm, *opt, params, dp));
     HF_RETURN_IF_ERROR(mirror.all_to_device());
     rep.resumed_epochs = first_epoch;
+    for (int e = 0; e < first_epoch; ++e) HF_RETURN_IF_ERROR(source.skip_epoch(e));
   }
 
   train_history history;

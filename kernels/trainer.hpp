@@ -466,6 +466,15 @@ public:
   }
   // After the epoch's last batch: the source checks its books.
   virtual status end_epoch(int epoch) = 0;
+  // A resumed run (train_config::resume) starts after the epochs its
+  // checkpoint holds; it calls this for each of them first, in order.
+  // Sources that hold nothing per epoch do nothing; a source that is sent
+  // every epoch's batches (the stream shards replay from the start) takes
+  // and drops that epoch's, checking its books.
+  virtual status skip_epoch(int epoch) {
+    (void)epoch;
+    return {};
+  }
 };
 
 // The training set in memory (already normalised), shuffled by epoch_order.

@@ -333,7 +333,7 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
   if (!opts) return fail(opts.error().message());
   stream_stats stats;
   run_and_report(
-      *svc, me, *cfg,
+      *svc, me, with_checkpoints(*cfg, env.cluster.job.params, me, 0, 1),
       [&](const kernels::train_config& c, const kernels::progress_callback& p) -> expected<kernels::train_report> {
         HF_ASSIGN_OR_RETURN(stream_trainer_data data, load_stream_trainer_data(c));
         stats.input_json = data.input_json;
@@ -804,11 +804,9 @@ void add_train(registry& reg) {
         }
         {
           const std::string s = c.job.params.get_string("strategy", "single");
-          if (!c.job.params.get_string("checkpoint_dir", "").empty() && (s == "ralp" || (s == "single" && stream)))
-            return make_error(errc::unsupported,
-                              "[job] checkpoint_dir: strategy = \"" + s + "\"" +
-                                  (stream ? " with input = \"stream\"" : "") +
-                                  " does not checkpoint yet (ps, dp and single with input = \"memory\" do)");
+          if (!c.job.params.get_string("checkpoint_dir", "").empty() && s == "ralp")
+            return make_error(errc::unsupported, "[job] checkpoint_dir: strategy = \"ralp\" does not checkpoint yet "
+                                                 "(single, dp, ps and hetpipe do)");
           if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps" && s != "hetpipe")
             return make_error(errc::invalid_argument,
                               "[job] checkpoint_every counts ps clocks (hetpipe: waves); strategy = \"" + s +

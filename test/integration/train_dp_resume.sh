@@ -6,8 +6,9 @@
 #    the node; --resume continues after epoch 1 (the newest checkpoint every
 #    replica has), trains epochs 2 and 3 with every training row once each,
 #    and ends with the uninterrupted run's weights, bit for bit;
-#  - strategy single resumes the same way; --resume with no checkpoint
-#    trains from the start and says so; keys that do not apply are refused.
+#  - strategy single resumes the same way, also with streamed input;
+#    --resume with no checkpoint trains from the start and says so; keys that
+#    do not apply are refused.
 source "$(dirname "$0")/lib.sh"
 S=$HETFLOW_SCRATCH
 
@@ -86,7 +87,33 @@ bad="$S/bad.toml"
 write_topology "$bad" 8790 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-bad\"" 'checkpoint_every = 5'
 "$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_every with dp accepted"
 grep -q "checkpoint_every counts ps clocks" "$bad.out" || { cat "$bad.out"; fail "checkpoint_every: message"; }
-write_topology "$bad" 8790 1 auto "${job[@]}" 'epochs = 3' 'input = "stream"' "checkpoint_dir = \"$S/ck-bad\""
-"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_dir with a streamed single job accepted"
-grep -q "does not checkpoint yet" "$bad.out" || { cat "$bad.out"; fail "stream checkpoint_dir: message"; }
-pass "checkpoint_every with dp and checkpoint_dir with streamed input are refused"
+write_topology "$bad" 8790 3 auto "${job[@]}" 'epochs = 3' 'strategy = "ralp"' "checkpoint_dir = \"$S/ck-bad\""
+"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_dir with strategy ralp accepted"
+grep -q "does not checkpoint yet" "$bad.out" || { cat "$bad.out"; fail "ralp checkpoint_dir: message"; }
+pass "checkpoint_every with dp and checkpoint_dir with ralp are refused"
+
+# strategy single with streamed input (the batches come from 2 shards on 2
+# other nodes): the same epoch checkpoints; --resume after epoch 1 takes and
+# drops the shards' batches of epoch 1 (they replay from the start, checked
+# exactly once as if trained on), trains epochs 2-3 and ends on the
+# uninterrupted run's weights.
+stream="$S/stream.toml"
+write_topology "$stream" 8795 3 auto "${job[@]/train_size = 20000/train_size = 4000}" 'epochs = 3' 'input = "stream"' \
+  "checkpoint_dir = \"$S/ck-stream\""
+one_thread "$stream"
+timeout 300 "$HETFLOW" run "$stream" --report "$stream.json" >"$stream.out" 2>&1 || { cat "$stream.out"; fail "streamed single run failed"; }
+want2=$(json_get "$stream.json" 'd["weights_checksum"]')
+[[ -f "$S/ck-stream/trainer.ckpt-000000000003" ]] || { ls "$S/ck-stream"; fail "no checkpoint of the streamed trainer after epoch 3"; }
+rm "$S/ck-stream/trainer.ckpt-000000000003" "$S/ck-stream/trainer.ckpt-000000000002"
+timeout 300 "$HETFLOW" run "$stream" --resume --report "$stream.r.json" >"$stream.r.out" 2>&1 ||
+  { cat "$stream.r.out"; fail "streamed single --resume failed"; }
+/usr/bin/env python3 - "$stream.r.json" "$want2" <<'PY' || { cat "$stream.r.out"; fail "streamed single: resume after epoch 1 differs"; }
+import json, sys
+d = json.load(open(sys.argv[1])); want = sys.argv[2]
+eps = [(e["epoch"], e["samples"]) for e in d["epochs"]]
+print(f"resumed after epoch {d['resumed_epochs']}: trained {eps}; checksum {d['weights_checksum']} (uninterrupted {want})")
+assert d["resumed_epochs"] == 1 and eps == [(2, 4000), (3, 4000)], eps
+assert d["stream"]["exactly_once"] is True, d["stream"]
+assert d["weights_checksum"] == want
+PY
+pass "streamed single: resumed after epoch 1 (epoch 1's batches dropped, exactly once), the uninterrupted run's weights"
