@@ -804,12 +804,13 @@ void add_train(registry& reg) {
         }
         {
           const std::string s = c.job.params.get_string("strategy", "single");
-          if (!c.job.params.get_string("checkpoint_dir", "").empty() && s == "ralp")
-            return make_error(errc::unsupported, "[job] checkpoint_dir: strategy = \"ralp\" does not checkpoint yet "
-                                                 "(single, dp, ps and hetpipe do)");
-          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps" && s != "hetpipe")
+          if (!c.job.params.get_string("checkpoint_dir", "").empty() && s == "ralp" &&
+              c.job.params.get_int("checkpoint_every", 0) <= 0)
+            return make_error(errc::invalid_argument, "[job] checkpoint_dir: strategy = \"ralp\" checkpoints every "
+                                                      "checkpoint_every clocks: set checkpoint_every (> 0)");
+          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps" && s != "hetpipe" && s != "ralp")
             return make_error(errc::invalid_argument,
-                              "[job] checkpoint_every counts ps clocks (hetpipe: waves); strategy = \"" + s +
+                              "[job] checkpoint_every counts ps and ralp clocks (hetpipe: waves); strategy = \"" + s +
                                   "\" checkpoints after every epoch (set checkpoint_dir only)");
           if (c.job.params.get_int("checkpoint_every", 0) > 0 && c.job.params.get_string("checkpoint_dir", "").empty())
             return make_error(errc::invalid_argument, "[job] checkpoint_every needs checkpoint_dir");

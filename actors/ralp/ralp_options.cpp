@@ -20,6 +20,10 @@ expected<ralp_options> options_of(const topology::cluster& c) {
   if (o.cut < 0) return make_error(errc::invalid_argument, "[job] ralp_cut must be >= 0 (0: chosen by the cost model)");
   o.timeout_s = p.get_number("ps_timeout", 30.0);
   o.link_gbps = p.get_number("ralp_link_gbps", 0.0);
+  o.checkpoint_dir = p.get_string("checkpoint_dir", "");
+  o.checkpoint_every = p.get_int("checkpoint_every", 0);
+  if (o.checkpoint_every < 0) return make_error(errc::invalid_argument, "[job] checkpoint_every must be >= 0");
+  o.resume = p.get_bool("resume", false);
   return o;
 }
 

@@ -24,6 +24,9 @@ struct ralp_options {
   int64_t cut = 0;          // ralp_cut; 0: chosen by the cost model on the server
   double timeout_s = 30;    // ps_timeout
   double link_gbps = 0;     // ralp_link_gbps; 0: the profile file's links, or the assumed ones
+  std::string checkpoint_dir;   // "": no checkpoints (on the server's node)
+  int64_t checkpoint_every = 0; // clocks; 0 with a checkpoint_dir: about one epoch's
+  bool resume = false;          // --resume: restore the newest complete checkpoint
 };
 
 // The [job]'s ralp keys; errors name the key.

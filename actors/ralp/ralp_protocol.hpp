@@ -4,7 +4,8 @@
 //
 //   worker w                                    server (PS node)
 //      |-- hello (aux = its clocks in all) ----->|  the server learns every
-//      |<------------ welcome (aux = the cut) ---|  worker's final clock
+//      |<------------ welcome (aux = the cut) ---|  worker's final clock (and
+//                                                   correct = the clock to resume at)
 //   [each step, clock c]
 //      |-- pull (c) ----------------------------->|  bsp: waits until every lower
 //      |<------------ weights (lower params) -----|  push of clocks < c is applied
@@ -71,7 +72,8 @@ struct ralp_info {
   double lr = 0;        // activations, push
   int64_t aux = 0;      // hello: the worker's clocks in all; welcome: the cut
   double loss = 0;      // act_grad: the batch's mean loss
-  int64_t correct = 0;  // act_grad: rows whose argmax equals the label
+  int64_t correct = 0;  // act_grad: rows whose argmax equals the label; welcome: the clock the
+                        // worker resumes at (the server restored a checkpoint; else 0)
 };
 static_assert(sizeof(ralp_info) == 64);
 

@@ -61,6 +61,10 @@ struct server_state : builtin::job_actor_state {
   double wait_seconds = 0;
   clock_type::time_point t0;
   bool over = false;
+  // Checkpoints (ralp_server_core.hpp): where, the next label due, what was
+  // written and restored.
+  std::shared_ptr<ps::checkpoint_store> store;
+  int64_t every = 0, next_checkpoint = -1, checkpoints = 0, last_checkpoint = -1, resumed_from = -1;
 };
 using server_actor = caf::stateful_actor<server_state>;
 
@@ -186,6 +190,8 @@ void report(server_actor* self) {
   j.field("step_bytes", st.step_bytes);
   j.field("bytes_per_step", steps > 0 ? double(st.step_bytes) / double(steps) : 0.0);
   j.field("total_seconds", since(st.t0));
+  j.field("checkpoints", st.checkpoints).field("last_checkpoint", st.last_checkpoint);
+  j.field("resumed_from", st.resumed_from);
   j.end_object();
   st.svc->report_done(st.me, true,
                       "cut before unit " + std::to_string(cut) + ", " + std::to_string(core.lower_updates()) +
@@ -218,6 +224,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       info.worker = w;
       info.aux = int64_t(st.core->cut());
       info.global = int64_t(st.core->model().size());
+      info.correct = st.core->clocks().clocks()[std::size_t(w)];  // > 0 after a restore: where w resumes
       server_send(self, w, ralp::make_message(ralp::kind_welcome, st.me, worker_name(w), info));
       break;
     }
@@ -304,6 +311,25 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
     default:
       return server_fail(self, st.me + ": unexpected message kind " + std::to_string(m->kind) + " from " + m->sender);
   }
+  // A checkpoint falls due when the lower clock reaches it: before any
+  // pull of that clock is answered (ralp_server_core.hpp, write_checkpoint).
+  if (st.store && st.next_checkpoint > 0 && st.core->clocks().global() >= st.next_checkpoint &&
+      (m->kind == ralp::kind_push || m->kind == ralp::kind_hello)) {
+    // Once every worker finished the global clock is unbounded: the end is
+    // the largest worker clock.
+    int64_t label = st.core->clocks().global();
+    int64_t largest = 0;
+    for (auto c : st.core->clocks().clocks()) largest = std::max(largest, c);
+    label = std::min(label, largest);
+    if (label > st.last_checkpoint) {
+      if (auto s = st.core->write_checkpoint(*st.store, label); !s.ok())
+        return server_fail(self, st.me + ": checkpoint at clock " + std::to_string(label) + ": " + s.message());
+      ++st.checkpoints;
+      st.last_checkpoint = label;
+      log_info(st.me + ": checkpoint at clock " + std::to_string(label));
+    }
+    st.next_checkpoint = (label / st.every + 1) * st.every;
+  }
   answer_ready(self, ready);
   // Only what moves a clock (lower pushes, a worker's hello): not per pull or activations.
   if (m->kind == ralp::kind_push || m->kind == ralp::kind_hello) ps::publish_server_clocks(st.me, st.core->clocks());
@@ -385,7 +411,30 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
       auto m = kernels::build_model(*spec, kernels::device::cpu(), {st.cfg.threads, st.cfg.seed});
       if (!m) return server_fail(self, st.me + ": " + m.error().message());
       std::size_t cut = 0;
-      if (auto s = choose_cut(self, *spec, m->size(), cin, cut); !s.ok()) return server_fail(self, st.me + ": " + s.message());
+      int64_t restore_label = -1;
+      if (!st.opts.checkpoint_dir.empty()) {
+        st.store = ps::make_directory_store(st.opts.checkpoint_dir);
+        if (st.opts.resume) {
+          std::vector<std::string> problems;
+          auto labels = ralp::server_core::checkpoints_on_disk(*st.store, st.me, &problems);
+          for (auto& p : problems) log_warn(st.me + ": --resume passes over a checkpoint: " + p);
+          if (labels.empty()) {
+            log_warn(st.me + ": --resume: no complete checkpoint in " + st.opts.checkpoint_dir +
+                     "; training from the start");
+          } else {
+            restore_label = labels.back();
+            auto c = ralp::server_core::checkpoint_cut(*st.store, st.me, restore_label);
+            if (!c) return server_fail(self, st.me + ": " + c.error().message());
+            if (*c > m->size())
+              return server_fail(self, st.me + ": the checkpoint's cut " + std::to_string(*c) + " is beyond model " +
+                                           st.cfg.model + "'s " + std::to_string(m->size()) + " units");
+            cut = *c;
+            st.cut_source = "checkpoint";
+          }
+        }
+      }
+      if (restore_label < 0)
+        if (auto s = choose_cut(self, *spec, m->size(), cin, cut); !s.ok()) return server_fail(self, st.me + ": " + s.message());
       // The formula's bytes for the real model (what the report compares
       // with the measured traffic): W x (2 lower params + 2 activations + labels).
       {
@@ -404,6 +453,18 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
       auto core = ralp::server_core::make(sc, std::move(*m));
       if (!core) return server_fail(self, st.me + ": " + core.error().message());
       st.core = std::move(*core);
+      if (st.store) {
+        st.every = st.opts.checkpoint_every;  // >= 1: the job's check (ralp_job.cpp)
+        if (st.every <= 0) return server_fail(self, st.me + ": checkpoint_dir without checkpoint_every");
+        if (restore_label >= 0) {
+          if (auto s = st.core->restore(*st.store, restore_label); !s.ok())
+            return server_fail(self, st.me + ": --resume: " + s.message());
+          st.resumed_from = restore_label;
+          log_info(st.me + ": resumed from " + st.store->describe(ps::checkpoint_name(st.me + "-lower", restore_label)) +
+                   " (clock " + std::to_string(restore_label) + ")");
+        }
+        st.next_checkpoint = (std::max<int64_t>(restore_label, 0) / st.every + 1) * st.every;
+      }
       log_info(st.me + ": RALP server, " + std::to_string(st.opts.workers) + " worker(s), units [" +
                std::to_string(cut) + ", " + std::to_string(st.core->model().size()) + ") here (" +
                (cut < st.core->model().size() ? "from '" + st.core->model().at(cut).name() + "'" : std::string("no cut")) +

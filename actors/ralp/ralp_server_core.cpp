@@ -1,5 +1,6 @@
 #include "actors/ralp/ralp_server_core.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -195,6 +196,133 @@ status server_core::drain_lower() {
     ++lower_updates_;
   }
   return st;
+}
+
+namespace {
+
+std::string lower_name(const std::string& name) { return name + "-lower"; }
+std::string upper_name(const std::string& name) { return name + "-upper"; }
+constexpr const char* state_prefix = "state:";
+
+}  // namespace
+
+status server_core::write_checkpoint(ps::checkpoint_store& store, int64_t label, int keep) const {
+  std::vector<int64_t> clocks(std::size_t(cfg_.workers));
+  for (int w = 0; w < cfg_.workers; ++w) {
+    const int64_t f = final_[std::size_t(w)];
+    clocks[std::size_t(w)] = f >= 0 ? std::min(label, f) : label;
+  }
+  auto one = [&](const std::string& file, const std::vector<kernels::parameter*>& params,
+                 const std::vector<kernels::state_tensor*>& state, const kernels::optimizer& opt) -> status {
+    ps::checkpoint_meta meta;
+    meta.shard_name = file;
+    meta.shard = int(cfg_.cut);
+    meta.shards = int(model_.size());
+    meta.label = label;
+    meta.clocks = clocks;
+    meta.optimizer_steps = opt.steps();
+    std::vector<ps::named_tensor> tensors;
+    for (auto* p : params) tensors.push_back({p->name, &p->value});
+    std::vector<std::string> names;  // the state tensors' names, kept alive
+    names.reserve(state.size());
+    for (auto* t : state) {
+      names.push_back(state_prefix + t->name);
+      tensors.push_back({names.back(), &t->value});
+    }
+    auto os = opt.steps() > 0 ? const_cast<kernels::optimizer&>(opt).state() : std::vector<kernels::state_tensor*>{};
+    meta.state_tensors = int64_t(os.size());
+    for (auto* t : os) tensors.push_back({t->name, &t->value});
+    return ps::write_checkpoint(store, meta, tensors, keep);
+  };
+  HF_RETURN_IF_ERROR(one(lower_name(cfg_.name), lower_, {}, *lower_opt_));
+  auto state = const_cast<kernels::model&>(model_).state();
+  return one(upper_name(cfg_.name), upper_, state, *upper_opt_);
+}
+
+std::vector<int64_t> server_core::checkpoints_on_disk(const ps::checkpoint_store& store, const std::string& name,
+                                                      std::vector<std::string>* problems) {
+  std::vector<int64_t> good;
+  const auto lower = ps::list_checkpoints(store, lower_name(name));
+  const auto upper = ps::list_checkpoints(store, upper_name(name));
+  for (int64_t label : lower) {
+    if (std::find(upper.begin(), upper.end(), label) == upper.end()) continue;
+    bool ok = true;
+    for (const auto& file : {lower_name(name), upper_name(name)}) {
+      auto ck = ps::read_checkpoint(store, file, label);
+      if (!ck) {
+        ok = false;
+        if (problems) problems->push_back(ck.error().message());
+      }
+    }
+    if (ok) good.push_back(label);
+  }
+  return good;
+}
+
+expected<std::size_t> server_core::checkpoint_cut(const ps::checkpoint_store& store, const std::string& name,
+                                                  int64_t label) {
+  HF_ASSIGN_OR_RETURN(ps::loaded_checkpoint ck, ps::read_checkpoint(store, lower_name(name), label));
+  if (ck.meta.shard < 1) {
+    return make_error(errc::invalid_argument, store.describe(ps::checkpoint_name(lower_name(name), label)) +
+                                                  ": cut " + std::to_string(ck.meta.shard) + " is not a RALP cut");
+  }
+  return std::size_t(ck.meta.shard);
+}
+
+status server_core::restore(const ps::checkpoint_store& store, int64_t label) {
+  if (lower_updates_ > 0 || upper_updates_ > 0 || next_upper_ > 0 || table_.global() > 0)
+    return make_error(errc::internal, cfg_.name + ": restore after training started");
+  std::vector<int64_t> clocks;
+  auto one = [&](const std::string& file, const std::vector<kernels::parameter*>& params,
+                 const std::vector<kernels::state_tensor*>& state, kernels::optimizer& opt) -> status {
+    const std::string path = store.describe(ps::checkpoint_name(file, label));
+    HF_ASSIGN_OR_RETURN(ps::loaded_checkpoint ck, ps::read_checkpoint(store, file, label));
+    const auto& m = ck.meta;
+    if (m.shard != int(cfg_.cut) || m.shards != int(model_.size()) || int(m.clocks.size()) != cfg_.workers)
+      return make_error(errc::invalid_argument,
+                        path + ": written with the cut at unit " + std::to_string(m.shard) + " of " +
+                            std::to_string(m.shards) + " and " + std::to_string(m.clocks.size()) +
+                            " workers; this job has the cut at " + std::to_string(cfg_.cut) + " of " +
+                            std::to_string(model_.size()) + " and " + std::to_string(cfg_.workers) +
+                            " workers (the model or the topology changed since the checkpoint)");
+    const std::size_t n = params.size() + state.size();
+    if (ck.tensors.size() != n + std::size_t(m.state_tensors))
+      return make_error(errc::invalid_argument, path + ": holds " +
+                                                    std::to_string(ck.tensors.size() - std::size_t(m.state_tensors)) +
+                                                    " tensors, the model " + std::to_string(n) + " here");
+    auto check = [&](std::size_t i, const std::string& want, const kernels::tensor& t) -> status {
+      if (ck.names[i] != want || !(ck.tensors[i].shape() == t.shape()))
+        return make_error(errc::invalid_argument, path + ": tensor " + std::to_string(i) + " is " + ck.names[i] + " " +
+                                                      ck.tensors[i].shape().to_string() + ", the model has " + want +
+                                                      " " + t.shape().to_string());
+      return {};
+    };
+    for (std::size_t i = 0; i < params.size(); ++i) HF_RETURN_IF_ERROR(check(i, params[i]->name, params[i]->value));
+    for (std::size_t i = 0; i < state.size(); ++i)
+      HF_RETURN_IF_ERROR(check(params.size() + i, state_prefix + state[i]->name, state[i]->value));
+    status st;
+    model_.context().run([&] {
+      st = kernels::restore_optimizer(opt, cfg_.optimizer.kind, params, m.optimizer_steps,
+                                      std::span<const kernels::tensor>(ck.tensors).subspan(n, std::size_t(m.state_tensors)),
+                                      std::span<const std::string>(ck.names).subspan(n, std::size_t(m.state_tensors)),
+                                      path);
+    });
+    HF_RETURN_IF_ERROR(st);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      std::memcpy(params[i]->value.f32(), ck.tensors[i].f32(), ck.tensors[i].byte_size());
+      ++params[i]->version;
+    }
+    for (std::size_t i = 0; i < state.size(); ++i)
+      std::memcpy(state[i]->value.f32(), ck.tensors[params.size() + i].f32(), ck.tensors[params.size() + i].byte_size());
+    clocks = m.clocks;
+    return {};
+  };
+  HF_RETURN_IF_ERROR(one(lower_name(cfg_.name), lower_, {}, *lower_opt_));
+  HF_RETURN_IF_ERROR(one(upper_name(cfg_.name), upper_, model_.state(), *upper_opt_));
+  table_.restore(clocks);
+  for (int w = 0; w < cfg_.workers; ++w) act_clock_[std::size_t(w)] = clocks[std::size_t(w)];
+  next_upper_ = label;
+  return {};
 }
 
 }  // namespace hetflow::ralp

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ps/ps_clock.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/model.hpp"
@@ -113,6 +114,33 @@ public:
       if (!it->second.count(w) && has_step(w, next_upper_)) v.push_back(w);
     return v;
   }
+
+  // Checkpoints (the job's checkpoint_dir, every checkpoint_every clocks).
+  // Label L: every lower and upper update of clocks < L and none later,
+  // which holds when the lower clock has just reached L (a push or hello
+  // raised it) and no pull of clock L has been answered yet: no worker can
+  // have sent activations of clock L. Two files of the PS checkpoint
+  // format (ps_checkpoint.hpp) per label:
+  //   <name>-lower.ckpt-L  units [0, cut)'s parameters and the lower
+  //                        optimizer's state; meta.shard = the cut,
+  //                        meta.shards = the model's units
+  //   <name>-upper.ckpt-L  units [cut, end)'s parameters, then the server
+  //                        model's state tensors ("state:" + name: batch
+  //                        norm statistics of the units run here), and the
+  //                        upper optimizer's state
+  // meta.clocks: each worker's clock at L (its pushes the weights hold).
+  // The newest `keep` of each are kept.
+  status write_checkpoint(ps::checkpoint_store& store, int64_t label, int keep = 3) const;
+  // The labels whose two files both read back intact, ascending.
+  static std::vector<int64_t> checkpoints_on_disk(const ps::checkpoint_store& store, const std::string& name,
+                                                  std::vector<std::string>* problems = nullptr);
+  // The cut label L was written with (a resumed run keeps it).
+  static expected<std::size_t> checkpoint_cut(const ps::checkpoint_store& store, const std::string& name,
+                                              int64_t label);
+  // Restores label L before any hello: weights, model state, both
+  // optimizers, every worker's clock. invalid_argument naming the file when
+  // it does not fit this model, cut or number of workers.
+  status restore(const ps::checkpoint_store& store, int64_t label);
 
   int64_t upper_clock() const noexcept { return next_upper_; }  // upper clocks processed
   int64_t lower_updates() const noexcept { return lower_updates_; }

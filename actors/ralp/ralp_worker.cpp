@@ -121,6 +121,7 @@ struct worker_stats {
   std::vector<kernels::epoch_report> epochs;
   uint64_t checksum = 0;
   double test_accuracy = -1;
+  int64_t resumed_from = 0;  // the clock the server restored (0: from the start)
 };
 
 status install(ralp::worker_core& wc, const ralp::ralp_message& m, bool full) {
@@ -159,6 +160,13 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     return make_error(errc::internal, me + ": the RALP server's model has " + std::to_string(welcome.info.global) +
                                           " units, this worker's " + std::to_string(m.size()));
   const std::size_t cut = std::size_t(welcome.info.aux);
+  // > 0 when the server restored a checkpoint: this worker's clocks below it
+  // are in the weights, so their steps are skipped.
+  const int64_t start_clock = welcome.info.correct;
+  if (start_clock < 0 || start_clock > hello.aux)
+    return make_error(errc::internal, me + ": the RALP server says to start at clock " + std::to_string(start_clock) +
+                                          " of " + std::to_string(hello.aux));
+  st.resumed_from = start_clock;
   st.cut = int64_t(cut);
   st.cut_unit = cut < m.size() ? m.at(cut).name() : std::string("(no cut)");
   HF_ASSIGN_OR_RETURN(ralp::worker_core wc, ralp::worker_core::make(std::move(m), cut));
@@ -185,6 +193,10 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
     int64_t correct = 0, my_steps = 0;
     auto t0 = clock_type::now();
     for (int64_t s = w; s < steps; s += W) {
+      if (clock < start_clock) {  // resumed past this step (memory input: nothing to take)
+        ++clock;
+        continue;
+      }
       if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
       kernels::trace::scope t_step("step", tk, "clock", clock);
       HF_ASSIGN_OR_RETURN(kernels::train_batch batch, source->next(epoch, s));
@@ -317,7 +329,7 @@ void ralp_worker(caf::blocking_actor* self, actor_env env) {
   j.begin_object().field("model", cfg->model).field("device", cfg->where.to_string());
   j.field("strategy", "ralp").field("rank", int64_t{w}).field("workers", int64_t{opts->workers});
   j.field("cut", r->cut).field("cut_unit", r->cut_unit);
-  j.field("steps", r->steps).field("clock", r->clock);
+  j.field("steps", r->steps).field("clock", r->clock).field("resumed_from", r->resumed_from);
   j.field("pull_seconds", r->pull_seconds).field("upper_wait_seconds", r->upper_wait_seconds);
   j.field("compute_seconds", r->compute_seconds);
   j.field("bytes_sent", r->bytes_sent).field("bytes_received", r->bytes_received);

@@ -148,3 +148,38 @@ grep -q "\[n0\].*watchdog: no progress on node 'n0'.*ralp0 waits on worker 'ralp
 grep -q "\[n1\].*watchdog: no progress on node 'n1'.*ralpworker0 waits on the RALP server 'ralp0' on node 'n0'" "$wd.out" ||
   { cat "$wd.out"; fail "n1's watchdog did not name the server"; }
 pass "watchdog: a stopped worker is named by the server's node; the other worker waits on the server"
+
+# --- checkpoints and --resume (issue 9): the server writes the whole model
+# and both optimizers' state every checkpoint_every clocks; a worker's node
+# SIGKILLed mid-run stops the job naming it; --resume restores the newest
+# checkpoint (and its cut), the workers skip the steps it holds, and the run
+# ends on the uninterrupted run's weights bit for bit.
+ck=("${common[@]}" 'epochs = 2' 'train_size = 12800' 'strategy = "ralp"' 'ps_workers = ["n1", "n2"]' 'ralp_cut = 5'
+  'checkpoint_every = 50')
+full="$HETFLOW_SCRATCH/ck-full.toml"
+write_topology "$full" 8870 3 auto "${ck[@]}" "checkpoint_dir = \"$HETFLOW_SCRATCH/ck-full\""
+one_thread "$full"
+run_job "$full" "ralp run with checkpoints"
+want=$(json_get "$full.json" 'd["weights_checksum"]')
+ls "$HETFLOW_SCRATCH/ck-full" | grep -q "ralp0-lower.ckpt-000000000400" && ls "$HETFLOW_SCRATCH/ck-full" | grep -q "ralp0-upper.ckpt-000000000400" ||
+  { ls "$HETFLOW_SCRATCH/ck-full"; fail "no final checkpoint (clock 400) of the RALP server"; }
+cut="$HETFLOW_SCRATCH/ck-cut.toml"
+write_topology "$cut" 8880 3 auto "${ck[@]}" "checkpoint_dir = \"$HETFLOW_SCRATCH/ck-cut\""
+one_thread "$cut"
+run_and_kill "$cut" n2 "ralp0: checkpoint at clock 100" 120 60
+((RUN_RC != 0)) || { cat "$cut.out"; fail "the ralp run exited 0 after n2 was killed"; }
+grep -q "node 'n2'.*is down" "$cut.out" || { cat "$cut.out"; fail "the ralp run's output does not name n2"; }
+timeout 300 "$HETFLOW" run "$cut" --resume --report "$cut.json" >"$cut.resume.out" 2>&1 ||
+  { cat "$cut.resume.out"; fail "resumed ralp run failed"; }
+grep -q "ralp0: resumed from .*ralp0-lower.ckpt-" "$cut.resume.out" || { cat "$cut.resume.out"; fail "no resume line"; }
+grep -q "units \[5, 8) here (from 'fc1', checkpoint)" "$cut.resume.out" || { cat "$cut.resume.out"; fail "the cut does not come from the checkpoint"; }
+/usr/bin/env python3 - "$cut.json" "$want" <<'PY' || { cat "$cut.resume.out"; fail "resumed ralp run differs"; }
+import json, sys
+d = json.load(open(sys.argv[1])); want = sys.argv[2]
+k = [a["metrics"]["resumed_from"] for a in d["actors"] if a["name"] == "ralp0"][0]
+w = [a["metrics"]["resumed_from"] for a in d["actors"] if a["name"].startswith("ralpworker")]
+print(f"resumed from clock {k} (workers {w}); checksum {d['weights_checksum']} (uninterrupted {want})")
+assert k >= 100 and w == [k, k], (k, w)
+assert d["weights_checksum"] == want
+PY
+pass "ralp: n2 killed after the checkpoint at clock 100 stops the job naming it; --resume ends on the uninterrupted weights"
