@@ -778,7 +778,7 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       return shell_reply(true, "node '" + sh.self_name + "': " + shards.front() + " takes D = " + std::to_string(d) +
                              " from its next message");
     },
-    // A shell's `checkpoint`: the PS shards of this node take one more
+    // A shell's `checkpoint`: the PS shards (or RALP server) of this node take one more
     // checkpoint at clock `label` (control_board.hpp); the answer waits for
     // theirs, at most 2 s.
     [self](shckpt_atom, int64_t label) -> caf::result<shreq_atom, bool, std::string> {
@@ -788,9 +788,11 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       if (label < 1) return reply(shreq_atom::value, false, "a checkpoint label must be a clock >= 1, got " + std::to_string(label));
       std::vector<std::string> shards;
       for (const auto& a : sh.actors)
-        if (a.node == sh.self_name && a.type == "ps_shard" && !st.local_done.count(a.name)) shards.push_back(a.name);
+        if (a.node == sh.self_name && (a.type == "ps_shard" || a.type == "ralp_server") && !st.local_done.count(a.name))
+          shards.push_back(a.name);
       if (shards.empty())
-        return reply(shreq_atom::value, false, "node '" + sh.self_name + "' runs no parameter-server shard (ps_shard) that is still running");
+        return reply(shreq_atom::value, false,
+                     "node '" + sh.self_name + "' runs no parameter server (ps_shard, ralp_server) that is still running");
       if (st.stopping) return reply(shreq_atom::value, false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
       const int64_t gen = control::request_checkpoint(label);
       log_warn("shell: a checkpoint at clock " + std::to_string(label) + " asked of the ps shard(s) of node '" +

@@ -56,7 +56,7 @@ constexpr const char* help_text =
     "  pause ACTOR       a HetPipe stage starts no new minibatch until resume (past ps_timeout the job fails)\n"
     "  resume ACTOR      undo pause\n"
     "  set staleness D   HetPipe: every WSP shard takes the bound D from its next message\n"
-    "  checkpoint        ps: one more checkpoint of every PS shard at the same clock (a little ahead of the\n"
+    "  checkpoint        ps, ralp: one more checkpoint of every parameter server at one clock (a little ahead of the\n"
     "                    fastest worker), written when the global clock reaches it; --resume can use it\n"
     "  help              this text\n"
     "  quit, exit        leave (also Ctrl-D)\n";
@@ -775,10 +775,12 @@ private:
   // retry), each written when the global clock reaches L, so that the cut is
   // the same on every shard. A shard that has applied a push past L already
   // refuses; then the shell asks again a little further ahead (3 tries).
-  // Other strategies: what they checkpoint instead.
+  // Strategy ralp: the same with its one server. Other strategies: what
+  // they checkpoint instead.
   outcome checkpoint(const json& e, const std::vector<std::string>&, bool as_json) {
     const std::string strategy = str(e, "strategy");
-    if (strategy != "ps") {
+    const std::string server_type = strategy == "ralp" ? "ralp_server" : "ps_shard";
+    if (strategy != "ps" && strategy != "ralp") {
       std::string why = strategy == "dp" || strategy == "single" || strategy.empty()
                             ? "strategy \"" + (strategy.empty() ? std::string("single") : strategy) +
                                   "\" writes a checkpoint after every epoch when checkpoint_dir is set; not on demand "
@@ -803,7 +805,7 @@ private:
       std::string text;
       std::set<std::string> shard_nodes;  // the nodes the placement puts PS shards on
       for (auto& p : e.value("placement", json::array()))
-        if (str(p, "type") == "ps_shard") shard_nodes.insert(str(p, "node"));
+        if (str(p, "type") == server_type) shard_nodes.insert(str(p, "node"));
       for (auto& n : e.value("nodes", json::array())) {
         if (!shard_nodes.count(str(n, "name"))) continue;
         auto r = client_.checkpoint(str(n, "host"), int(num(n, "port")), label);
@@ -814,13 +816,15 @@ private:
         text += body + "\n";
       }
       tries.push_back({{"label", label}, {"ok", any && all_ok}, {"nodes", answers}});
-      if (!any) return failure(1, "checkpoint: the job places no parameter-server shard (ps_shard)");
+      if (!any) return failure(1, "checkpoint: the job places no parameter server (" + server_type + ")");
       if (all_ok) {
         o.rc = 0;
         if (as_json) {
           o.out = json{{"checkpoint", label}, {"ok", true}, {"tries", tries}}.dump(2) + "\n";
         } else {
-          o.out = "checkpoint at clock " + std::to_string(label) + " on every PS shard:\n" + text;
+          // ralp: the server may take a later clock than asked; its answer says which.
+          o.out = strategy == "ralp" ? "checkpoint on the RALP server:\n" + text
+                                     : "checkpoint at clock " + std::to_string(label) + " on every PS shard:\n" + text;
         }
         return o;
       }

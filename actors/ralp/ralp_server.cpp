@@ -8,9 +8,11 @@
 // and quits when worker 0 says bye (after the final pull).
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
+#include "actors/control_board.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
 #include "actors/ralp/ralp_job.hpp"
@@ -65,6 +67,8 @@ struct server_state : builtin::job_actor_state {
   // written and restored.
   std::shared_ptr<ps::checkpoint_store> store;
   int64_t every = 0, next_checkpoint = -1, checkpoints = 0, last_checkpoint = -1, resumed_from = -1;
+  std::set<int64_t> asked;           // labels a shell asked for (`checkpoint`), not written yet
+  int64_t checkpoint_generation = 0;  // the shell's last request taken (control_board.hpp)
 };
 using server_actor = caf::stateful_actor<server_state>;
 
@@ -140,6 +144,32 @@ std::string slowest_text(server_actor* self) {
   return who_worker(self->state.svc, s) + " is the slowest, at clock " + std::to_string(t.clock(s)) + " (bsp)";
 }
 
+// `hetflow shell`'s checkpoint (control_board.hpp): one more checkpoint at
+// clock L, written when the lower clock reaches it (before any pull of
+// clock L is answered); an L the workers have passed becomes the next clock.
+void take_checkpoint_request(server_actor* self) {
+  auto& st = self->state;
+  const auto req = control::checkpoint_requested();
+  if (req.generation == 0 || req.generation == st.checkpoint_generation || !st.core) return;
+  st.checkpoint_generation = req.generation;
+  const int64_t g = st.core->clocks().global();
+  if (!st.store) {
+    const std::string why = st.me + ": checkpoint at clock " + std::to_string(req.label) + ": the job has no checkpoint_dir";
+    log_warn("shell: " + why);
+    control::answer_checkpoint(st.me, req.generation, false, why);
+    return;
+  }
+  // One server: no cut to agree on with others, so a clock the workers
+  // have passed already becomes the next one.
+  const int64_t label = std::max(req.label, g + 1);
+  st.asked.insert(label);
+  log_warn("shell: " + st.me + " takes a checkpoint at clock " + std::to_string(label));
+  control::answer_checkpoint(st.me, req.generation, true,
+                             st.me + ": checkpoint at clock " + std::to_string(label) +
+                                 " when the global clock reaches it (asked for " + std::to_string(req.label) +
+                                 ", now " + std::to_string(g) + ")");
+}
+
 void on_tick(server_actor* self) {
   auto& st = self->state;
   if (st.over) return;
@@ -158,6 +188,7 @@ void on_tick(server_actor* self) {
     if (check(w, "pull")) return;
   for (auto& w : st.full_waits)
     if (check(w, "pull of every weight")) return;
+  take_checkpoint_request(self);
   self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
 }
 
@@ -313,7 +344,8 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
   }
   // A checkpoint falls due when the lower clock reaches it: before any
   // pull of that clock is answered (ralp_server_core.hpp, write_checkpoint).
-  if (st.store && st.next_checkpoint > 0 && st.core->clocks().global() >= st.next_checkpoint &&
+  const int64_t due = st.asked.empty() ? st.next_checkpoint : std::min(st.next_checkpoint, *st.asked.begin());
+  if (st.store && due > 0 && st.core->clocks().global() >= due &&
       (m->kind == ralp::kind_push || m->kind == ralp::kind_hello)) {
     // Once every worker finished the global clock is unbounded: the end is
     // the largest worker clock.
@@ -329,6 +361,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       log_info(st.me + ": checkpoint at clock " + std::to_string(label));
     }
     st.next_checkpoint = (label / st.every + 1) * st.every;
+    st.asked.erase(st.asked.begin(), st.asked.upper_bound(label));
   }
   answer_ready(self, ready);
   // Only what moves a clock (lower pushes, a worker's hello): not per pull or activations.
@@ -454,7 +487,7 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
       if (!core) return server_fail(self, st.me + ": " + core.error().message());
       st.core = std::move(*core);
       if (st.store) {
-        st.every = st.opts.checkpoint_every;  // >= 1: the job's check (ralp_job.cpp)
+        st.every = st.opts.checkpoint_every;  // >= 1: the train job's check (actors/builtin/train.cpp)
         if (st.every <= 0) return server_fail(self, st.me + ": checkpoint_dir without checkpoint_every");
         if (restore_label >= 0) {
           if (auto s = st.core->restore(*st.store, restore_label); !s.ok())

@@ -183,3 +183,38 @@ assert k >= 100 and w == [k, k], (k, w)
 assert d["weights_checksum"] == want
 PY
 pass "ralp: n2 killed after the checkpoint at clock 100 stops the job naming it; --resume ends on the uninterrupted weights"
+
+# On demand: `hetflow shell -c checkpoint` while the job runs: the server
+# writes one more checkpoint at the clock the shell picked (a little ahead of
+# the fastest worker); the run's weights are unchanged, and --resume from
+# that checkpoint ends on them too.
+od="$HETFLOW_SCRATCH/ck-od.toml"
+od_job=()
+for l in "${ck[@]}"; do [[ $l == checkpoint_every* || $l == train_size* ]] || od_job+=("$l"); done
+write_topology "$od" 8890 3 auto "${od_job[@]}" 'train_size = 25600' 'checkpoint_every = 1000000' \
+  "checkpoint_dir = \"$HETFLOW_SCRATCH/ck-od\""
+one_thread "$od"
+run_job "$od" "ralp reference run of the on-demand case"
+want_od=$(json_get "$od.json" 'd["weights_checksum"]')
+rm -rf "$HETFLOW_SCRATCH/ck-od"
+"$HETFLOW" run "$od" --report "$od.run.json" >"$od.run.out" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$od.run.out" "epoch 1/2 step" 120 || { cat "$od.run.out"; fail "on demand: no progress line"; }
+"$HETFLOW" shell 127.0.0.1:8890 --topology "$od" -c checkpoint >"$od.shell" 2>&1 || { cat "$od.shell" "$od.run.out"; fail "on demand: shell checkpoint failed"; }
+label=$(sed -n 's/^ralp0: checkpoint at clock \([0-9]*\) when the global clock reaches it.*$/\1/p' "$od.shell")
+[[ -n $label ]] && grep -q "^checkpoint on the RALP server:$" "$od.shell" ||
+  { cat "$od.shell"; fail "on demand: the shell's answer"; }
+wait_exit $RUN_PID 300 || { cat "$od.run.out"; fail "on demand: the run did not end"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$od.run.out"; fail "on demand: the run exited $WAIT_RC"; }
+name=$(printf 'ckpt-%012d' "$label")
+ls "$HETFLOW_SCRATCH/ck-od" | grep -q "^ralp0-lower.$name$" && ls "$HETFLOW_SCRATCH/ck-od" | grep -q "^ralp0-upper.$name$" ||
+  { ls "$HETFLOW_SCRATCH/ck-od"; fail "on demand: no checkpoint at clock $label"; }
+[[ $(json_get "$od.run.json" 'd["weights_checksum"]') == "$want_od" ]] || fail "on demand: the checkpoint changed the run's weights"
+rm "$HETFLOW_SCRATCH/ck-od/"ralp0-*.ckpt-000000000800
+timeout 300 "$HETFLOW" run "$od" --resume --report "$od.resume.json" >"$od.resume.out" 2>&1 ||
+  { cat "$od.resume.out"; fail "on demand: --resume failed"; }
+grep -q "ralp0: resumed from .*$name (clock $label)" "$od.resume.out" || { cat "$od.resume.out"; fail "on demand: --resume did not restore $label"; }
+[[ $(json_get "$od.resume.json" 'd["weights_checksum"]') == "$want_od" ]] ||
+  fail "on demand: resumed from $label, the weights differ from the uninterrupted run's"
+pass "shell checkpoint: the RALP server wrote clock $label; --resume from it ends with the uninterrupted weights"
