@@ -130,17 +130,19 @@ PY
 pass "drained waves: Nm = 2 minibatches in flight through 2 stages: the 1-stage weights bit for bit, 40 waves per stage"
 
 # --- 2 VWs, Nm = 1, D = 0, plain SGD == strategy ps (bsp, 2 workers): both
-# add both workers' gradients, taken at the same weights, every clock
+# add both workers' gradients, taken at the same weights, every clock (the
+# two sum them in different orders, so only up to float rounding: at lr 0.1
+# the run enters its steep phase in epoch 3, where that rounding grew to a
+# 0.1 test-accuracy difference on the 2026-11-26 VM, with the code of
+# 11-25 as well; at lr 0.05 the losses agree to every printed digit)
 ps="$HETFLOW_SCRATCH/ps.toml"
-write_topology "$ps" 8990 3 auto "${common[@]}" 'epochs = 3' 'strategy = "ps"' 'momentum = 0.0' 'lr = 0.1' \
+write_topology "$ps" 8990 3 auto "${common[@]}" 'epochs = 3' 'strategy = "ps"' 'momentum = 0.0' \
   'ps_workers = ["n1", "n2"]' 'ps_nodes = ["n0"]'
-sed -i '/^lr = 0.05$/d' "$ps"
 one_thread "$ps"
 run_job "$ps" "2-worker ps run"
 hp2="$HETFLOW_SCRATCH/hp2.toml"
 write_topology "$hp2" 8930 2 auto "${common[@]}" 'epochs = 3' 'strategy = "hetpipe"' 'allocation = "np"' 'nm = 1' \
-  'staleness = 0' 'momentum = 0.0' 'lr = 0.1' 'hetpipe_waves = "drain"'
-sed -i '/^lr = 0.05$/d' "$hp2"
+  'staleness = 0' 'momentum = 0.0' 'hetpipe_waves = "drain"'
 two_devices "$hp2"
 run_job "$hp2" "2-VW hetpipe run"
 /usr/bin/env python3 - "$ps.json" "$hp2.json" <<'PY' || { cat "$hp2.out"; fail "2 VWs, Nm = 1, D = 0 do not match ps bsp"; }
@@ -152,6 +154,10 @@ assert {v["stages"][0]["node"] for v in vws} == {"n0", "n1"}, vws  # np: one VW 
 for x in h["hetpipe"]["stages"]:  # 40 steps an epoch, 20 per VW
     assert x["used"] and x["minibatches"] == 60 and x["waves"] == 60, x
 print("test accuracy ps", p["epochs"][-1]["test_accuracy"], "hetpipe", h["test_accuracy"])
+# ps reports worker 0's epochs; VW 0 trains worker 0's steps.
+for a, b in zip(p["epochs"], vws[0]["epochs"]):
+    print(f"epoch {a['epoch']}: loss ps worker 0 {a['loss']} hetpipe VW 0 {b['loss']}")
+    assert abs(a["loss"] - b["loss"]) <= 1e-4 * a["loss"], (a["loss"], b["loss"])
 assert abs(p["epochs"][-1]["test_accuracy"] - h["test_accuracy"]) <= 0.0025
 assert sum(e["samples"] for e in h["epochs"]) == 3 * 1280
 # each VW's own epochs: 20 minibatches of 32 an epoch
