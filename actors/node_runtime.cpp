@@ -795,7 +795,7 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
                      "node '" + sh.self_name + "' runs no parameter server (ps_shard, ralp_server) that is still running");
       if (st.stopping) return reply(shreq_atom::value, false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
       const int64_t gen = control::request_checkpoint(label);
-      log_warn("shell: a checkpoint at clock " + std::to_string(label) + " asked of the ps shard(s) of node '" +
+      log_warn("shell: a checkpoint at clock " + std::to_string(label) + " asked of the parameter server(s) of node '" +
                sh.self_name + "'");
       auto& w = st.checkpoint_waits[gen];
       w.promise = self->make_response_promise();

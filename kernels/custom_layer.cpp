@@ -46,16 +46,17 @@ std::vector<std::string> custom_layer_names() {
   return out;
 }
 
+status unknown_custom_layer(const std::string& what, const std::string& type, const std::string& hint) {
+  std::string known;
+  for (auto& n : custom_layer_names()) known += (known.empty() ? "" : ", ") + n;
+  return make_error(errc::not_found, what + ": no plugin registered layer '" + type +
+                                         "' (registered: " + (known.empty() ? "none" : known) + "; " + hint + ")");
+}
+
 expected<built_unit> make_custom_unit(const layer_spec& spec, const shape& sample_input, rng& init,
                                       const std::string& prefix) {
   const custom_unit_factory* f = find_custom_layer(spec.custom_type);
-  if (f == nullptr) {
-    std::string known;
-    for (auto& n : custom_layer_names()) known += (known.empty() ? "" : ", ") + n;
-    return make_error(errc::not_found, "unit " + spec.name + ": no plugin registered layer '" + spec.custom_type +
-                                           "' (registered: " + (known.empty() ? "none" : known) +
-                                           "; is the plugin in [cluster] plugins?)");
-  }
+  if (f == nullptr) return unknown_custom_layer("unit " + spec.name, spec.custom_type, "is the plugin in [cluster] plugins?");
   expected<built_unit> b = make_error(errc::internal, "unset");
   try {
     b = (*f)(spec, sample_input, init, prefix);

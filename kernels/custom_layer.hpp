@@ -42,6 +42,10 @@ const custom_unit_factory* find_custom_layer(std::string_view type);
 // Registered names, sorted.
 std::vector<std::string> custom_layer_names();
 
+// not_found: "<what>: no plugin registered layer '<type>' (registered: a, b;
+// <hint>)", the error of an unknown layer wherever it is named.
+status unknown_custom_layer(const std::string& what, const std::string& type, const std::string& hint);
+
 // Builds the unit of a custom layer_spec (the cpu backend's make_unit calls
 // it): not_found naming the registered layers when nobody registered its
 // type; the factory's errors with the unit's name; a factory that throws is

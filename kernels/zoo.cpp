@@ -126,13 +126,8 @@ expected<model_spec> make_zoo_spec(std::string_view name, const zoo_options& o);
 expected<model_spec> make_model_spec(std::string_view name, const zoo_options& o) {
   HF_ASSIGN_OR_RETURN(model_spec m, make_zoo_spec(name, o));
   for (const inserted_layer& ins : o.insert_layers) {
-    if (find_custom_layer(ins.type) == nullptr) {
-      std::string known;
-      for (auto& n : custom_layer_names()) known += (known.empty() ? "" : ", ") + n;
-      return make_error(errc::not_found, "insert_layers: no plugin registered layer '" + ins.type +
-                                             "' (registered: " + (known.empty() ? "none" : known) +
-                                             "; name the plugin in [cluster] plugins)");
-    }
+    if (find_custom_layer(ins.type) == nullptr)
+      return unknown_custom_layer("insert_layers", ins.type, "name the plugin in [cluster] plugins");
     auto at = std::find_if(m.layers.begin(), m.layers.end(), [&](const layer_spec& l) { return l.name == ins.after; });
     if (at == m.layers.end()) {
       std::string units;

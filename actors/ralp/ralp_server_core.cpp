@@ -206,14 +206,14 @@ constexpr const char* state_prefix = "state:";
 
 }  // namespace
 
-status server_core::write_checkpoint(ps::checkpoint_store& store, int64_t label, int keep) const {
+status server_core::write_checkpoint(ps::checkpoint_store& store, int64_t label, int keep) {
   std::vector<int64_t> clocks(std::size_t(cfg_.workers));
   for (int w = 0; w < cfg_.workers; ++w) {
     const int64_t f = final_[std::size_t(w)];
     clocks[std::size_t(w)] = f >= 0 ? std::min(label, f) : label;
   }
   auto one = [&](const std::string& file, const std::vector<kernels::parameter*>& params,
-                 const std::vector<kernels::state_tensor*>& state, const kernels::optimizer& opt) -> status {
+                 const std::vector<kernels::state_tensor*>& state, kernels::optimizer& opt) -> status {
     ps::checkpoint_meta meta;
     meta.shard_name = file;
     meta.shard = int(cfg_.cut);
@@ -229,14 +229,13 @@ status server_core::write_checkpoint(ps::checkpoint_store& store, int64_t label,
       names.push_back(state_prefix + t->name);
       tensors.push_back({names.back(), &t->value});
     }
-    auto os = opt.steps() > 0 ? const_cast<kernels::optimizer&>(opt).state() : std::vector<kernels::state_tensor*>{};
+    auto os = opt.steps() > 0 ? opt.state() : std::vector<kernels::state_tensor*>{};
     meta.state_tensors = int64_t(os.size());
     for (auto* t : os) tensors.push_back({t->name, &t->value});
     return ps::write_checkpoint(store, meta, tensors, keep);
   };
   HF_RETURN_IF_ERROR(one(lower_name(cfg_.name), lower_, {}, *lower_opt_));
-  auto state = const_cast<kernels::model&>(model_).state();
-  return one(upper_name(cfg_.name), upper_, state, *upper_opt_);
+  return one(upper_name(cfg_.name), upper_, model_.state(), *upper_opt_);
 }
 
 std::vector<int64_t> server_core::checkpoints_on_disk(const ps::checkpoint_store& store, const std::string& name,

@@ -130,7 +130,7 @@ public:
   //                        upper optimizer's state
   // meta.clocks: each worker's clock at L (its pushes the weights hold).
   // The newest `keep` of each are kept.
-  status write_checkpoint(ps::checkpoint_store& store, int64_t label, int keep = 3) const;
+  status write_checkpoint(ps::checkpoint_store& store, int64_t label, int keep = 3);
   // The labels whose two files both read back intact, ascending.
   static std::vector<int64_t> checkpoints_on_disk(const ps::checkpoint_store& store, const std::string& name,
                                                   std::vector<std::string>* problems = nullptr);

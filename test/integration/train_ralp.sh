@@ -184,6 +184,28 @@ assert d["weights_checksum"] == want
 PY
 pass "ralp: n2 killed after the checkpoint at clock 100 stops the job naming it; --resume ends on the uninterrupted weights"
 
+# A checkpoint that does not read back intact is passed over (the newest
+# pair of the uninterrupted run, its final clock 400, with a byte flipped):
+# --resume takes the one before and still ends on the same weights; with no
+# checkpoint at all it trains from the start and says so.
+f="$HETFLOW_SCRATCH/ck-full/ralp0-upper.ckpt-000000000400"
+printf '\xff' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") / 2)) conv=notrunc status=none
+timeout 300 "$HETFLOW" run "$full" --resume --report "$full.r.json" >"$full.r.out" 2>&1 ||
+  { cat "$full.r.out"; fail "resume past a corrupt checkpoint failed"; }
+grep -q "ralp0: --resume passes over a checkpoint: .*ralp0-upper.ckpt-000000000400" "$full.r.out" &&
+  grep -q "ralp0: resumed from .*ralp0-lower.ckpt-000000000350 (clock 350)" "$full.r.out" ||
+  { cat "$full.r.out"; fail "the corrupt checkpoint was not passed over"; }
+[[ $(json_get "$full.r.json" 'd["weights_checksum"]') == "$want" ]] || fail "resumed past a corrupt checkpoint: the weights differ"
+none="$HETFLOW_SCRATCH/ck-none.toml"
+none_job=()
+for l in "${ck[@]}"; do [[ $l == train_size* ]] || none_job+=("$l"); done
+write_topology "$none" 8885 3 auto "${none_job[@]}" 'train_size = 1280' "checkpoint_dir = \"$HETFLOW_SCRATCH/ck-none\""
+one_thread "$none"
+timeout 300 "$HETFLOW" run "$none" --resume --report "$none.json" >"$none.out" 2>&1 || { cat "$none.out"; fail "--resume without checkpoints failed"; }
+grep -q "ralp0: --resume: no complete checkpoint in .*; training from the start" "$none.out" ||
+  { cat "$none.out"; fail "no 'training from the start' line"; }
+pass "ralp --resume passes over a corrupt checkpoint (resumed from 350, same weights) and trains from the start without one"
+
 # On demand: `hetflow shell -c checkpoint` while the job runs: the server
 # writes one more checkpoint at the clock the shell picked (a little ahead of
 # the fastest worker); the run's weights are unchanged, and --resume from
