@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
 #include <numeric>
 #include <thread>
@@ -79,6 +80,11 @@ void bench_slowdown(std::chrono::steady_clock::time_point since) {
 void drill_start_delay() {
   if (const double d = env_number("HETFLOW_DRILL_DP_START_DELAY", 0.0, 600.0, 0.0); d > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(d));
+}
+
+// train_config::emulate_step_seconds (tests, benchmarks).
+void emulate_step_cost(const train_config& c) {
+  if (c.emulate_step_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(c.emulate_step_seconds));
 }
 
 double seconds_since(clock_type::time_point t0) {
@@ -434,6 +440,36 @@ private:
   std::vector<int32_t> batch_y_;
 };
 
+// A replica's step cost as fixed + rows * per_row seconds, from measured
+// (rows, seconds) points - per-step means over windows of steps. Two points
+// at least 2x apart in rows fit both terms (a secant: the speed probe's two
+// batch sizes, 4x apart, or a split that moved a lot); a point nearer the
+// previous one's rows refits the per-row term through it, keeping the fixed
+// term (at most 90% of the point's time), so timing noise in windows of
+// similar rows moves the split no more than a split by speed alone.
+struct step_cost_fit {
+  double fixed = 0.0, per_row = 0.0;
+  double last_rows = 0.0, last_seconds = 0.0;
+  bool measured() const noexcept { return per_row > 0; }
+  void observe(double rows, double seconds) {
+    if (!(rows > 0) || !(seconds > 0) || !std::isfinite(seconds)) return;
+    const bool apart = last_rows > 0 && std::max(rows, last_rows) >= 2 * std::min(rows, last_rows);
+    double f = fixed, b = 0.0;
+    if (apart) {
+      b = (seconds - last_seconds) / (rows - last_rows);
+      f = seconds - b * rows;
+    }
+    if (!apart || !(b > 0) || !(f >= 0)) {  // through this point, keeping the fixed term
+      f = std::min(std::max(fixed, 0.0), 0.9 * seconds);
+      b = (seconds - f) / rows;
+    }
+    fixed = f;
+    per_row = b;
+    last_rows = rows;
+    last_seconds = seconds;
+  }
+};
+
 // Data parallelism inside the training loop (train_config::group): the split
 // of each global batch, the gradient sum, and the speeds behind the split.
 class replica_sync {
@@ -441,6 +477,8 @@ public:
   replica_sync(const train_config& c, model& m) : c_(c), g_(c.group), params_(m.parameters()), state_(m.state()) {
     if (g_ != nullptr) {
       speeds_.assign(std::size_t(g_->size()), 1.0);
+      fixed_.assign(std::size_t(g_->size()), 0.0);
+      per_row_.assign(std::size_t(g_->size()), 0.0);
       unit_params_.resize(m.size());
       for (std::size_t i = 0; i < m.size(); ++i) m.at(i).parameters(unit_params_[i]);
     }
@@ -472,13 +510,13 @@ public:
   // This replica's rows [first, first + count) of a global batch of `rows`.
   std::pair<int64_t, int64_t> slice(int64_t rows) {
     if (g_ == nullptr) return {0, rows};
-    auto split = c_.split(rows, speeds_);
+    auto split = split_of(rows, 0);
     int64_t first = 0;
     for (int r = 0; r < g_->rank(); ++r) first += split[std::size_t(r)];
     return {first, split[std::size_t(g_->rank())]};
   }
   std::vector<int64_t> full_split(int64_t rows) const {
-    return g_ == nullptr ? std::vector<int64_t>{rows} : c_.split(rows, speeds_);
+    return g_ == nullptr ? std::vector<int64_t>{rows} : split_of(rows, 0);
   }
 
   // Gradient buckets of one step, last unit first (backward's order). Unit
@@ -521,18 +559,39 @@ public:
   }
   std::size_t units() const noexcept { return unit_params_.size(); }
 
-  // Speeds from a compute time of `seconds` for `rows` rows; every replica's
-  // goes into one vector so all compute the same next split.
-  status update_speeds(int64_t rows, double seconds) {
+  // This replica's step cost from a window of `steps` steps with `rows` rows
+  // in all that kept it busy `seconds` (step time less the waits for sums),
+  // fitted as fixed + per-row (step_cost_fit); every replica's goes into one
+  // vector so all compute the same next split.
+  status update_costs(int64_t steps, int64_t rows, double seconds) {
     if (g_ == nullptr || !c_.measured_split) return {};
-    std::vector<float> v(std::size_t(g_->size()), 0.0f);
     // No rows measured (a window where this replica had none): its last
-    // speed stands, so it is not starved of rows for good.
-    v[std::size_t(g_->rank())] = seconds > 0 && rows > 0 ? float(double(rows) / seconds)
-                                                          : float(speeds_[std::size_t(g_->rank())]);
+    // estimate stands, so it is not starved of rows for good.
+    if (steps > 0 && rows > 0 && seconds > 0) fit_.observe(double(rows) / double(steps), seconds / double(steps));
+    return exchange_costs();
+  }
+  // The speed probe's measurement: seconds a pass with `rows` rows.
+  void observe_probe(double rows, double seconds) { fit_.observe(rows, seconds); }
+  status exchange_costs() {
+    const std::size_t n = std::size_t(g_->size()), me = std::size_t(g_->rank());
+    std::vector<float> v(3 * n, 0.0f);
+    if (fit_.measured()) {
+      v[3 * me] = float(fit_.fixed);
+      v[3 * me + 1] = float(fit_.per_row);
+      v[3 * me + 2] = float(fit_.last_rows / fit_.last_seconds);
+    } else {  // nothing measured yet: what the others know of this replica
+      v[3 * me] = float(fixed_[me]);
+      v[3 * me + 1] = float(per_row_[me]);
+      v[3 * me + 2] = float(speeds_[me]);
+    }
     std::span<float> s(v);
     HF_RETURN_IF_ERROR(timed_sum(std::span<const std::span<float>>(&s, 1)));
-    for (std::size_t i = 0; i < v.size(); ++i) speeds_[i] = double(v[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      fixed_[i] = double(v[3 * i]);
+      per_row_[i] = double(v[3 * i + 1]);
+      speeds_[i] = double(v[3 * i + 2]);
+    }
+    ++costs_version_;
     return {};
   }
 
@@ -568,7 +627,7 @@ public:
     if (test.size() == 0) return eval_metrics{};
     int64_t first = 0, last = test.size();
     if (g_ != nullptr) {
-      auto split = c_.split(test.size(), speeds_);
+      auto split = split_of(test.size(), batch);
       for (int r = 0; r < g_->rank(); ++r) first += split[std::size_t(r)];
       last = first + split[std::size_t(g_->rank())];
     }
@@ -591,6 +650,8 @@ public:
   }
 
   const std::vector<double>& speeds() const noexcept { return speeds_; }
+  const std::vector<double>& fixed_seconds() const noexcept { return fixed_; }
+  const std::vector<double>& row_seconds() const noexcept { return per_row_; }
   double sum_seconds() const noexcept { return sum_seconds_; }
 
   // Failover (replica_group::can_regroup).
@@ -631,9 +692,18 @@ public:
   expected<bool> regroup() {
     HF_ASSIGN_OR_RETURN(bool changed, g_->regroup());
     if (!changed) return false;
-    std::vector<double> kept;
-    for (int k : g_->kept()) kept.push_back(k >= 0 && k < int(speeds_.size()) ? speeds_[std::size_t(k)] : 1.0);
+    std::vector<double> kept, kept_fixed, kept_row;
+    for (int k : g_->kept()) {
+      const bool known = k >= 0 && k < int(speeds_.size());
+      kept.push_back(known ? speeds_[std::size_t(k)] : 1.0);
+      kept_fixed.push_back(known ? fixed_[std::size_t(k)] : 0.0);
+      kept_row.push_back(known ? per_row_[std::size_t(k)] : 0.0);
+    }
     speeds_ = std::move(kept);
+    fixed_ = std::move(kept_fixed);
+    per_row_ = std::move(kept_row);
+    kept_splits_.clear();  // other replicas
+    ++costs_version_;
     return true;
   }
 
@@ -650,6 +720,40 @@ public:
   }
 
 private:
+  // The split of `rows` rows: by measured step cost (split_timed) when the
+  // split is measured, else by speed (`split`). `batch` > 0: the rows go in
+  // batches of that size (evaluation), each with the fixed cost.
+  //
+  // Training batches keep their split while the new costs predict it within
+  // 3% of the best split's slowest step: a new split means new batch shapes
+  // (on a GPU, a new algorithm search for every convolution), and timing
+  // noise would otherwise move a few rows at every measurement. Every
+  // replica holds the same kept splits and costs and asks in the same order,
+  // so all decide alike.
+  std::vector<int64_t> split_of(int64_t rows, int64_t batch) const {
+    if (!c_.measured_split || !c_.split_timed) return c_.split(rows, speeds_);
+    std::vector<double> per_row(per_row_);
+    if (batch > 0)
+      for (std::size_t i = 0; i < per_row.size(); ++i) per_row[i] += fixed_[i] / double(batch);
+    if (batch > 0) return c_.split_timed(rows, fixed_, per_row);
+    auto& kept = kept_splits_[rows];
+    if (kept.costs_version == costs_version_ && kept.split.size() == per_row.size()) return kept.split;
+    auto best = c_.split_timed(rows, fixed_, per_row);
+    auto slowest = [&](const std::vector<int64_t>& split) {
+      double t = 0;
+      for (std::size_t i = 0; i < split.size(); ++i)
+        if (split[i] > 0) t = std::max(t, fixed_[i] + double(split[i]) * per_row[i]);
+      return t;
+    };
+    if (kept.split.size() != best.size() || slowest(kept.split) > 1.03 * slowest(best)) kept.split = std::move(best);
+    kept.costs_version = costs_version_;
+    return kept.split;
+  }
+  struct kept_split {
+    std::vector<int64_t> split;
+    int64_t costs_version = -1;
+  };
+
   void flush() {
     if (bucket_.empty()) return;
     pending_.push_back(g_->start_sum(bucket_));
@@ -674,7 +778,13 @@ private:
   std::vector<std::span<float>> bucket_;
   int64_t bucket_bytes_ = 0;
   std::vector<std::future<status>> pending_;
-  std::vector<double> speeds_;
+  std::vector<double> speeds_;   // rows a second at the last measurement's rows (busy time)
+  std::vector<double> fixed_;    // seconds a step whatever its rows
+  std::vector<double> per_row_;  // seconds of each further row (0: not measured; split_rows_timed
+                                 // counts it as the slowest measured)
+  step_cost_fit fit_;           // this replica's
+  int64_t costs_version_ = 0;   // counts the updates of the costs above
+  mutable std::map<int64_t, kept_split> kept_splits_;  // by batch rows (split_of)
   double sum_seconds_ = 0.0;
 };
 
@@ -794,51 +904,61 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   HF_ASSIGN_OR_RETURN(tensor grad, dev.buffer({batch_size, m.spec().classes}));
 
   if (dp.active() && c.measured_split) {
-    // Speed probe: forward and backward of this replica's equal share of a
-    // batch of zeros (one untimed, three timed), then the first split. On a
-    // twin of the model, so that batch norm statistics and dropout state of
-    // the trained one stay as single-device training has them. A device
-    // twin has its own context (stream): its own input, loss and gradient
-    // buffers, and each pass waits for the device before it is timed.
+    // Speed probe: forward and backward of batches of zeros at two sizes,
+    // this replica's equal share of a batch and a quarter of it (each size
+    // one untimed pass, then two timed), which fit its step cost (fixed +
+    // per row; one size when the share is under 4 rows), then the first
+    // split. On a twin of the model, so that batch norm statistics and
+    // dropout state of the trained one stay as single-device training has
+    // them. A device twin has its own context (stream): its own input, loss
+    // and gradient buffers, and each pass waits for the device before it is
+    // timed.
     HF_ASSIGN_OR_RETURN(model twin, build_model(m.spec(), m.where(), build_options{m.context().threads(), c.seed}));
     if (twin.where().kind == device_kind::cuda)  // the math the replica trains with
       static_cast<cuda::context&>(twin.context()).set_math(static_cast<cuda::context&>(m.context()).math());
     device_steps tdev(twin);
     const int64_t count = std::max<int64_t>(1, batch_size / c.group->size());
-    shape xs{count};
-    for (int64_t d : source.sample_shape().dims()) xs.push_back(d);
-    tensor x = tensor::zeros(xs);
-    std::vector<int32_t> y(std::size_t(count), 0);
-    tensor g;
-    double secs = 0;
+    std::vector<int64_t> sizes{count};
+    if (count >= 4) sizes.insert(sizes.begin(), count / 4);
     status probed;
     twin.context().run([&] {
-      auto pass = [&]() -> status {
-        HF_ASSIGN_OR_RETURN(tensor_view xin, tdev.input(x.view()));
-        auto t0 = clock_type::now();
-        HF_ASSIGN_OR_RETURN(tensor_view logits, twin.forward(xin, mode::train));
-        bench_slowdown(t0);  // the probe sees the emulated device too
-        const auto tb = clock_type::now();
-        if (g.empty()) {
-          HF_ASSIGN_OR_RETURN(g, tdev.buffer(logits.shape()));
+      for (int64_t n : sizes) {
+        shape xs{n};
+        for (int64_t d : source.sample_shape().dims()) xs.push_back(d);
+        tensor x = tensor::zeros(xs);
+        std::vector<int32_t> y(std::size_t(n), 0);
+        tensor g;
+        double secs = 0;
+        auto pass = [&]() -> status {
+          HF_ASSIGN_OR_RETURN(tensor_view xin, tdev.input(x.view()));
+          auto t0 = clock_type::now();
+          HF_ASSIGN_OR_RETURN(tensor_view logits, twin.forward(xin, mode::train));
+          bench_slowdown(t0);  // the probe sees the emulated device too
+          emulate_step_cost(c);
+          const auto tb = clock_type::now();
+          if (g.empty()) {
+            HF_ASSIGN_OR_RETURN(g, tdev.buffer(logits.shape()));
+          }
+          HF_RETURN_IF_ERROR(tdev.loss(logits, y, g.mutable_view()).error());
+          HF_RETURN_IF_ERROR(twin.backward(g.view()).error());
+          HF_RETURN_IF_ERROR(twin.context().synchronize());
+          bench_slowdown(tb);
+          secs += seconds_since(t0);
+          return {};
+        };
+        for (int i = 0; i < 3 && probed.ok(); ++i) {
+          if (i == 1) secs = 0;  // the first pass is not timed
+          probed = pass();
         }
-        HF_RETURN_IF_ERROR(tdev.loss(logits, y, g.mutable_view()).error());
-        HF_RETURN_IF_ERROR(twin.backward(g.view()).error());
-        HF_RETURN_IF_ERROR(twin.context().synchronize());
-        bench_slowdown(tb);
-        secs += seconds_since(t0);
-        return {};
-      };
-      for (int i = 0; i < 4 && probed.ok(); ++i) {
-        if (i == 1) secs = 0;  // the first pass is not timed
-        probed = pass();
+        if (!probed.ok()) return;
+        dp.observe_probe(double(n), secs / 2);
       }
     });
     HF_RETURN_IF_ERROR(probed);
     // A replica lost before training starts: the others sum the speeds
     // again among themselves (a drill delays the sum, for the tests).
     drill_start_delay();
-    HF_RETURN_IF_ERROR(dp.regroup_and_retry([&] { return dp.update_speeds(3 * count, secs); }));
+    HF_RETURN_IF_ERROR(dp.regroup_and_retry([&] { return dp.exchange_costs(); }));
   }
 
   if (c.checkpoints && hm.where().kind != device_kind::cpu)
@@ -860,11 +980,13 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     epoch_report er;
     clock_type::time_point started{};  // the epoch's start (a rollback's redo counts in its time)
     int64_t next_step = 0;  // the first step not done
-    double loss_sum = 0.0, compute_seconds = 0.0;
+    double loss_sum = 0.0;
     int64_t correct = 0, local_rows = 0;
-    // Since the last re-split (dp, measured split, resplit_every).
-    double resplit_compute = 0.0;
-    int64_t resplit_rows = 0;
+    // Since the last re-split (dp, measured split, resplit_every; the
+    // epoch's start): busy time, rows and steps, the window's first step
+    // not counted (a new split's first step pays for its new shapes).
+    double resplit_busy = 0.0;
+    int64_t resplit_rows = 0, resplit_steps = 0, window_step = 0;
     // The window since the last tick (this epoch's steps only): what the
     // progress callback and the history are told at the next one.
     double window_loss = 0.0;
@@ -935,15 +1057,17 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       if (dp.active()) {
         rep.splits.push_back(dp.full_split(batch_size));
         rep.speeds.push_back(dp.speeds());
+        rep.fixed_seconds.push_back(dp.fixed_seconds());
+        rep.row_seconds.push_back(dp.row_seconds());
       }
     }
     if (failover) HF_RETURN_IF_ERROR(snapshot(epoch, a));
     double& loss_sum = a.loss_sum;
-    double& compute_seconds = a.compute_seconds;
     int64_t& correct = a.correct;
     int64_t& local_rows = a.local_rows;
-    double& resplit_compute = a.resplit_compute;
+    double& resplit_busy = a.resplit_busy;
     int64_t& resplit_rows = a.resplit_rows;
+    int64_t& resplit_steps = a.resplit_steps;
     double& window_loss = a.window_loss;
     int64_t& window_steps = a.window_steps;
     int64_t& window_correct = a.window_correct;
@@ -959,6 +1083,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       // Trace (kernels/trace.hpp): one "train step" per step holding its
       // phases, on the calling actor's track; arg = step within the epoch.
       trace::scope t_step("train step", trace::current_track(), "step", s + 1);
+      const auto t_busy = clock_type::now();
+      const double sums_before = dp.sum_seconds();
       // A replica fetches only its rows of the global batch.
       const int64_t bn = source.plan().batch_rows(s);
       auto [first, count] = dp.slice(bn);
@@ -980,6 +1106,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
         if (scaling) HF_RETURN_IF_ERROR(dev.scale(grad.mutable_view(), float(scaler.scale)));
         bench_slowdown(tc);
+        emulate_step_cost(c);
         t_fwd.end();
         // Data parallel: the gradient sums start during backward (buckets).
         trace::scope t_bwd("backward", trace::current_track(), "step", s + 1);
@@ -1002,11 +1129,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       } else {
         for (std::size_t i = dp.units(); i-- > 0;) HF_RETURN_IF_ERROR(dp.unit_done(i, 0, bn));
       }
-      const double step_compute = seconds_since(tc);
-      compute_seconds += step_compute;
       local_rows += count;
-      resplit_compute += step_compute;
-      resplit_rows += count;
       if (dp.active()) {
         std::array<float, 2> stats{float(lr_res.loss * double(count)), float(lr_res.correct)};
         HF_RETURN_IF_ERROR(dp.finish_step(stats));
@@ -1027,13 +1150,20 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_RETURN_IF_ERROR(mirror.values_to_device());
       }
       waits::progress();
+      // Busy: the step's time but for the waits for sums (the ring and the
+      // other replicas): what the split balances.
+      if (a.window_step++ > 0) {
+        resplit_busy += seconds_since(t_busy) - (dp.sum_seconds() - sums_before);
+        resplit_rows += count;
+        ++resplit_steps;
+      }
       if (dp.active() && c.measured_split && c.resplit_every > 0 && (s + 1) % c.resplit_every == 0 && s + 1 < steps) {
         // Speeds drift (another job on a node, thermal limits): re-split
-        // from this window's compute time. Every replica reaches this step,
-        // sums the same speeds and computes the same split.
-        HF_RETURN_IF_ERROR(dp.update_speeds(resplit_rows, resplit_compute));
-        resplit_rows = 0;
-        resplit_compute = 0.0;
+        // from this window's busy time. Every replica reaches this step,
+        // sums the same costs and computes the same split.
+        HF_RETURN_IF_ERROR(dp.update_costs(resplit_steps, resplit_rows, resplit_busy));
+        resplit_rows = resplit_steps = a.window_step = 0;
+        resplit_busy = 0.0;
         ++rep.resplits;
       }
       if (!std::isfinite(lr_res.loss))
@@ -1071,7 +1201,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(mirror.state_to_host());
     HF_RETURN_IF_ERROR(dp.average_state(local_rows));
     HF_RETURN_IF_ERROR(mirror.state_to_device());
-    HF_RETURN_IF_ERROR(dp.update_speeds(local_rows, compute_seconds));
+    HF_RETURN_IF_ERROR(dp.update_costs(resplit_steps, resplit_rows, resplit_busy));
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
       trace::scope t_eval("evaluate", trace::current_track(), "epoch", epoch + 1);
       HF_ASSIGN_OR_RETURN(eval_metrics em,
@@ -1106,9 +1236,13 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     const std::size_t kept_epochs = std::size_t(epoch - first_epoch) + (acc.next_step > 0 ? 1 : 0);
     rep.splits.resize(std::min(rep.splits.size(), kept_epochs));
     rep.speeds.resize(std::min(rep.speeds.size(), kept_epochs));
+    rep.fixed_seconds.resize(std::min(rep.fixed_seconds.size(), kept_epochs));
+    rep.row_seconds.resize(std::min(rep.row_seconds.size(), kept_epochs));
     if (acc.next_step > 0 && !rep.splits.empty()) {  // the rest of this epoch splits among those left
       rep.splits.back() = dp.full_split(batch_size);
       rep.speeds.back() = dp.speeds();
+      rep.fixed_seconds.back() = dp.fixed_seconds();
+      rep.row_seconds.back() = dp.row_seconds();
     }
     ++rep.rollbacks;
     rep.rolled_back_to.emplace_back(epoch + 1, acc.next_step);

@@ -245,6 +245,17 @@ struct train_config {
   // planner's topology::split_rows; kernels do not link topology). Must give
   // every replica the same answer for the same arguments.
   std::function<std::vector<int64_t>(int64_t rows, std::span<const double> speeds)> split;
+  // With a group and measured_split, when set: how `rows` rows are split
+  // given each replica's measured step cost, fixed_s[i] seconds a step plus
+  // per_row_s[i] a row (the planner's topology::split_rows_timed), so that a
+  // device with a large per-step cost gets fewer rows than its per-row speed
+  // says, or none. Unset: `split` by per-row speed. Same contract as `split`.
+  std::function<std::vector<int64_t>(int64_t rows, std::span<const double> fixed_s, std::span<const double> per_row_s)>
+      split_timed;
+  // Tests and benchmarks: each step in which this replica has rows (and each
+  // pass of the speed probe) takes this many seconds more, as a device with
+  // a fixed per-step cost would (HETFLOW_BENCH_STEP_COST in the actors).
+  double emulate_step_seconds = 0.0;
   // With a group: gradients are summed in buckets of about this many bytes,
   // each started as soon as backward has produced it (last unit first), so
   // the sums overlap the rest of backward.
@@ -330,9 +341,14 @@ struct train_report {
   double total_seconds = 0.0;    // everything, loading included
   uint64_t weights_checksum = 0; // FNV-1a 64 over the final parameters' bytes
   // With a replica_group: per epoch, how a full batch was split (rows per
-  // replica) and the speeds (samples/s of compute) the split came from.
+  // replica) and the measurements the split came from (busy time: step
+  // time less the waits for sums): speeds = rows a second at the rows of
+  // the last measurement (dp_split "speed" splits by these), fixed and row
+  // seconds = the fitted step cost, fixed + rows * row (split_timed).
   std::vector<std::vector<int64_t>> splits;
   std::vector<std::vector<double>> speeds;
+  std::vector<std::vector<double>> fixed_seconds;
+  std::vector<std::vector<double>> row_seconds;
   double allreduce_seconds = 0.0;  // time in group->sum (waits included)
   std::string precision;           // cuda: the math mode trained with; cpu: "f32"
   int64_t overflow_steps = 0;      // f16: steps skipped for non-finite gradients

@@ -42,6 +42,20 @@ std::vector<std::size_t> ring_order(std::span<const std::string> hosts);
 // every replica computes the same split from the same speeds.
 std::vector<int64_t> split_rows(int64_t rows, std::span<const double> speeds);
 
+// Splits `rows` so that the slowest replica's step ends as early as possible
+// when replica i takes fixed_s[i] + r * per_row_s[i] seconds for r > 0 rows
+// and nothing for none: a device with a per-step cost (kernel launches, host
+// copies, its optimizer step) gets fewer rows than its per-row speed says,
+// and none at all when even one row would end its step after the others'
+// (it is left out of the compute; it still takes part in the sums).
+// Rows go one at a time to the replica whose step would then end first (ties:
+// lower index), which minimises the slowest step. Costs that are not finite
+// count as the slowest good one (fixed) or 0 (negative fixed); a per-row cost
+// that is not finite and positive counts as the largest good one (all equal when
+// none is). O(rows log n); the same arguments give the same split.
+std::vector<int64_t> split_rows_timed(int64_t rows, std::span<const double> fixed_s,
+                                      std::span<const double> per_row_s);
+
 // Row offset of replica r inside a split batch: the sum of the rows before it.
 int64_t split_offset(std::span<const int64_t> split, std::size_t r);
 

@@ -23,7 +23,9 @@
 // its mailbox. It polls node_services::stopping() so SIGINT or a failure
 // elsewhere ends it within one step.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "actors/builtin/job_actor.hpp"
@@ -423,6 +425,17 @@ private:
 
 // One data-parallel replica: trains on its node's device `device` with the
 // ring member `member`; rank 0 logs progress and writes the weights.
+// HETFLOW_BENCH_STEP_COST=S (seconds, benchmarks and tests only): this
+// node's replicas take S seconds more for each step with rows, as a device
+// with a fixed per-step cost would (train_config::emulate_step_seconds).
+double bench_step_cost() {
+  const char* v = std::getenv("HETFLOW_BENCH_STEP_COST");
+  if (v == nullptr || *v == '\0') return 0.0;
+  char* end = nullptr;
+  const double d = std::strtod(v, &end);
+  return end != v && *end == '\0' && std::isfinite(d) && d > 0 && d <= 60 ? d : 0.0;
+}
+
 caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   auto svc = env.services;
   const std::string me = env.spec.name;
@@ -431,7 +444,9 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   const int replicas = int(args.get_int("replicas", 1));
   const std::string member_name = args.get_string("member");
   auto cfg = train_config_of(env.cluster, env.spec.node, std::size_t(args.get_int("device", 0)));
-  const bool measured = env.cluster.job.params.get_string("dp_split", "measured") == "measured";
+  const std::string split_rule = env.cluster.job.params.get_string("dp_split", "measured");
+  const bool measured = split_rule != "equal";
+  const bool timed = split_rule == "measured";  // "speed": per-row speed alone, no fixed term
   const int64_t bucket_bytes = env.cluster.job.params.get_int("bucket_bytes", int64_t{16} << 20);
   const int64_t resplit_every = env.cluster.job.params.get_int("dp_resplit_every", 100);
   const topology::settings env_params = env.cluster.job.params;
@@ -439,7 +454,7 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
   const bool failover = args.get_bool("failover", false);
   self->set_default_handler(caf::skip);
   return {
-    [self, svc, me, rank, replicas, member_name, cfg, measured, bucket_bytes, resplit_every, env_params,
+    [self, svc, me, rank, replicas, member_name, cfg, measured, timed, bucket_bytes, resplit_every, env_params,
      failover](start_atom) {
       caf::actor member = svc->find_actor(member_name);
       if (!cfg) {
@@ -452,6 +467,11 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
         c.group = &group;
         c.measured_split = measured;
         c.split = [](int64_t rows, std::span<const double> speeds) { return topology::split_rows(rows, speeds); };
+        if (timed)
+          c.split_timed = [](int64_t rows, std::span<const double> fixed_s, std::span<const double> per_row_s) {
+            return topology::split_rows_timed(rows, fixed_s, per_row_s);
+          };
+        c.emulate_step_seconds = bench_step_cost();
         c.bucket_bytes = bucket_bytes;
         c.resplit_every = resplit_every;
         c.failover_snapshot_every = env_params.get_int("dp_snapshot_every", 100);
@@ -459,7 +479,8 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
         kernels::train_report last;
         if (rank == 0)
           log_info("data parallel: " + std::to_string(replicas) + " replicas, batch " +
-                   std::to_string(c.batch_size) + " split " + (measured ? "by measured speed" : "equally"));
+                   std::to_string(c.batch_size) + " split " +
+                   (timed ? "by measured step cost" : measured ? "by measured speed" : "equally"));
         run_and_report(
             *svc, me, c,
             [&](const kernels::train_config& tc, const kernels::progress_callback& p) {
@@ -481,6 +502,12 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
                 for (int64_t v : last.splits[e]) w.value(v);
                 w.end_array().key("speeds").begin_array();
                 for (double v : last.speeds[e]) w.value(v);
+                w.end_array().key("fixed_ms").begin_array();
+                if (e < last.fixed_seconds.size())
+                  for (double v : last.fixed_seconds[e]) w.value(v * 1e3);
+                w.end_array().key("row_ms").begin_array();
+                if (e < last.row_seconds.size())
+                  for (double v : last.row_seconds[e]) w.value(v * 1e3);
                 w.end_array().end_object();
               }
               w.end_array();
@@ -657,8 +684,9 @@ void add_train(registry& reg) {
   key("dp_nodes", key_type::string_list, std::vector<std::string>{},
       "dp: nodes whose devices hold replicas (empty: every node)");
   key("dp_split", key_type::string, std::string("measured"),
-      "dp: split each batch by measured replica speed (re-measured every epoch and every dp_resplit_every "
-      "steps) or equally", {}, {}, {"measured", "equal"});
+      "dp: split each batch by each replica's measured step cost, fixed + per row (re-measured every epoch and "
+      "every dp_resplit_every steps; a replica whose fixed cost alone outlasts the others' steps gets no rows), "
+      "by measured per-row speed alone (speed), or equally", {}, {}, {"measured", "speed", "equal"});
   key("dp_resplit_every", key_type::integer, int64_t{100},
       "dp, measured split: re-measure the speeds and re-split every this many steps inside an epoch (0: only "
       "between epochs)", 0.0, 1e9);

@@ -7,7 +7,8 @@
 #
 #   bench/dp/gpu_dp.sh [BUILD_DIR]      (default: build)
 #   MODELS="lenet5 resnet18"  B=256 (global batch)  STEPS=40 (steps an epoch)
-#   RUNS="single-cuda single-cpu dp-cuda+cpu dp-cuda+cuda" (single-cpu only
+#   RUNS="single-cuda single-cpu dp-cuda+cpu dp-cuda+cuda" (a dp run may end
+#   in @RULE, its dp_split: dp-cuda+cpu@speed; default measured; single-cpu only
 #   for lenet5 unless CPU_RESNET=1: resnet18 on the cpu alone is slow; the dp
 #   runs report the cpu replica's measured speed)
 #   CPU_THREADS=8 (the cpu replica's threads)  EPOCHS=2
@@ -37,9 +38,9 @@ trap 'rm -rf "$scratch"' EXIT
 port=7960
 status=0
 
-# topology NAME MODEL STRATEGY DEVICE... (one node per device)
+# topology NAME MODEL STRATEGY SPLIT DEVICE... (one node per device)
 topology() {
-  local name=$1 model=$2 strategy=$3; shift 3
+  local name=$1 model=$2 strategy=$3 split=$4; shift 4
   local shape='[1, 28, 28]'
   [[ $model == lenet5 ]] || shape='[3, 32, 32]'
   {
@@ -68,7 +69,7 @@ lr = 0.02
 momentum = 0.9
 eval_each_epoch = false
 TOML
-    [[ $strategy == dp ]] && echo 'dp_failover = false'
+    [[ $strategy == dp ]] && echo 'dp_failover = false' && echo "dp_split = \"$split\""
   } >"$scratch/$name.toml"
   port=$((port + 10))
 }
@@ -77,24 +78,27 @@ echo "# bench/dp/gpu_dp.sh $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# $("$hetflow" devices 2>&1 | grep -m1 '^cuda 0:')"
 echo "# global batch $B, $STEPS steps an epoch, $EPOCHS epochs (last one timed), cpu replica: $CPU_THREADS threads"
 RUNS=${RUNS:-single-cuda single-cpu dp-cuda+cpu dp-cuda+cuda}
-printf '%-9s | %-14s | %11s | %-11s | %-15s | %-9s | %-8s | %s\n' model run "samples/s" split "speeds" identical \
-  "sum wait" "test acc"
+printf '%-9s | %-14s | %11s | %-11s | %-15s | %-9s | %-8s | %s | %s\n' model run "samples/s" split "speeds" identical \
+  "sum wait" "test acc" "step cost ms (fixed + per row)"
 for m in $MODELS; do
   for run in $RUNS; do
     [[ $run == single-cpu && $m != lenet5 && -z ${CPU_RESNET:-} ]] && continue
-    case $run in
-      single-cuda) set -- "$run" single cuda ;;
-      single-cpu) set -- "$run" single cpu ;;
-      dp-cuda+cpu) set -- "$run" dp cuda cpu ;;
-      dp-cuda+cuda) set -- "$run" dp cuda cuda ;;
+    split=measured
+    [[ $run == *@* ]] && split=${run#*@}
+    case ${run%@*} in
+      single-cuda) set -- "${run%@*}" single cuda ;;
+      single-cpu) set -- "${run%@*}" single cpu ;;
+      dp-cuda+cpu) set -- "${run%@*}" dp cuda cpu ;;
+      dp-cuda+cuda) set -- "${run%@*}" dp cuda cuda ;;
       *) echo "gpu_dp.sh: unknown run $run" >&2; exit 2 ;;
     esac
     name=$m-$1
-    topology "$name" "$m" "${@:2}"
+    [[ $split == measured ]] || name=$name-$split
+    topology "$name" "$m" "$2" "$split" "${@:3}"
     if ! timeout -k 5 600 "$hetflow" run "$scratch/$name.toml" --report "$scratch/$name.json" >"$scratch/$name.out" 2>&1; then
       echo "gpu_dp.sh: $name failed:" >&2; tail -20 "$scratch/$name.out" >&2; status=1; continue
     fi
-    "$py" - "$scratch/$name.json" "$m" "$1" <<'PY' || status=1
+    "$py" - "$scratch/$name.json" "$m" "$run" <<'PY' || status=1
 import json, sys
 d = json.load(open(sys.argv[1]))
 r = d.get("result", d)
@@ -105,13 +109,14 @@ def find(k):
 ep = find("epochs")[-1]
 split = find("splits")
 speeds = "/".join(f"{x:.0f}" for x in split[-1]["speeds"]) if split else "-"
+cost = " ".join(f"{a:.1f}+{b:.3f}r" for a, b in zip(split[-1].get("fixed_ms", []), split[-1].get("row_ms", []))) if split else ""
 split = "/".join(str(x) for x in split[-1]["rows"]) if split else "-"
 ident = find("replicas_identical")
 ident = "-" if ident is None else str(ident).lower()
 ar = find("allreduce_seconds")
 tr = sum(e.get("train_seconds", 0) for e in find("epochs"))
 wait = f"{ar / tr:.0%}" if ar and tr else "-"
-print(f"{sys.argv[2]:<9} | {sys.argv[3]:<14} | {ep['samples_per_s']:11.0f} | {split:<11} | {speeds:<15} | {ident:<9} | {wait:<8} | {ep.get('test_accuracy')}")
+print(f"{sys.argv[2]:<9} | {sys.argv[3]:<14} | {ep['samples_per_s']:11.0f} | {split:<11} | {speeds:<15} | {ident:<9} | {wait:<8} | {ep.get('test_accuracy')} | {cost}")
 PY
   done
 done

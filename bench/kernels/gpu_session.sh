@@ -18,7 +18,8 @@
 # PRECISIONS ([job] precision of each benchmark run, default "tf32"; e.g.
 # "tf32 bf16 f16"), REPEATS (benchmark runs each, default 1), MEMCHECK=1 (the parity suite under
 # compute-sanitizer too), LIMIT_PARITY, LIMIT_TRAINING, LIMIT_BENCH,
-# LIMIT_MEMCHECK, LIMIT_MIXED (seconds per step), PROFILE=0 (skip the profile step).
+# LIMIT_MEMCHECK, LIMIT_MIXED (seconds per step), PROFILE=0 (skip the profile step),
+# BENCH=0 (skip the benchmark).
 set -u
 build="${1:-build-gpu}"
 out="${OUT:-/tmp/hetflow-gpu-session}"
@@ -43,7 +44,9 @@ HETFLOW="$(cd "$build" && pwd)/bin/hetflow" HETFLOW_SRC="$(cd "$(dirname "$0")/.
 # `hetflow profile` of ResNet-50 on the GPU, on the benchmark's topology.
 [[ "${PROFILE:-1}" == 0 ]] ||
   MODELS=resnet50 PROFILE_ONLY=1 step profile 120 bash "$(dirname "$0")/gpu_run.sh" "$build"
+[[ "${BENCH:-1}" == 0 ]] && PRECISIONS=none
 for p in ${PRECISIONS:-tf32}; do
+  [[ $p == none ]] && continue
   for r in $(seq 1 "${REPEATS:-1}"); do
     PRECISION=$p STEPS="${STEPS:-30}" step "bench-$p-$r" "${LIMIT_BENCH:-240}" bash "$(dirname "$0")/gpu_run.sh" "$build"
   done

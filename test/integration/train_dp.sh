@@ -5,6 +5,8 @@
 #    single-device run of the same global batches;
 #  - 3 replicas, measured split: the report shows the split and the speeds,
 #    and the replicas stay identical;
+#  - a replica with a large fixed cost a step (emulated) gets no rows with the
+#    default split, and some with dp_split = "speed";
 #  - with dp_failover = false, a replica's node killed mid-training: the
 #    others stop within 10 s, naming it (failover: train_dp_failover.sh);
 #  - dp on a cuda device, dp with streamed input, an unknown dp_nodes entry:
@@ -59,6 +61,41 @@ json_get "$dp3.json" 'len(d["splits"]) == 2 and all(sum(s["rows"]) == 64 and len
 acc=$(json_get "$dp3.json" 'd["epochs"][-1]["test_accuracy"]')
 /usr/bin/env python3 -c "import sys; sys.exit(0 if $acc > 0.65 else 1)" || fail "3 replicas: test accuracy $acc"
 pass "3 replicas, measured split $(json_get "$dp3.json" 'd["splits"][-1]["rows"]'), test accuracy $acc"
+
+# A replica with a large fixed cost a step (n1: HETFLOW_BENCH_STEP_COST, 60 ms
+# of sleep in each step it has rows, where a LeNet-5 step of 32 rows takes
+# a few ms): the default split (fixed + per-row cost) gives it no rows from
+# the speed probe on; dp_split = "speed" (per-row speed alone) still gives it some.
+fixed_cost_split() {  # fixed_cost_split RULE PORT -> prints n0's report's splits
+  local t="$HETFLOW_SCRATCH/fixed-$1.toml"
+  write_topology "$t" "$2" 2 auto 'kind = "train"' 'model = "lenet5"' 'batch_size = 64' 'strategy = "dp"' \
+    "dp_split = \"$1\"" 'epochs = 1' 'max_steps_per_epoch = 20' 'dp_resplit_every = 5' 'eval_each_epoch = false'
+  one_thread "$t"
+  "$HETFLOW" node "$t" --name n0 --report "$t.json" >"$t.n0.log" 2>&1 &
+  local p0=$!
+  PIDS+=($p0)
+  HETFLOW_BENCH_STEP_COST=0.06 "$HETFLOW" node "$t" --name n1 >"$t.n1.log" 2>&1 &
+  local p1=$!
+  PIDS+=($p1)
+  wait_exit $p0 120 && [[ $WAIT_RC -eq 0 ]] || { cat "$t.n0.log" "$t.n1.log"; fail "dp_split $1: n0 exit $WAIT_RC"; }
+  wait_exit $p1 30 && [[ $WAIT_RC -eq 0 ]] || { cat "$t.n1.log"; fail "dp_split $1: n1 exit $WAIT_RC"; }
+  json_get "$t.json" '[a for a in d["actors"] if a["name"] == "replica0"][0]["metrics"]["splits"]'
+}
+timed=$(fixed_cost_split measured 7960)
+/usr/bin/env python3 - "$timed" <<'PY' || fail "fixed step cost: the measured split still gives n1 rows: $timed"
+import ast, sys
+s = ast.literal_eval(sys.argv[1])[-1]
+assert s["rows"] == [64, 0], s
+assert s["fixed_ms"][1] > 40 and s["fixed_ms"][0] < 20, s
+PY
+by_speed=$(fixed_cost_split speed 7965)
+/usr/bin/env python3 - "$by_speed" <<'PY' || fail "fixed step cost: dp_split speed: $by_speed"
+import ast, sys
+s = ast.literal_eval(sys.argv[1])[-1]
+assert s["rows"][1] > 0 and sum(s["rows"]) == 64, s
+PY
+last_rows() { /usr/bin/env python3 -c 'import ast, sys; print(ast.literal_eval(sys.argv[1])[-1]["rows"])' "$1"; }
+pass "fixed step cost on n1: measured split $(last_rows "$timed"), by speed alone $(last_rows "$by_speed")"
 
 # 4 replicas on two "hosts" (127.0.0.1: n0, n1; 127.0.0.2: n2, n3): the ring
 # is hierarchical (a leader per host) and the replicas still end identical.

@@ -265,6 +265,42 @@ BOOST_AUTO_TEST_CASE(host_mirrored_replicas_take_the_same_steps_bit_for_bit) {
   }
 }
 
+// A replica with a large fixed cost a step (emulated: 50 ms, where a step of
+// this model takes about a millisecond) gets no rows once measured: the
+// split balances fixed + per-row costs (split_timed), measured by the speed
+// probe at two batch sizes and refitted every 4 steps. The others train
+// every row; weights stay identical. (it_train_dp: the same across
+// processes, against dp_split = "speed", which keeps giving it rows.)
+BOOST_AUTO_TEST_CASE(a_replica_with_a_large_fixed_step_cost_is_left_out_of_the_compute) {
+  train_config c = config("mlp");
+  c.epochs = 2;
+  c.resplit_every = 4;
+  auto slow_fixed = [](int r, train_config& rc) {
+    rc.split_timed = timed_greedy;
+    if (r == 2) rc.emulate_step_seconds = 0.05;
+  };
+  auto reps = run_replicas(c, 3, /*measured=*/true, nullptr, proportional, slow_fixed);
+  for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+  for (int r = 1; r < 3; ++r) {
+    BOOST_CHECK(reps[std::size_t(r)]->splits == reps[0]->splits);
+    BOOST_CHECK_EQUAL(reps[std::size_t(r)]->weights_checksum, reps[0]->weights_checksum);
+  }
+  const auto& rep = *reps[0];
+  BOOST_REQUIRE_EQUAL(rep.splits.size(), std::size_t(c.epochs));
+  BOOST_REQUIRE_EQUAL(rep.fixed_seconds.size(), std::size_t(c.epochs));
+  for (std::size_t e = 0; e < rep.splits.size(); ++e) {
+    BOOST_TEST_MESSAGE("epoch " << e + 1 << ": split " << rep.splits[e][0] << "/" << rep.splits[e][1] << "/"
+                                << rep.splits[e][2] << ", fixed ms " << rep.fixed_seconds[e][0] * 1e3 << "/"
+                                << rep.fixed_seconds[e][1] * 1e3 << "/" << rep.fixed_seconds[e][2] * 1e3);
+    BOOST_CHECK_EQUAL(rep.splits[e][2], 0);  // from the probe on
+    BOOST_CHECK_EQUAL(rep.splits[e][0] + rep.splits[e][1], c.batch_size);
+  }
+  // The probe saw the fixed cost (fit from two batch sizes).
+  BOOST_CHECK_GT(rep.fixed_seconds[0][2], 0.03);
+  BOOST_CHECK_LT(rep.fixed_seconds[0][0], 0.03);
+  BOOST_CHECK_GT(rep.epochs.back().test_accuracy, 0.5);
+}
+
 // Batch-norm running statistics are averaged weighted by the rows each
 // replica trained: a replica given no rows at all (a split that leaves it
 // out) does not dilute them, so the group's model - weights and statistics

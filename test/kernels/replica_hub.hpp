@@ -98,6 +98,21 @@ inline std::vector<int64_t> proportional(int64_t rows, std::span<const double> s
   return out;
 }
 
+// Same rule as topology::split_rows_timed, straightforwardly: each row to
+// the replica whose step would then end first (ties: lower index).
+inline std::vector<int64_t> timed_greedy(int64_t rows, std::span<const double> fixed_s,
+                                         std::span<const double> per_row_s) {
+  std::vector<int64_t> out(fixed_s.size(), 0);
+  auto end = [&](std::size_t i) { return std::max(0.0, fixed_s[i]) + double(out[i] + 1) * per_row_s[i]; };
+  for (int64_t k = 0; k < rows; ++k) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < out.size(); ++i)
+      if (end(i) < end(best)) best = i;
+    ++out[best];
+  }
+  return out;
+}
+
 // n replicas of `base` on n threads summing through one thread_hub (the
 // given one, or their own); train_single's result per rank.
 using split_fn = std::function<std::vector<int64_t>(int64_t, std::span<const double>)>;
