@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "actors/caf_types.hpp"
@@ -242,6 +243,51 @@ expected<shell_reply> shell_client::set_staleness(const std::string& host, int p
 
 expected<shell_reply> shell_client::checkpoint(const std::string& host, int port, int64_t label) {
   return impl_->ask(host, port, shckpt_atom::value, label);
+}
+
+std::vector<expected<shell_reply>> shell_client::checkpoint_all(const std::vector<std::pair<std::string, int>>& nodes,
+                                                                int64_t label) {
+  auto& im = *impl_;
+  std::vector<expected<shell_reply>> out;
+  std::vector<std::optional<impl::connection>> conns;
+  for (const auto& [host, port] : nodes) {  // connections first (cached after the first command)
+    auto c = im.connect(host, port);
+    if (c) {
+      conns.emplace_back(*c);
+      out.emplace_back(shell_reply{});
+    } else {
+      conns.emplace_back(std::nullopt);
+      out.emplace_back(c.error());
+    }
+  }
+  caf::scoped_actor s{*im.sys};
+  using handle = decltype(s->request(caf::actor{}, im.timeout(), shckpt_atom::value, label));
+  std::vector<std::optional<handle>> sent;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    sent.emplace_back(conns[i] ? std::optional<handle>(s->request(conns[i]->service, im.timeout(), shckpt_atom::value, label))
+                               : std::nullopt);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (!sent[i]) continue;
+    const std::string at = impl::where(nodes[i].first, nodes[i].second);
+    bool answered = false;
+    std::string err;
+    shell_reply r;
+    r.node = conns[i]->node;
+    sent[i]->receive(
+        [&](shreq_atom, bool ok, std::string& body) {
+          answered = true;
+          r.ok = ok;
+          r.body = std::move(body);
+        },
+        [&](caf::error& e) { err = im.sys->render(e); });
+    if (answered) {
+      out[i] = std::move(r);
+    } else {
+      im.conns.erase(at);
+      out[i] = make_error(errc::timeout, "node '" + r.node + "' at " + at + " did not answer the checkpoint (" + err + ")");
+    }
+  }
+  return out;
 }
 
 expected<shell_reply> shell_client::pause(const std::string& host, int port, const std::string& actor, bool pause) {

@@ -9,6 +9,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "schemas/error.hpp"
 
@@ -45,6 +47,11 @@ public:
   expected<shell_reply> set_staleness(const std::string& host, int port, int64_t d);
   // One more checkpoint at clock `label` on the node's PS shards.
   expected<shell_reply> checkpoint(const std::string& host, int port, int64_t label);
+  // The same on several nodes at once: every request is sent before any
+  // answer is awaited, so the nodes take it within a few milliseconds of
+  // each other. One result per node, in order.
+  std::vector<expected<shell_reply>> checkpoint_all(const std::vector<std::pair<std::string, int>>& nodes,
+                                                    int64_t label);
 
   struct impl;
 

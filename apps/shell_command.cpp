@@ -775,19 +775,22 @@ private:
   // retry), each written when the global clock reaches L, so that the cut is
   // the same on every shard. A shard that has applied a push past L already
   // refuses; then the shell asks again a little further ahead (3 tries).
-  // Strategy ralp: the same with its one server. Other strategies: what
-  // they checkpoint instead.
+  // Strategy ralp: the same with its one server. Strategy hetpipe: the
+  // shards (hp_ps) cut at wave L and every stage (hp_stage) writes its
+  // optimizer state before it pulls wave L. Other strategies: what they
+  // checkpoint instead.
   outcome checkpoint(const json& e, const std::vector<std::string>&, bool as_json) {
     const std::string strategy = str(e, "strategy");
-    const std::string server_type = strategy == "ralp" ? "ralp_server" : "ps_shard";
-    if (strategy != "ps" && strategy != "ralp") {
+    std::set<std::string> server_types;
+    if (strategy == "ralp") server_types = {"ralp_server"};
+    else if (strategy == "hetpipe") server_types = {"hp_ps", "hp_stage"};
+    else server_types = {"ps_shard"};
+    if (strategy != "ps" && strategy != "ralp" && strategy != "hetpipe") {
       std::string why = strategy == "dp" || strategy == "single" || strategy.empty()
                             ? "strategy \"" + (strategy.empty() ? std::string("single") : strategy) +
                                   "\" writes a checkpoint after every epoch when checkpoint_dir is set; not on demand "
                                   "mid-epoch (a resumed run repeats the interrupted epoch)"
-                        : strategy == "hetpipe" ? std::string("strategy \"hetpipe\" checkpoints every checkpoint_every waves "
-                                                              "(shards and stages together); not on demand yet")
-                                                : "strategy \"" + strategy + "\" has no checkpoints";
+                            : "strategy \"" + strategy + "\" has no checkpoints";
       return failure(1, "checkpoint: " + why);
     }
     outcome o;
@@ -805,26 +808,36 @@ private:
       std::string text;
       std::set<std::string> shard_nodes;  // the nodes the placement puts PS shards on
       for (auto& p : e.value("placement", json::array()))
-        if (str(p, "type") == server_type) shard_nodes.insert(str(p, "node"));
+        if (server_types.count(str(p, "type"))) shard_nodes.insert(str(p, "node"));
+      // Every node asked at once (the label is only a few clocks ahead).
+      std::vector<std::pair<std::string, int>> addrs;
+      std::vector<std::string> names;
       for (auto& n : e.value("nodes", json::array())) {
         if (!shard_nodes.count(str(n, "name"))) continue;
-        auto r = client_.checkpoint(str(n, "host"), int(num(n, "port")), label);
+        addrs.emplace_back(str(n, "host"), int(num(n, "port")));
+        names.push_back(str(n, "name"));
+      }
+      auto results = client_.checkpoint_all(addrs, label);
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
         const std::string body = r ? r->body : r.error().message();
         any = true;
         all_ok = all_ok && r && r->ok;
-        answers.push_back({{"node", str(n, "name")}, {"ok", r && r->ok}, {"message", body}});
+        answers.push_back({{"node", names[i]}, {"ok", r && r->ok}, {"message", body}});
         text += body + "\n";
       }
       tries.push_back({{"label", label}, {"ok", any && all_ok}, {"nodes", answers}});
-      if (!any) return failure(1, "checkpoint: the job places no parameter server (" + server_type + ")");
+      if (!any) return failure(1, "checkpoint: the job places no parameter server (" + *server_types.begin() + ")");
       if (all_ok) {
         o.rc = 0;
         if (as_json) {
           o.out = json{{"checkpoint", label}, {"ok", true}, {"tries", tries}}.dump(2) + "\n";
         } else {
           // ralp: the server may take a later clock than asked; its answer says which.
-          o.out = strategy == "ralp" ? "checkpoint on the RALP server:\n" + text
-                                     : "checkpoint at clock " + std::to_string(label) + " on every PS shard:\n" + text;
+          o.out = strategy == "ralp"      ? "checkpoint on the RALP server:\n" + text
+                  : strategy == "hetpipe" ? "checkpoint at wave " + std::to_string(label) +
+                                                " on every HetPipe shard and stage:\n" + text
+                                          : "checkpoint at clock " + std::to_string(label) + " on every PS shard:\n" + text;
         }
         return o;
       }

@@ -534,6 +534,12 @@ std::vector<ps::pull_ticket> ps_core::set_staleness(int64_t d) {
   return table_.released();
 }
 
+int64_t ps_core::applied_past() const {
+  int64_t past = applied_below_;
+  for (int64_t v : included_) past = std::max(past, v);
+  return past;
+}
+
 void ps_core::set_barrier(int64_t label) {
   barrier_ = label;
   apply_ready();

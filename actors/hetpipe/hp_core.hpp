@@ -243,6 +243,9 @@ public:
   // Every worker's pushes of waves below this are in the weights (D > 0:
   // some later ones may be too).
   int64_t applied_below() const noexcept { return applied_below_; }
+  // Past the latest wave any worker's update of is in the weights: a
+  // checkpoint at a label >= this can still hold exactly the waves below it.
+  int64_t applied_past() const;
   int64_t pushes() const noexcept { return pushes_; }
 
   // Checkpoints: updates of waves >= `label` are held (not added) until the

@@ -14,6 +14,7 @@
 // holding the global clock back.
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "actors/builtin/stream_job.hpp"
 #include "actors/control_board.hpp"
@@ -122,8 +123,10 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
   const bool overlap = kv.count("overlap") && kv.at("overlap") == "1";
   hetpipe::ps_core core(std::move(held), int(waves.size()), staleness, {overlap, every});
   const std::string ckpt_dir = cluster.job.params.get_string("checkpoint_dir", "");
+  // A store whenever the job has a checkpoint_dir: `hetflow shell`'s
+  // checkpoint asks for one at a wave of its choosing.
   std::shared_ptr<ps::checkpoint_store> store;
-  if (every > 0) store = ps::make_directory_store(ckpt_dir);
+  if (!ckpt_dir.empty()) store = ps::make_directory_store(ckpt_dir);
   int64_t restored = -1;
   if (kv.count("resume") && kv.at("resume") == "1") {
     HF_ASSIGN_OR_RETURN(restored, agree_on_label(ib, store.get(), me));
@@ -144,8 +147,16 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
     }
   }
   for (std::size_t w = 0; w < waves.size(); ++w) HF_RETURN_IF_ERROR(core.finish(int(w), waves[w]));
-  if (every > 0) core.set_barrier(std::max<int64_t>(restored, 0) + every);
-  int64_t checkpoints = 0;
+  // Checkpoint labels: the multiples of checkpoint_every (the stages cut at
+  // the same waves) and the labels `hetflow shell` asked for.
+  std::set<int64_t> requested;
+  auto next_barrier = [&](int64_t after) -> int64_t {
+    int64_t n = every > 0 ? (after / every + 1) * every : -1;
+    if (auto it = requested.upper_bound(after); it != requested.end() && (n < 0 || *it < n)) n = *it;
+    return n;
+  };
+  if (every > 0) core.set_barrier(next_barrier(std::max<int64_t>(restored, 0)));
+  int64_t checkpoints = 0, last_label = restored;
   // Writes every checkpoint the pushes so far completed (before any pull is
   // answered: a pull past the barrier needs the updates held behind it).
   auto checkpoint_due = [&]() -> status {
@@ -163,9 +174,46 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
           ts.push_back({"u" + std::to_string(u) + "." + std::to_string(i), &v[i]});
       HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
       ++checkpoints;
-      core.set_barrier(label + every);
+      last_label = label;
+      if (requested.erase(label) > 0)
+        log_warn("shell: " + me + " wrote the checkpoint asked for at wave " + std::to_string(label) + " (" +
+                 ps::checkpoint_path(ckpt_dir, me, label) + ")");
+      core.set_barrier(next_barrier(label));
     }
     return {};
+  };
+  // `hetflow shell`'s checkpoint (control_board.hpp): a new request is taken
+  // once and answered on the board; true when it set a new barrier.
+  int64_t checkpoint_generation = 0;
+  auto take_checkpoint_request = [&]() -> bool {
+    const auto req = control::checkpoint_requested();
+    if (req.generation == 0 || req.generation == checkpoint_generation) return false;
+    checkpoint_generation = req.generation;
+    const std::string what = me + ": checkpoint at wave " + std::to_string(req.label);
+    std::string refused;
+    if (!store)
+      refused = what + ": the job has no checkpoint_dir";
+    else if (core.clocks().all_finished())
+      refused = what + ": every virtual worker has finished";
+    else if (req.label <= last_label)
+      refused = what + ": not after the last checkpoint (" + std::to_string(last_label) + ")";
+    else if (core.applied_past() > req.label)
+      refused = what + ": updates of wave " + std::to_string(core.applied_past() - 1) + " are in the weights already";
+    if (!refused.empty()) {
+      log_warn("shell: " + refused);
+      control::answer_checkpoint(me, req.generation, false, refused);
+      return false;
+    }
+    requested.insert(req.label);
+    const int64_t b = core.barrier();
+    if (b < 0 || req.label < b || b <= last_label) core.set_barrier(req.label);
+    log_warn("shell: " + what + " (written when every virtual worker has pushed wave " +
+             std::to_string(req.label - 1) + ")");
+    control::answer_checkpoint(me, req.generation, true,
+                               what + ": written when every virtual worker has pushed wave " +
+                                   std::to_string(req.label - 1) + " (global clock now " +
+                                   std::to_string(core.clocks().global()) + ")");
+    return true;
   };
   std::map<uint64_t, waiting_pull> waits;
   std::vector<waiting_pull> finals;
@@ -206,6 +254,14 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
                                                               " update has not come)"
                                                         : std::string("the other stages")));
       }
+    if (take_checkpoint_request()) {
+      if (overlap) {
+        HF_RETURN_IF_ERROR(settle());
+      } else {
+        HF_RETURN_IF_ERROR(checkpoint_due());
+        HF_RETURN_IF_ERROR(release({}));
+      }
+    }
     // `hetflow shell`'s `set staleness D`.
     if (const int64_t d = control::staleness(); d >= 0 && d != core.staleness()) {
       log_info(me + ": staleness D = " + std::to_string(d) + " from now on (was " + std::to_string(core.staleness()) +

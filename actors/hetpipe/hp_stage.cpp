@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <random>
 #include <thread>
 
@@ -406,11 +407,46 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     st.compute_seconds += since(tc);
     return {};
   };
+  // Checkpoints of the local optimizer state (the shards keep the weights),
+  // written before the pull of `wave` (waves < `wave` are in): every
+  // checkpoint_every waves, and at the waves `hetflow shell`'s checkpoint
+  // asked for (control_board.hpp; the job's shards cut at the same wave).
+  std::shared_ptr<ps::checkpoint_store> store;
+  if (const std::string dir = cluster.job.params.get_string("checkpoint_dir", ""); !dir.empty())
+    store = ps::make_directory_store(dir);
+  std::set<int64_t> asked;
+  int64_t checkpoint_generation = 0;
+  int64_t first_wave_of_run = 0;  // --resume: the restored wave
+  auto checkpoint_wave = [&](int64_t w) { return (r.ckpt_every > 0 && w % r.ckpt_every == 0) || asked.count(w) > 0; };
+  auto take_checkpoint_request = [&] {
+    const auto req = control::checkpoint_requested();
+    if (req.generation == 0 || req.generation == checkpoint_generation) return;
+    checkpoint_generation = req.generation;
+    const std::string what = me + ": checkpoint before wave " + std::to_string(req.label);
+    std::string refused;
+    if (!store)
+      refused = what + ": the job has no checkpoint_dir";
+    else if (req.label <= requested || req.label < first_wave_of_run)
+      refused = what + ": it asked for the weights of wave " + std::to_string(std::max(requested, first_wave_of_run)) +
+                " already";
+    else if (req.label >= waves.waves())
+      refused = what + ": past its last wave (" + std::to_string(waves.waves() - 1) + ")";
+    if (!refused.empty()) {
+      log_warn("shell: " + refused);
+      control::answer_checkpoint(me, req.generation, false, refused);
+      return;
+    }
+    asked.insert(req.label);
+    control::answer_checkpoint(me, req.generation, true,
+                               what + " (its optimizer state; weights asked for up to wave " + std::to_string(requested) + ")");
+  };
   // `hetflow shell`'s pause: no new work until resume.
   auto honour_pause = [&]() -> status {
+    take_checkpoint_request();
     if (!control::paused(me)) return {};
     kernels::waits::scope w(me, "the shell", "resume (paused by `hetflow shell`)");
     while (control::paused(me)) {
+      take_checkpoint_request();
       if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -425,10 +461,6 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     actors::metrics::set_gauge("hetflow_hetpipe_in_flight", "Minibatches between forward and backward at a HetPipe stage",
                                {{"actor", me}}, double(kept));
   };
-  // Checkpoints of the local optimizer state (the shards keep the weights),
-  // written before the pull of `wave` (waves < `wave` are in).
-  std::shared_ptr<ps::checkpoint_store> store;
-  if (r.ckpt_every > 0) store = ps::make_directory_store(cluster.job.params.get_string("checkpoint_dir", ""));
   auto write_checkpoint = [&](int64_t wave) -> status {
     kernels::trace::scope t("checkpoint", tk, "wave", wave);
     ps::checkpoint_meta meta;
@@ -449,6 +481,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     meta.state_tensors = int64_t(ts.size());
     HF_RETURN_IF_ERROR(ps::write_checkpoint(*store, meta, ts));
     ++st.checkpoints;
+    if (asked.erase(wave) > 0) log_warn("shell: " + me + " wrote the checkpoint asked for before wave " + std::to_string(wave));
     return {};
   };
   auto pushed = [&](int64_t wave) -> status {
@@ -495,6 +528,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
                                          waves.first_of(label), where));
         HF_RETURN_IF_ERROR(core->restore_state(stat_names, stat_values, where));
         first_wave = label;
+        first_wave_of_run = label;
         st.resumed_wave = label;
       }
     }
@@ -514,7 +548,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         bool forward = next_f < total && kept < keep;
         if (forward && waves.wave_of(next_f) != pulled) {  // the wave's first forward
           const int64_t w = waves.wave_of(next_f);
-          const bool drained = r.ckpt_every > 0 && w % r.ckpt_every == 0;
+          const bool drained = checkpoint_wave(w);
           if (drained && done < next_f) {
             forward = false;  // finish the backwards before it
           } else {
@@ -552,7 +586,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     }
     for (int64_t wave = first_wave; wave < waves.waves(); ++wave) {
       if (svc->stopping().load()) return make_error(errc::cancelled, me + ": stopped");
-      if (store && wave > first_wave && wave % r.ckpt_every == 0) HF_RETURN_IF_ERROR(write_checkpoint(wave));
+      take_checkpoint_request();
+      if (store && wave > first_wave && checkpoint_wave(wave)) HF_RETURN_IF_ERROR(write_checkpoint(wave));
       HF_RETURN_IF_ERROR(pull(wave));
       const int64_t begin = waves.first_of(wave), end = begin + waves.size_of(wave);
       int64_t next_start = begin;  // stage 0: the next minibatch to start
