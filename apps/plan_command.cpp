@@ -24,20 +24,44 @@ constexpr const char* usage = "usage: hetflow plan FILE [--json] [--no-measure]\
 struct replica_row {
   topology::dp_replica r;
   int threads = 0;      // what the cpu device gets (0 in the file: every core)
-  double speed = 0.0;   // samples/s
+  double speed = 0.0;   // samples/s at its equal share
+  double fixed_s = 0.0;     // measured: seconds a step whatever its rows
+  double per_row_s = 0.0;   // measured: seconds a row (0: not measured)
   int64_t rows = 0;     // of one global batch
 };
 
-// Samples/s of forward + backward of `spec` on `where` (cpu: `threads`
+// Seconds of forward + backward of `spec` on `where` (cpu: `threads`
 // threads) at `batch`, measured here with the planner's unit profile.
-expected<double> measure_speed(const kernels::model_spec& spec, kernels::device where, int threads, int64_t batch) {
+expected<double> measure_seconds(const kernels::model_spec& spec, kernels::device where, int threads, int64_t batch) {
   HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, where, {threads, 1}));
   kernels::profile_options po;
   po.batch = batch;
   HF_ASSIGN_OR_RETURN(kernels::model_profile prof, kernels::profile_model(m, po));
   double s = 0;
   for (const auto& u : prof.units) s += u.forward_s + u.backward_s;
-  return s > 0 ? double(batch) / s : 0.0;
+  return s;
+}
+
+// The job's step cost model (kernels/trainer.cpp's speed probe): the time
+// at its equal share and at a quarter of it fit fixed + rows * per_row.
+struct step_cost {
+  double speed = 0, fixed_s = 0, per_row_s = 0;
+};
+expected<step_cost> measure_cost(const kernels::model_spec& spec, kernels::device where, int threads, int64_t share) {
+  HF_ASSIGN_OR_RETURN(double t1, measure_seconds(spec, where, threads, share));
+  step_cost c;
+  c.speed = t1 > 0 ? double(share) / t1 : 0.0;
+  c.per_row_s = t1 > 0 ? t1 / double(share) : 0.0;
+  if (share >= 4 && t1 > 0) {
+    const int64_t small = share / 4;
+    HF_ASSIGN_OR_RETURN(double t2, measure_seconds(spec, where, threads, small));
+    const double b = (t1 - t2) / double(share - small);
+    if (b > 0 && t1 - b * double(share) >= 0) {
+      c.per_row_s = b;
+      c.fixed_s = t1 - b * double(share);
+    }
+  }
+  return c;
 }
 
 
@@ -111,6 +135,7 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
   std::vector<replica_row> rows;
   std::vector<std::size_t> ring;
   std::string speed_source;
+  bool timed = false;  // split by the measured step cost (dp_split "measured")
   const int64_t batch = p.get_int("batch_size", 64);
   if (dp) {
     auto reps = topology::dp_replicas(c, p.get_strings("dp_nodes"));
@@ -142,7 +167,7 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
       const int64_t share = std::max<int64_t>(1, batch / int64_t(rows.size()));
       // One measurement per cpu thread count and per cuda device; a cuda
       // device this machine cannot run gets the mean of the others.
-      std::map<std::pair<int, int>, double> measured;  // (cuda index or -1, threads)
+      std::map<std::pair<int, int>, step_cost> measured;  // (cuda index or -1, threads)
       std::string cuda_note;
       std::vector<replica_row*> unmeasured;
       for (auto& r : rows) {
@@ -150,8 +175,8 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
         const std::pair<int, int> key{cuda ? r.r.spec.index : -1, cuda ? 0 : r.threads};
         auto it = measured.find(key);
         if (it == measured.end()) {
-          auto s = measure_speed(*spec, cuda ? kernels::device::cuda(r.r.spec.index) : kernels::device::cpu(),
-                                 r.threads, share);
+          auto s = measure_cost(*spec, cuda ? kernels::device::cuda(r.r.spec.index) : kernels::device::cpu(),
+                                r.threads, share);
           if (!s && cuda) {
             cuda_note = "; cuda:" + std::to_string(r.r.spec.index) + " is not measured here (" +
                         s.error().message() + "): the mean of the others until the job measures it";
@@ -164,21 +189,38 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
           }
           it = measured.emplace(key, *s).first;
         }
-        r.speed = it->second;
+        r.speed = it->second.speed;
+        r.fixed_s = it->second.fixed_s;
+        r.per_row_s = it->second.per_row_s;
       }
-      double mean = 0;
-      for (auto& [k, v] : measured) mean += v / double(measured.size());
-      for (auto* r : unmeasured) r->speed = mean > 0 ? mean : 1.0;
+      step_cost mean;
+      for (auto& [k, v] : measured) {
+        mean.speed += v.speed / double(measured.size());
+        mean.fixed_s += v.fixed_s / double(measured.size());
+        mean.per_row_s += v.per_row_s / double(measured.size());
+      }
+      for (auto* r : unmeasured) {
+        r->speed = mean.speed > 0 ? mean.speed : 1.0;
+        r->fixed_s = mean.fixed_s;
+        r->per_row_s = mean.per_row_s;
+      }
+      timed = p.get_string("dp_split", "measured") == "measured";
       speed_source = "measured on this machine (forward + backward of " + spec->name + " at " +
-                     std::to_string(share) + " samples, per thread count and cuda device)" + cuda_note +
-                     "; the job measures again on its nodes before training and after every epoch, and re-splits";
+                     std::to_string(share) + (share >= 4 ? " and " + std::to_string(share / 4) : std::string()) +
+                     " samples, per thread count and cuda device" +
+                     (timed ? "; split by fixed + per-row cost" : "; split by speed (dp_split = \"speed\")") + ")" +
+                     cuda_note + "; the job measures again on its nodes before training and after every epoch, and re-splits";
     } else {
       speed_source = "--no-measure: proportional to cpu threads; the job measures on its nodes";
       for (auto& r : rows) r.speed = double(r.threads);
     }
-    std::vector<double> speeds;
-    for (auto& r : rows) speeds.push_back(r.speed);
-    auto split = topology::split_rows(batch, speeds);
+    std::vector<double> speeds, fixed, per_row;
+    for (auto& r : rows) {
+      speeds.push_back(r.speed);
+      fixed.push_back(r.fixed_s);
+      per_row.push_back(r.per_row_s);
+    }
+    auto split = timed ? topology::split_rows_timed(batch, fixed, per_row) : topology::split_rows(batch, speeds);
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i].rows = split[i];
   }
 
@@ -215,7 +257,8 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
         w.begin_object().field("rank", int64_t(i)).field("node", r.r.node).field("host", r.r.host);
         w.field("device", int64_t(r.r.device)).field("kind", topology::to_string(r.r.spec.kind));
         w.field("threads", int64_t{r.r.spec.kind == topology::device_kind::cuda ? 0 : r.threads});
-        w.field("speed", r.speed).field("rows", r.rows).end_object();
+        w.field("speed", r.speed).field("fixed_ms", r.fixed_s * 1e3).field("row_ms", r.per_row_s * 1e3);
+        w.field("rows", r.rows).end_object();
       }
       w.end_array().end_object();
     }
@@ -248,14 +291,16 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     std::printf("data parallel: %zu replicas; ring", rows.size());
     for (std::size_t i : ring) std::printf(" ring%zu ->", i);
     std::printf(" ring%zu (grouped by host)\n", ring.empty() ? 0 : ring.front());
-    std::printf("  %-5s %-12s %-16s %-10s %14s %12s\n", "rank", "node", "host", "device", "speed",
-                ("rows of " + std::to_string(batch)).c_str());
+    std::printf("  %-5s %-12s %-16s %-10s %14s %22s %12s\n", "rank", "node", "host", "device", "speed",
+                "step ms (fixed + row)", ("rows of " + std::to_string(batch)).c_str());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       std::string dev = r.r.spec.kind == topology::device_kind::cuda ? "cuda:" + std::to_string(r.r.spec.index)
                                                                     : "cpu x" + std::to_string(r.threads);
-      std::printf("  %-5zu %-12s %-16s %-10s %14.0f %12lld\n", i, r.r.node.c_str(), r.r.host.c_str(), dev.c_str(),
-                  r.speed, static_cast<long long>(r.rows));
+      char cost[48] = "-";
+      if (r.per_row_s > 0) std::snprintf(cost, sizeof cost, "%.3f + %.4f r", r.fixed_s * 1e3, r.per_row_s * 1e3);
+      std::printf("  %-5zu %-12s %-16s %-10s %14.0f %22s %12lld\n", i, r.r.node.c_str(), r.r.host.c_str(), dev.c_str(),
+                  r.speed, cost, static_cast<long long>(r.rows));
     }
     std::printf("  speeds: %s\n", speed_source.c_str());
   }
