@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -196,6 +197,13 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     if (ckpt_every <= 0)
       ckpt_every = std::max<int64_t>(1, (vw_minibatches(eplan.steps, 1, 0, V) + plan.nm - 1) / plan.nm);
   }
+  // eval_each_epoch: the shards send the weights after every epoch's waves
+  // (about one epoch of VW 0's, as the default checkpoints) and the head
+  // evaluates them; not for models with batch norm (their running
+  // statistics stay at the stages until the end).
+  HF_ASSIGN_OR_RETURN(kernels::model whole, kernels::build_model(spec, cfg.where, {cfg.threads, cfg.seed}));
+  const int64_t epoch_waves = std::max<int64_t>(1, (vw_minibatches(eplan.steps, 1, 0, V) + plan.nm - 1) / plan.nm);
+  const int64_t eval_every = cfg.eval_each_epoch && cfg.epochs > 1 && whole.state().empty() ? epoch_waves : 0;
   std::vector<int64_t> unit_ps(plan.unit_ps_node.begin(), plan.unit_ps_node.end());
   std::vector<int64_t> waves;       // per worker
   std::vector<std::string> names;   // per worker
@@ -243,6 +251,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
                                           {"names", all_names},
                                           {"staleness", std::to_string(plan.staleness)},
                                           {"ckpt_every", std::to_string(ckpt_every)},
+                                          {"eval_every", std::to_string(eval_every)},
                                           {"resume", resume ? "1" : "0"},
                                           {"overlap", overlap ? "1" : "0"}};
     HF_RETURN_IF_ERROR(ib.send(ps_name(int(n)), kind_role, {}, {}, {}, encode_role(kv)));
@@ -270,12 +279,61 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   // 3. every VW's statistics (the training runs now)
   const auto t_train = clock_type::now();
   std::map<int, std::map<int, vw_epoch>> stats;  // vw -> epoch -> numbers
+  // eval_each_epoch: the waves whose weights come (epoch e's last: e *
+  // eval_every, before the end of the shortest VW and after a restored
+  // checkpoint), the shards' parts of each, and the metrics.
+  std::set<int64_t> eval_labels;
+  if (eval_every > 0)
+    for (int e = 1; e < cfg.epochs; ++e)
+      if (const int64_t l = e * eval_every; l < *std::min_element(waves.begin(), waves.end()) && l > resumed)
+        eval_labels.insert(l);
+  std::map<int64_t, std::map<std::string, ralp::ralp_message>> eval_parts;
+  std::map<int64_t, kernels::epoch_report> eval_done;
+  auto take_eval = [&](ralp::ralp_message m) -> status {
+    const int64_t l = m.info.clock;
+    if (!eval_labels.count(l) || eval_done.count(l)) return {};
+    auto& parts = eval_parts[l];
+    parts[m.sender] = std::move(m);
+    if (parts.size() < shard_nodes.size()) return {};
+    for (int n : shard_nodes) {
+      const std::string from = ps_name(n);
+      auto it = parts.find(from);
+      if (it == parts.end()) return {};
+      std::size_t t = 0;
+      for (std::size_t u = 0; u < unit_ps.size(); ++u) {
+        if (unit_ps[u] != n) continue;
+        std::vector<kernels::parameter*> ps;
+        whole.at(u).parameters(ps);
+        for (auto* prm : ps) {
+          HF_ASSIGN_OR_RETURN(auto v, f32_view(it->second, t++));
+          if (v.byte_size() != prm->value.view().byte_size())
+            return make_error(errc::internal, me + ": " + from + " sent " + std::to_string(v.byte_size()) +
+                                                  " bytes for " + prm->name + " (wave " + std::to_string(l) + ")");
+          std::memcpy(prm->value.f32(), v.f32(), v.byte_size());
+          ++prm->version;
+        }
+      }
+    }
+    eval_parts.erase(l);
+    kernels::epoch_report er;
+    const int64_t eval_batch = cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size;
+    HF_RETURN_IF_ERROR(ps_job::evaluate_into(whole, data.test, eval_batch, er));
+    log_info("epoch " + std::to_string(l / eval_every) + "/" + std::to_string(cfg.epochs) +
+             " (the weights after wave " + std::to_string(l - 1) + " of every VW): test accuracy " +
+             ps_job::metrics_text(er));
+    eval_done[l] = er;
+    return {};
+  };
   while (int(stats.size()) < V) {
-    auto m = ib.next([](const ralp::ralp_message& x) { return x.kind == kind_stats; }, 1.0, "the last stages",
-                     "statistics");
+    auto m = ib.next([](const ralp::ralp_message& x) { return x.kind == kind_stats || x.kind == kind_eval; }, 1.0,
+                     "the last stages", "statistics");
     if (!m) {
       if (m.error().code() == errc::timeout) continue;
       return m.error();
+    }
+    if (m->kind == kind_eval) {
+      HF_RETURN_IF_ERROR(take_eval(std::move(*m)));
+      continue;
     }
     auto& per = stats[m->info.worker];
     std::istringstream in(m->text);
@@ -289,9 +347,15 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
       per[e] = ve;
     }
   }
+  // Epoch weights still on their way (a shard sends them before the last
+  // stage's statistics, but the two travel apart).
+  while (eval_done.size() < eval_labels.size()) {
+    HF_ASSIGN_OR_RETURN(auto m, ib.next([](const ralp::ralp_message& x) { return x.kind == kind_eval; }, timeout,
+                                        "the PS shards", "the weights after an epoch (eval_each_epoch)"));
+    HF_RETURN_IF_ERROR(take_eval(std::move(m)));
+  }
   const double train_seconds = since(t_train);
   // 4. the final weights: every unit from its shard once every stage finished
-  HF_ASSIGN_OR_RETURN(kernels::model whole, kernels::build_model(spec, cfg.where, {cfg.threads, cfg.seed}));
   for (int n : shard_nodes) {
     ralp::ralp_info info;
     info.flags = ralp::flag_final;
@@ -416,12 +480,19 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     epochs.back().test_logloss = fin.test_logloss;
     epochs.back().test_auc = fin.test_auc;
   }
+  for (const auto& [l, m] : eval_done)  // eval_each_epoch: the weights after epoch l / eval_every's waves
+    for (auto& er : epochs)
+      if (er.epoch == int(l / eval_every) && er.epoch != cfg.epochs) {
+        er.test_accuracy = m.test_accuracy;
+        er.test_logloss = m.test_logloss;
+        er.test_auc = m.test_auc;
+      }
   for (auto& er : epochs) {
+    const bool tested = er.epoch == cfg.epochs || eval_done.count(int64_t(er.epoch) * eval_every) > 0;
     char line[200];
     std::snprintf(line, sizeof line, "epoch %d/%d (every VW): loss %.4f, train accuracy %.4f, %.0f samples/s%s",
-                  er.epoch, cfg.epochs, er.loss, er.train_accuracy, er.samples_per_s,
-                  er.epoch == cfg.epochs ? ", test accuracy " : "");
-    log_info(std::string(line) + (er.epoch == cfg.epochs ? ps_job::metrics_text(er) : ""));
+                  er.epoch, cfg.epochs, er.loss, er.train_accuracy, er.samples_per_s, tested ? ", test accuracy " : "");
+    log_info(std::string(line) + (tested ? ps_job::metrics_text(er) : ""));
   }
   HF_ASSIGN_OR_RETURN(uint64_t checksum, kernels::weights_checksum(whole));
   if (!cfg.save_weights.empty()) HF_RETURN_IF_ERROR(kernels::save_weights(whole, cfg.save_weights));

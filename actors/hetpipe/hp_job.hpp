@@ -76,6 +76,8 @@ enum : uint32_t {
   kind_labels = 0x4850000a,   // stage/shard -> head (--resume): text = its checkpoint labels, comma separated
   kind_restore = 0x4850000b,  // head -> stage/shard: clock = the label to restore (-1: none, from the start)
   kind_state = 0x4850000c,    // stage -> head at the end: its running statistics (text: their names, one a line)
+  kind_eval = 0x4850000d,     // shard -> head at an epoch's last wave L: its units' weights (clock = L) holding
+                              // exactly the waves < L of every VW (eval_each_epoch)
 };
 
 inline const std::string head_name = "hphead";

@@ -120,6 +120,8 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
   }
   // Checkpoints and --resume.
   const int64_t every = kv.count("ckpt_every") ? std::stoll(kv.at("ckpt_every")) : 0;
+  // eval_each_epoch: the weights at every multiple of this go to the head.
+  const int64_t eval_every = kv.count("eval_every") ? std::stoll(kv.at("eval_every")) : 0;
   const bool overlap = kv.count("overlap") && kv.at("overlap") == "1";
   hetpipe::ps_core core(std::move(held), int(waves.size()), staleness, {overlap, every});
   const std::string ckpt_dir = cluster.job.params.get_string("checkpoint_dir", "");
@@ -153,15 +155,28 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
   auto next_barrier = [&](int64_t after) -> int64_t {
     int64_t n = every > 0 ? (after / every + 1) * every : -1;
     if (auto it = requested.upper_bound(after); it != requested.end() && (n < 0 || *it < n)) n = *it;
+    if (eval_every > 0 && (n < 0 || (after / eval_every + 1) * eval_every < n)) n = (after / eval_every + 1) * eval_every;
     return n;
   };
-  if (every > 0) core.set_barrier(next_barrier(std::max<int64_t>(restored, 0)));
+  if (every > 0 || eval_every > 0) core.set_barrier(next_barrier(std::max<int64_t>(restored, 0)));
   int64_t checkpoints = 0, last_label = restored;
   // Writes every checkpoint the pushes so far completed (before any pull is
   // answered: a pull past the barrier needs the updates held behind it).
   auto checkpoint_due = [&]() -> status {
     while (core.at_barrier()) {
       const int64_t label = core.barrier();
+      if (eval_every > 0 && label % eval_every == 0) {  // the epoch's weights to the head
+        std::vector<kernels::tensor_view> ts;
+        for (const auto& [u, v] : core.units())
+          for (const auto& t : v) ts.push_back(t.view());
+        ralp::ralp_info info;
+        info.clock = label;
+        HF_RETURN_IF_ERROR(ib.send(head_name, kind_eval, info, ts));
+      }
+      if (!store || !((every > 0 && label % every == 0) || requested.count(label) > 0)) {
+        core.set_barrier(next_barrier(label));
+        continue;
+      }
       ps::checkpoint_meta meta;
       meta.shard_name = me;
       meta.shard = env.services->node_index();

@@ -3,7 +3,8 @@
 # workers and WSP parameter servers, through `hetflow run`, on the synthetic
 # dataset with lenet5:
 #  - 1 VW of 2 stages on 2 processes with Nm = 1 trains exactly what
-#    single-device training trains (same weights checksum, same losses);
+#    single-device training trains (same weights checksum, same losses,
+#    the same test accuracy after every epoch: eval_each_epoch);
 #    (with the default overlapped waves: each wave's pull holds the waves
 #    <= w - 2 and the stage adds its own wave w - 1);
 #  - drained waves (hetpipe_waves = "drain"): Nm = 2 minibatches in flight
@@ -58,6 +59,9 @@ for a, b in zip(s["epochs"], h["epochs"]):
     print(f"epoch {a['epoch']}: loss single {a['loss']:.9f} hetpipe {b['loss']:.9f}; samples {a['samples']} {b['samples']}")
     assert a["samples"] == b["samples"]
     assert abs(a["loss"] - b["loss"]) <= 1e-6 * a["loss"], (a["loss"], b["loss"])
+    # eval_each_epoch: the head evaluates the shards' weights after each epoch's waves.
+    print(f"  test accuracy single {a['test_accuracy']} hetpipe {b['test_accuracy']}")
+    assert b["test_accuracy"] is not None and abs(a["test_accuracy"] - b["test_accuracy"]) < 1e-9
 print("checksums", s["weights_checksum"], h["weights_checksum"], "test accuracy", s["epochs"][-1]["test_accuracy"], h["test_accuracy"])
 assert s["weights_checksum"] == h["weights_checksum"]
 stages = h["hetpipe"]["stages"]
