@@ -199,11 +199,36 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   }
   // eval_each_epoch: the shards send the weights after every epoch's waves
   // (about one epoch of VW 0's, as the default checkpoints) and the head
-  // evaluates them; not for models with batch norm (their running
-  // statistics stay at the stages until the end).
+  // evaluates them (batch norm: with running statistics recomputed for
+  // those weights, as for the final weights of several VWs).
   HF_ASSIGN_OR_RETURN(kernels::model whole, kernels::build_model(spec, cfg.where, {cfg.threads, cfg.seed}));
   const int64_t epoch_waves = std::max<int64_t>(1, (vw_minibatches(eplan.steps, 1, 0, V) + plan.nm - 1) / plan.nm);
-  const int64_t eval_every = cfg.eval_each_epoch && cfg.epochs > 1 && whole.state().empty() ? epoch_waves : 0;
+  const int64_t eval_every = cfg.eval_each_epoch && cfg.epochs > 1 ? epoch_waves : 0;
+  // Batch-norm running statistics for the weights in `whole`: forward passes
+  // in train mode (no update) over up to 100 training batches, from the
+  // values it holds.
+  auto recompute_stats = [&](const std::string& what) -> status {
+    const auto t_bn = clock_type::now();
+    HF_ASSIGN_OR_RETURN(auto src, kernels::make_memory_source(data.train, cfg));
+    HF_RETURN_IF_ERROR(src->begin_epoch(0));
+    const int64_t n = std::min<int64_t>(100, src->plan().steps);
+    status st;
+    whole.context().run([&] {
+      for (int64_t k = 0; k < n && st.ok(); ++k) {
+        auto b = src->next(0, k);
+        if (!b) {
+          st = b.error();
+          break;
+        }
+        auto out = whole.forward(b->images, kernels::mode::train);
+        if (!out) st = out.error();
+      }
+    });
+    HF_RETURN_IF_ERROR(st);
+    log_info("batch-norm statistics of " + what + ": recomputed over " + std::to_string(n) + " training batches in " +
+             std::to_string(int(since(t_bn) * 1000)) + " ms");
+    return {};
+  };
   std::vector<int64_t> unit_ps(plan.unit_ps_node.begin(), plan.unit_ps_node.end());
   std::vector<int64_t> waves;       // per worker
   std::vector<std::string> names;   // per worker
@@ -315,6 +340,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
       }
     }
     eval_parts.erase(l);
+    if (!whole.state().empty()) HF_RETURN_IF_ERROR(recompute_stats("the weights after wave " + std::to_string(l - 1)));
     kernels::epoch_report er;
     const int64_t eval_batch = cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size;
     HF_RETURN_IF_ERROR(ps_job::evaluate_into(whole, data.test, eval_batch, er));
@@ -426,27 +452,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     // with the averaged statistics), so they are recomputed for the final
     // weights: forward passes in train mode (no update) over up to 100
     // training batches, from the averaged values.
-    if (V > 1) {
-      const auto t_bn = clock_type::now();
-      HF_ASSIGN_OR_RETURN(auto src, kernels::make_memory_source(data.train, cfg));
-      HF_RETURN_IF_ERROR(src->begin_epoch(0));
-      const int64_t n = std::min<int64_t>(100, src->plan().steps);
-      status st;
-      whole.context().run([&] {
-        for (int64_t k = 0; k < n && st.ok(); ++k) {
-          auto b = src->next(0, k);
-          if (!b) {
-            st = b.error();
-            break;
-          }
-          auto out = whole.forward(b->images, kernels::mode::train);
-          if (!out) st = out.error();
-        }
-      });
-      HF_RETURN_IF_ERROR(st);
-      log_info("batch-norm statistics of the final weights: recomputed over " + std::to_string(n) +
-               " training batches in " + std::to_string(int(since(t_bn) * 1000)) + " ms");
-    }
+    if (V > 1) HF_RETURN_IF_ERROR(recompute_stats("the final weights"));
   }
   // Epochs: every VW's minibatches of that epoch.
   std::map<int, vw_epoch> total;

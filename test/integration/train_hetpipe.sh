@@ -107,6 +107,10 @@ grep -q "batch-norm statistics of the final weights: recomputed over 10 training
   { cat "$bn2.out"; fail "resnet18, 2 VWs: statistics not recomputed for the final weights"; }
 # the VWs' averaged statistics alone evaluated at 0.16 (2026-11-26); recomputed 0.86
 [[ $(json_get "$bn2.json" 'd["test_accuracy"] >= 0.5') == True ]] || { cat "$bn2.out"; fail "resnet18, 2 VWs: test accuracy"; }
+# eval_each_epoch: epochs 1-3 evaluated on the shards' weights after their waves, statistics recomputed for them
+[[ $(grep -c "batch-norm statistics of the weights after wave" "$bn2.out") -eq 3 ]] &&
+  [[ $(json_get "$bn2.json" 'all(e["test_accuracy"] is not None for e in d["epochs"])') == True ]] ||
+  { cat "$bn2.out"; fail "resnet18, 2 VWs: no test accuracy after every epoch"; }
 pass "batch norm: resnet18 through 2 stages (Nm = 1) = single-device training, weights and running statistics bit for bit; --resume restores them; 2 VWs: statistics recomputed for the final weights, test accuracy $(json_get "$bn2.json" 'd["test_accuracy"]')"
 
 # --- Nm = 2 in flight through 2 stages == the same waves on 1 stage
