@@ -789,12 +789,13 @@ caf::behavior node_actor(node_actor_type* self, std::shared_ptr<node_shared> sh,
       std::vector<std::string> shards;
       for (const auto& a : sh.actors)
         if (a.node == sh.self_name && !st.local_done.count(a.name) &&
-            (a.type == "ps_shard" || a.type == "ralp_server" || a.type == "hp_ps" || a.type == "hp_stage"))
+            (a.type == "ps_shard" || a.type == "ralp_server" || a.type == "hp_ps" || a.type == "hp_stage" ||
+             a.type == "trainer" || a.type == "dp_replica"))
           shards.push_back(a.name);
       if (shards.empty())
         return reply(shreq_atom::value, false,
-                     "node '" + sh.self_name + "' runs no parameter server (ps_shard, ralp_server, hp_ps) or HetPipe "
-                     "stage that is still running");
+                     "node '" + sh.self_name + "' runs no parameter server (ps_shard, ralp_server, hp_ps), HetPipe "
+                     "stage, trainer or dp replica that is still running");
       if (st.stopping) return reply(shreq_atom::value, false, "the job is already stopping on node '" + sh.self_name + "': " + st.reason);
       const int64_t gen = control::request_checkpoint(label);
       log_warn("shell: a checkpoint at clock " + std::to_string(label) + " asked of " + std::to_string(shards.size()) +

@@ -777,22 +777,20 @@ private:
   // refuses; then the shell asks again a little further ahead (3 tries).
   // Strategy ralp: the same with its one server. Strategy hetpipe: the
   // shards (hp_ps) cut at wave L and every stage (hp_stage) writes its
-  // optimizer state before it pulls wave L. Other strategies: what they
-  // checkpoint instead.
+  // optimizer state before it pulls wave L. Strategies single and dp: the
+  // trainer (every replica) saves after its current step (the replicas
+  // agree through the step's sum), so L is not used.
   outcome checkpoint(const json& e, const std::vector<std::string>&, bool as_json) {
     const std::string strategy = str(e, "strategy");
     std::set<std::string> server_types;
     if (strategy == "ralp") server_types = {"ralp_server"};
     else if (strategy == "hetpipe") server_types = {"hp_ps", "hp_stage"};
+    else if (strategy == "dp") server_types = {"dp_replica"};
+    else if (strategy == "single" || strategy.empty()) server_types = {"trainer"};
     else server_types = {"ps_shard"};
-    if (strategy != "ps" && strategy != "ralp" && strategy != "hetpipe") {
-      std::string why = strategy == "dp" || strategy == "single" || strategy.empty()
-                            ? "strategy \"" + (strategy.empty() ? std::string("single") : strategy) +
-                                  "\" writes a checkpoint after every epoch when checkpoint_dir is set; not on demand "
-                                  "mid-epoch (a resumed run repeats the interrupted epoch)"
-                            : "strategy \"" + strategy + "\" has no checkpoints";
-      return failure(1, "checkpoint: " + why);
-    }
+    const bool steps = server_types.count("trainer") || server_types.count("dp_replica");
+    if (!steps && strategy != "ps" && strategy != "ralp" && strategy != "hetpipe")
+      return failure(1, "checkpoint: strategy \"" + strategy + "\" has no checkpoints");
     outcome o;
     json tries = json::array();
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -802,7 +800,7 @@ private:
         if (auto f = gauge(r.actor, "ps_fastest_clock")) fastest = std::max(fastest, int64_t(*f));
         if (auto c = gauge(r.actor, "ps_clock")) fastest = std::max(fastest, int64_t(*c));
       }
-      const int64_t label = fastest + 2 + 3 * attempt;
+      const int64_t label = steps ? 1 : fastest + 2 + 3 * attempt;
       json answers = json::array();
       bool all_ok = true, any = false;
       std::string text;
@@ -827,18 +825,26 @@ private:
         text += body + "\n";
       }
       tries.push_back({{"label", label}, {"ok", any && all_ok}, {"nodes", answers}});
-      if (!any) return failure(1, "checkpoint: the job places no parameter server (" + *server_types.begin() + ")");
+      if (!any) return failure(1, "checkpoint: the job places no " + *server_types.begin());
       if (all_ok) {
         o.rc = 0;
         if (as_json) {
           o.out = json{{"checkpoint", label}, {"ok", true}, {"tries", tries}}.dump(2) + "\n";
         } else {
           // ralp: the server may take a later clock than asked; its answer says which.
-          o.out = strategy == "ralp"      ? "checkpoint on the RALP server:\n" + text
+          o.out = steps                   ? "checkpoint after the current step on every " +
+                                                (strategy == "dp" ? std::string("replica") : "trainer") + ":\n" + text
+                  : strategy == "ralp"    ? "checkpoint on the RALP server:\n" + text
                   : strategy == "hetpipe" ? "checkpoint at wave " + std::to_string(label) +
                                                 " on every HetPipe shard and stage:\n" + text
                                           : "checkpoint at clock " + std::to_string(label) + " on every PS shard:\n" + text;
         }
+        return o;
+      }
+      if (steps) {  // no clock to move on to: the refusal stands
+        if (!as_json) o.err += "checkpoint refused:\n" + text;
+        o.rc = 1;
+        if (as_json) o.out = json{{"ok", false}, {"tries", tries}}.dump(2) + "\n";
         return o;
       }
       if (!as_json) o.err += "checkpoint at clock " + std::to_string(label) + " refused:\n" + text;

@@ -541,7 +541,7 @@ public:
     if (bucket_bytes_ >= c_.bucket_bytes) flush();
     return {};
   }
-  status finish_step(std::array<float, 2>& stats) {
+  status finish_step(std::array<float, 3>& stats) {
     auto t0 = clock_type::now();
     // Waiting for the step's gradient sums (most overlap backward).
     trace::scope t_sum("allreduce");
@@ -826,6 +826,83 @@ status save_epoch_checkpoint(const train_config& c, model& m, optimizer& opt, in
   return c.checkpoints->save(epochs_done, opt.steps(), v, optimizer_state);
 }
 
+// A mid-epoch checkpoint (train_config::step_checkpoints): a "position"
+// tensor first - epochs done, the next step, the epoch's loss sum, correct
+// predictions, this replica's rows and the epoch's samples so far - then
+// what an epoch checkpoint holds. Label: epochs done * steps + next step.
+status save_step_checkpoint(const train_config& c, model& m, optimizer& opt, int epoch, int64_t steps,
+                            int64_t next_step, double loss_sum, int64_t correct, int64_t local_rows, int64_t samples) {
+  trace::scope t("checkpoint", trace::current_track(), "step", next_step);
+  int64_t optimizer_state = 0;
+  auto v = checkpoint_tensors(m, opt, optimizer_state);
+  tensor position = tensor::zeros({6});
+  float* p = position.f32();
+  p[0] = float(epoch);
+  p[1] = float(next_step);
+  p[2] = float(loss_sum);
+  p[3] = float(correct);
+  p[4] = float(local_rows);
+  p[5] = float(samples);
+  v.insert(v.begin(), checkpoint_tensor{"position", &position});
+  const int64_t label = int64_t(epoch) * steps + next_step;
+  if (label > INT32_MAX) return make_error(errc::unsupported, "train: step checkpoint label past 2^31 - 1");
+  return c.step_checkpoints->save(int(label), opt.steps(), v, optimizer_state);
+}
+
+// Where a mid-epoch checkpoint continues (restore_step_checkpoint).
+struct step_position {
+  int epoch = 0;  // epochs done
+  int64_t next_step = 0;
+  double loss_sum = 0.0;
+  int64_t correct = 0, local_rows = 0, samples = 0;
+};
+
+// --resume (train_config::step_checkpoints): the newest mid-epoch checkpoint
+// (with a group: the newest every replica has) if it is after `after` (the
+// label an epoch checkpoint of `epochs_done` epochs would have), restored into m and opt; none:
+// next_step 0.
+expected<step_position> restore_step_checkpoint(const train_config& c, model& m, optimizer& opt,
+                                                std::span<parameter* const> params, replica_sync& dp, int64_t after,
+                                                std::string& resumed_from) {
+  std::vector<int> have = c.step_checkpoints->labels();
+  int64_t label = have.empty() ? 0 : have.back();
+  if (c.group && c.group->size() > 1) {
+    // Every replica's newest (two floats each: exact to 2^31), then whether
+    // each has the oldest of them.
+    const std::size_t n = std::size_t(c.group->size()), r = std::size_t(c.group->rank());
+    std::vector<float> newest(2 * n, 0.0f);
+    newest[2 * r] = float(label >> 16);
+    newest[2 * r + 1] = float(label & 0xffff);
+    std::span<float> all(newest);
+    HF_RETURN_IF_ERROR(c.group->sum(std::span<const std::span<float>>(&all, 1)));
+    label = INT64_MAX;
+    for (std::size_t i = 0; i < n; ++i) label = std::min(label, (int64_t(newest[2 * i]) << 16) + int64_t(newest[2 * i + 1]));
+    std::array<float, 1> has{label > 0 && std::find(have.begin(), have.end(), int(label)) != have.end() ? 1.0f : 0.0f};
+    std::span<float> h(has);
+    HF_RETURN_IF_ERROR(c.group->sum(std::span<const std::span<float>>(&h, 1)));
+    if (has[0] != float(n)) label = 0;
+  }
+  if (label <= after) return step_position{};
+  const std::string where = c.step_checkpoints->describe(int(label));
+  resumed_from = where;
+  HF_ASSIGN_OR_RETURN(epoch_checkpoint ck, c.step_checkpoints->load(int(label)));
+  if (ck.names.empty() || ck.names[0] != "position" || ck.tensors[0].numel() != 6)
+    return make_error(errc::invalid_argument, where + ": not a mid-epoch checkpoint (no position)");
+  const float* p = ck.tensors[0].f32();
+  step_position pos{int(p[0]), int64_t(p[1]), double(p[2]), int64_t(p[3]), int64_t(p[4]), int64_t(p[5])};
+  ck.names.erase(ck.names.begin());
+  ck.tensors.erase(ck.tensors.begin());
+  const std::size_t nm = m.parameters().size() + m.state().size();
+  if (ck.tensors.size() != ck.names.size() || ck.optimizer_state < 0 ||
+      ck.tensors.size() != nm + std::size_t(ck.optimizer_state))
+    return make_error(errc::invalid_argument, where + ": holds " + std::to_string(ck.tensors.size()) + " tensors; " +
+                                                  c.model + " has " + std::to_string(nm) +
+                                                  " (+ the optimizer's): not a checkpoint of this model");
+  HF_RETURN_IF_ERROR(apply_saved_state(c, m, opt, params, ck.tensors, ck.names, ck.optimizer_steps, where));
+  (void)dp;
+  return pos;
+}
+
 // --resume: the epochs done of the newest checkpoint (with a group: the
 // newest every replica has) restored into m and opt; 0 when there is none.
 expected<int> restore_epoch_checkpoint(const train_config& c, model& m, optimizer& opt,
@@ -965,11 +1042,20 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     return make_error(errc::unsupported, "train: checkpoints (checkpoint_dir) of a " + m.where().to_string() +
                                              " model need strategy dp for now (its replicas keep a host copy)");
   int first_epoch = 0;
+  step_position resumed_at;  // a mid-epoch checkpoint's (next_step 0: none)
   if (c.checkpoints && c.resume) {
     drill_start_delay();
     HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, hm, *opt, params, dp));
+    if (c.step_checkpoints) {
+      HF_ASSIGN_OR_RETURN(resumed_at, restore_step_checkpoint(c, hm, *opt, params, dp,
+                                                             int64_t(first_epoch) * source.plan().steps,
+                                                             rep.resumed_from));
+      if (resumed_at.next_step > 0) first_epoch = resumed_at.epoch;
+    }
     HF_RETURN_IF_ERROR(mirror.all_to_device());
     rep.resumed_epochs = first_epoch;
+    rep.resumed_step = resumed_at.next_step;
+    if (resumed_at.next_step == 0 && first_epoch > 0) rep.resumed_from = c.checkpoints->describe(first_epoch);
     for (int e = 0; e < first_epoch; ++e) HF_RETURN_IF_ERROR(source.skip_epoch(e));
   }
 
@@ -980,6 +1066,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     epoch_report er;
     clock_type::time_point started{};  // the epoch's start (a rollback's redo counts in its time)
     int64_t next_step = 0;  // the first step not done
+    int64_t samples_before = 0;  // resumed mid-epoch: the epoch's samples before this run (not in its time)
     double loss_sum = 0.0;
     int64_t correct = 0, local_rows = 0;
     // Since the last re-split (dp, measured split, resplit_every; the
@@ -1045,6 +1132,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     return sn.acc;
   };
   const bool failover = dp.can_recover();
+  bool checkpoint_pending = false;  // asked for (train_config::checkpoint_now), not saved yet
   const int64_t snapshot_every = failover ? c.failover_snapshot_every : 0;
   // Runs `epoch` from a.next_step (0: its start) to its end.
   auto run_epoch = [&](int epoch, epoch_acc& a) -> status {
@@ -1085,6 +1173,11 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       trace::scope t_step("train step", trace::current_track(), "step", s + 1);
       const auto t_busy = clock_type::now();
       const double sums_before = dp.sum_seconds();
+      // `hetflow shell`'s checkpoint: asked once a step; saved after this
+      // step, or after the next one when this is the epoch's last (the epoch
+      // checkpoint covers it).
+      if (c.checkpoint_now && c.checkpoint_now()) checkpoint_pending = true;
+      bool want_checkpoint = c.step_checkpoints && checkpoint_pending && s + 1 < steps;
       // A replica fetches only its rows of the global batch.
       const int64_t bn = source.plan().batch_rows(s);
       auto [first, count] = dp.slice(bn);
@@ -1131,10 +1224,12 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       }
       local_rows += count;
       if (dp.active()) {
-        std::array<float, 2> stats{float(lr_res.loss * double(count)), float(lr_res.correct)};
+        std::array<float, 3> stats{float(lr_res.loss * double(count)), float(lr_res.correct),
+                                   want_checkpoint ? 1.0f : 0.0f};
         HF_RETURN_IF_ERROR(dp.finish_step(stats));
         lr_res.loss = double(stats[0]) / double(bn);
         lr_res.correct = int64_t(stats[1]);
+        want_checkpoint = stats[2] > 0;  // any replica asked: all save after this step
       }
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       bool apply = true;
@@ -1148,6 +1243,13 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_RETURN_IF_ERROR(mirror.on_host([&] { stepped = opt->step(params, er.lr); }));
         HF_RETURN_IF_ERROR(stepped);
         HF_RETURN_IF_ERROR(mirror.values_to_device());
+      }
+      if (want_checkpoint) {  // the epoch's books with this step's, as added below
+        HF_RETURN_IF_ERROR(mirror.state_to_host());
+        HF_RETURN_IF_ERROR(save_step_checkpoint(c, hm, *opt, epoch, steps, s + 1, loss_sum + lr_res.loss,
+                                                correct + lr_res.correct, local_rows, er.samples + bn));
+        ++rep.step_checkpoints;
+        checkpoint_pending = false;
       }
       waits::progress();
       // Busy: the step's time but for the waits for sums (the ring and the
@@ -1195,7 +1297,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     a.next_step = steps;
     er.train_seconds = seconds_since(t0);
     HF_RETURN_IF_ERROR(source.end_epoch(epoch));
-    er.samples_per_s = er.train_seconds > 0 ? double(er.samples) / er.train_seconds : 0.0;
+    er.samples_per_s = er.train_seconds > 0 ? double(er.samples - a.samples_before) / er.train_seconds : 0.0;
     er.loss = loss_sum / double(steps);
     er.train_accuracy = double(correct) / double(er.samples);
     HF_RETURN_IF_ERROR(mirror.state_to_host());
@@ -1216,6 +1318,21 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     return {};
   };
   epoch_acc acc;
+  if (resumed_at.next_step > 0) {  // a mid-epoch checkpoint: its epoch from its step, with its books
+    acc.started = clock_type::now();
+    acc.er.epoch = first_epoch + 1;
+    acc.next_step = resumed_at.next_step;
+    acc.loss_sum = resumed_at.loss_sum;
+    acc.correct = resumed_at.correct;
+    acc.local_rows = resumed_at.local_rows;
+    acc.er.samples = acc.samples_before = resumed_at.samples;
+    if (dp.active()) {
+      rep.splits.push_back(dp.full_split(batch_size));
+      rep.speeds.push_back(dp.speeds());
+      rep.fixed_seconds.push_back(dp.fixed_seconds());
+      rep.row_seconds.push_back(dp.row_seconds());
+    }
+  }
   for (int epoch = first_epoch; epoch < c.epochs;) {
     status s = run_epoch(epoch, acc);
     if (s.ok()) {

@@ -270,6 +270,16 @@ struct train_config {
   int64_t failover_snapshot_every = 100;
   // Non-null: save a checkpoint after every epoch (every replica its own).
   std::shared_ptr<epoch_checkpoints> checkpoints;
+  // Mid-epoch checkpoints (`hetflow shell`'s checkpoint; input "memory"):
+  // when both are set, checkpoint_now is asked once a step, and a yes (with
+  // a group: any replica's, through the step's sum, so that all save after
+  // the same step) saves the state after that step - weights, batch-norm
+  // statistics, optimizer state and the epoch's books so far - under label
+  // epochs_done * steps_per_epoch + next_step. With resume, the newest such
+  // checkpoint (with a group: the newest every replica has) that is after
+  // the newest epoch checkpoint is where training continues, at its step.
+  std::shared_ptr<epoch_checkpoints> step_checkpoints;
+  std::function<bool()> checkpoint_now;
   // With checkpoints: start after the newest checkpoint (with a group: the
   // newest one every replica has; they agree through the group), with its
   // weights, batch norm statistics and optimizer state; the epochs before it
@@ -329,6 +339,9 @@ private:
 
 struct train_report {
   int resumed_epochs = 0;        // epochs restored from a checkpoint (resume)
+  int64_t resumed_step = 0;      // resume from a mid-epoch checkpoint: the step of epoch resumed_epochs + 1
+  int64_t step_checkpoints = 0;  // mid-epoch checkpoints saved (checkpoint_now)
+  std::string resumed_from;      // resume: the checkpoint restored (describe()'s words), "" for none
   int64_t resplits = 0;          // dp: re-splits inside epochs (resplit_every)
   int rollbacks = 0;             // dp failover: times the replicas went back to a snapshot
   std::vector<std::pair<int, int64_t>> rolled_back_to;  // each one's (epoch, step), 1-based epoch, 0-based step

@@ -33,6 +33,7 @@
 #include "actors/builtin/skeleton.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/caf_types.hpp"
+#include "actors/control_board.hpp"
 #include "actors/json.hpp"
 #include "actors/metrics.hpp"
 #include "actors/log.hpp"
@@ -260,15 +261,25 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
     svc.report_done(me, false, r.error().to_string(), {});
     return;
   }
-  if (verbose && c.checkpoints && c.resume)
-    log_info(r->resumed_epochs > 0
-                 ? "resumed after epoch " + std::to_string(r->resumed_epochs) + " from " +
-                       c.checkpoints->describe(r->resumed_epochs) + "; trained epochs " +
-                       std::to_string(r->resumed_epochs + 1) + ".." + std::to_string(c.epochs)
-                 : std::string("--resume: no checkpoint (every replica's) to resume from; trained from the start"));
+  if (verbose && c.checkpoints && c.resume) {
+    if (r->resumed_step > 0 && c.step_checkpoints)
+      log_info("resumed at step " + std::to_string(r->resumed_step + 1) + " of epoch " +
+               std::to_string(r->resumed_epochs + 1) + " from " + r->resumed_from +
+               " (mid-epoch); trained the rest of that epoch" +
+               (r->resumed_epochs + 2 <= c.epochs
+                    ? " and epochs " + std::to_string(r->resumed_epochs + 2) + ".." + std::to_string(c.epochs)
+                    : std::string()));
+    else
+      log_info(r->resumed_epochs > 0
+                   ? "resumed after epoch " + std::to_string(r->resumed_epochs) + " from " +
+                         c.checkpoints->describe(r->resumed_epochs) + "; trained epochs " +
+                         std::to_string(r->resumed_epochs + 1) + ".." + std::to_string(c.epochs)
+                   : std::string("--resume: no checkpoint (every replica's) to resume from; trained from the start"));
+  }
   json_writer w;
   w.begin_object().field("model", r->model).field("device", r->where);
-  if (c.checkpoints) w.field("resumed_epochs", int64_t{r->resumed_epochs});
+  if (c.checkpoints) w.field("resumed_epochs", int64_t{r->resumed_epochs}).field("resumed_step", r->resumed_step);
+  if (c.step_checkpoints) w.field("step_checkpoints", r->step_checkpoints);
   w.field("threads", int64_t{r->threads}).field("parameters", r->parameters);
   w.field("precision", r->precision);
   if (r->precision == "f16") w.field("loss_scale", r->loss_scale).field("overflow_steps", r->overflow_steps);
@@ -291,10 +302,33 @@ void run_and_report(node_services& svc, const std::string& me, kernels::train_co
 // actor (`<me>.ckpt-<epochs>` in the folder) and, with --resume (the job
 // parameter "resume"), the newest one restored before training.
 kernels::train_config with_checkpoints(kernels::train_config c, const topology::settings& p, const std::string& me,
-                                       int rank, int replicas) {
+                                       int rank, int replicas, bool streamed = false) {
   const std::string dir = p.get_string("checkpoint_dir", "");
+  // `hetflow shell`'s checkpoint (control_board.hpp): asked once a step by
+  // the training loop; answered here. Mid-epoch checkpoints go to
+  // <dir>/<actor>.step.ckpt-<epochs done * steps + next step>.
+  std::string refuse;
+  if (dir.empty())
+    refuse = me + ": the job has no checkpoint_dir";
+  else if (streamed)
+    refuse = me + ": input = \"stream\" checkpoints after every epoch only (the shards cannot replay half an epoch)";
+  c.checkpoint_now = [me, refuse, seen = std::make_shared<int64_t>(0)]() {
+    const auto req = control::checkpoint_requested();
+    if (req.generation == 0 || req.generation == *seen) return false;
+    *seen = req.generation;
+    if (!refuse.empty()) {
+      log_warn("shell: checkpoint refused: " + refuse);
+      control::answer_checkpoint(me, req.generation, false, refuse);
+      return false;
+    }
+    log_warn("shell: " + me + " takes a checkpoint after its current step");
+    control::answer_checkpoint(me, req.generation, true, me + ": checkpoint after its current step");
+    return true;
+  };
   if (dir.empty()) return c;
-  c.checkpoints = ps::make_epoch_checkpoints(ps::make_directory_store(dir), me, rank, replicas);
+  auto store = ps::make_directory_store(dir);
+  c.checkpoints = ps::make_epoch_checkpoints(store, me, rank, replicas);
+  if (!streamed) c.step_checkpoints = ps::make_epoch_checkpoints(store, me + ".step", rank, replicas);
   c.resume = p.get_bool("resume", false);
   return c;
 }
@@ -335,7 +369,7 @@ void stream_trainer(caf::blocking_actor* self, actor_env env) {
   if (!opts) return fail(opts.error().message());
   stream_stats stats;
   run_and_report(
-      *svc, me, with_checkpoints(*cfg, env.cluster.job.params, me, 0, 1),
+      *svc, me, with_checkpoints(*cfg, env.cluster.job.params, me, 0, 1, /*streamed=*/true),
       [&](const kernels::train_config& c, const kernels::progress_callback& p) -> expected<kernels::train_report> {
         HF_ASSIGN_OR_RETURN(stream_trainer_data data, load_stream_trainer_data(c));
         stats.input_json = data.input_json;

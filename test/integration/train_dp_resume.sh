@@ -6,6 +6,8 @@
 #    the node; --resume continues after epoch 1 (the newest checkpoint every
 #    replica has), trains epochs 2 and 3 with every training row once each,
 #    and ends with the uninterrupted run's weights, bit for bit;
+#  - `hetflow shell -c checkpoint` mid-epoch: both replicas save after the
+#    same step; --resume after a kill continues at that step, bit for bit;
 #  - strategy single resumes the same way, also with streamed input;
 #    --resume with no checkpoint trains from the start and says so; keys that
 #    do not apply are refused.
@@ -59,6 +61,45 @@ assert d["weights_checksum"] == want
 PY
 pass "resumed dp run: the remaining epochs, every row once, the uninterrupted run's weights"
 
+# On demand, mid-epoch: `hetflow shell -c checkpoint` in epoch 2; both
+# replicas save after the same step (replicaN.step.ckpt-<epochs done *
+# steps + next step>); n1 SIGKILLed after that; --resume continues at that
+# step of epoch 2 and ends on the uninterrupted run's weights, bit for bit.
+mid="$S/mid.toml"
+write_topology "$mid" 8800 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-mid\"" \
+  'dp_failover = false'
+one_thread "$mid"
+"$HETFLOW" run "$mid" >"$mid.out" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$mid.out" "epoch 2/3 step" 120 || { cat "$mid.out"; fail "mid: epoch 2 never started"; }
+"$HETFLOW" shell 127.0.0.1:8800 --topology "$mid" -c checkpoint >"$mid.shell" 2>&1 || { cat "$mid.shell"; fail "mid: shell checkpoint failed"; }
+grep -q "^checkpoint after the current step on every replica:" "$mid.shell" &&
+  grep -q "^replica0: checkpoint after its current step" "$mid.shell" &&
+  grep -q "^replica1: checkpoint after its current step" "$mid.shell" || { cat "$mid.shell"; fail "mid: the shell's answer"; }
+for _ in $(seq 1 100); do
+  ls "$S/ck-mid" 2>/dev/null | grep -q '^replica1.step.ckpt-' && ls "$S/ck-mid" | grep -q '^replica0.step.ckpt-' && break
+  sleep 0.1
+done
+l0=$(ls "$S/ck-mid" | sed -n 's/^replica0.step.ckpt-0*\([0-9]*\)$/\1/p')
+l1=$(ls "$S/ck-mid" | sed -n 's/^replica1.step.ckpt-0*\([0-9]*\)$/\1/p')
+[[ -n $l0 && $l0 == "$l1" ]] || { ls "$S/ck-mid"; fail "mid: want one step checkpoint of each replica at the same step ($l0, $l1)"; }
+kill_node_and_wait "$mid" n1 $RUN_PID "$mid.out"
+timeout 300 "$HETFLOW" run "$mid" --resume --report "$mid.json" >"$mid.resume.out" 2>&1 ||
+  { cat "$mid.resume.out"; fail "mid: --resume failed"; }
+grep -q "resumed at step [0-9]* of epoch 2 from .*replica0.step.ckpt-" "$mid.resume.out" || { cat "$mid.resume.out"; fail "mid: no resume line"; }
+/usr/bin/env python3 - "$mid.json" "$want" "$l0" <<'PY' || { cat "$mid.resume.out"; fail "mid: resumed run differs"; }
+import json, sys
+d = json.load(open(sys.argv[1])); want = sys.argv[2]; label = int(sys.argv[3])
+steps = 625  # 20000 rows / 32
+eps = [(e["epoch"], e["samples"]) for e in d["epochs"]]
+print(f"checkpoint {label}: resumed at epoch {d['resumed_epochs'] + 1} step {d['resumed_step'] + 1}; epochs {eps}; checksum {d['weights_checksum']} (uninterrupted {want})")
+assert d["resumed_epochs"] == 1 and d["resumed_step"] == label - steps and 0 < d["resumed_step"] < steps, d
+assert eps == [(2, 20000), (3, 20000)], eps   # epoch 2's books include its steps before the checkpoint
+assert d["weights_checksum"] == want
+PY
+pass "dp, on demand: both replicas saved after step $((l0 - 625)) of epoch 2; --resume from it ends on the uninterrupted run's weights"
+
 # strategy single: drop the newest two checkpoints of a full run; --resume
 # trains epochs 2-3 again and gets the same weights.
 single="$S/single.toml"
@@ -72,6 +113,29 @@ timeout 300 "$HETFLOW" run "$single" --resume --report "$single.r.json" >"$singl
 json_get "$single.r.json" "d['resumed_epochs'] == 1 and [e['epoch'] for e in d['epochs']] == [2, 3] and d['weights_checksum'] == '$want1'" |
   grep -q True || { cat "$single.r.out" "$single.r.json"; fail "single: resume after epoch 1 differs"; }
 pass "single: resumed after epoch 1, the uninterrupted run's weights"
+
+# single, on demand mid-epoch: the trainer saves after its current step;
+# the run stopped (SIGINT) and resumed ends on the uninterrupted weights.
+smid="$S/smid.toml"
+write_topology "$smid" 8805 1 auto "${job[@]}" 'epochs = 3' "checkpoint_dir = \"$S/ck-smid\""
+one_thread "$smid"
+"$HETFLOW" run "$smid" >"$smid.out" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$smid.out" "epoch 2/3 step" 120 || { cat "$smid.out"; fail "single mid: epoch 2 never started"; }
+"$HETFLOW" shell 127.0.0.1:8805 --topology "$smid" -c checkpoint >"$smid.shell" 2>&1 ||
+  { cat "$smid.shell"; fail "single mid: shell checkpoint failed"; }
+grep -q "^trainer: checkpoint after its current step" "$smid.shell" || { cat "$smid.shell"; fail "single mid: the answer"; }
+for _ in $(seq 1 100); do ls "$S/ck-smid" 2>/dev/null | grep -q '^trainer.step.ckpt-' && break; sleep 0.1; done
+ls "$S/ck-smid" | grep -q '^trainer.step.ckpt-' || { ls "$S/ck-smid"; fail "single mid: no step checkpoint"; }
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 20 || fail "single mid: the run did not stop on SIGINT"
+rm -f "$S/ck-smid/trainer.ckpt-000000000002" "$S/ck-smid/trainer.ckpt-000000000003"
+timeout 300 "$HETFLOW" run "$smid" --resume --report "$smid.json" >"$smid.resume.out" 2>&1 ||
+  { cat "$smid.resume.out"; fail "single mid: --resume failed"; }
+json_get "$smid.json" "d['resumed_epochs'] == 1 and d['resumed_step'] > 0 and [e['epoch'] for e in d['epochs']] == [2, 3] and d['weights_checksum'] == '$want1'" |
+  grep -q True || { cat "$smid.resume.out" "$smid.json"; fail "single mid: resumed run differs"; }
+pass "single, on demand: saved at step $(json_get "$smid.json" 'd["resumed_step"]') of epoch 2; --resume from it ends on the uninterrupted run's weights"
 
 # --resume with no checkpoint: from the start, saying so.
 fresh="$S/fresh.toml"
@@ -117,3 +181,15 @@ assert d["stream"]["exactly_once"] is True, d["stream"]
 assert d["weights_checksum"] == want
 PY
 pass "streamed single: resumed after epoch 1 (epoch 1's batches dropped, exactly once), the uninterrupted run's weights"
+
+# Streamed input: no mid-epoch checkpoint (the shards cannot replay half an epoch); the shell says so.
+slong="$S/slong.toml"
+write_topology "$slong" 8810 3 auto "${job[@]/train_size = 20000/train_size = 4000}" 'epochs = 400' 'input = "stream"' \
+  "checkpoint_dir = \"$S/ck-slong\""
+one_thread "$slong"
+start_run "$slong" "epoch 2/400" 120
+"$HETFLOW" shell 127.0.0.1:8810 --topology "$slong" -c checkpoint >"$slong.shell" 2>&1 && { cat "$slong.shell"; fail "streamed: checkpoint accepted"; }
+grep -q 'trainer: input = "stream" checkpoints after every epoch only' "$slong.shell" || { cat "$slong.shell"; fail "streamed: the refusal"; }
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 20 || fail "streamed: the run did not stop on SIGINT"
+pass "streamed single: the shell's checkpoint is refused, saying why"
