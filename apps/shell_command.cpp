@@ -829,7 +829,16 @@ private:
       if (all_ok) {
         o.rc = 0;
         if (as_json) {
-          o.out = json{{"checkpoint", label}, {"ok", true}, {"tries", tries}}.dump(2) + "\n";
+          // ralp: the clock the server took (it may be later than asked; its
+          // answer says "checkpoint at clock N"); single and dp: no clock (null).
+          json taken = label;
+          if (steps) {
+            taken = nullptr;
+          } else if (strategy == "ralp") {
+            const auto at = text.find("checkpoint at clock ");
+            if (at != std::string::npos) taken = std::strtoll(text.c_str() + at + 20, nullptr, 10);
+          }
+          o.out = json{{"checkpoint", taken}, {"ok", true}, {"tries", tries}}.dump(2) + "\n";
         } else {
           // ralp: the server may take a later clock than asked; its answer says which.
           o.out = steps                   ? "checkpoint after the current step on every " +

@@ -223,10 +223,11 @@ rm -rf "$HETFLOW_SCRATCH/ck-od"
 RUN_PID=$!
 PIDS+=($RUN_PID)
 wait_for_text "$od.run.out" "epoch 1/2 step" 120 || { cat "$od.run.out"; fail "on demand: no progress line"; }
-"$HETFLOW" shell 127.0.0.1:8890 --topology "$od" -c checkpoint >"$od.shell" 2>&1 || { cat "$od.shell" "$od.run.out"; fail "on demand: shell checkpoint failed"; }
-label=$(sed -n 's/^ralp0: checkpoint at clock \([0-9]*\) when the global clock reaches it.*$/\1/p' "$od.shell")
-[[ -n $label ]] && grep -q "^checkpoint on the RALP server:$" "$od.shell" ||
-  { cat "$od.shell"; fail "on demand: the shell's answer"; }
+# --json: "checkpoint" is the clock the server took (it may be later than the shell asked).
+"$HETFLOW" shell 127.0.0.1:8890 --topology "$od" -c checkpoint --json >"$od.shell" 2>&1 || { cat "$od.shell" "$od.run.out"; fail "on demand: shell checkpoint failed"; }
+label=$(json_get "$od.shell" 'd["checkpoint"]')
+json_get "$od.shell" "d['ok'] and 'ralp0: checkpoint at clock $label when the global clock reaches it' in d['tries'][-1]['nodes'][0]['message']" |
+  grep -q True || { cat "$od.shell"; fail "on demand: the shell's answer"; }
 wait_exit $RUN_PID 300 || { cat "$od.run.out"; fail "on demand: the run did not end"; }
 [[ $WAIT_RC -eq 0 ]] || { cat "$od.run.out"; fail "on demand: the run exited $WAIT_RC"; }
 name=$(printf 'ckpt-%012d' "$label")
