@@ -17,7 +17,7 @@
 
 // Version of the plugin ABI: the descriptor below and the C++ types a plugin
 // receives. Plugins built for another version are refused.
-#define HETFLOW_PLUGIN_ABI_VERSION 3u
+#define HETFLOW_PLUGIN_ABI_VERSION 4u
 
 // The C++ ABI a plugin was compiled with: GCC/Clang's __GXX_ABI_VERSION and
 // libstdc++'s dual std::string ABI; must match the host's.
@@ -58,7 +58,11 @@ public:
   // Adds a layer, `[job] insert_layers = ["AFTER:NAME"]` of a train job: the
   // unit the factory builds (kernels/custom_layer.hpp says what it must do;
   // cpu devices only). A name already registered by this load is refused.
-  virtual status add_layer(const std::string& name, kernels::custom_unit_factory factory) = 0;
+  // `keys`: what `"AFTER:NAME(key=value, ...)"` may set (checked when the
+  // topology is; the factory reads layer_spec::custom_args, e.g. with
+  // kernels::custom_number).
+  virtual status add_layer(const std::string& name, kernels::custom_unit_factory factory,
+                           std::vector<std::string> keys) = 0;
 
 protected:
   ~host() = default;  // owned by the host; plugins never delete it

@@ -73,7 +73,8 @@ public:
     return {};
   }
 
-  status add_layer(const std::string& name, kernels::custom_unit_factory factory) override {
+  status add_layer(const std::string& name, kernels::custom_unit_factory factory,
+                   std::vector<std::string> keys) override {
     if (name.empty() || !factory) return refuse("add_layer needs a name and a factory");
     if (own_.layers.count(name) != 0)
       return refuse("layer '" + name + "' is already registered by " + owner_text(own_.layers, name) +
@@ -83,7 +84,8 @@ public:
     // plugins in this process (the same library, dlopen hands it back), and
     // its factory stays valid.
     if (kernels::find_custom_layer(name) == nullptr)
-      if (auto s = kernels::register_custom_layer(name, std::move(factory)); !s.ok()) return refuse(s.message());
+      if (auto s = kernels::register_custom_layer(name, std::move(factory), std::move(keys)); !s.ok())
+        return refuse(s.message());
     own_.layers[name] = file_;
     layers_.push_back(name);
     return {};

@@ -33,11 +33,25 @@ using custom_unit_factory = std::function<expected<built_unit>(const layer_spec&
                                                                rng& init, const std::string& prefix)>;
 
 // already_exists for a name registered before; invalid_argument for an
-// empty name or factory.
-status register_custom_layer(const std::string& type, custom_unit_factory factory);
+// empty name or factory. `keys`: the keys the layer takes
+// (layer_spec::custom_args; none: it takes none).
+status register_custom_layer(const std::string& type, custom_unit_factory factory,
+                             std::vector<std::string> keys = {});
 
 // nullptr when nobody registered `type`.
 const custom_unit_factory* find_custom_layer(std::string_view type);
+
+// The keys `type` takes (empty: none, or not registered).
+std::vector<std::string> custom_layer_keys(std::string_view type);
+
+// invalid_argument naming the key and the keys `type` takes when some key
+// of `args` is not one of them (or is given twice).
+status check_custom_args(const std::string& type, const std::vector<std::pair<std::string, std::string>>& args);
+
+// The value of `key` in spec.custom_args as a number (`fallback` when not
+// given); invalid_argument naming the unit, key and value when it is not
+// one - for plugin factories.
+expected<double> custom_number(const layer_spec& spec, const std::string& key, double fallback);
 
 // Registered names, sorted.
 std::vector<std::string> custom_layer_names();

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/shape.hpp"
@@ -61,6 +62,9 @@ struct layer_spec {
   std::vector<layer_spec> body, shortcut;  // residual
   dlrm_spec dlrm;          // dlrm_interaction
   std::string custom_type; // custom: the name a plugin registered
+  // custom: its keys from `insert_layers = ["AFTER:TYPE(key=value, ...)"]`,
+  // in the order given (the plugin parses the values; only keys it declared).
+  std::vector<std::pair<std::string, std::string>> custom_args;
 
   static layer_spec linear(std::string name, int64_t out, bool relu = false, bool bias = true);
   static layer_spec conv2d(std::string name, int64_t out, int64_t kernel, int64_t stride = 1,

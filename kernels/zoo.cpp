@@ -140,7 +140,10 @@ expected<model_spec> make_model_spec(std::string_view name, const zoo_options& o
       if (l.name == unit_name)
         return make_error(errc::already_exists, "insert_layers: layer '" + ins.type + "' is inserted after '" +
                                                     ins.after + "' twice");
-    m.layers.insert(at + 1, layer_spec::custom(std::move(unit_name), ins.type));
+    HF_RETURN_IF_ERROR(check_custom_args(ins.type, ins.args).with_context("insert_layers"));
+    layer_spec l = layer_spec::custom(std::move(unit_name), ins.type);
+    l.custom_args = ins.args;
+    m.layers.insert(at + 1, std::move(l));
   }
   return m;
 }

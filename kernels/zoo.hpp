@@ -31,6 +31,7 @@ namespace hetflow::kernels {
 struct inserted_layer {
   std::string after;
   std::string type;
+  std::vector<std::pair<std::string, std::string>> args;  // "AFTER:TYPE(key=value, ...)"
 };
 
 struct zoo_options {

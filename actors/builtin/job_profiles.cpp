@@ -15,12 +15,39 @@ namespace hetflow::actors {
 
 expected<std::vector<kernels::inserted_layer>> insert_layers_of(const topology::settings& p) {
   std::vector<kernels::inserted_layer> out;
+  auto trim = [](std::string s) {
+    const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
   for (const std::string& e : p.get_strings("insert_layers")) {
-    const auto colon = e.find(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == e.size() || e.find(':', colon + 1) != std::string::npos)
-      return make_error(errc::invalid_argument, "[job] insert_layers: '" + e +
-                                                    "' is not \"AFTER:TYPE\" (a unit of the model, a plugin's layer)");
-    out.push_back({e.substr(0, colon), e.substr(colon + 1)});
+    auto bad = [&](const std::string& why) {
+      return make_error(errc::invalid_argument, "[job] insert_layers: '" + e + "' is not \"AFTER:TYPE\" or "
+                                                "\"AFTER:TYPE(key=value, ...)\" (a unit of the model, a plugin's layer" +
+                                                    (why.empty() ? std::string(")") : "): " + why));
+    };
+    const auto open = e.find('(');
+    const std::string head = e.substr(0, open);
+    const auto colon = head.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == head.size() || head.find(':', colon + 1) != std::string::npos)
+      return bad("");
+    kernels::inserted_layer l{head.substr(0, colon), head.substr(colon + 1), {}};
+    if (open != std::string::npos) {
+      if (e.back() != ')' || e.find('(', open + 1) != std::string::npos || e.find(')') != e.size() - 1)
+        return bad("unbalanced parentheses");
+      const std::string body = e.substr(open + 1, e.size() - open - 2);
+      std::size_t pos = 0;
+      while (pos <= body.size() && !trim(body).empty()) {
+        const auto comma = std::min(body.find(',', pos), body.size());
+        const std::string kv = body.substr(pos, comma - pos);
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos || trim(kv.substr(0, eq)).empty() || trim(kv.substr(eq + 1)).empty())
+          return bad("'" + trim(kv) + "' is not key=value");
+        l.args.emplace_back(trim(kv.substr(0, eq)), trim(kv.substr(eq + 1)));
+        pos = comma + 1;
+        if (comma == body.size()) break;
+      }
+    }
+    out.push_back(std::move(l));
   }
   return out;
 }

@@ -24,7 +24,8 @@
 //   layer `channel_affine` (a model layer for train jobs): y = x * scale[c]
 //     + shift[c] per channel c (dim 1 of the batch), learnable, scale 1 and
 //     shift 0 at the start, so the model first computes what it computes
-//     without it. Use: [job] insert_layers = ["fc1:channel_affine"] (the
+//     without it (keys scale and shift set other initial values). Use: [job]
+//     insert_layers = ["fc1:channel_affine"] or ["fc1:channel_affine(scale=0.5)"] (the
 //     unit fc1_channel_affine, parameters fc1_channel_affine.scale/.shift).
 //
 // Build: plugins/example/CMakeLists.txt (hetflow_add_plugin). Use:
@@ -128,12 +129,13 @@ actors::sample_transform make_cutout(int64_t size, float value) {
 // The channel_affine layer: a kernels::unit (kernels/unit.hpp's contract).
 class channel_affine final : public kernels::unit {
 public:
-  channel_affine(std::string name, int64_t channels, const std::string& prefix) : unit(std::move(name)) {
+  channel_affine(std::string name, int64_t channels, const std::string& prefix, float scale, float shift)
+      : unit(std::move(name)) {
     scale_.name = prefix + this->name() + ".scale";
-    scale_.value = kernels::tensor::filled(kernels::shape{channels}, 1.0f);
+    scale_.value = kernels::tensor::filled(kernels::shape{channels}, scale);
     scale_.grad = kernels::tensor::zeros(kernels::shape{channels});
     shift_.name = prefix + this->name() + ".shift";
-    shift_.value = kernels::tensor::zeros(kernels::shape{channels});
+    shift_.value = kernels::tensor::filled(kernels::shape{channels}, shift);
     shift_.grad = kernels::tensor::zeros(kernels::shape{channels});
   }
   kernels::layer_kind kind() const noexcept override { return kernels::layer_kind::custom; }
@@ -196,13 +198,19 @@ private:
 };
 
 status register_types(plugin::host& host) {
-  HF_RETURN_IF_ERROR(host.add_layer("channel_affine", [](const kernels::layer_spec& spec, const kernels::shape& in,
-                                                         kernels::rng&, const std::string& prefix)
-                                                          -> expected<kernels::built_unit> {
-    if (in.rank() < 1 || in[0] <= 0)
-      return make_error(errc::invalid_argument, "channel_affine needs a channel dimension, got " + in.to_string());
-    return kernels::built_unit{std::make_unique<channel_affine>(spec.name, in[0], prefix), in};
-  }));
+  // Keys: the initial scale and shift of every channel ("fc1:channel_affine(scale=0.5)").
+  HF_RETURN_IF_ERROR(host.add_layer(
+      "channel_affine",
+      [](const kernels::layer_spec& spec, const kernels::shape& in, kernels::rng&,
+         const std::string& prefix) -> expected<kernels::built_unit> {
+        if (in.rank() < 1 || in[0] <= 0)
+          return make_error(errc::invalid_argument, "channel_affine needs a channel dimension, got " + in.to_string());
+        HF_ASSIGN_OR_RETURN(double scale, kernels::custom_number(spec, "scale", 1.0));
+        HF_ASSIGN_OR_RETURN(double shift, kernels::custom_number(spec, "shift", 0.0));
+        return kernels::built_unit{
+            std::make_unique<channel_affine>(spec.name, in[0], prefix, float(scale), float(shift)), in};
+      },
+      {"scale", "shift"}));
 
   using topology::key_spec;
   using topology::key_type;

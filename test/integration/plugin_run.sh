@@ -229,6 +229,19 @@ c_s1=$(json_get "$t_s1.json" 'd["weights_checksum"]')
 c_hp=$(json_get "$t_hp.json" 'd["weights_checksum"]')
 [[ $c_s1 == "$c_hp" ]] || { cat "$t_hp.out"; fail "hetpipe with channel_affine: weights $c_hp, single device $c_s1"; }
 pass "the plugin's layer trains: single $a_aff (plain $a_plain, +240 parameters), dp over 2 processes $a_dp, replicas identical; hetpipe 2 stages == single device ($a_hp, weights $c_hp)"
+# Keys: "fc1:channel_affine(scale=1, shift=0)" are its defaults (the same
+# weights as without keys); another initial scale trains other weights.
+t_k1="$HETFLOW_SCRATCH/topo/ly-keys1.toml"
+t_k2="$HETFLOW_SCRATCH/topo/ly-keys2.toml"
+ly_topo "$t_k1" 9980 1 'insert_layers = ["conv1:channel_affine", "fc1:channel_affine(scale=1, shift=0)"]'
+ly_topo "$t_k2" 9985 1 'insert_layers = ["conv1:channel_affine", "fc1:channel_affine(scale = 0.5)"]'
+one_thread "$t_k1"
+one_thread "$t_k2"
+ly_run "$t_k1" >/dev/null
+ly_run "$t_k2" >/dev/null
+[[ $(json_get "$t_k1.json" 'd["weights_checksum"]') == "$c_s1" ]] || fail "channel_affine(scale=1, shift=0) trained other weights than the defaults"
+[[ $(json_get "$t_k2.json" 'd["weights_checksum"]') != "$c_s1" ]] || fail "channel_affine(scale = 0.5) trained the default's weights"
+pass "layer keys: channel_affine(scale=1, shift=0) == the defaults (weights $c_s1); scale = 0.5 trains others"
 t="$HETFLOW_SCRATCH/topo/ly-bad.toml"
 ly_topo "$t" 9965 1 'insert_layers = ["fc1:channel_afine"]'
 tf_refused "no plugin registered layer 'channel_afine' (registered: channel_affine;" "$t"
@@ -236,10 +249,19 @@ ly_topo "$t" 9965 1 'insert_layers = ["fc9:channel_affine"]'
 tf_refused "lenet5 has no unit 'fc9' (its units: conv1," "$t"
 ly_topo "$t" 9965 1 'insert_layers = ["channel_affine"]'
 tf_refused "'channel_affine' is not \"AFTER:TYPE\"" "$t"
+ly_topo "$t" 9965 1 'insert_layers = ["fc1:channel_affine(scal=2)"]'
+tf_refused "layer 'channel_affine' takes no key 'scal' (its keys: scale, shift)" "$t"
+ly_topo "$t" 9965 1 'insert_layers = ["fc1:channel_affine(scale=2"]'
+tf_refused "unbalanced parentheses" "$t"
+ly_topo "$t" 9965 1 'insert_layers = ["fc1:channel_affine(scale)"]'
+tf_refused "'scale' is not key=value" "$t"
+ly_topo "$t" 9965 1 'insert_layers = ["fc1:channel_affine(scale=big)"]'
+timeout 60 "$HETFLOW" run "$t" >"$t.out" 2>&1 && { cat "$t.out"; fail "channel_affine(scale=big) ran"; }
+grep -q "unit fc1_channel_affine: scale = 'big' is not a number" "$t.out" || { cat "$t.out"; fail "scale=big: the error"; }
 write_plugin_topology "$t" 9965 1 "" '[job]' 'kind = "train"' 'dataset = "synthetic"' \
   'insert_layers = ["fc1:channel_affine"]'
 tf_refused "no plugin registered layer 'channel_affine' (registered: none;" "$t"
-pass "layer errors at validate: unknown layer, unknown unit, not AFTER:TYPE, no plugin"
+pass "layer errors at validate: unknown layer, unknown unit, not AFTER:TYPE, unknown key, bad key syntax, no plugin; a value the plugin cannot parse stops the run"
 
 # --- bad plugins: clear errors at validate and at start-up, exit 2 ------------
 # Longer than an ELF header (shorter files give "file too short").
@@ -258,7 +280,7 @@ check_refused() {  # check_refused CMD... : exit 2 and the message at line 3, co
 port=9460
 for case in "libjunk.so|cannot be loaded: |invalid ELF header" \
   "$tplug/libhetflow_test_plugin_no_entry.so|has no entry point 'hetflow_plugin'|" \
-  "$tplug/libhetflow_test_plugin_abi_mismatch.so|built for plugin ABI version 4, but this hetflow has 3|" \
+  "$tplug/libhetflow_test_plugin_abi_mismatch.so|built for plugin ABI version 5, but this hetflow has 4|" \
   "$tplug/libhetflow_test_plugin_dup_builtin.so|actor type 'producer' is already registered by hetflow (built-in)|"; do
   IFS='|' read -r plug want want2 <<<"$case"
   topo="$HETFLOW_SCRATCH/topo/bad-$port.toml"
