@@ -800,7 +800,15 @@ private:
         if (auto f = gauge(r.actor, "ps_fastest_clock")) fastest = std::max(fastest, int64_t(*f));
         if (auto c = gauge(r.actor, "ps_clock")) fastest = std::max(fastest, int64_t(*c));
       }
-      const int64_t label = steps ? 1 : fastest + 2 + 3 * attempt;
+      // single, dp: the label is the request's id (each replica takes one
+      // id once); hetpipe: stage 0 has often asked for the next wave's
+      // weights already, so one wave further.
+      const int64_t label =
+          steps ? 1 + int64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count() %
+                              ((int64_t{1} << 24) - 1))
+                : fastest + (strategy == "hetpipe" ? 3 : 2) + 3 * attempt;
       json answers = json::array();
       bool all_ok = true, any = false;
       std::string text;

@@ -10,6 +10,7 @@
 #include <map>
 #include <new>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "kernels/criteo_dataset.hpp"
@@ -447,13 +448,18 @@ private:
 // previous one's rows refits the per-row term through it, keeping the fixed
 // term (at most 90% of the point's time), so timing noise in windows of
 // similar rows moves the split no more than a split by speed alone.
+// The probe's points (forward + backward on zeros) and the training
+// windows' (busy time: also the batch, host copies and the optimizer step)
+// measure different things, so a secant joins two of the same kind only.
 struct step_cost_fit {
   double fixed = 0.0, per_row = 0.0;
   double last_rows = 0.0, last_seconds = 0.0;
+  bool last_probe = false;
   bool measured() const noexcept { return per_row > 0; }
-  void observe(double rows, double seconds) {
+  void observe(double rows, double seconds, bool probe = false) {
     if (!(rows > 0) || !(seconds > 0) || !std::isfinite(seconds)) return;
-    const bool apart = last_rows > 0 && std::max(rows, last_rows) >= 2 * std::min(rows, last_rows);
+    const bool apart = last_rows > 0 && last_probe == probe &&
+                       std::max(rows, last_rows) >= 2 * std::min(rows, last_rows);
     double f = fixed, b = 0.0;
     if (apart) {
       b = (seconds - last_seconds) / (rows - last_rows);
@@ -467,6 +473,7 @@ struct step_cost_fit {
     per_row = b;
     last_rows = rows;
     last_seconds = seconds;
+    last_probe = probe;
   }
 };
 
@@ -541,7 +548,7 @@ public:
     if (bucket_bytes_ >= c_.bucket_bytes) flush();
     return {};
   }
-  status finish_step(std::array<float, 3>& stats) {
+  status finish_step(std::array<float, 4>& stats) {
     auto t0 = clock_type::now();
     // Waiting for the step's gradient sums (most overlap backward).
     trace::scope t_sum("allreduce");
@@ -566,12 +573,13 @@ public:
   status update_costs(int64_t steps, int64_t rows, double seconds) {
     if (g_ == nullptr || !c_.measured_split) return {};
     // No rows measured (a window where this replica had none): its last
-    // estimate stands, so it is not starved of rows for good.
+    // estimate stands (with split_timed it then stays without rows until
+    // the others' costs change: it is not measured again).
     if (steps > 0 && rows > 0 && seconds > 0) fit_.observe(double(rows) / double(steps), seconds / double(steps));
     return exchange_costs();
   }
   // The speed probe's measurement: seconds a pass with `rows` rows.
-  void observe_probe(double rows, double seconds) { fit_.observe(rows, seconds); }
+  void observe_probe(double rows, double seconds) { fit_.observe(rows, seconds, /*probe=*/true); }
   status exchange_costs() {
     const std::size_t n = std::size_t(g_->size()), me = std::size_t(g_->rank());
     std::vector<float> v(3 * n, 0.0f);
@@ -828,21 +836,22 @@ status save_epoch_checkpoint(const train_config& c, model& m, optimizer& opt, in
 
 // A mid-epoch checkpoint (train_config::step_checkpoints): a "position"
 // tensor first - epochs done, the next step, the epoch's loss sum, correct
-// predictions, this replica's rows and the epoch's samples so far - then
-// what an epoch checkpoint holds. Label: epochs done * steps + next step.
+// predictions, this replica's rows and the epoch's samples so far, each as
+// two floats (hi, lo: integers exact to 2^48, the loss sum to ~1e-14) -
+// then what an epoch checkpoint holds. Label: epochs done * steps + next step.
 status save_step_checkpoint(const train_config& c, model& m, optimizer& opt, int epoch, int64_t steps,
                             int64_t next_step, double loss_sum, int64_t correct, int64_t local_rows, int64_t samples) {
   trace::scope t("checkpoint", trace::current_track(), "step", next_step);
   int64_t optimizer_state = 0;
   auto v = checkpoint_tensors(m, opt, optimizer_state);
-  tensor position = tensor::zeros({6});
+  tensor position = tensor::zeros({12});
   float* p = position.f32();
-  p[0] = float(epoch);
-  p[1] = float(next_step);
-  p[2] = float(loss_sum);
-  p[3] = float(correct);
-  p[4] = float(local_rows);
-  p[5] = float(samples);
+  const double values[6] = {double(epoch), double(next_step), loss_sum, double(correct), double(local_rows),
+                            double(samples)};
+  for (int i = 0; i < 6; ++i) {
+    p[2 * i] = float(values[i]);
+    p[2 * i + 1] = float(values[i] - double(p[2 * i]));
+  }
   v.insert(v.begin(), checkpoint_tensor{"position", &position});
   const int64_t label = int64_t(epoch) * steps + next_step;
   if (label > INT32_MAX) return make_error(errc::unsupported, "train: step checkpoint label past 2^31 - 1");
@@ -886,10 +895,12 @@ expected<step_position> restore_step_checkpoint(const train_config& c, model& m,
   const std::string where = c.step_checkpoints->describe(int(label));
   resumed_from = where;
   HF_ASSIGN_OR_RETURN(epoch_checkpoint ck, c.step_checkpoints->load(int(label)));
-  if (ck.names.empty() || ck.names[0] != "position" || ck.tensors[0].numel() != 6)
+  if (ck.names.empty() || ck.names[0] != "position" || ck.tensors[0].numel() != 12)
     return make_error(errc::invalid_argument, where + ": not a mid-epoch checkpoint (no position)");
   const float* p = ck.tensors[0].f32();
-  step_position pos{int(p[0]), int64_t(p[1]), double(p[2]), int64_t(p[3]), int64_t(p[4]), int64_t(p[5])};
+  auto value = [&](int i) { return double(p[2 * i]) + double(p[2 * i + 1]); };
+  step_position pos{int(value(0)), int64_t(value(1)), value(2), int64_t(std::llround(value(3))),
+                    int64_t(std::llround(value(4))), int64_t(std::llround(value(5)))};
   ck.names.erase(ck.names.begin());
   ck.tensors.erase(ck.tensors.begin());
   const std::size_t nm = m.parameters().size() + m.state().size();
@@ -1132,7 +1143,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     return sn.acc;
   };
   const bool failover = dp.can_recover();
-  bool checkpoint_pending = false;  // asked for (train_config::checkpoint_now), not saved yet
+  int64_t checkpoint_pending = 0;  // a request id asked for (train_config::checkpoint_now), not saved yet
+  std::set<int64_t> checkpoints_handled;  // request ids saved for
   const int64_t snapshot_every = failover ? c.failover_snapshot_every : 0;
   // Runs `epoch` from a.next_step (0: its start) to its end.
   auto run_epoch = [&](int epoch, epoch_acc& a) -> status {
@@ -1175,9 +1187,10 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       const double sums_before = dp.sum_seconds();
       // `hetflow shell`'s checkpoint: asked once a step; saved after this
       // step, or after the next one when this is the epoch's last (the epoch
-      // checkpoint covers it).
-      if (c.checkpoint_now && c.checkpoint_now()) checkpoint_pending = true;
-      bool want_checkpoint = c.step_checkpoints && checkpoint_pending && s + 1 < steps;
+      // checkpoint covers it). Each request id once.
+      if (c.checkpoint_now)
+        if (const int64_t id = c.checkpoint_now(); id > 0 && !checkpoints_handled.count(id)) checkpoint_pending = id;
+      int64_t checkpoint_id = c.step_checkpoints && s + 1 < steps ? checkpoint_pending : 0;
       // A replica fetches only its rows of the global batch.
       const int64_t bn = source.plan().batch_rows(s);
       auto [first, count] = dp.slice(bn);
@@ -1224,12 +1237,15 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       }
       local_rows += count;
       if (dp.active()) {
-        std::array<float, 3> stats{float(lr_res.loss * double(count)), float(lr_res.correct),
-                                   want_checkpoint ? 1.0f : 0.0f};
+        // The request ids the replicas have (ids < 2^24: exact in floats).
+        std::array<float, 4> stats{float(lr_res.loss * double(count)), float(lr_res.correct), float(checkpoint_id),
+                                   checkpoint_id > 0 ? 1.0f : 0.0f};
         HF_RETURN_IF_ERROR(dp.finish_step(stats));
         lr_res.loss = double(stats[0]) / double(bn);
         lr_res.correct = int64_t(stats[1]);
-        want_checkpoint = stats[2] > 0;  // any replica asked: all save after this step
+        // Any replica had one: all save after this step, under one id
+        // (the replicas' mean: theirs when they agree).
+        checkpoint_id = stats[3] > 0 ? int64_t(std::llround(double(stats[2]) / double(stats[3]))) : 0;
       }
       er.lr = lr_at(c.schedule, c.optimizer.lr, epoch, s, steps, c.epochs);
       bool apply = true;
@@ -1244,18 +1260,22 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_RETURN_IF_ERROR(stepped);
         HF_RETURN_IF_ERROR(mirror.values_to_device());
       }
-      if (want_checkpoint) {  // the epoch's books with this step's, as added below
+      double not_busy = 0.0;  // the checkpoint's time is not the step's (the split)
+      if (checkpoint_id > 0) {  // the epoch's books with this step's, as added below
+        const auto t_save = clock_type::now();
         HF_RETURN_IF_ERROR(mirror.state_to_host());
         HF_RETURN_IF_ERROR(save_step_checkpoint(c, hm, *opt, epoch, steps, s + 1, loss_sum + lr_res.loss,
                                                 correct + lr_res.correct, local_rows, er.samples + bn));
         ++rep.step_checkpoints;
-        checkpoint_pending = false;
+        checkpoints_handled.insert(checkpoint_id);
+        if (checkpoint_pending == checkpoint_id) checkpoint_pending = 0;
+        not_busy = seconds_since(t_save);
       }
       waits::progress();
       // Busy: the step's time but for the waits for sums (the ring and the
       // other replicas): what the split balances.
       if (a.window_step++ > 0) {
-        resplit_busy += seconds_since(t_busy) - (dp.sum_seconds() - sums_before);
+        resplit_busy += seconds_since(t_busy) - (dp.sum_seconds() - sums_before) - not_busy;
         resplit_rows += count;
         ++resplit_steps;
       }
@@ -1263,9 +1283,12 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         // Speeds drift (another job on a node, thermal limits): re-split
         // from this window's busy time. Every replica reaches this step,
         // sums the same costs and computes the same split.
+        const auto split_before = dp.full_split(batch_size);
         HF_RETURN_IF_ERROR(dp.update_costs(resplit_steps, resplit_rows, resplit_busy));
-        resplit_rows = resplit_steps = a.window_step = 0;
+        resplit_rows = resplit_steps = 0;
         resplit_busy = 0.0;
+        // A new split's first step pays for its new batch shapes: not counted.
+        a.window_step = dp.full_split(batch_size) == split_before ? 1 : 0;
         ++rep.resplits;
       }
       if (!std::isfinite(lr_res.loss))
@@ -1348,6 +1371,9 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     const epoch_snapshot& mine = snapshots[latest];
     HF_ASSIGN_OR_RETURN(auto back, dp.recover(s, mine.epoch, mine.acc.next_step));
     HF_ASSIGN_OR_RETURN(acc, restore(back.first, back.second));
+    // The costs again among those left: a replica lost during an exchange
+    // may have left some with the new values and some with the old.
+    HF_RETURN_IF_ERROR(dp.regroup_and_retry([&] { return dp.exchange_costs(); }));
     epoch = back.first;
     while (!rep.epochs.empty() && rep.epochs.back().epoch > epoch) rep.epochs.pop_back();
     const std::size_t kept_epochs = std::size_t(epoch - first_epoch) + (acc.next_step > 0 ? 1 : 0);

@@ -271,15 +271,17 @@ struct train_config {
   // Non-null: save a checkpoint after every epoch (every replica its own).
   std::shared_ptr<epoch_checkpoints> checkpoints;
   // Mid-epoch checkpoints (`hetflow shell`'s checkpoint; input "memory"):
-  // when both are set, checkpoint_now is asked once a step, and a yes (with
-  // a group: any replica's, through the step's sum, so that all save after
-  // the same step) saves the state after that step - weights, batch-norm
-  // statistics, optimizer state and the epoch's books so far - under label
-  // epochs_done * steps_per_epoch + next_step. With resume, the newest such
-  // checkpoint (with a group: the newest every replica has) that is after
-  // the newest epoch checkpoint is where training continues, at its step.
+  // when both are set, checkpoint_now is asked once a step; it returns the
+  // id of a new request (1 .. 2^24 - 1; 0: none). A request (with a group:
+  // any replica's, through the step's sum, so that all save after the same
+  // step, and each id once: a replica that sees it a step later ignores it)
+  // saves the state after that step - weights, batch-norm statistics,
+  // optimizer state and the epoch's books so far - under label epochs_done
+  // * steps_per_epoch + next_step. With resume, the newest such checkpoint
+  // (with a group: the newest every replica has) that is after the newest
+  // epoch checkpoint is where training continues, at its step.
   std::shared_ptr<epoch_checkpoints> step_checkpoints;
-  std::function<bool()> checkpoint_now;
+  std::function<int64_t()> checkpoint_now;
   // With checkpoints: start after the newest checkpoint (with a group: the
   // newest one every replica has; they agree through the group), with its
   // weights, batch norm statistics and optimizer state; the epochs before it

@@ -312,18 +312,24 @@ kernels::train_config with_checkpoints(kernels::train_config c, const topology::
     refuse = me + ": the job has no checkpoint_dir";
   else if (streamed)
     refuse = me + ": input = \"stream\" checkpoints after every epoch only (the shards cannot replay half an epoch)";
-  c.checkpoint_now = [me, refuse, seen = std::make_shared<int64_t>(0)]() {
+  // The request's label is its id (the shell picks one per command).
+  c.checkpoint_now = [me, refuse, seen = std::make_shared<int64_t>(0)]() -> int64_t {
     const auto req = control::checkpoint_requested();
-    if (req.generation == 0 || req.generation == *seen) return false;
+    if (req.generation == 0 || req.generation == *seen) return 0;
     *seen = req.generation;
     if (!refuse.empty()) {
       log_warn("shell: checkpoint refused: " + refuse);
       control::answer_checkpoint(me, req.generation, false, refuse);
-      return false;
+      return 0;
     }
-    log_warn("shell: " + me + " takes a checkpoint after its current step");
+    if (req.label < 1 || req.label >= (int64_t{1} << 24)) {
+      control::answer_checkpoint(me, req.generation, false, me + ": request id " + std::to_string(req.label) +
+                                                                 " out of range (an older shell?)");
+      return 0;
+    }
+    log_warn("shell: " + me + " takes a checkpoint after its current step (request " + std::to_string(req.label) + ")");
     control::answer_checkpoint(me, req.generation, true, me + ": checkpoint after its current step");
-    return true;
+    return req.label;
   };
   if (dir.empty()) return c;
   auto store = ps::make_directory_store(dir);

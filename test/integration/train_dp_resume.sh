@@ -83,7 +83,8 @@ for _ in $(seq 1 100); do
 done
 l0=$(ls "$S/ck-mid" | sed -n 's/^replica0.step.ckpt-0*\([0-9]*\)$/\1/p')
 l1=$(ls "$S/ck-mid" | sed -n 's/^replica1.step.ckpt-0*\([0-9]*\)$/\1/p')
-[[ -n $l0 && $l0 == "$l1" ]] || { ls "$S/ck-mid"; fail "mid: want one step checkpoint of each replica at the same step ($l0, $l1)"; }
+[[ -n $l0 && $l0 == "$l1" && $(ls "$S/ck-mid" | grep -c '\.step\.ckpt-') -eq 2 ]] ||
+  { ls "$S/ck-mid"; fail "mid: want one step checkpoint of each replica, at the same step ($l0, $l1)"; }
 kill_node_and_wait "$mid" n1 $RUN_PID "$mid.out"
 timeout 300 "$HETFLOW" run "$mid" --resume --report "$mid.json" >"$mid.resume.out" 2>&1 ||
   { cat "$mid.resume.out"; fail "mid: --resume failed"; }
