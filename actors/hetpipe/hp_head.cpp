@@ -314,6 +314,24 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
         eval_labels.insert(l);
   std::map<int64_t, std::map<std::string, ralp::ralp_message>> eval_parts;
   std::map<int64_t, kernels::epoch_report> eval_done;
+  // Shard n's units, in unit order, from its message into `whole`.
+  auto load_units = [&](int n, const ralp::ralp_message& m, const std::string& what) -> status {
+    std::size_t t = 0;
+    for (std::size_t u = 0; u < unit_ps.size(); ++u) {
+      if (unit_ps[u] != n) continue;
+      std::vector<kernels::parameter*> ps;
+      whole.at(u).parameters(ps);
+      for (auto* prm : ps) {
+        HF_ASSIGN_OR_RETURN(auto v, f32_view(m, t++));
+        if (v.byte_size() != prm->value.view().byte_size())
+          return make_error(errc::internal, me + ": " + m.sender + " sent " + std::to_string(v.byte_size()) +
+                                                " bytes for " + prm->name + what);
+        std::memcpy(prm->value.f32(), v.f32(), v.byte_size());
+        ++prm->version;
+      }
+    }
+    return {};
+  };
   auto take_eval = [&](ralp::ralp_message m) -> status {
     const int64_t l = m.info.clock;
     if (!eval_labels.count(l) || eval_done.count(l)) return {};
@@ -321,23 +339,9 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     parts[m.sender] = std::move(m);
     if (parts.size() < shard_nodes.size()) return {};
     for (int n : shard_nodes) {
-      const std::string from = ps_name(n);
-      auto it = parts.find(from);
+      auto it = parts.find(ps_name(n));
       if (it == parts.end()) return {};
-      std::size_t t = 0;
-      for (std::size_t u = 0; u < unit_ps.size(); ++u) {
-        if (unit_ps[u] != n) continue;
-        std::vector<kernels::parameter*> ps;
-        whole.at(u).parameters(ps);
-        for (auto* prm : ps) {
-          HF_ASSIGN_OR_RETURN(auto v, f32_view(it->second, t++));
-          if (v.byte_size() != prm->value.view().byte_size())
-            return make_error(errc::internal, me + ": " + from + " sent " + std::to_string(v.byte_size()) +
-                                                  " bytes for " + prm->name + " (wave " + std::to_string(l) + ")");
-          std::memcpy(prm->value.f32(), v.f32(), v.byte_size());
-          ++prm->version;
-        }
-      }
+      HF_RETURN_IF_ERROR(load_units(n, it->second, " (wave " + std::to_string(l) + ")"));
     }
     eval_parts.erase(l);
     if (!whole.state().empty()) HF_RETURN_IF_ERROR(recompute_stats("the weights after wave " + std::to_string(l - 1)));
@@ -391,20 +395,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     const std::string from = ps_name(n);
     HF_ASSIGN_OR_RETURN(auto wm, ib.next([&](const ralp::ralp_message& x) { return x.kind == kind_weights && x.sender == from; },
                                          timeout, "the PS shard " + ib.who(from), "final weights"));
-    std::size_t t = 0;
-    for (std::size_t u = 0; u < unit_ps.size(); ++u) {
-      if (unit_ps[u] != n) continue;
-      std::vector<kernels::parameter*> ps;
-      whole.at(u).parameters(ps);
-      for (auto* prm : ps) {
-        HF_ASSIGN_OR_RETURN(auto v, f32_view(wm, t++));
-        if (v.byte_size() != prm->value.view().byte_size())
-          return make_error(errc::internal, me + ": " + from + " sent " + std::to_string(v.byte_size()) +
-                                                " bytes for " + prm->name);
-        std::memcpy(prm->value.f32(), v.f32(), v.byte_size());
-        ++prm->version;
-      }
-    }
+    HF_RETURN_IF_ERROR(load_units(n, wm, ""));
   }
   for (std::size_t n = 0; n < c.nodes.size(); ++n) (void)ib.send(ps_name(int(n)), kind_bye, {});
   // Batch-norm running statistics: from every stage whose units have them,
