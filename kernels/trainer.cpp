@@ -447,7 +447,10 @@ private:
 // batch sizes, 4x apart, or a split that moved a lot); a point nearer the
 // previous one's rows refits the per-row term through it, keeping the fixed
 // term (at most 90% of the point's time), so timing noise in windows of
-// similar rows moves the split no more than a split by speed alone.
+// similar rows moves the split no more than a split by speed alone. A
+// secant that hardly rises (slope under 1% of the points' time a row, or
+// falling, by noise) is a fixed cost with that small per-row part; one
+// that would give a negative fixed part gives none.
 // The probe's points (forward + backward on zeros) and the training
 // windows' (busy time: also the batch, host copies and the optimizer step)
 // measure different things, so a secant joins two of the same kind only.
@@ -463,9 +466,16 @@ struct step_cost_fit {
     double f = fixed, b = 0.0;
     if (apart) {
       b = (seconds - last_seconds) / (rows - last_rows);
+      // Time that hardly grows with the rows (or, by noise, shrinks): a
+      // mostly fixed cost, with a small per-row part.
+      const double floor_b = 0.01 * std::min(seconds / rows, last_seconds / last_rows);
+      if (!(b > floor_b)) b = floor_b;
       f = seconds - b * rows;
-    }
-    if (!apart || !(b > 0) || !(f >= 0)) {  // through this point, keeping the fixed term
+      if (!(f >= 0)) {  // more than proportional: no fixed part
+        f = 0.0;
+        b = seconds / rows;
+      }
+    } else {  // through this point, keeping the fixed term
       f = std::min(std::max(fixed, 0.0), 0.9 * seconds);
       b = (seconds - f) / rows;
     }
