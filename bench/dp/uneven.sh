@@ -22,11 +22,18 @@
 # samples/s (rank 0's report) and the rows each replica got per step.
 # Expected with SLOW = 2: equal halves run at the slow replica's pace; the
 # measured split gives it a third of each batch, ~1.5x the samples/s.
+#
+# STEP_COST=S (seconds; SLOW then defaults to 1): n1 instead takes S more for
+# every step it has rows (HETFLOW_BENCH_STEP_COST), a device with a fixed
+# per-step cost; each round runs dp_split "equal", "speed" (rows in
+# proportion to samples/s, the rule before the fixed term) and "measured"
+# (fixed + per-row cost).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build}
 hetflow=$build/bin/hetflow
-slow=${SLOW:-2.0}
+step_cost=${STEP_COST:-}
+slow=${SLOW:-$([[ -n $step_cost ]] && echo 1.0 || echo 2.0)}
 repeats=${REPEATS:-3}
 rows=${ROWS:-20000}
 work=${WORK:-/tmp/hetflow-bench-dp-uneven}
@@ -73,7 +80,7 @@ run_one() {  # run_one SPLIT -> "samples/s rows0 rows1"
   wait_quiet
   taskset -c 0 "$hetflow" node "$t" --name n0 --report "$t.n0.json" >"$t.n0.log" 2>&1 &
   local p0=$!
-  HETFLOW_BENCH_SLOWDOWN=$slow taskset -c 1 "$hetflow" node "$t" --name n1 >"$t.n1.log" 2>&1 &
+  HETFLOW_BENCH_SLOWDOWN=$slow HETFLOW_BENCH_STEP_COST=$step_cost taskset -c 1 "$hetflow" node "$t" --name n1 >"$t.n1.log" 2>&1 &
   local p1=$!
   wait $p0 || { cat "$t.n0.log" >&2; return 1; }
   wait $p1 || { cat "$t.n1.log" >&2; return 1; }
@@ -92,6 +99,19 @@ echo "hetflow dp, uneven pair (n1 slowed ${slow}x), $(date -u +%Y-%m-%dT%H:%MZ),
 echo
 echo "| round | dp_split equal: samples/s | rows per step (n0, n1) | dp_split measured: samples/s | rows per step (n0, n1) | measured / equal |"
 echo "|---|---|---|---|---|---|"
+if [[ -n $step_cost ]]; then
+  echo "n1: ${step_cost} s more per step with rows (HETFLOW_BENCH_STEP_COST), SLOW $slow"
+  echo
+  echo "| round | equal: samples/s | rows (n0, n1) | speed: samples/s | rows | measured: samples/s | rows | measured / speed |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for ((k = 1; k <= repeats; k++)); do
+    read -r e0 a0 b0 < <(run_one equal)
+    read -r s0 a2 b2 < <(run_one speed)
+    read -r m0 a1 b1 < <(run_one measured)
+    echo "| $k | $e0 | $a0, $b0 | $s0 | $a2, $b2 | $m0 | $a1, $b1 | $(awk "BEGIN{printf \"%.2fx\", $m0 / $s0}") |"
+  done
+  exit 0
+fi
 for ((k = 1; k <= repeats; k++)); do
   read -r e0 a0 b0 < <(run_one equal)
   read -r m0 a1 b1 < <(run_one measured)
