@@ -69,10 +69,7 @@ mid="$S/mid.toml"
 write_topology "$mid" 8800 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-mid\"" \
   'dp_failover = false'
 one_thread "$mid"
-"$HETFLOW" run "$mid" >"$mid.out" 2>&1 &
-RUN_PID=$!
-PIDS+=($RUN_PID)
-wait_for_text "$mid.out" "epoch 2/3 step" 120 || { cat "$mid.out"; fail "mid: epoch 2 never started"; }
+start_run "$mid" "epoch 2/3 step" 120
 "$HETFLOW" shell 127.0.0.1:8800 --topology "$mid" -c checkpoint >"$mid.shell" 2>&1 || { cat "$mid.shell"; fail "mid: shell checkpoint failed"; }
 grep -q "^checkpoint after the current step on every replica:" "$mid.shell" &&
   grep -q "^replica0: checkpoint after its current step" "$mid.shell" &&
@@ -120,10 +117,7 @@ pass "single: resumed after epoch 1, the uninterrupted run's weights"
 smid="$S/smid.toml"
 write_topology "$smid" 8805 1 auto "${job[@]}" 'epochs = 3' "checkpoint_dir = \"$S/ck-smid\""
 one_thread "$smid"
-"$HETFLOW" run "$smid" >"$smid.out" 2>&1 &
-RUN_PID=$!
-PIDS+=($RUN_PID)
-wait_for_text "$smid.out" "epoch 2/3 step" 120 || { cat "$smid.out"; fail "single mid: epoch 2 never started"; }
+start_run "$smid" "epoch 2/3 step" 120
 "$HETFLOW" shell 127.0.0.1:8805 --topology "$smid" -c checkpoint >"$smid.shell" 2>&1 ||
   { cat "$smid.shell"; fail "single mid: shell checkpoint failed"; }
 grep -q "^trainer: checkpoint after its current step" "$smid.shell" || { cat "$smid.shell"; fail "single mid: the answer"; }
