@@ -84,9 +84,8 @@ void drill_start_delay() {
 }
 
 // train_config::emulate_step_seconds (tests, benchmarks).
-void emulate_step_cost(const train_config& c, int epoch) {
-  if (c.emulate_step_seconds > 0 && (c.emulate_step_epochs <= 0 || epoch < c.emulate_step_epochs))
-    std::this_thread::sleep_for(std::chrono::duration<double>(c.emulate_step_seconds));
+void emulate_step_cost(const train_config& c) {
+  if (c.emulate_step_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(c.emulate_step_seconds));
 }
 
 double seconds_since(clock_type::time_point t0) {
@@ -1002,16 +1001,16 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
   const int64_t batch_size = source.plan().batch_size;
   HF_ASSIGN_OR_RETURN(tensor grad, dev.buffer({batch_size, m.spec().classes}));
 
-  // Speed probe: forward and backward of batches of zeros at two sizes,
-  // this replica's equal share of a batch and a quarter of it (each size one
-  // untimed pass, then two timed), which fit its step cost (fixed + per row;
-  // one size when the share is under 4 rows). On a twin of the model, so that
-  // batch norm statistics and dropout state of the trained one stay as
-  // single-device training has them. A device twin has its own context
-  // (stream): its own input, loss and gradient buffers, and each pass waits
-  // for the device before it is timed. `epoch`: the one it measures for (the
-  // emulated step cost's).
-  auto probe_costs = [&](int epoch) -> status {
+  if (dp.active() && c.measured_split) {
+    // Speed probe: forward and backward of batches of zeros at two sizes,
+    // this replica's equal share of a batch and a quarter of it (each size
+    // one untimed pass, then two timed), which fit its step cost (fixed +
+    // per row; one size when the share is under 4 rows), then the first
+    // split. On a twin of the model, so that batch norm statistics and
+    // dropout state of the trained one stay as single-device training has
+    // them. A device twin has its own context (stream): its own input, loss
+    // and gradient buffers, and each pass waits for the device before it is
+    // timed.
     HF_ASSIGN_OR_RETURN(model twin, build_model(m.spec(), m.where(), build_options{m.context().threads(), c.seed}));
     if (twin.where().kind == device_kind::cuda)  // the math the replica trains with
       static_cast<cuda::context&>(twin.context()).set_math(static_cast<cuda::context&>(m.context()).math());
@@ -1033,7 +1032,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
           auto t0 = clock_type::now();
           HF_ASSIGN_OR_RETURN(tensor_view logits, twin.forward(xin, mode::train));
           bench_slowdown(t0);  // the probe sees the emulated device too
-          emulate_step_cost(c, epoch);
+          emulate_step_cost(c);
           const auto tb = clock_type::now();
           if (g.empty()) {
             HF_ASSIGN_OR_RETURN(g, tdev.buffer(logits.shape()));
@@ -1053,11 +1052,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         dp.observe_probe(double(n), secs / 2);
       }
     });
-    return probed;
-  };
-  if (dp.active() && c.measured_split) {
-    // The first split.
-    HF_RETURN_IF_ERROR(probe_costs(0));
+    HF_RETURN_IF_ERROR(probed);
     // A replica lost before training starts: the others sum the speeds
     // again among themselves (a drill delays the sum, for the tests).
     drill_start_delay();
@@ -1227,7 +1222,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_ASSIGN_OR_RETURN(lr_res, dev.loss(logits, batch.labels, grad.mutable_view()));
         if (scaling) HF_RETURN_IF_ERROR(dev.scale(grad.mutable_view(), float(scaler.scale)));
         bench_slowdown(tc);
-        emulate_step_cost(c, epoch);
+        emulate_step_cost(c);
         t_fwd.end();
         // Data parallel: the gradient sums start during backward (buckets).
         trace::scope t_bwd("backward", trace::current_track(), "step", s + 1);
@@ -1341,13 +1336,6 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     HF_RETURN_IF_ERROR(mirror.state_to_host());
     HF_RETURN_IF_ERROR(dp.average_state(local_rows));
     HF_RETURN_IF_ERROR(mirror.state_to_device());
-    // A replica the split left without rows is not measured by training:
-    // it probes again (the others wait for it in the sum below), so it
-    // comes back when it has become worth rows.
-    if (dp.active() && c.measured_split && c.split_timed && resplit_rows == 0 && epoch + 1 < c.epochs) {
-      HF_RETURN_IF_ERROR(probe_costs(epoch + 1));
-      ++rep.reprobes;
-    }
     HF_RETURN_IF_ERROR(dp.update_costs(resplit_steps, resplit_rows, resplit_busy));
     if (c.eval_each_epoch || epoch + 1 == c.epochs) {
       trace::scope t_eval("evaluate", trace::current_track(), "epoch", epoch + 1);

@@ -256,7 +256,6 @@ struct train_config {
   // pass of the speed probe) takes this many seconds more, as a device with
   // a fixed per-step cost would (HETFLOW_BENCH_STEP_COST in the actors).
   double emulate_step_seconds = 0.0;
-  int emulate_step_epochs = 0;  // tests: only in the first this many epochs (0: all)
   // With a group: gradients are summed in buckets of about this many bytes,
   // each started as soon as backward has produced it (last unit first), so
   // the sums overlap the rest of backward.
@@ -344,7 +343,6 @@ struct train_report {
   int resumed_epochs = 0;        // epochs restored from a checkpoint (resume)
   int64_t resumed_step = 0;      // resume from a mid-epoch checkpoint: the step of epoch resumed_epochs + 1
   int64_t step_checkpoints = 0;  // mid-epoch checkpoints saved (checkpoint_now)
-  int64_t reprobes = 0;          // dp: epochs after which this replica, left without rows, probed its cost again
   std::string resumed_from;      // resume: the checkpoint restored (describe()'s words), "" for none
   int64_t resplits = 0;          // dp: re-splits inside epochs (resplit_every)
   int rollbacks = 0;             // dp failover: times the replicas went back to a snapshot

@@ -531,7 +531,6 @@ caf::behavior dp_replica(caf::event_based_actor* self, actor_env env) {
             [&](json_writer& w) {
               w.field("strategy", "dp").field("rank", int64_t{rank}).field("replicas", int64_t{replicas});
               w.field("allreduce_seconds", last.allreduce_seconds).field("resplits", last.resplits);
-              w.field("reprobes", last.reprobes);
               w.field("rollbacks", int64_t{last.rollbacks}).field("replicas_at_end", int64_t{last.replicas_at_end});
               w.key("rolled_back_to").begin_array();
               for (auto [e, st] : last.rolled_back_to)

@@ -301,33 +301,6 @@ BOOST_AUTO_TEST_CASE(a_replica_with_a_large_fixed_step_cost_is_left_out_of_the_c
   BOOST_CHECK_GT(rep.epochs.back().test_accuracy, 0.5);
 }
 
-// A replica left without rows is not measured by training: after the epoch
-// it probes its cost again, and comes back once it is worth rows (here its
-// 50 ms a step lasts for the first epoch only).
-BOOST_AUTO_TEST_CASE(a_left_out_replica_probes_again_and_comes_back) {
-  train_config c = config("mlp");
-  c.epochs = 3;
-  c.resplit_every = 0;
-  auto slow_first_epoch = [](int r, train_config& rc) {
-    rc.split_timed = timed_greedy;
-    if (r == 2) {
-      rc.emulate_step_seconds = 0.05;
-      rc.emulate_step_epochs = 1;
-    }
-  };
-  auto reps = run_replicas(c, 3, /*measured=*/true, nullptr, proportional, slow_first_epoch);
-  for (auto& r : reps) BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
-  for (int r = 1; r < 3; ++r) BOOST_CHECK_EQUAL(reps[std::size_t(r)]->weights_checksum, reps[0]->weights_checksum);
-  const auto& sp = reps[0]->splits;
-  BOOST_REQUIRE_EQUAL(sp.size(), 3u);
-  for (std::size_t e = 0; e < sp.size(); ++e)
-    BOOST_TEST_MESSAGE("epoch " << e + 1 << ": split " << sp[e][0] << "/" << sp[e][1] << "/" << sp[e][2]);
-  BOOST_CHECK_EQUAL(sp[0][2], 0);         // left out from the probe on
-  BOOST_CHECK_GE(reps[2]->reprobes, 1);   // probed again after epoch 1
-  BOOST_CHECK_GT(sp[1][2], 0);            // and back for epoch 2
-  BOOST_CHECK_EQUAL(reps[0]->reprobes, 0);
-}
-
 // Batch-norm running statistics are averaged weighted by the rows each
 // replica trained: a replica given no rows at all (a split that leaves it
 // out) does not dilute them, so the group's model - weights and statistics
