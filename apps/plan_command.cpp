@@ -10,6 +10,7 @@
 #include "apps/profile_command.hpp"
 #include "apps/simulate_command.hpp"
 #include "kernels/model.hpp"
+#include "kernels/step_cost.hpp"
 #include "kernels/profile.hpp"
 #include "actors/ralp/ralp_options.hpp"
 #include "topology/data_parallel.hpp"
@@ -42,25 +43,25 @@ expected<double> measure_seconds(const kernels::model_spec& spec, kernels::devic
   return s;
 }
 
-// The job's step cost model (kernels/trainer.cpp's speed probe): the time
-// at its equal share and at a quarter of it fit fixed + rows * per_row.
+// The job's step cost model (kernels/trainer.cpp's speed probe,
+// kernels/step_cost.hpp): the time at its equal share and at a quarter of
+// it fit fixed + rows * per_row.
 struct step_cost {
   double speed = 0, fixed_s = 0, per_row_s = 0;
 };
 expected<step_cost> measure_cost(const kernels::model_spec& spec, kernels::device where, int threads, int64_t share) {
+  // The job's order: the quarter first, then the share (its speed).
+  kernels::step_cost_fit fit;
+  if (share >= 4) {
+    HF_ASSIGN_OR_RETURN(double t2, measure_seconds(spec, where, threads, share / 4));
+    fit.observe(double(share / 4), t2, /*probe=*/true);
+  }
   HF_ASSIGN_OR_RETURN(double t1, measure_seconds(spec, where, threads, share));
+  fit.observe(double(share), t1, /*probe=*/true);
   step_cost c;
   c.speed = t1 > 0 ? double(share) / t1 : 0.0;
-  c.per_row_s = t1 > 0 ? t1 / double(share) : 0.0;
-  if (share >= 4 && t1 > 0) {
-    const int64_t small = share / 4;
-    HF_ASSIGN_OR_RETURN(double t2, measure_seconds(spec, where, threads, small));
-    const double b = (t1 - t2) / double(share - small);
-    if (b > 0 && t1 - b * double(share) >= 0) {
-      c.per_row_s = b;
-      c.fixed_s = t1 - b * double(share);
-    }
-  }
+  c.fixed_s = fit.fixed;
+  c.per_row_s = fit.per_row;
   return c;
 }
 

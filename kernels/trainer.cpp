@@ -20,6 +20,7 @@
 #include "kernels/loss.hpp"
 #include "kernels/metrics.hpp"
 #include "kernels/model.hpp"
+#include "kernels/step_cost.hpp"
 #include "kernels/random.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
@@ -441,52 +442,6 @@ private:
   std::vector<int32_t> batch_y_;
 };
 
-// A replica's step cost as fixed + rows * per_row seconds, from measured
-// (rows, seconds) points - per-step means over windows of steps. Two points
-// at least 2x apart in rows fit both terms (a secant: the speed probe's two
-// batch sizes, 4x apart, or a split that moved a lot); a point nearer the
-// previous one's rows refits the per-row term through it, keeping the fixed
-// term (at most 90% of the point's time), so timing noise in windows of
-// similar rows moves the split no more than a split by speed alone. A
-// secant that hardly rises (slope under 1% of the points' time a row, or
-// falling, by noise) is a fixed cost with that small per-row part; one
-// that would give a negative fixed part gives none.
-// The probe's points (forward + backward on zeros) and the training
-// windows' (busy time: also the batch, host copies and the optimizer step)
-// measure different things, so a secant joins two of the same kind only.
-struct step_cost_fit {
-  double fixed = 0.0, per_row = 0.0;
-  double last_rows = 0.0, last_seconds = 0.0;
-  bool last_probe = false;
-  bool measured() const noexcept { return per_row > 0; }
-  void observe(double rows, double seconds, bool probe = false) {
-    if (!(rows > 0) || !(seconds > 0) || !std::isfinite(seconds)) return;
-    const bool apart = last_rows > 0 && last_probe == probe &&
-                       std::max(rows, last_rows) >= 2 * std::min(rows, last_rows);
-    double f = fixed, b = 0.0;
-    if (apart) {
-      b = (seconds - last_seconds) / (rows - last_rows);
-      // Time that hardly grows with the rows (or, by noise, shrinks): a
-      // mostly fixed cost, with a small per-row part.
-      const double floor_b = 0.01 * std::min(seconds / rows, last_seconds / last_rows);
-      if (!(b > floor_b)) b = floor_b;
-      f = seconds - b * rows;
-      if (!(f >= 0)) {  // more than proportional: no fixed part
-        f = 0.0;
-        b = seconds / rows;
-      }
-    } else {  // through this point, keeping the fixed term
-      f = std::min(std::max(fixed, 0.0), 0.9 * seconds);
-      b = (seconds - f) / rows;
-    }
-    fixed = f;
-    per_row = b;
-    last_rows = rows;
-    last_seconds = seconds;
-    last_probe = probe;
-  }
-};
-
 // Data parallelism inside the training loop (train_config::group): the split
 // of each global batch, the gradient sum, and the speeds behind the split.
 class replica_sync {
@@ -751,9 +706,10 @@ private:
   std::vector<int64_t> split_of(int64_t rows, int64_t batch) const {
     if (!c_.measured_split || !c_.split_timed) return c_.split(rows, speeds_);
     std::vector<double> per_row(per_row_);
-    if (batch > 0)
+    if (batch > 0) {
       for (std::size_t i = 0; i < per_row.size(); ++i) per_row[i] += fixed_[i] / double(batch);
-    if (batch > 0) return c_.split_timed(rows, fixed_, per_row);
+      return c_.split_timed(rows, fixed_, per_row);
+    }
     auto& kept = kept_splits_[rows];
     if (kept.costs_version == costs_version_ && kept.split.size() == per_row.size()) return kept.split;
     auto best = c_.split_timed(rows, fixed_, per_row);
@@ -844,6 +800,32 @@ status save_epoch_checkpoint(const train_config& c, model& m, optimizer& opt, in
   return c.checkpoints->save(epochs_done, opt.steps(), v, optimizer_state);
 }
 
+// A checkpoint's tensors (checkpoint_tensors' order) into m and opt, after
+// checking that they are this model's (count, names, shapes); `where` names
+// the checkpoint in errors.
+status restore_checkpoint_state(const train_config& c, model& m, optimizer& opt, std::span<parameter* const> params,
+                                const epoch_checkpoint& ck, const std::string& where) {
+  std::vector<parameter*> ps = m.parameters();
+  std::vector<state_tensor*> states = m.state();
+  const std::size_t nm = ps.size() + states.size();
+  if (ck.tensors.size() != ck.names.size() || ck.optimizer_state < 0 ||
+      ck.tensors.size() != nm + std::size_t(ck.optimizer_state))
+    return make_error(errc::invalid_argument, where + ": holds " + std::to_string(ck.tensors.size()) +
+                                                  " tensors; " + c.model + " has " + std::to_string(nm) +
+                                                  " (+ the optimizer's): not a checkpoint of this model");
+  auto target = [&](std::size_t i) -> tensor& { return i < ps.size() ? ps[i]->value : states[i - ps.size()]->value; };
+  auto name_of = [&](std::size_t i) -> const std::string& {
+    return i < ps.size() ? ps[i]->name : states[i - ps.size()]->name;
+  };
+  for (std::size_t i = 0; i < nm; ++i)
+    if (ck.names[i] != name_of(i) || !(ck.tensors[i].shape() == target(i).shape()))
+      return make_error(errc::invalid_argument, where + ": tensor " + std::to_string(i) + " is " + ck.names[i] + " " +
+                                                    ck.tensors[i].shape().to_string() + ", the model has " +
+                                                    name_of(i) + " " + target(i).shape().to_string() +
+                                                    " (the model or its options changed since the checkpoint)");
+  return apply_saved_state(c, m, opt, params, ck.tensors, ck.names, ck.optimizer_steps, where);
+}
+
 // A mid-epoch checkpoint (train_config::step_checkpoints): a "position"
 // tensor first - epochs done, the next step, the epoch's loss sum, correct
 // predictions, this replica's rows and the epoch's samples so far, each as
@@ -881,7 +863,7 @@ struct step_position {
 // label an epoch checkpoint of `epochs_done` epochs would have), restored into m and opt; none:
 // next_step 0.
 expected<step_position> restore_step_checkpoint(const train_config& c, model& m, optimizer& opt,
-                                                std::span<parameter* const> params, replica_sync& dp, int64_t after,
+                                                std::span<parameter* const> params, int64_t after,
                                                 std::string& resumed_from) {
   std::vector<int> have = c.step_checkpoints->labels();
   int64_t label = have.empty() ? 0 : have.back();
@@ -913,14 +895,7 @@ expected<step_position> restore_step_checkpoint(const train_config& c, model& m,
                     int64_t(std::llround(value(4))), int64_t(std::llround(value(5)))};
   ck.names.erase(ck.names.begin());
   ck.tensors.erase(ck.tensors.begin());
-  const std::size_t nm = m.parameters().size() + m.state().size();
-  if (ck.tensors.size() != ck.names.size() || ck.optimizer_state < 0 ||
-      ck.tensors.size() != nm + std::size_t(ck.optimizer_state))
-    return make_error(errc::invalid_argument, where + ": holds " + std::to_string(ck.tensors.size()) + " tensors; " +
-                                                  c.model + " has " + std::to_string(nm) +
-                                                  " (+ the optimizer's): not a checkpoint of this model");
-  HF_RETURN_IF_ERROR(apply_saved_state(c, m, opt, params, ck.tensors, ck.names, ck.optimizer_steps, where));
-  (void)dp;
+  HF_RETURN_IF_ERROR(restore_checkpoint_state(c, m, opt, params, ck, where));
   return pos;
 }
 
@@ -949,25 +924,7 @@ expected<int> restore_epoch_checkpoint(const train_config& c, model& m, optimize
   if (label == 0) return 0;
   const std::string where = c.checkpoints->describe(label);
   HF_ASSIGN_OR_RETURN(epoch_checkpoint ck, c.checkpoints->load(label));
-  std::vector<parameter*> ps = m.parameters();
-  std::vector<state_tensor*> states = m.state();
-  const std::size_t nm = ps.size() + states.size();
-  if (ck.tensors.size() != ck.names.size() || ck.optimizer_state < 0 ||
-      ck.tensors.size() != nm + std::size_t(ck.optimizer_state))
-    return make_error(errc::invalid_argument, where + ": holds " + std::to_string(ck.tensors.size()) +
-                                                  " tensors; " + c.model + " has " + std::to_string(nm) +
-                                                  " (+ the optimizer's): not a checkpoint of this model");
-  auto target = [&](std::size_t i) -> tensor& { return i < ps.size() ? ps[i]->value : states[i - ps.size()]->value; };
-  auto name_of = [&](std::size_t i) -> const std::string& {
-    return i < ps.size() ? ps[i]->name : states[i - ps.size()]->name;
-  };
-  for (std::size_t i = 0; i < nm; ++i)
-    if (ck.names[i] != name_of(i) || !(ck.tensors[i].shape() == target(i).shape()))
-      return make_error(errc::invalid_argument, where + ": tensor " + std::to_string(i) + " is " + ck.names[i] + " " +
-                                                    ck.tensors[i].shape().to_string() + ", the model has " +
-                                                    name_of(i) + " " + target(i).shape().to_string() +
-                                                    " (the model or its options changed since the checkpoint)");
-  HF_RETURN_IF_ERROR(apply_saved_state(c, m, opt, params, ck.tensors, ck.names, ck.optimizer_steps, where));
+  HF_RETURN_IF_ERROR(restore_checkpoint_state(c, m, opt, params, ck, where));
   return label;
 }
 
@@ -1068,10 +1025,17 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     drill_start_delay();
     HF_ASSIGN_OR_RETURN(first_epoch, restore_epoch_checkpoint(c, hm, *opt, params, dp));
     if (c.step_checkpoints) {
-      HF_ASSIGN_OR_RETURN(resumed_at, restore_step_checkpoint(c, hm, *opt, params, dp,
+      // A newer mid-epoch checkpoint replaces what the epoch checkpoint put
+      // in, into a fresh optimizer (one restored twice would carry the
+      // epoch checkpoint's state too).
+      HF_ASSIGN_OR_RETURN(auto fresh, new_optimizer());
+      HF_ASSIGN_OR_RETURN(resumed_at, restore_step_checkpoint(c, hm, *fresh, params,
                                                              int64_t(first_epoch) * source.plan().steps,
                                                              rep.resumed_from));
-      if (resumed_at.next_step > 0) first_epoch = resumed_at.epoch;
+      if (resumed_at.next_step > 0) {
+        first_epoch = resumed_at.epoch;
+        opt = std::move(fresh);
+      }
     }
     HF_RETURN_IF_ERROR(mirror.all_to_device());
     rep.resumed_epochs = first_epoch;
@@ -1153,6 +1117,13 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     return sn.acc;
   };
   const bool failover = dp.can_recover();
+  // The report's record of one epoch's split and the costs behind it.
+  auto note_split = [&] {
+    rep.splits.push_back(dp.full_split(batch_size));
+    rep.speeds.push_back(dp.speeds());
+    rep.fixed_seconds.push_back(dp.fixed_seconds());
+    rep.row_seconds.push_back(dp.row_seconds());
+  };
   int64_t checkpoint_pending = 0;  // a request id asked for (train_config::checkpoint_now), not saved yet
   std::set<int64_t> checkpoints_handled;  // request ids saved for
   const int64_t snapshot_every = failover ? c.failover_snapshot_every : 0;
@@ -1164,12 +1135,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       a = epoch_acc{};
       a.started = clock_type::now();
       er.epoch = epoch + 1;
-      if (dp.active()) {
-        rep.splits.push_back(dp.full_split(batch_size));
-        rep.speeds.push_back(dp.speeds());
-        rep.fixed_seconds.push_back(dp.fixed_seconds());
-        rep.row_seconds.push_back(dp.row_seconds());
-      }
+      if (dp.active()) note_split();
     }
     if (failover) HF_RETURN_IF_ERROR(snapshot(epoch, a));
     double& loss_sum = a.loss_sum;
@@ -1359,12 +1325,7 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     acc.correct = resumed_at.correct;
     acc.local_rows = resumed_at.local_rows;
     acc.er.samples = acc.samples_before = resumed_at.samples;
-    if (dp.active()) {
-      rep.splits.push_back(dp.full_split(batch_size));
-      rep.speeds.push_back(dp.speeds());
-      rep.fixed_seconds.push_back(dp.fixed_seconds());
-      rep.row_seconds.push_back(dp.row_seconds());
-    }
+    if (dp.active()) note_split();
   }
   for (int epoch = first_epoch; epoch < c.epochs;) {
     status s = run_epoch(epoch, acc);
@@ -1387,15 +1348,16 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     epoch = back.first;
     while (!rep.epochs.empty() && rep.epochs.back().epoch > epoch) rep.epochs.pop_back();
     const std::size_t kept_epochs = std::size_t(epoch - first_epoch) + (acc.next_step > 0 ? 1 : 0);
-    rep.splits.resize(std::min(rep.splits.size(), kept_epochs));
-    rep.speeds.resize(std::min(rep.speeds.size(), kept_epochs));
-    rep.fixed_seconds.resize(std::min(rep.fixed_seconds.size(), kept_epochs));
-    rep.row_seconds.resize(std::min(rep.row_seconds.size(), kept_epochs));
+    auto keep_splits = [&](std::size_t n) {  // note_split's vectors grow together
+      rep.splits.resize(n);
+      rep.speeds.resize(n);
+      rep.fixed_seconds.resize(n);
+      rep.row_seconds.resize(n);
+    };
+    keep_splits(std::min(rep.splits.size(), kept_epochs));
     if (acc.next_step > 0 && !rep.splits.empty()) {  // the rest of this epoch splits among those left
-      rep.splits.back() = dp.full_split(batch_size);
-      rep.speeds.back() = dp.speeds();
-      rep.fixed_seconds.back() = dp.fixed_seconds();
-      rep.row_seconds.back() = dp.row_seconds();
+      keep_splits(rep.splits.size() - 1);
+      note_split();
     }
     ++rep.rollbacks;
     rep.rolled_back_to.emplace_back(epoch + 1, acc.next_step);

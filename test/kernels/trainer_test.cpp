@@ -289,6 +289,62 @@ BOOST_AUTO_TEST_CASE(epoch_checkpoints_resume_to_the_same_weights) {
   BOOST_CHECK(other.error().message().find("memory:") != std::string::npos);
 }
 
+// `hetflow shell`'s checkpoint mid-epoch (train_config::step_checkpoints):
+// a request in epoch 2 saves after that step; --resume continues there,
+// with the epoch's books, and ends on the uninterrupted weights; a request
+// id seen again is not saved twice; another model's step checkpoint is an
+// error naming it.
+BOOST_AUTO_TEST_CASE(a_mid_epoch_checkpoint_resumes_at_its_step) {
+  train_config c = small_config();
+  c.epochs = 3;
+  c.optimizer = {optimizer_kind::adam, 0.002, 0.0};
+  auto epochs = std::make_shared<memory_checkpoints>();
+  auto steps = std::make_shared<memory_checkpoints>();
+  c.checkpoints = epochs;
+  c.step_checkpoints = steps;
+  auto full = train_single(c);
+  BOOST_REQUIRE(full.has_value());
+  BOOST_CHECK(steps->kept.empty());  // nobody asked
+
+  // Ask at the 40th step of the run (epoch 2, 32 steps an epoch), with the
+  // same id again two steps later.
+  int64_t polls = 0;
+  c.checkpoint_now = [&polls]() -> int64_t {
+    ++polls;
+    return polls == 40 || polls == 42 ? 7 : 0;
+  };
+  epochs->kept.clear();
+  auto asked = train_single(c);
+  BOOST_REQUIRE(asked.has_value());
+  BOOST_CHECK_EQUAL(asked->step_checkpoints, 1);
+  BOOST_REQUIRE_EQUAL(steps->kept.size(), 1u);
+  BOOST_CHECK_EQUAL(steps->kept.begin()->first, 32 + 8);  // 1 epoch done, next step 8
+  BOOST_CHECK_EQUAL(asked->weights_checksum, full->weights_checksum);
+
+  // Lose the epoch checkpoints 2 and 3: resume at step 8 of epoch 2.
+  epochs->kept.erase(3);
+  epochs->kept.erase(2);
+  c.checkpoint_now = nullptr;
+  c.resume = true;
+  auto resumed = train_single(c);
+  BOOST_REQUIRE(resumed.has_value());
+  BOOST_CHECK_EQUAL(resumed->resumed_epochs, 1);
+  BOOST_CHECK_EQUAL(resumed->resumed_step, 8);
+  BOOST_REQUIRE_EQUAL(resumed->epochs.size(), 2u);
+  BOOST_CHECK_EQUAL(resumed->epochs[0].samples, 1024);  // the whole epoch's books
+  BOOST_CHECK_CLOSE(resumed->epochs[0].loss, full->epochs[1].loss, 1e-9);
+  BOOST_CHECK_EQUAL(resumed->weights_checksum, full->weights_checksum);
+
+  // Another model's: an error naming the checkpoint and the tensor.
+  epochs->kept.clear();
+  c.width = 0.5;
+  auto other = train_single(c);
+  BOOST_REQUIRE(!other.has_value());
+  BOOST_CHECK(other.error().code() == errc::invalid_argument);
+  BOOST_TEST_MESSAGE(other.error().message());
+  BOOST_CHECK(other.error().message().find("memory:40: tensor 0 is") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(a_checkpoint_that_cannot_be_written_ends_the_run_and_keeps_the_last_good_one) {
   train_config c = small_config();
   c.epochs = 3;
