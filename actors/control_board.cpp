@@ -77,6 +77,13 @@ checkpoint_request checkpoint_requested() {
   return b.last;
 }
 
+std::optional<checkpoint_request> take_new_checkpoint_request(int64_t& seen) {
+  const checkpoint_request req = checkpoint_requested();
+  if (req.generation == 0 || req.generation == seen) return std::nullopt;
+  seen = req.generation;
+  return req;
+}
+
 void answer_checkpoint(const std::string& shard, int64_t generation, bool ok, std::string text) {
   auto& b = ckpt();
   std::lock_guard<std::mutex> g(b.mu);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace hetflow::actors::control {
@@ -34,6 +35,9 @@ struct checkpoint_request {
 };
 int64_t request_checkpoint(int64_t label);  // the new request's generation
 checkpoint_request checkpoint_requested();
+// The newest request if its generation is not `seen` (the one its caller
+// took last), which it then becomes: each request is taken once.
+std::optional<checkpoint_request> take_new_checkpoint_request(int64_t& seen);
 struct checkpoint_answer {
   bool ok = false;
   std::string text;

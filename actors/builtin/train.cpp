@@ -314,9 +314,9 @@ kernels::train_config with_checkpoints(kernels::train_config c, const topology::
     refuse = me + ": input = \"stream\" checkpoints after every epoch only (the shards cannot replay half an epoch)";
   // The request's label is its id (the shell picks one per command).
   c.checkpoint_now = [me, refuse, seen = std::make_shared<int64_t>(0)]() -> int64_t {
-    const auto req = control::checkpoint_requested();
-    if (req.generation == 0 || req.generation == *seen) return 0;
-    *seen = req.generation;
+    const auto taken = control::take_new_checkpoint_request(*seen);
+    if (!taken) return 0;
+    const auto& req = *taken;
     if (!refuse.empty()) {
       log_warn("shell: checkpoint refused: " + refuse);
       control::answer_checkpoint(me, req.generation, false, refuse);

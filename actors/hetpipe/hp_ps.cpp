@@ -201,9 +201,9 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
   // once and answered on the board; true when it set a new barrier.
   int64_t checkpoint_generation = 0;
   auto take_checkpoint_request = [&]() -> bool {
-    const auto req = control::checkpoint_requested();
-    if (req.generation == 0 || req.generation == checkpoint_generation) return false;
-    checkpoint_generation = req.generation;
+    const auto taken = control::take_new_checkpoint_request(checkpoint_generation);
+    if (!taken) return false;
+    const auto& req = *taken;
     const std::string what = me + ": checkpoint at wave " + std::to_string(req.label);
     std::string refused;
     if (!store)
@@ -221,7 +221,7 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
     }
     requested.insert(req.label);
     const int64_t b = core.barrier();
-    if (b < 0 || req.label < b || b <= last_label) core.set_barrier(req.label);
+    if (b < 0 || req.label < b) core.set_barrier(req.label);
     log_warn("shell: " + what + " (written when every virtual worker has pushed wave " +
              std::to_string(req.label - 1) + ")");
     control::answer_checkpoint(me, req.generation, true,

@@ -419,9 +419,9 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   int64_t first_wave_of_run = 0;  // --resume: the restored wave
   auto checkpoint_wave = [&](int64_t w) { return (r.ckpt_every > 0 && w % r.ckpt_every == 0) || asked.count(w) > 0; };
   auto take_checkpoint_request = [&] {
-    const auto req = control::checkpoint_requested();
-    if (req.generation == 0 || req.generation == checkpoint_generation) return;
-    checkpoint_generation = req.generation;
+    const auto taken = control::take_new_checkpoint_request(checkpoint_generation);
+    if (!taken) return;
+    const auto& req = *taken;
     const std::string what = me + ": checkpoint before wave " + std::to_string(req.label);
     std::string refused;
     if (!store)

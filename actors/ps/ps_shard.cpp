@@ -157,9 +157,10 @@ std::string slowest_text(shard_actor* self) {
 // once, and answered on the board.
 void take_checkpoint_request(shard_actor* self) {
   auto& st = self->state;
-  const auto req = control::checkpoint_requested();
-  if (req.generation == 0 || req.generation == st.checkpoint_generation || !st.core) return;
-  st.checkpoint_generation = req.generation;
+  if (!st.core) return;
+  const auto taken = control::take_new_checkpoint_request(st.checkpoint_generation);
+  if (!taken) return;
+  const auto& req = *taken;
   std::vector<ps::pull_ticket> ready;
   const int64_t before = st.core->checkpoints_written();
   if (auto s = st.core->request_checkpoint(req.label, ready); !s.ok()) {

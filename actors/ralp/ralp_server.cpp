@@ -149,9 +149,10 @@ std::string slowest_text(server_actor* self) {
 // clock L is answered); an L the workers have passed becomes the next clock.
 void take_checkpoint_request(server_actor* self) {
   auto& st = self->state;
-  const auto req = control::checkpoint_requested();
-  if (req.generation == 0 || req.generation == st.checkpoint_generation || !st.core) return;
-  st.checkpoint_generation = req.generation;
+  if (!st.core) return;
+  const auto taken = control::take_new_checkpoint_request(st.checkpoint_generation);
+  if (!taken) return;
+  const auto& req = *taken;
   const int64_t g = st.core->clocks().global();
   if (!st.store) {
     const std::string why = st.me + ": checkpoint at clock " + std::to_string(req.label) + ": the job has no checkpoint_dir";

@@ -124,6 +124,19 @@ wait_for_text() {
   return 0
 }
 
+# resume_and_check TOPO WANT_CHECKSUM TEXT WHAT: `hetflow run TOPO --resume
+# --report TOPO.resume.json` (output in TOPO.resume.out); fails, naming WHAT,
+# unless it succeeds, its output has TEXT (grep pattern) and its weights
+# checksum is WANT_CHECKSUM.
+resume_and_check() {
+  local topo=$1 want=$2 text=$3 what=$4
+  timeout 300 "$HETFLOW" run "$topo" --resume --report "$topo.resume.json" >"$topo.resume.out" 2>&1 ||
+    { cat "$topo.resume.out"; fail "$what: --resume failed"; }
+  grep -q -- "$text" "$topo.resume.out" || { cat "$topo.resume.out"; fail "$what: the output has no '$text'"; }
+  [[ $(json_get "$topo.resume.json" 'd["weights_checksum"]') == "$want" ]] ||
+    fail "$what: the resumed run's weights differ from the uninterrupted run's"
+}
+
 json_get() {  # json_get FILE PYTHON_EXPR (d is the parsed object)
   python3 -c "import json,sys; d=json.load(open('$1')); print($2)"
 }

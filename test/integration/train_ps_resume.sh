@@ -147,9 +147,5 @@ ls "$HETFLOW_SCRATCH/ck-od" | grep -q "^ps0.$name$" && ls "$HETFLOW_SCRATCH/ck-o
   { ls "$HETFLOW_SCRATCH/ck-od"; fail "on demand: want checkpoint $label and the final one, on both shards"; }
 [[ $(json_get "$od.json" 'd["weights_checksum"]') == "$want" ]] || fail "on demand: the run's weights differ from the uninterrupted run's"
 rm "$HETFLOW_SCRATCH/ck-od/"ps[01].ckpt-000000000200
-timeout 300 "$HETFLOW" run "$od" --resume --report "$od.resume.json" >"$od.resume.out" 2>&1 ||
-  { cat "$od.resume.out"; fail "on demand: --resume failed"; }
-grep -q "restored checkpoint $label" "$od.resume.out" || { cat "$od.resume.out"; fail "on demand: --resume did not restore $label"; }
-[[ $(json_get "$od.resume.json" 'd["weights_checksum"]') == "$want" ]] ||
-  fail "on demand: resumed from $label, the weights differ from the uninterrupted run's"
+resume_and_check "$od" "$want" "restored checkpoint $label" "on demand, resumed from clock $label"
 pass "shell checkpoint: both shards wrote clock $label; --resume from it ends with the uninterrupted weights"

@@ -235,9 +235,5 @@ ls "$HETFLOW_SCRATCH/ck-od" | grep -q "^ralp0-lower.$name$" && ls "$HETFLOW_SCRA
   { ls "$HETFLOW_SCRATCH/ck-od"; fail "on demand: no checkpoint at clock $label"; }
 [[ $(json_get "$od.run.json" 'd["weights_checksum"]') == "$want_od" ]] || fail "on demand: the checkpoint changed the run's weights"
 rm "$HETFLOW_SCRATCH/ck-od/"ralp0-*.ckpt-000000000800
-timeout 300 "$HETFLOW" run "$od" --resume --report "$od.resume.json" >"$od.resume.out" 2>&1 ||
-  { cat "$od.resume.out"; fail "on demand: --resume failed"; }
-grep -q "ralp0: resumed from .*$name (clock $label)" "$od.resume.out" || { cat "$od.resume.out"; fail "on demand: --resume did not restore $label"; }
-[[ $(json_get "$od.resume.json" 'd["weights_checksum"]') == "$want_od" ]] ||
-  fail "on demand: resumed from $label, the weights differ from the uninterrupted run's"
+resume_and_check "$od" "$want_od" "ralp0: resumed from .*$name (clock $label)" "on demand, resumed from clock $label"
 pass "shell checkpoint: the RALP server wrote clock $label; --resume from it ends with the uninterrupted weights"
