@@ -373,6 +373,8 @@ expected<std::vector<topology::actor_spec>> expand_ring_job(const topology::clus
     if (p.contains("timeout")) m.args.set("timeout", p.get_number("timeout"));
     if (p.contains("first_timeout")) m.args.set("first_timeout", p.get_number("first_timeout"));
     if (p.contains("hierarchical")) m.args.set("hierarchical", p.get_string("hierarchical"));
+    if (p.contains("shm")) m.args.set("shm", p.get_string("shm"));
+    if (p.contains("shm_slot_bytes")) m.args.set("shm_slot_bytes", p.get_int("shm_slot_bytes"));
     if (m.name == drill_member) {
       m.args.set("drill", p.get_string("drill", "none"));
       m.args.set("drill_after", p.get_int("drill_after", 0));

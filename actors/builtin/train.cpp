@@ -665,6 +665,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
       if (p.contains(key)) m.args.set(key, p.get_int(key));
     m.args.set("timeout", p.get_number("ring_timeout", 2.0));
     m.args.set("hierarchical", p.get_string("hierarchical", "auto"));
+    m.args.set("shm", p.get_string("shm", "auto"));
     v.push_back(std::move(m));
     topology::actor_spec a;
     a.name = replica_name(i);
@@ -744,6 +745,9 @@ void add_train(registry& reg) {
   key("hierarchical", key_type::string, std::string("auto"),
       "dp: replicas sharing a host sum into one leader, the leaders run the ring (auto: when replicas span "
       "hosts and some share one; off: one flat ring)", {}, {}, {"auto", "off"});
+  key("shm", key_type::string, std::string("auto"),
+      "dp: when every replica is on one host, their ring sums through one shared-memory segment (auto; off: "
+      "chunk messages through the data plane)", {}, {}, {"auto", "off"});
   key("ring_timeout", key_type::duration, 2.0,
       "dp: a collective with no progress for this long names the stalled replica and stops the job", 0.1, 3600.0);
   key("model", key_type::string, std::string("lenet5"), "model zoo name", {}, {},

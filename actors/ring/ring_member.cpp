@@ -58,10 +58,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "actors/buffer_pool.hpp"
@@ -69,6 +72,7 @@
 #include "actors/json.hpp"
 #include "actors/log.hpp"
 #include "actors/ring/fused_buffer.hpp"
+#include "actors/ring/shm_group.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
 
@@ -127,6 +131,7 @@ using ringclose_atom = caf::atom_constant<caf::atom("ringclose")>;
 using ringprobe_atom = caf::atom_constant<caf::atom("ringprobe")>;
 using ringtick_atom = caf::atom_constant<caf::atom("ringtick")>;
 using ringview_atom = caf::atom_constant<caf::atom("ringview")>;
+using ringshm_atom = caf::atom_constant<caf::atom("ringshm")>;
 
 // Collective ids: generation << 48 | count within the generation.
 constexpr unsigned gen_shift = 48;
@@ -141,6 +146,10 @@ constexpr uint8_t phase_ag = 1;
 // the sender's index among the leader's locals), and the result back.
 constexpr uint8_t phase_lr = 2;
 constexpr uint8_t phase_lb = 3;
+// Shared memory (every member on one host): the first member's offer of the
+// segment to the others (segment = generation, chunk = the nonce, tensor 0 =
+// the segment's name as bytes). No chunks of the vectors travel.
+constexpr uint8_t phase_shm = 4;
 
 // The payload of a chunk message; little-endian, memcpy'd.
 struct chunk_header {
@@ -176,6 +185,8 @@ struct ring_config {
   double first_timeout_s = 60.0;
   uint64_t window = 0;
   std::string hierarchical = "auto";  // auto | off
+  std::string shm = "auto";           // auto | off
+  uint64_t shm_slot_bytes = 256 << 10;
   bool failover = false;              // lost members are dropped, not a failure
   std::string drill = "none";
   int64_t drill_after = 0;
@@ -196,6 +207,10 @@ struct active_collective {
   uint64_t own_sent = 0;
   uint64_t left_step0 = 0;           // step 0 chunks expected from the left
   uint64_t left_step0_seen = 0;
+  // Shared memory: run by the worker thread (shm_waiting: the first
+  // member's offer of the segment has not come yet).
+  bool shm = false;
+  bool shm_waiting = false;
   // Hierarchical mode.
   uint64_t whole_chunks = 0;         // chunks of the whole vector
   uint64_t lr_expected = 0, lr_received = 0;  // leader: from its locals
@@ -217,6 +232,86 @@ struct active_collective {
   // The watchdog's view (kernels/waits.hpp): whom this member waits on while
   // the collective runs; ends with it.
   std::optional<kernels::waits::scope> wait;
+};
+
+// Runs shared-memory collectives off the actor's thread, one at a time, so
+// the member's mailbox stays free (probes, views, stop) while one runs. The
+// result comes back to the actor as a ringshm message; a collective the
+// actor gave up on (abort_and_wait: failover, a failure, the stop) ends
+// within a few milliseconds and reports nothing.
+class shm_worker {
+public:
+  struct job {
+    shm_group* group = nullptr;
+    fused_buffer* buf = nullptr;
+    reduce_op op = reduce_op::sum;
+    uint64_t id = 0;
+    double timeout_s = 2.0;
+    bool check_in = false;
+    shm_group::round_hook hook;
+  };
+  using done_fn = std::function<void(uint64_t id, const status&)>;
+
+  explicit shm_worker(done_fn done) : done_(std::move(done)), thread_([this] { run(); }) {}
+  ~shm_worker() {
+    {
+      std::lock_guard lk(m_);
+      stop_ = true;
+      abort_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void submit(job j) {
+    {
+      std::lock_guard lk(m_);
+      job_ = std::move(j);
+      busy_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Stops the collective in flight (if any) and waits until the worker has
+  // let go of its buffers.
+  void abort_and_wait() {
+    std::unique_lock lk(m_);
+    if (!busy_) return;
+    abort_ = true;
+    cv_.wait(lk, [&] { return !busy_; });
+    abort_ = false;
+  }
+
+private:
+  void run() {
+    for (;;) {
+      job j;
+      {
+        std::unique_lock lk(m_);
+        cv_.wait(lk, [&] { return stop_ || job_.has_value(); });
+        if (stop_) return;
+        j = std::move(*job_);
+        job_.reset();
+      }
+      status s;
+      if (j.check_in) s = j.group->check_in(j.timeout_s, abort_);
+      if (s.ok()) s = j.group->all_reduce(*j.buf, j.op, j.id, j.timeout_s, abort_, j.hook);
+      bool aborted;
+      {
+        std::lock_guard lk(m_);
+        aborted = abort_;
+        busy_ = false;
+      }
+      cv_.notify_all();
+      if (!aborted) done_(j.id, s);
+    }
+  }
+
+  done_fn done_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::optional<job> job_;
+  bool busy_ = false, stop_ = false;
+  std::atomic<bool> abort_{false};
+  std::thread thread_;  // last: starts after the members above exist
 };
 
 struct member_state : job_actor_state {
@@ -251,6 +346,7 @@ struct member_state : job_actor_state {
   std::shared_ptr<buffer_pool> pool;
   schemas::message_builder::allocator allocate;
   bool probing = false;
+  bool tick_pending = false;
   bool closed = false;
   bool finished = false;
   int64_t chunks_handled = 0;
@@ -259,6 +355,22 @@ struct member_state : job_actor_state {
   uint64_t elems_reduced = 0;
   double busy_s = 0;
   kernels::trace::track_id tk = 0;  // this member's trace track
+  // Shared memory (cfg.shm "auto" and every member of the ring on this
+  // member's host): the segment of generation shm_gen, the first member's
+  // offer of it when it came before this member needed it, and the worker
+  // thread that runs the collectives. The worker is declared last so that
+  // it stops before the collective whose buffer it uses is destroyed.
+  bool shm_mode = false;
+  std::unique_ptr<shm_group> shm;
+  uint32_t shm_gen = UINT32_MAX;
+  bool shm_checked_in = false;
+  struct shm_offer {
+    uint32_t gen = 0;
+    uint64_t nonce = 0;
+    std::string name;
+  };
+  std::optional<shm_offer> offer;
+  std::unique_ptr<shm_worker> worker;
   static inline const char* name = "hetflow.ring_member";
 };
 
@@ -271,11 +383,13 @@ std::string who(const member_state& st, const std::string& member) {
 
 void try_start(member_actor* self);
 bool check_lost(member_actor* self);
+double stall_limit(const member_state& st, uint64_t id);
 void configure_ring(member_state& st, std::size_t me);
 
 // Completes the request in progress and every queued one with `err`, and
 // drops the collective in flight.
 void complete_all(member_state& st, const status& err) {
+  if (st.worker) st.worker->abort_and_wait();  // lets go of the caller's tensors first
   if (st.current) st.current->complete(err);
   for (auto& r : st.queue) r->complete(err);
   st.current.reset();
@@ -301,7 +415,7 @@ void finish_ok(member_actor* self) {
   st.finished = true;
   json_writer w;
   w.begin_object().field("members", static_cast<int64_t>(st.total)).field("rank", static_cast<int64_t>(st.rank));
-  w.field("hierarchical", st.hier).field("leader", st.leader);
+  w.field("hierarchical", st.hier).field("leader", st.leader).field("shm", st.shm_mode);
   w.field("collectives", st.collectives).field("elements", st.elems_reduced);
   w.field("generation", int64_t{st.gen}).field("stale_chunks", st.stale_chunks);
   w.key("lost").begin_array();
@@ -313,7 +427,8 @@ void finish_ok(member_actor* self) {
                           (st.hier ? (st.leader ? "leader " + std::to_string(st.rank) + " of " + std::to_string(st.n) +
                                                       " hosts, " + std::to_string(st.locals.size()) + " local members"
                                                 : "local member of " + st.leader_name)
-                                   : "rank " + std::to_string(st.rank) + " of " + std::to_string(st.n)),
+                                   : "rank " + std::to_string(st.rank) + " of " + std::to_string(st.n) +
+                                         (st.shm_mode ? " (shared memory)" : "")),
                       w.str());
   self->quit();
 }
@@ -458,10 +573,155 @@ void start_ring_part(member_actor* self) {
   if (st.active && st.active->id == id) maybe_finish(self);
 }
 
+// At most one tick is pending: it checks whatever collective is active
+// when it fires (one timer per collective cost the actor clock's thread 15%
+// of a core at thousands of small collectives a second).
 void schedule_tick(member_actor* self, uint64_t id) {
-  auto period = std::chrono::duration<double>(std::max(0.05, self->state.cfg.timeout_s / 4));
+  auto& st = self->state;
+  if (st.tick_pending) return;
+  st.tick_pending = true;
+  auto period = std::chrono::duration<double>(std::max(0.05, st.cfg.timeout_s / 4));
   self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(period),
                      ringtick_atom::value, id);
+}
+
+// ---- shared memory ----------------------------------------------------------
+
+// The first member's offer of this generation's segment to member `target`.
+wire_buffer_ref build_offer(const member_state& st, const std::string& target, uint64_t nonce) {
+  const std::string& name = st.shm->name();
+  schemas::tensor_meta meta{dtype::u8, {static_cast<int64_t>(name.size())}};
+  const uint64_t id = uint64_t(st.gen) << gen_shift;
+  schemas::envelope_header h{kind_ring_chunk, id, st.me, target};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(&meta, 1), sizeof(chunk_header), st.allocate);
+  chunk_header ch;
+  ch.phase = phase_shm;
+  ch.members = st.total;
+  ch.segment = st.gen;
+  ch.chunk = nonce;
+  ch.collective = id;
+  std::memcpy(b.payload().data(), &ch, sizeof ch);
+  std::memcpy(b.tensor_data(0).data(), name.data(), name.size());
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+// The fault drills in shared-memory mode count rounds (a round is one
+// slot's worth of every member's vector) instead of chunks. Runs on the
+// worker thread: nothing of the actor's state but copies.
+shm_group::round_hook shm_drill_hook(member_state& st) {
+  if (st.cfg.drill == "none") return {};
+  return [drill = st.cfg.drill, after = st.cfg.drill_after, me = st.me, svc = st.svc](uint64_t round) {
+    if (static_cast<int64_t>(round) != after) return true;
+    if (drill == "die") {
+      log_warn("ring member '" + me + "': fault drill: dying after " + std::to_string(round) +
+               " shared-memory rounds");
+      return false;
+    }
+    log_warn("ring member '" + me + "': fault drill: stalling (shared-memory rounds stop) after " +
+             std::to_string(round) + " rounds");
+    auto until = clock_type::now() + std::chrono::seconds(60);
+    while (!svc->stopping() && clock_type::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return false;
+  };
+}
+
+// Hands the active collective to the worker thread.
+void dispatch_shm(member_actor* self) {
+  auto& st = self->state;
+  auto& a = *st.active;
+  a.shm_waiting = false;
+  if (!st.worker) {
+    caf::actor_addr addr = self->address();
+    st.worker = std::make_unique<shm_worker>([addr](uint64_t id, const status& s) {
+      if (auto h = caf::actor_cast<caf::actor>(addr))
+        caf::anon_send(h, ringshm_atom::value, id, static_cast<int32_t>(s.code()), s.message());
+    });
+  }
+  shm_worker::job j;
+  j.group = st.shm.get();
+  j.buf = &a.buf;
+  j.op = a.op;
+  j.id = a.id;
+  j.timeout_s = stall_limit(st, a.id);
+  j.check_in = !st.shm_checked_in;
+  j.hook = shm_drill_hook(st);
+  st.worker->submit(std::move(j));
+}
+
+// This generation's segment: created by the first member (which offers it
+// to the others), opened by the others from the offer. False when the
+// member has failed or must wait for the offer.
+bool ensure_shm(member_actor* self) {
+  auto& st = self->state;
+  if (st.shm && st.shm_gen == st.gen) return true;
+  st.shm.reset();
+  st.shm_checked_in = false;
+  const auto& m = st.cfg.members;
+  std::vector<std::string> names;
+  for (const auto& name : m) names.push_back(who(st, name));
+  if (st.rank == 0) {
+    std::random_device rd;
+    const uint64_t nonce = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(clock_type::now().time_since_epoch().count());
+    shm_group::options opt;
+    opt.slot_bytes = st.cfg.shm_slot_bytes;
+    auto g = shm_group::create(st.n, 0, nonce, opt);
+    if (!g) {
+      fail(self, "shared-memory ring: " + g.error().to_string() + " (set the ring's shm = \"off\" to sum by messages)");
+      return false;
+    }
+    st.shm = std::move(*g);
+    st.shm->set_names(std::move(names));
+    st.shm->set_waiter(st.me, st.tk);
+    st.shm_gen = st.gen;
+    for (const auto& other : m)
+      if (other != st.me && !send_to(self, other, build_offer(st, other, nonce))) return false;
+    return true;
+  }
+  if (!st.offer || st.offer->gen != st.gen) return false;
+  auto g = shm_group::open(st.offer->name, st.n, st.rank, st.offer->nonce);
+  st.offer.reset();
+  if (!g) {
+    fail(self, "shared-memory ring: " + g.error().to_string());
+    return false;
+  }
+  st.shm = std::move(*g);
+  st.shm->set_names(std::move(names));
+  st.shm->set_waiter(st.me, st.tk);
+  st.shm_gen = st.gen;
+  return true;
+}
+
+void start_shm(member_actor* self) {
+  auto& st = self->state;
+  const uint64_t id = st.active->id;
+  if (!ensure_shm(self)) {
+    if (st.finished || !st.active || st.active->id != id) return;
+    st.active->shm_waiting = true;  // the offer comes with a message
+    return;
+  }
+  dispatch_shm(self);
+}
+
+// The first member's offer (a wire message from it).
+void on_offer(member_actor* self, const chunk_header& ch, const std::string& from,
+              std::span<const std::byte> name_bytes) {
+  auto& st = self->state;
+  if (ch.segment < st.gen) return;  // an older generation's
+  // A newer generation's: its sender noticed a lost member first. Catch
+  // up (or keep the offer until this member does).
+  if (ch.segment > st.gen && check_lost(self)) try_start(self);
+  if (st.finished) return;
+  if (ch.segment == st.gen && (!st.shm_mode || st.rank == 0 || ch.members != st.total))
+    return fail(self, "shared-memory offer from " + from + " does not belong here (ring settings differ? "
+                      "every member needs the same shm setting)");
+  st.offer = member_state::shm_offer{ch.segment, ch.chunk,
+                                     std::string(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size())};
+  if (st.active && st.active->shm_waiting && ch.segment == st.gen) {
+    const uint64_t id = st.active->id;
+    if (!ensure_shm(self)) return;
+    if (st.active && st.active->id == id) dispatch_shm(self);
+  }
 }
 
 void start_collective(member_actor* self, const bucket& b) {
@@ -482,13 +742,20 @@ void start_collective(member_actor* self, const bucket& b) {
   if (st.total < 2 || a.len == 0) return finish_collective(self);  // sum / average of one: as is
   uint64_t id = a.id;
   {
-    std::string on = !st.hier       ? who(st, st.left)
+    std::string on = st.shm_mode   ? "its host's ring members (shared memory)"
+                     : !st.hier       ? who(st, st.left)
                      : !st.leader   ? who(st, st.leader_name) + ", its host's leader"
                      : st.locals.empty() ? who(st, st.left)
                                     : "its host's members and " + who(st, st.left);
     a.wait.emplace(st.me, std::move(on),
                    "the chunks of collective " + std::to_string(id) + " (" + std::to_string(a.len) + " " +
                        to_string(a.type) + " elements)");
+  }
+  if (st.shm_mode) {
+    a.shm = true;
+    start_shm(self);
+    if (st.active && st.active->id == id) schedule_tick(self, id);
+    return;
   }
   if (!st.hier) {
     a.expected = setup_ring(st, a);
@@ -607,6 +874,10 @@ void handle_chunk(member_actor* self, const std::string& from_node, const wire_b
   std::memcpy(&ch, msg->payload().data(), sizeof ch);
   if (ch.magic != chunk_magic || ch.version != chunk_version || ch.collective != h.seq)
     return fail(self, "malformed ring chunk from " + from);
+  if (ch.phase == phase_shm) {
+    const auto& t = msg->tensor(0);
+    return on_offer(self, ch, from, std::span<const std::byte>(t.data.data(), t.data.size()));
+  }
   if ((ch.collective >> gen_shift) < st.gen) {  // from the ring before a member was lost
     ++st.stale_chunks;
     return;
@@ -815,6 +1086,10 @@ void configure_ring(member_state& st, std::size_t me) {
     if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
   const bool shared = distinct.size() < m.size();
   st.hier = st.cfg.hierarchical == "auto" && shared && distinct.size() > 1;
+  // Every member on this member's host: one shared-memory segment instead
+  // of chunk messages.
+  st.shm_mode = st.cfg.shm == "auto" && distinct.size() == 1 && !distinct.front().empty() && m.size() >= 2 &&
+                m.size() <= shm_group::max_members;
   if (!st.hier) {
     st.n = st.total;
     st.rank = static_cast<uint32_t>(me);
@@ -898,6 +1173,8 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   st.cfg.first_timeout_s = args.get_number("first_timeout", 60.0);
   st.cfg.window = static_cast<uint64_t>(std::max<int64_t>(0, args.get_int("window", 0)));
   st.cfg.hierarchical = args.get_string("hierarchical", "auto");
+  st.cfg.shm = args.get_string("shm", "auto");
+  st.cfg.shm_slot_bytes = static_cast<uint64_t>(args.get_int("shm_slot_bytes", 256 << 10));
   st.cfg.failover = args.get_bool("failover", false);
   for (const auto& n : env.cluster.nodes) st.node_host[n.name] = n.host;
   st.cfg.drill = args.get_string("drill", "none");
@@ -939,6 +1216,23 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
           [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
             if (!self->state.finished) handle_chunk(self, node, buf);
           },
+          // The worker finished a shared-memory collective.
+          [self](ringshm_atom, uint64_t id, int32_t code, const std::string& why) {
+            auto& st = self->state;
+            if (st.finished || !st.active || st.active->id != id || !st.active->shm) return;
+            if (code == 0) {
+              st.shm_checked_in = true;
+              return finish_collective(self);
+            }
+            if (why == "fault drill") {  // drill "die": as the chunk drill does
+              st.finished = true;
+              if (st.worker) st.worker->abort_and_wait();
+              self->quit(caf::make_error(caf::sec::runtime_error));
+              return;
+            }
+            if (check_lost(self)) return try_start(self);
+            fail(self, why);
+          },
           // A neighbour asks what we are doing: 0 idle / 1 in a collective,
           // the next collective id, chunks received / expected.
           [self](ringprobe_atom, uint64_t) -> caf::message {
@@ -948,9 +1242,11 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             uint64_t exp = st.active ? st.active->expected : 0;
             return caf::make_message(ringprobe_atom::value, state, st.next_id, rcv, exp);
           },
-          [self](ringtick_atom, uint64_t id) {
+          [self](ringtick_atom, uint64_t) {
             auto& st = self->state;
-            if (st.finished || !st.active || st.active->id != id) return;
+            st.tick_pending = false;
+            if (st.finished || !st.active) return;
+            const uint64_t id = st.active->id;
             if (check_lost(self)) return try_start(self);
             if (!st.active->send_error.empty() &&
                 clock_type::now() - st.active->send_error_at > std::chrono::seconds(1))
@@ -958,6 +1254,17 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             schedule_tick(self, id);
             double idle = std::chrono::duration<double>(clock_type::now() -
                                                         st.active->last_progress).count();
+            if (st.active->shm) {
+              // The worker names a member that stalls; here only the offer
+              // of the segment can be late.
+              if (st.active->shm_waiting && idle >= stall_limit(st, id)) {
+                char secs[32];
+                std::snprintf(secs, sizeof secs, "%.1f s", idle);
+                fail(self, "no shared-memory offer from " + who(st, st.cfg.members.front()) + " for " + secs +
+                               "; waiting on " + who(st, st.cfg.members.front()));
+              }
+              return;
+            }
             if (idle < stall_limit(st, id) || st.probing) return;
             st.probe_target = probe_target(st);
             caf::actor left = st.svc->find_actor(st.probe_target);
@@ -1048,6 +1355,13 @@ std::vector<topology::key_spec> ring_member_keys() {
                        "members on one host sum into one leader, the leaders run the ring, the result "
                        "goes back (auto: when members span hosts and some share one; off: one flat ring)",
                        {}, {}, {"auto", "off"}});
+  k.push_back(key_spec{"shm", key_type::string, false, std::string("auto"),
+                       "when every member is on one host, sum through one shared-memory segment instead of chunk "
+                       "messages (auto; off: messages through the data plane)",
+                       {}, {}, {"auto", "off"}});
+  k.push_back(key_spec{"shm_slot_bytes", key_type::size, false, int64_t{256} << 10,
+                       "shared memory: bytes of each member's vector per round (4 rounds in flight)", 4096.0,
+                       double(64 << 20), {}});
   k.push_back(key_spec{"failover", key_type::boolean, false, false,
                        "a member lost with its node is dropped: what was in flight fails with peer_down and the "
                        "ring goes on without it (false: the loss stops the job)",

@@ -11,12 +11,17 @@
 #   SIZES="1048576 16777216 67108864"   bytes (1, 16 and 64 MiB)
 #   ITERATIONS=20 WARMUP=3   per size, in each run (hetflow, MPI and gloo alike)
 #   QUIET_MAX=300  seconds to wait for a quiet machine before each measurement
+#   MESSAGES=1     also run hetflow's message ring over UCX shared memory
+#                  (shm = "off"), the shm path before the segment existed
 #   NETNS=1        also measure TCP across 2 network namespaces joined by a
 #                  veth pair (bench/allreduce/netns.sh; needs root and iproute2's
 #                  ip); the process count is then 2 (PROCS is ignored)
 #
-# Configurations: hetflow over UCX shared memory (ucx_tls sm,self, error mode
-# none) and UCX TCP (tcp,self); OpenMPI with its shared-memory BTL (vader)
+# Configurations: hetflow's ring members on one host sum through one
+# shared-memory segment (the ring's shm = "auto", the default: the "shm
+# (segment)" rows; with MESSAGES=1 also the message ring over UCX shared
+# memory, ucx_tls sm,self, error mode none) and over UCX TCP (tcp,self, shm =
+# "off": the tcp rows); OpenMPI with its shared-memory BTL (vader)
 # and with TCP only (--mca btl tcp,self); gloo over TCP on loopback
 # (GLOO_SOCKET_IFNAME=lo, one thread per process; gloo has no shared-memory
 # transport on CPU, so the shm and tcp rows show the same gloo measurement).
@@ -45,6 +50,7 @@ build=${1:-$src/build}
 hetflow=$build/bin/hetflow
 work=$(mktemp -d /tmp/hetflow-allreduce-XXXXXX)
 netns=${NETNS:-0}
+messages=${MESSAGES:-0}
 cleanup() {
   if [[ $netns == 1 ]] && declare -F netns_teardown >/dev/null; then netns_teardown; fi
   rm -rf "$work"
@@ -68,9 +74,10 @@ if [[ $netns == 1 ]]; then
   netns_setup || exit 2
 fi
 
-job_section() {  # the allreduce_bench [job] table of every hetflow topology here
+job_section() {  # job_section [SHM]: the allreduce_bench [job] table of every hetflow topology here
   echo '[job]'
   echo 'kind = "allreduce_bench"'
+  [[ -n ${1:-} ]] && echo "shm = \"$1\""
   local s list=""
   for s in "${sizes[@]}"; do list+="${list:+, }$s"; done
   echo "sizes = [$list]"
@@ -78,7 +85,7 @@ job_section() {  # the allreduce_bench [job] table of every hetflow topology her
   echo "warmup = $warmup"
 }
 
-topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE
+topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE [SHM]
   {
     echo '[cluster]'
     echo "name = \"allreduce-$(basename "$1" .toml)\""
@@ -89,14 +96,14 @@ topo() {  # topo FILE PORT NPROCS TLS ERROR_MODE
     for ((i = 0; i < $3; i++)); do
       printf '[[nodes]]\nname = "p%d"\nhost = "127.0.0.1"\nport = %d\n' "$i" $(($2 + i))
     done
-    job_section
+    job_section "${6:-}"
   } >"$1"
 }
 
 declare -A t_us
-run_ours() {  # run_ours LABEL NPROCS PORT TLS ERROR_MODE
+run_ours() {  # run_ours LABEL NPROCS PORT TLS ERROR_MODE [SHM]
   local f="$work/$1-$2.toml"
-  topo "$f" "$3" "$2" "$4" "$5"
+  topo "$f" "$3" "$2" "$4" "$5" "${6:-}"
   wait_quiet
   "$hetflow" run "$f" --report "$f.json" >"$f.log" 2>&1 ||
     { cat "$f.log"; echo "hetflow run failed for $1 ($2 procs)" >&2; exit 1; }
@@ -226,7 +233,8 @@ for round in $(seq 1 "${REPEATS:-3}"); do
     echo "round $round, $np processes..." >&2
     run_ours hetflow-shm "$np" 7870 "sm,self" none
     run_mpi mpi-shm "$np"
-    run_ours hetflow-tcp "$np" 7880 "tcp,self" peer
+    [[ $messages == 1 ]] && run_ours hetflow-shmmsg "$np" 7860 "sm,self" none off
+    run_ours hetflow-tcp "$np" 7880 "tcp,self" peer off
     run_mpi mpi-tcp "$np" --mca btl tcp,self
     run_gloo gloo-tcp "$np"
   done
@@ -254,13 +262,14 @@ echo "| procs | size | path | hetflow ring: time us | MPI_Allreduce: time us | g
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for np in "${procs[@]}"; do
   for s in "${sizes[@]}"; do
-    for path in shm tcp veth; do
-      ours=${t_us[hetflow-$path,$np,$s]:-} theirs=${t_us[mpi-$path,$np,$s]:-}
+    for path in shm shmmsg tcp veth; do
+      ours=${t_us[hetflow-$path,$np,$s]:-} theirs=${t_us[mpi-${path/shmmsg/shm},$np,$s]:-}
       [[ -z $ours || -z $theirs ]] && continue
       mo=$(med "$ours") mt=$(med "$theirs")
       bo=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mo*1e3)}")
       bt=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mt*1e3)}")
-      gloo=${t_us[gloo-${path/shm/tcp},$np,$s]:-} gt="-" bg="-" rg="-"
+      gp=${path/shmmsg/tcp}
+      gloo=${t_us[gloo-${gp/shm/tcp},$np,$s]:-} gt="-" bg="-" rg="-"
       if [[ -n $gloo ]]; then
         mg=$(med "$gloo") gt=$(stats "$gloo")
         bg=$(awk "BEGIN{printf \"%.3f\", 2*($np-1)/$np*$s/($mg*1e3)}")
@@ -268,6 +277,8 @@ for np in "${procs[@]}"; do
       fi
       label=$path
       [[ $path == veth ]] && label="tcp veth (2 netns)"
+      [[ $path == shm ]] && label="shm (segment)"
+      [[ $path == shmmsg ]] && label="shm (UCX messages)"
       echo "| $np | $((s >> 20)) MiB | $label | $(stats "$ours") | $(stats "$theirs") | $gt | $bo | $bt | $bg | $(awk "BEGIN{printf \"%.2fx\", $mt/$mo}") | $rg |"
     done
   done

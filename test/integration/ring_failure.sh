@@ -5,6 +5,11 @@
 #   die    the ring_member actor dies (fault drill), its process lives on
 #   stall  the ring_member actor blocks its mailbox (fault drill): caught by
 #          the collective timeout (2 s) and a probe of the stalled member
+# These run the message ring (shm = "off"; the members share a host, so by
+# default they would sum through shared memory). The shm-* cases run the
+# same faults through the shared-memory segment: a member whose rounds stop
+# (killed, drill "die", drill "stall") is named by the others' worker
+# threads after the collective timeout, and the watchdog names it before.
 source "$(dirname "$0")/lib.sh"
 
 run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
@@ -25,7 +30,7 @@ run_case() {  # run_case NAME BASE_PORT VICTIM_NODE CULPRIT_TEXT [job lines...]
   local pids=("${NODE_PIDS[@]}")
   wait_for_text "$topo.n0.log" "starting job" 30 || { cat "$topo".n*.log; fail "$name: job never started"; }
   local t0
-  if [[ $name == kill ]]; then
+  if [[ $name == *kill ]]; then
     sleep 1
     t0=$(date +%s.%N)
     kill -KILL "${pids[$victim]}"
@@ -51,7 +56,7 @@ PY
     grep -q -- "$culprit" "$topo.n$i.log" || { cat "$topo.n$i.log"; fail "$name: n$i's output does not name $culprit"; }
   done
   local t1=$(date +%s.%N)
-  if [[ $name != kill ]]; then
+  if [[ $name != *kill ]]; then
     wait_exit "${pids[$victim]}" 10 || fail "$name: the faulty node n$victim never exited"
   fi
   kill -9 "${pids[$victim]}" 2>/dev/null
@@ -60,10 +65,10 @@ PY
   grep -h "stopping" "$topo".n*.log | head -2
 }
 
-run_case kill 8210 1 "n1"
-run_case die 8220 2 "ring2" 'drill_member = "ring2"' 'drill = "die"' 'drill_after = 200'
-RC_WATCHDOG=1s RC_METRICS_PORT=8235 run_case stall 8230 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' \
-  'drill_after = 200'
+run_case kill 8210 1 "n1" 'shm = "off"'
+run_case die 8220 2 "ring2" 'shm = "off"' 'drill_member = "ring2"' 'drill = "die"' 'drill_after = 200'
+RC_WATCHDOG=1s RC_METRICS_PORT=8235 run_case stall 8230 1 "ring1" 'shm = "off"' 'drill_member = "ring1"' \
+  'drill = "stall"' 'drill_after = 200'
 # Before the timeout, ring2's node logged whom ring2 waits on: its left, the stalled ring1.
 grep -q "watchdog: no progress on node 'n2'.*ring2 waits on ring member 'ring1' (node 'n1') for the chunks of collective" \
   "$HETFLOW_SCRATCH/stall.toml.n2.log" || { cat "$HETFLOW_SCRATCH/stall.toml.n2.log"; fail "stall: n2's watchdog did not name ring1"; }
@@ -72,3 +77,16 @@ pass "stall: n2's watchdog named ring1 before the collective timed out"
 # its host's leader) is probed by its leader and named.
 RC_NODES=4 RC_TWO_HOSTS=1 run_case stall-hier 8240 3 "ring3" 'drill_member = "ring3"' 'drill = "stall"' \
   'drill_after = 50'
+
+# Shared memory (the default for members on one host).
+run_case shm-kill 8250 1 "n1"
+run_case shm-die 8260 2 "ring2" 'drill_member = "ring2"' 'drill = "die"' 'drill_after = 20'
+grep -q "fault drill: dying after 20 shared-memory rounds" "$HETFLOW_SCRATCH/shm-die.toml.n2.log" ||
+  { cat "$HETFLOW_SCRATCH/shm-die.toml.n2.log"; fail "shm-die: the drill did not run in shared-memory mode"; }
+RC_WATCHDOG=1s run_case shm-stall 8270 1 "ring1" 'drill_member = "ring1"' 'drill = "stall"' 'drill_after = 20'
+grep -q "ring member 'ring1' (node 'n1') has not .* round .* (shared memory" "$HETFLOW_SCRATCH/shm-stall.toml.n0.log" ||
+  { cat "$HETFLOW_SCRATCH/shm-stall.toml.n0.log"; fail "shm-stall: n0 does not say which round ring1 missed"; }
+grep -q "watchdog: no progress on node 'n2'.*ring2 waits on ring member 'ring1' (node 'n1') for round .* (shared memory)" \
+  "$HETFLOW_SCRATCH/shm-stall.toml.n2.log" ||
+  { cat "$HETFLOW_SCRATCH/shm-stall.toml.n2.log"; fail "shm-stall: n2's watchdog did not name ring1"; }
+pass "shm-stall: n2's watchdog named ring1 before the collective timed out"
