@@ -211,6 +211,10 @@ struct active_collective {
   // member's offer of the segment has not come yet).
   bool shm = false;
   bool shm_waiting = false;
+  // Hierarchical rings with shared memory on the host: 1 the host's sum
+  // (worker), 2 the leaders' ring (messages), 3 the leader's result back to
+  // its host (worker). A local runs 1 and 3 as one worker job.
+  int shm_stage = 0;
   // Hierarchical mode.
   uint64_t whole_chunks = 0;         // chunks of the whole vector
   uint64_t lr_expected = 0, lr_received = 0;  // leader: from its locals
@@ -248,6 +252,9 @@ public:
     uint64_t id = 0;
     double timeout_s = 2.0;
     bool check_in = false;
+    bool reduce = true;            // all_reduce(op)
+    bool receive = false;          // then (or only) broadcast from member 0
+    double first_timeout_s = 60;   // the broadcast's first round
     shm_group::round_hook hook;
   };
   using done_fn = std::function<void(uint64_t id, const status&)>;
@@ -293,7 +300,9 @@ private:
       }
       status s;
       if (j.check_in) s = j.group->check_in(j.timeout_s, abort_);
-      if (s.ok()) s = j.group->all_reduce(*j.buf, j.op, j.id, j.timeout_s, abort_, j.hook);
+      if (s.ok() && j.reduce) s = j.group->all_reduce(*j.buf, j.op, j.id, j.timeout_s, abort_, j.hook);
+      if (s.ok() && j.receive)
+        s = j.group->broadcast(*j.buf, 0, j.id, j.timeout_s, j.first_timeout_s, abort_, j.hook);
       bool aborted;
       {
         std::lock_guard lk(m_);
@@ -361,6 +370,10 @@ struct member_state : job_actor_state {
   // thread that runs the collectives. The worker is declared last so that
   // it stops before the collective whose buffer it uses is destroyed.
   bool shm_mode = false;
+  // Hierarchical: the host's members (leader first) share a segment instead
+  // of sending their vectors to the leader (cfg.shm "auto", >= 2 of them).
+  bool host_shm = false;
+  std::vector<std::string> host_members;
   std::unique_ptr<shm_group> shm;
   uint32_t shm_gen = UINT32_MAX;
   bool shm_checked_in = false;
@@ -415,7 +428,7 @@ void finish_ok(member_actor* self) {
   st.finished = true;
   json_writer w;
   w.begin_object().field("members", static_cast<int64_t>(st.total)).field("rank", static_cast<int64_t>(st.rank));
-  w.field("hierarchical", st.hier).field("leader", st.leader).field("shm", st.shm_mode);
+  w.field("hierarchical", st.hier).field("leader", st.leader).field("shm", st.shm_mode || st.host_shm);
   w.field("collectives", st.collectives).field("elements", st.elems_reduced);
   w.field("generation", int64_t{st.gen}).field("stale_chunks", st.stale_chunks);
   w.key("lost").begin_array();
@@ -425,8 +438,10 @@ void finish_ok(member_actor* self) {
   st.svc->report_done(st.me, true,
                       std::to_string(st.collectives) + " collectives as " +
                           (st.hier ? (st.leader ? "leader " + std::to_string(st.rank) + " of " + std::to_string(st.n) +
-                                                      " hosts, " + std::to_string(st.locals.size()) + " local members"
-                                                : "local member of " + st.leader_name)
+                                                      " hosts, " + std::to_string(st.locals.size()) + " local members" +
+                                                      (st.host_shm ? " (shared memory)" : "")
+                                                : "local member of " + st.leader_name +
+                                                      (st.host_shm ? " (shared memory)" : ""))
                                    : "rank " + std::to_string(st.rank) + " of " + std::to_string(st.n) +
                                          (st.shm_mode ? " (shared memory)" : "")),
                       w.str());
@@ -516,6 +531,7 @@ void finish_collective(member_actor* self) {
 }
 
 void handle_chunk(member_actor* self, const std::string& from_node, const wire_buffer_ref& buf);
+void dispatch_shm(member_actor* self);
 
 // Everything this member expects has arrived: a hierarchical leader sends
 // the result to its locals first.
@@ -524,6 +540,12 @@ void maybe_finish(member_actor* self) {
   if (!st.active || st.finished) return;
   auto& a = *st.active;
   if (a.received != a.expected) return;
+  if (st.host_shm && st.leader) {
+    // The ring's result back to the host's members through the segment.
+    a.shm_stage = 3;
+    a.shm = true;
+    return dispatch_shm(self);
+  }
   if (st.hier && st.leader && !st.locals.empty()) {
     const elem_range whole{0, a.len};
     for (uint64_t c = 0; c < a.whole_chunks; ++c) {
@@ -644,8 +666,21 @@ void dispatch_shm(member_actor* self) {
   j.op = a.op;
   j.id = a.id;
   j.timeout_s = stall_limit(st, a.id);
+  j.first_timeout_s = std::max(st.cfg.timeout_s, st.cfg.first_timeout_s);
   j.check_in = !st.shm_checked_in;
   j.hook = shm_drill_hook(st);
+  if (st.host_shm) {
+    // The host's sum (the ring divides for average), then the leader's
+    // result back: a local waits for it in the same job.
+    j.op = reduce_op::sum;
+    if (st.leader) {
+      j.reduce = a.shm_stage == 1;
+      j.receive = false;
+      if (a.shm_stage == 3) j.receive = true;  // the leader is the broadcast's root
+    } else {
+      j.receive = true;
+    }
+  }
   st.worker->submit(std::move(j));
 }
 
@@ -657,15 +692,17 @@ bool ensure_shm(member_actor* self) {
   if (st.shm && st.shm_gen == st.gen) return true;
   st.shm.reset();
   st.shm_checked_in = false;
-  const auto& m = st.cfg.members;
+  const auto& m = st.host_shm ? st.host_members : st.cfg.members;
+  const auto rank = static_cast<uint32_t>(std::find(m.begin(), m.end(), st.me) - m.begin());
+  const auto members = static_cast<uint32_t>(m.size());
   std::vector<std::string> names;
   for (const auto& name : m) names.push_back(who(st, name));
-  if (st.rank == 0) {
+  if (rank == 0) {
     std::random_device rd;
     const uint64_t nonce = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(clock_type::now().time_since_epoch().count());
     shm_group::options opt;
     opt.slot_bytes = st.cfg.shm_slot_bytes;
-    auto g = shm_group::create(st.n, 0, nonce, opt);
+    auto g = shm_group::create(members, 0, nonce, opt);
     if (!g) {
       fail(self, "shared-memory ring: " + g.error().to_string() + " (set the ring's shm = \"off\" to sum by messages)");
       return false;
@@ -679,7 +716,7 @@ bool ensure_shm(member_actor* self) {
     return true;
   }
   if (!st.offer || st.offer->gen != st.gen) return false;
-  auto g = shm_group::open(st.offer->name, st.n, st.rank, st.offer->nonce);
+  auto g = shm_group::open(st.offer->name, members, rank, st.offer->nonce);
   st.offer.reset();
   if (!g) {
     fail(self, "shared-memory ring: " + g.error().to_string());
@@ -712,7 +749,8 @@ void on_offer(member_actor* self, const chunk_header& ch, const std::string& fro
   // up (or keep the offer until this member does).
   if (ch.segment > st.gen && check_lost(self)) try_start(self);
   if (st.finished) return;
-  if (ch.segment == st.gen && (!st.shm_mode || st.rank == 0 || ch.members != st.total))
+  const bool grouped = st.shm_mode || (st.host_shm && !st.leader);
+  if (ch.segment == st.gen && (!grouped || (st.shm_mode && st.rank == 0) || ch.members != st.total))
     return fail(self, "shared-memory offer from " + from + " does not belong here (ring settings differ? "
                       "every member needs the same shm setting)");
   st.offer = member_state::shm_offer{ch.segment, ch.chunk,
@@ -751,8 +789,16 @@ void start_collective(member_actor* self, const bucket& b) {
                    "the chunks of collective " + std::to_string(id) + " (" + std::to_string(a.len) + " " +
                        to_string(a.type) + " elements)");
   }
-  if (st.shm_mode) {
+  if (st.shm_mode || st.host_shm) {
     a.shm = true;
+    a.shm_stage = 1;
+    if (st.host_shm && st.leader) {
+      // Ring chunks from leaders that are ahead wait until the host's sum is in.
+      if (auto it = st.early.find(id); it != st.early.end()) {
+        a.held = std::move(it->second);
+        st.early.erase(it);
+      }
+    }
     start_shm(self);
     if (st.active && st.active->id == id) schedule_tick(self, id);
     return;
@@ -1090,6 +1136,8 @@ void configure_ring(member_state& st, std::size_t me) {
   // of chunk messages.
   st.shm_mode = st.cfg.shm == "auto" && distinct.size() == 1 && !distinct.front().empty() && m.size() >= 2 &&
                 m.size() <= shm_group::max_members;
+  st.host_shm = false;
+  st.host_members.clear();
   if (!st.hier) {
     st.n = st.total;
     st.rank = static_cast<uint32_t>(me);
@@ -1107,6 +1155,11 @@ void configure_ring(member_state& st, std::size_t me) {
   const std::string& my_host = hosts[me];
   st.leader_name = leaders[std::size_t(std::find(distinct.begin(), distinct.end(), my_host) - distinct.begin())];
   st.leader = st.leader_name == m[me];
+  st.host_members = {st.leader_name};
+  for (std::size_t i = 0; i < m.size(); ++i)
+    if (hosts[i] == my_host && m[i] != st.leader_name) st.host_members.push_back(m[i]);
+  st.host_shm = st.cfg.shm == "auto" && st.host_members.size() >= 2 &&
+                st.host_members.size() <= shm_group::max_members;
   st.locals.clear();
   uint32_t idx = 0;
   for (std::size_t i = 0; i < m.size(); ++i) {
@@ -1222,6 +1275,16 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             if (st.finished || !st.active || st.active->id != id || !st.active->shm) return;
             if (code == 0) {
               st.shm_checked_in = true;
+              auto& a = *st.active;
+              a.shm = false;
+              if (st.host_shm && st.leader && a.shm_stage == 1) {
+                // The host's sum is in: the leaders' ring, by messages.
+                a.shm_stage = 2;
+                a.last_progress = clock_type::now();
+                a.upstream_waits = 0;
+                a.expected = setup_ring(st, a);
+                return start_ring_part(self);
+              }
               return finish_collective(self);
             }
             if (why == "fault drill") {  // drill "die": as the chunk drill does

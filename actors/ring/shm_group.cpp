@@ -40,6 +40,8 @@ constexpr int spin_short_us = 50;
 constexpr int spin_long_us = 1000;
 
 enum : int { c_checkin = 0, c_arrived = 1, c_reduced = 2, c_released = 3, c_kinds = 4 };
+// A descriptor's op for broadcast (reduce_op's values are 0 and 1).
+constexpr uint32_t op_broadcast = 0xb0;
 const char* const what_of[c_kinds] = {"checked in", "arrived at", "reduced its part of", "released"};
 
 // a reached b (round numbers wrap at 2^32)
@@ -84,7 +86,7 @@ layout layout_for(uint32_t n, uint32_t banks, uint64_t slot_bytes) {
   layout l;
   l.counters = header_bytes;
   l.descriptors = l.counters + uint64_t{c_kinds} * n * line;
-  l.slots = (l.descriptors + uint64_t{n} * line + 4095) & ~uint64_t{4095};
+  l.slots = (l.descriptors + uint64_t{banks} * n * line + 4095) & ~uint64_t{4095};
   l.total = l.slots + uint64_t{banks} * n * slot_bytes;
   return l;
 }
@@ -95,9 +97,10 @@ shm_group::counter& shm_group::ctr(int which, uint32_t member) const noexcept {
   return *reinterpret_cast<counter*>(p);
 }
 
-shm_group::descriptor& shm_group::desc(uint32_t member) const noexcept {
+shm_group::descriptor& shm_group::desc(uint32_t bank, uint32_t member) const noexcept {
   auto l = layout_for(n_, banks_, slot_bytes_);
-  return *reinterpret_cast<descriptor*>(static_cast<std::byte*>(base_) + l.descriptors + uint64_t{member} * line);
+  return *reinterpret_cast<descriptor*>(static_cast<std::byte*>(base_) + l.descriptors +
+                                        (uint64_t{bank} * n_ + member) * line);
 }
 
 std::byte* shm_group::slot(uint32_t bank, uint32_t member) const noexcept {
@@ -213,61 +216,67 @@ void shm_group::publish(counter& c, uint32_t value) noexcept {
 
 status shm_group::wait_all(int which, uint32_t target, bool skip_self, double timeout_s,
                            const std::atomic<bool>& abort, const char* what, uint64_t id, int spin_us) {
-  auto* h = static_cast<header*>(base_);
   const auto t0 = clock_type::now();
-  const auto limit = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(timeout_s));
   for (uint32_t j = 0; j < n_; ++j) {
     if (skip_self && j == rank_) continue;
-    auto& c = ctr(which, j).v;
-    if (reached(c.load(std::memory_order_acquire), target)) continue;
-    // Spin first: a member in the middle of a collective is a few
-    // microseconds away, and waking from a futex costs tens of microseconds
-    // (more in a VM).
-    // After the first microseconds the spin yields the core between looks:
-    // with more members than cores the one it waits for may need it.
-    const auto spin_start = clock_type::now();
-    const auto yield_from = spin_start + std::chrono::microseconds(spin_short_us / 2);
-    const auto spin_until = spin_start + std::chrono::microseconds(spin_us);
-    bool done = false;
-    for (int k = 0; !done; ++k) {
-      for (int i = 0; i < 64; ++i) {
-        HETFLOW_CPU_RELAX();
-        if (reached(c.load(std::memory_order_acquire), target)) {
-          done = true;
-          break;
-        }
+    if (auto s = wait_one(which, j, target, t0, timeout_s, abort, what, id, spin_us); !s.ok()) return s;
+  }
+  return {};
+}
+
+status shm_group::wait_one(int which, uint32_t j, uint32_t target, clock_type::time_point t0, double timeout_s,
+                           const std::atomic<bool>& abort, const char* what, uint64_t id, int spin_us) {
+  auto* h = static_cast<header*>(base_);
+  const auto limit = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(timeout_s));
+  auto& c = ctr(which, j).v;
+  if (reached(c.load(std::memory_order_acquire), target)) return {};
+  // Spin first: a member in the middle of a collective is a few
+  // microseconds away, and waking from a futex costs tens of microseconds
+  // (more in a VM). After the first microseconds the spin yields the core
+  // between looks: with more members than cores the one it waits for may
+  // need it.
+  const auto spin_start = clock_type::now();
+  const auto yield_from = spin_start + std::chrono::microseconds(spin_short_us / 2);
+  const auto spin_until = spin_start + std::chrono::microseconds(spin_us);
+  bool done = false;
+  for (int k = 0; !done; ++k) {
+    for (int i = 0; i < 64; ++i) {
+      HETFLOW_CPU_RELAX();
+      if (reached(c.load(std::memory_order_acquire), target)) {
+        done = true;
+        break;
       }
-      if (done) break;
-      const auto now = clock_type::now();
-      if (now >= spin_until) break;
-      if (now >= yield_from) std::this_thread::yield();
     }
-    std::optional<kernels::waits::scope> w;
-    if (!done && !actor_.empty())
-      w.emplace(actor_, who(j),
-                "round " + std::to_string(target) + (id == UINT64_MAX ? "" : " of collective " + std::to_string(id)) +
-                    " (shared memory)",
-                kernels::waits::span{static_cast<kernels::trace::track_id>(track_), "wait: host ring member",
-                                     "round", int64_t(target)});
-    while (!done) {
-      if (abort.load(std::memory_order_relaxed)) return make_error(errc::cancelled, "all-reduce aborted");
-      if (clock_type::now() - t0 > limit) {
-        char secs[32];
-        std::snprintf(secs, sizeof secs, "%.1f s", timeout_s);
-        return make_error(errc::timeout, who(j) + " has not " + what + " round " + std::to_string(target) +
-                                             (id == UINT64_MAX ? "" : " of collective " + std::to_string(id)) +
-                                             " within " + secs +
-                                             " (shared memory; it stalled, died or was not called alike)");
-      }
-      h->sleepers.fetch_add(1, std::memory_order_seq_cst);
-      const uint32_t v = c.load(std::memory_order_seq_cst);
-      if (!reached(v, target)) {
-        timespec ts{0, 5'000'000};  // 5 ms: abort and the deadline are checked between waits
-        futex(&c, FUTEX_WAIT, v, &ts);
-      }
-      h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      done = reached(c.load(std::memory_order_acquire), target);
+    if (done) break;
+    const auto now = clock_type::now();
+    if (now >= spin_until) break;
+    if (now >= yield_from) std::this_thread::yield();
+  }
+  std::optional<kernels::waits::scope> w;
+  if (!done && !actor_.empty())
+    w.emplace(actor_, who(j),
+              "round " + std::to_string(target) + (id == UINT64_MAX ? "" : " of collective " + std::to_string(id)) +
+                  " (shared memory)",
+              kernels::waits::span{static_cast<kernels::trace::track_id>(track_), "wait: host ring member", "round",
+                                   int64_t(target)});
+  while (!done) {
+    if (abort.load(std::memory_order_relaxed)) return make_error(errc::cancelled, "all-reduce aborted");
+    if (clock_type::now() - t0 > limit) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.1f s", timeout_s);
+      return make_error(errc::timeout, who(j) + " has not " + what + " round " + std::to_string(target) +
+                                           (id == UINT64_MAX ? "" : " of collective " + std::to_string(id)) +
+                                           " within " + secs +
+                                           " (shared memory; it stalled, died or was not called alike)");
     }
+    h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t v = c.load(std::memory_order_seq_cst);
+    if (!reached(v, target)) {
+      timespec ts{0, 5'000'000};  // 5 ms: abort and the deadline are checked between waits
+      futex(&c, FUTEX_WAIT, v, &ts);
+    }
+    h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    done = reached(c.load(std::memory_order_acquire), target);
   }
   return {};
 }
@@ -282,17 +291,36 @@ status shm_group::check_in(double timeout_s, const std::atomic<bool>& abort) {
   return s;
 }
 
+void shm_group::describe(uint32_t bank, uint64_t id, uint64_t len, ring_dtype type, uint32_t op) {
+  descriptor& mine = desc(bank, rank_);
+  mine.len = len;
+  mine.type = static_cast<uint32_t>(type);
+  mine.op = op;
+  mine.id.store(id, std::memory_order_relaxed);  // published with `arrived`
+}
+
+status shm_group::check_descriptor(uint32_t bank, uint32_t j, uint64_t id, uint64_t len, ring_dtype type,
+                                   uint32_t op) const {
+  const descriptor& d = desc(bank, j);
+  const uint64_t did = d.id.load(std::memory_order_relaxed);
+  if (did == id && d.len == len && d.type == static_cast<uint32_t>(type) && d.op == op) return {};
+  auto op_name = [](uint32_t o) -> std::string {
+    return o <= 1 ? to_string(static_cast<reduce_op>(o)) : o == op_broadcast ? "broadcast" : "?";
+  };
+  return make_error(errc::invalid_argument,
+                    who(j) + " runs collective " + std::to_string(did) + " as " + std::to_string(d.len) +
+                        " elements of " + (d.type <= 3 ? to_string(static_cast<ring_dtype>(d.type)) : "?") +
+                        " with " + op_name(d.op) + "; here collective " + std::to_string(id) + " is " +
+                        std::to_string(len) + " elements of " + to_string(type) + " with " + op_name(op) +
+                        ": every member must make the same all_reduce calls");
+}
+
 status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, double timeout_s,
                              const std::atomic<bool>& abort, const round_hook& hook) {
   const uint64_t len = buf.size();
   const ring_dtype type = buf.type();
   const std::size_t es = element_size(type);
   const uint64_t per_round = slot_bytes_ / es;
-  descriptor& mine = desc(rank_);
-  mine.len = len;
-  mine.type = static_cast<uint32_t>(type);
-  mine.op = static_cast<uint32_t>(op);
-  mine.id.store(id, std::memory_order_relaxed);  // published with `arrived`
   for (uint64_t off = 0; off < len; off += per_round) {
     const uint64_t n_el = std::min(per_round, len - off);
     ++round_;
@@ -305,6 +333,9 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
         return s;
     // The other members' segments of this round to this member's slot
     // (its own segment it sums from its vector directly).
+    // This round's descriptor lives in its bank: it is read before the bank
+    // is released, and rewritten only when every member has released it.
+    describe(bank, id, len, type, static_cast<uint32_t>(op));
     const elem_range seg = segment_range(n_el, n_, rank_);
     if (seg.begin > 0) buf.copy_out(elem_range{off, off + seg.begin}, slot(bank, rank_));
     if (seg.end < n_el) buf.copy_out(elem_range{off + seg.end, off + n_el}, slot(bank, rank_) + seg.end * es);
@@ -316,18 +347,8 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
                           off == 0 ? spin_short_us : spin_long_us);
         !s.ok())
       return s;
-    for (uint32_t j = 0; j < n_; ++j) {
-      const descriptor& d = desc(j);
-      const uint64_t did = d.id.load(std::memory_order_relaxed);
-      if (did != id || d.len != len || d.type != mine.type || d.op != mine.op)
-        return make_error(errc::invalid_argument,
-                          who(j) + " runs collective " + std::to_string(did) + " as " + std::to_string(d.len) +
-                              " elements of " + (d.type <= 3 ? to_string(static_cast<ring_dtype>(d.type)) : "?") +
-                              " with " + (d.op <= 1 ? to_string(static_cast<reduce_op>(d.op)) : "?") +
-                              "; here collective " + std::to_string(id) + " is " + std::to_string(len) +
-                              " elements of " + to_string(type) + " with " + to_string(op) +
-                              ": every member must make the same all_reduce calls");
-    }
+    for (uint32_t j = 0; j < n_; ++j)
+      if (auto s = check_descriptor(bank, j, id, len, type, static_cast<uint32_t>(op)); !s.ok()) return s;
     // This member's segment of the round: its own values plus every other
     // slot's, in member order, into its vector and (the last addition) into
     // its slot for the others; only this member computes it.
@@ -350,6 +371,42 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
       if (j == rank_) continue;
       const elem_range sj = segment_range(n_el, n_, j);
       if (sj.size() > 0) buf.copy_in(elem_range{off + sj.begin, off + sj.end}, slot(bank, j) + sj.begin * es);
+    }
+    publish(ctr(c_released, rank_), r);
+  }
+  return {};
+}
+
+status shm_group::broadcast(fused_buffer& buf, uint32_t root, uint64_t id, double timeout_s, double first_timeout_s,
+                            const std::atomic<bool>& abort, const round_hook& hook) {
+  if (root >= n_) return make_error(errc::invalid_argument, "broadcast from member " + std::to_string(root));
+  const uint64_t len = buf.size();
+  const ring_dtype type = buf.type();
+  const std::size_t es = element_size(type);
+  const uint64_t per_round = slot_bytes_ / es;
+  for (uint64_t off = 0; off < len; off += per_round) {
+    const uint64_t n_el = std::min(per_round, len - off);
+    ++round_;
+    const auto r = static_cast<uint32_t>(round_);
+    const auto bank = static_cast<uint32_t>((round_ - 1) % banks_);
+    if (hook && !hook(round_)) return make_error(errc::cancelled, "fault drill");
+    if (rank_ == root) {
+      if (round_ > banks_)
+        if (auto s = wait_all(c_released, r - banks_, true, timeout_s, abort, what_of[c_released], id, spin_long_us);
+            !s.ok())
+          return s;
+      describe(bank, id, len, type, op_broadcast);
+      buf.copy_out(elem_range{off, off + n_el}, slot(bank, root));
+      publish(ctr(c_arrived, rank_), r);
+    } else {
+      // Only the root's counter matters here: wait on it alone.
+      const double limit = off == 0 ? std::max(timeout_s, first_timeout_s) : timeout_s;
+      if (auto s = wait_one(c_arrived, root, r, clock_type::now(), limit, abort, what_of[c_arrived], id,
+                            off == 0 ? spin_short_us : spin_long_us);
+          !s.ok())
+        return s;
+      if (auto s = check_descriptor(bank, root, id, len, type, op_broadcast); !s.ok()) return s;
+      buf.copy_in(elem_range{off, off + n_el}, slot(bank, root));
     }
     publish(ctr(c_released, rank_), r);
   }

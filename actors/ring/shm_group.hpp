@@ -6,8 +6,9 @@
 //
 // Layout. A header (magic, members, a nonce, sizes), per member four
 // counters on their own cache lines (checked in, arrived, reduced, released:
-// round numbers), per member a descriptor of the collective it runs, then
-// `banks` banks of one slot per member of `slot_bytes` each.
+// round numbers), per bank and member a descriptor of the collective the
+// member runs in that bank's round, then `banks` banks of one slot per member
+// of `slot_bytes` each.
 //
 // A collective of `len` elements runs in rounds of up to slot_bytes; round R
 // uses bank R mod banks. Member i, in round R:
@@ -35,9 +36,12 @@
 // Every member must run the same collectives in the same order (ring_member's
 // contract): each member's descriptor (collective id, elements, dtype, op) is
 // compared at every round and a mismatch fails with both descriptions.
+// Descriptors are per bank, so a member that already started its next
+// collective cannot overwrite one another member is about to check.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -99,6 +103,14 @@ public:
   status all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, double timeout_s,
                     const std::atomic<bool>& abort, const round_hook& hook = {});
 
+  // `root`'s buffer to every other member's, in rounds like all_reduce (the
+  // root copies into its slot, the others copy out). Hierarchical rings: the
+  // host's leader hands back the ring's result. first_timeout_s: the longest
+  // wait for the root's first round (the root may still be running the
+  // inter-host ring); later rounds use timeout_s.
+  status broadcast(fused_buffer& buf, uint32_t root, uint64_t id, double timeout_s, double first_timeout_s,
+                   const std::atomic<bool>& abort, const round_hook& hook = {});
+
   // Rounds run so far (every collective of every member adds the same).
   uint64_t rounds() const noexcept { return round_; }
 
@@ -111,14 +123,19 @@ private:
   struct descriptor;
 
   counter& ctr(int which, uint32_t member) const noexcept;
-  descriptor& desc(uint32_t member) const noexcept;
+  descriptor& desc(uint32_t bank, uint32_t member) const noexcept;
   std::byte* slot(uint32_t bank, uint32_t member) const noexcept;
   void publish(counter& c, uint32_t value) noexcept;
   // Waits until counter `which` of every member (but this one when
   // skip_self) reaches `target`.
   status wait_all(int which, uint32_t target, bool skip_self, double timeout_s, const std::atomic<bool>& abort,
                   const char* what, uint64_t id, int spin_us);
+  status wait_one(int which, uint32_t member, uint32_t target, std::chrono::steady_clock::time_point since,
+                  double timeout_s, const std::atomic<bool>& abort, const char* what, uint64_t id, int spin_us);
   std::string who(uint32_t member) const;
+  // This member's descriptor of collective `id`, and the check of member j's.
+  void describe(uint32_t bank, uint64_t id, uint64_t len, ring_dtype type, uint32_t op);
+  status check_descriptor(uint32_t bank, uint32_t j, uint64_t id, uint64_t len, ring_dtype type, uint32_t op) const;
   status map(int fd, uint64_t bytes);
 
   std::string name_;

@@ -243,3 +243,78 @@ BOOST_AUTO_TEST_CASE(abort_ends_a_wait_at_once) {
   BOOST_TEST((s.code() == errc::cancelled));
   BOOST_TEST(took < 1.0);
 }
+
+BOOST_AUTO_TEST_CASE(broadcast_from_any_root_between_all_reduces) {
+  std::mt19937_64 rng(11);
+  shm_group::options opt;
+  opt.slot_bytes = 4096;
+  for (uint32_t n = 2; n <= 5; ++n) {
+    auto g = make_group(n, opt);
+    std::atomic<bool> abort{false};
+    uint64_t id = 0;
+    for (uint64_t len : {0ull, 5ull, 1024ull, 5000ull, 20011ull}) {
+      for (uint32_t root = 0; root < n; ++root) {
+        BOOST_TEST_CONTEXT("members " << n << " length " << len << " root " << root) {
+          // An all-reduce before each broadcast: the two share the banks.
+          check_sum<int32_t>(g, len, reduce_op::sum, id++, 2, rng);
+          std::vector<std::vector<int64_t>> v(n, std::vector<int64_t>(len));
+          for (auto& m : v)
+            for (auto& x : m) x = static_cast<int64_t>(rng());
+          const std::vector<int64_t> want = v[root];
+          const uint64_t bid = id++;
+          auto st = on_members(n, [&](uint32_t r) {
+            fused_buffer buf(ring_dtype::i64, {std::as_writable_bytes(std::span(v[r]))});
+            return g[r]->broadcast(buf, root, bid, 10.0, 10.0, abort);
+          });
+          for (uint32_t r = 0; r < n; ++r) {
+            BOOST_REQUIRE_MESSAGE(st[r].ok(), st[r].to_string());
+            BOOST_REQUIRE(v[r] == want);
+          }
+        }
+      }
+    }
+    for (auto& m : g) BOOST_TEST(m->rounds() == g[0]->rounds());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_broadcast_waits_longer_for_its_roots_first_round) {
+  auto g = make_group(2);
+  std::atomic<bool> abort{false};
+  std::vector<float> a(1000, 3.f), b(1000, 0.f);
+  status s1;
+  std::thread receiver([&] {
+    fused_buffer buf(ring_dtype::f32, {std::as_writable_bytes(std::span(b))});
+    // 0.2 s for later rounds, 5 s for the first: the root comes after 0.5 s.
+    s1 = g[1]->broadcast(buf, 0, 9, 0.2, 5.0, abort);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  fused_buffer buf(ring_dtype::f32, {std::as_writable_bytes(std::span(a))});
+  status s0 = g[0]->broadcast(buf, 0, 9, 0.2, 5.0, abort);
+  receiver.join();
+  BOOST_TEST(s0.ok(), s0.to_string());
+  BOOST_TEST(s1.ok(), s1.to_string());
+  BOOST_TEST(b[999] == 3.f);
+  // A receiver whose root never comes is told so after first_timeout_s.
+  std::vector<float> c(10);
+  fused_buffer cb(ring_dtype::f32, {std::as_writable_bytes(std::span(c))});
+  status late = g[1]->broadcast(cb, 0, 10, 0.1, 0.3, abort);
+  BOOST_TEST(late.to_string().find("ring0 has not arrived at round") != std::string::npos, late.to_string());
+}
+
+// The root of a broadcast does not wait for the others: it may be several
+// collectives ahead while a receiver still checks an older round's
+// descriptor (kept per bank for that reason).
+BOOST_AUTO_TEST_CASE(a_root_running_ahead_does_not_confuse_its_receivers) {
+  auto g = make_group(3);
+  std::atomic<bool> abort{false};
+  auto st = on_members(3, [&](uint32_t r) -> status {
+    for (uint64_t k = 0; k < 400; ++k) {
+      std::vector<int32_t> v(1 + k % 3, r == 0 ? int32_t(k) : -1);
+      fused_buffer buf(ring_dtype::i32, {std::as_writable_bytes(std::span(v))});
+      if (auto s = g[r]->broadcast(buf, 0, k, 10.0, 10.0, abort); !s.ok()) return s;
+      if (v.front() != int32_t(k)) return hetflow::make_error(errc::internal, "broadcast " + std::to_string(k));
+    }
+    return {};
+  });
+  for (auto& s : st) BOOST_TEST(s.ok(), s.to_string());
+}

@@ -4,7 +4,10 @@
 # (f32, f64, i32, i64), sum and average, uneven lengths (0, 1, fewer than
 # the members, not divisible by them, several chunks), gradient buckets of
 # mixed dtypes; over UCX (default), UCX TCP and the CAF fallback; an
-# explicit ring order; hierarchical mode (members on two "hosts"). Every member checks its result bit for bit against a
+# explicit ring order; hierarchical mode (members on two "hosts"). Members
+# on one host sum through a shared-memory segment by default (the ring's shm
+# = "auto"); the transport cases and the *-msg cases run the message ring
+# (shm = "off"). Every member checks its result bit for bit against a
 # local expectation; the report says whether all members agree.
 source "$(dirname "$0")/lib.sh"
 
@@ -17,6 +20,15 @@ run_check() {  # run_check NAME BASE_PORT NODES DATA_PLANE [job lines...]
   timeout 120 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1
   local rc=$?
   ((rc == 0)) || { cat "$topo.out"; fail "$name: hetflow run exited $rc"; }
+  # Which path ran: shared memory unless shm = "off" (or one member alone).
+  if ((nodes > 1)); then
+    if grep -q 'shm = "off"' "$topo"; then
+      grep -q "(shared memory)" "$topo.out" && { cat "$topo.out"; fail "$name: shared memory although shm = off"; }
+    else
+      grep -q "collectives as rank 0 of .* (shared memory)" "$topo.out" ||
+        { cat "$topo.out"; fail "$name: the members did not use shared memory"; }
+    fi
+  fi
   local ok
   ok=$(json_get "$topo.json" "d['status'] == 'ok' and d['members_identical'] and d['result']['cases'] > 0")
   [[ "$ok" == "True" ]] || { cat "$topo.json"; fail "$name: report not ok or members differ"; }
@@ -29,14 +41,17 @@ run_check two 8120 2 auto                      # defaults: up to 1048583 element
 run_check three 8130 3 auto "$small" 'chunk_bytes = "4KiB"' 'window = 2'
 run_check four 8140 4 auto "$small" 'chunk_bytes = "64KiB"'
 run_check eight 8150 4 auto "$small" 'members_per_node = 2' 'chunk_bytes = "16KiB"'
-run_check tcp 8160 3 ucx:tcp,self "$small" 'chunk_bytes = "32KiB"'
-run_check caf 8170 2 caf "$small" 'chunk_bytes = "32KiB"'
+run_check four-msg 8145 4 auto "$small" 'chunk_bytes = "64KiB"' 'shm = "off"'
+run_check tcp 8160 3 ucx:tcp,self "$small" 'chunk_bytes = "32KiB"' 'shm = "off"'
+run_check caf 8170 2 caf "$small" 'chunk_bytes = "32KiB"' 'shm = "off"'
+run_check shm-slots 8175 3 auto "$small" 'shm_slot_bytes = "4KiB"' 'dtypes = ["f64", "i32"]'
 run_check order 8180 3 auto "$small" 'order = ["ring2", "ring0", "ring1"]' 'bucket_bytes = "1KiB"'
 
 # Hierarchical mode: nodes n2, n3 on "host" 127.0.0.2, n0, n1 on 127.0.0.1,
-# 2 members each: per host one leader sums its 3 locals, the 2 leaders run
-# the ring, the result goes back. Also with the hosts interleaved in the ring
-# order, and with hierarchical = "off" (one flat ring of 8).
+# 2 members each: per host one leader sums its 3 locals (through the host's
+# segment; hier-msg: by messages), the 2 leaders run the ring, the result
+# goes back. Also with the hosts interleaved in the ring order, and with
+# hierarchical = "off" (one flat ring of 8).
 run_hier() {  # run_hier NAME BASE_PORT WANT(true|false) [job lines...]
   local name=$1 base=$2 want=$3
   shift 3
@@ -52,6 +67,13 @@ run_hier() {  # run_hier NAME BASE_PORT WANT(true|false) [job lines...]
   if [[ $want == true ]]; then
     [[ $leaders -eq 2 ]] && [[ $(grep -c "collectives as local member of" "$topo.out") -eq 6 ]] ||
       { cat "$topo.out"; fail "$name: want 2 leaders and 6 local members"; }
+    local shared
+    shared=$(grep -c "collectives as \(leader\|local member\).*(shared memory)" "$topo.out" || true)
+    if grep -q 'shm = "off"' "$topo"; then
+      [[ $shared -eq 0 ]] || { cat "$topo.out"; fail "$name: shared memory although shm = off"; }
+    else
+      [[ $shared -eq 8 ]] || { cat "$topo.out"; fail "$name: want all 8 members on their host's segment, got $shared"; }
+    fi
   else
     [[ $leaders -eq 0 ]] || { cat "$topo.out"; fail "$name: hierarchical although off"; }
   fi
@@ -60,6 +82,7 @@ run_hier() {  # run_hier NAME BASE_PORT WANT(true|false) [job lines...]
 run_hier hier 8250 true "$small" 'chunk_bytes = "16KiB"'
 run_hier hier-interleaved 8260 true "$small" 'chunk_bytes = "16KiB"' \
   'order = ["ring0", "ring4", "ring1", "ring5", "ring2", "ring6", "ring3", "ring7"]'
+run_hier hier-msg 8265 true "$small" 'chunk_bytes = "16KiB"' 'shm = "off"'
 run_hier hier-off 8270 false "$small" 'hierarchical = "off"'
 
 # A bad order is refused before anything starts.
