@@ -1167,6 +1167,9 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       if (c.checkpoint_now)
         if (const int64_t id = c.checkpoint_now(); id > 0 && !checkpoints_handled.count(id)) checkpoint_pending = id;
       int64_t checkpoint_id = c.step_checkpoints && s + 1 < steps ? checkpoint_pending : 0;
+      // Periodic (step_checkpoint_every): the same step on every replica.
+      const bool periodic = c.step_checkpoints && c.step_checkpoint_every > 0 && s + 1 < steps &&
+                            (s + 1) % c.step_checkpoint_every == 0;
       // A replica fetches only its rows of the global batch.
       const int64_t bn = source.plan().batch_rows(s);
       auto [first, count] = dp.slice(bn);
@@ -1237,14 +1240,16 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
         HF_RETURN_IF_ERROR(mirror.values_to_device());
       }
       double not_busy = 0.0;  // the checkpoint's time is not the step's (the split)
-      if (checkpoint_id > 0) {  // the epoch's books with this step's, as added below
+      if (checkpoint_id > 0 || periodic) {  // the epoch's books with this step's, as added below
         const auto t_save = clock_type::now();
         HF_RETURN_IF_ERROR(mirror.state_to_host());
         HF_RETURN_IF_ERROR(save_step_checkpoint(c, hm, *opt, epoch, steps, s + 1, loss_sum + lr_res.loss,
                                                 correct + lr_res.correct, local_rows, er.samples + bn));
         ++rep.step_checkpoints;
-        checkpoints_handled.insert(checkpoint_id);
-        if (checkpoint_pending == checkpoint_id) checkpoint_pending = 0;
+        if (checkpoint_id > 0) {
+          checkpoints_handled.insert(checkpoint_id);
+          if (checkpoint_pending == checkpoint_id) checkpoint_pending = 0;
+        }
         not_busy = seconds_since(t_save);
       }
       waits::progress();

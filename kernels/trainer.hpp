@@ -282,6 +282,11 @@ struct train_config {
   // epoch checkpoint is where training continues, at its step.
   std::shared_ptr<epoch_checkpoints> step_checkpoints;
   std::function<int64_t()> checkpoint_now;
+  // With step_checkpoints: also save one after every this many steps of an
+  // epoch (steps every, 2 * every, ... below the epoch's last, which the
+  // epoch checkpoint covers), the same as a request at that step; every
+  // replica of a group reaches the same steps. 0: on request only.
+  int64_t step_checkpoint_every = 0;
   // With checkpoints: start after the newest checkpoint (with a group: the
   // newest one every replica has; they agree through the group), with its
   // weights, batch norm statistics and optimizer state; the epochs before it

@@ -334,7 +334,10 @@ kernels::train_config with_checkpoints(kernels::train_config c, const topology::
   if (dir.empty()) return c;
   auto store = ps::make_directory_store(dir);
   c.checkpoints = ps::make_epoch_checkpoints(store, me, rank, replicas);
-  if (!streamed) c.step_checkpoints = ps::make_epoch_checkpoints(store, me + ".step", rank, replicas);
+  if (!streamed) {
+    c.step_checkpoints = ps::make_epoch_checkpoints(store, me + ".step", rank, replicas);
+    c.step_checkpoint_every = p.get_int("checkpoint_every", 0);  // steps of an epoch
+  }
   c.resume = p.get_bool("resume", false);
   return c;
 }
@@ -880,10 +883,19 @@ void add_train(registry& reg) {
               c.job.params.get_int("checkpoint_every", 0) <= 0)
             return make_error(errc::invalid_argument, "[job] checkpoint_dir: strategy = \"ralp\" checkpoints every "
                                                       "checkpoint_every clocks: set checkpoint_every (> 0)");
-          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps" && s != "hetpipe" && s != "ralp")
+          if (c.job.params.get_int("checkpoint_every", 0) > 0 && (s == "single" || s == "dp") &&
+              c.job.params.get_string("input", "memory") == "stream")
             return make_error(errc::invalid_argument,
-                              "[job] checkpoint_every counts ps and ralp clocks (hetpipe: waves); strategy = \"" + s +
-                                  "\" checkpoints after every epoch (set checkpoint_dir only)");
+                              "[job] checkpoint_every: strategy = \"" + s + "\" with input = \"stream\" checkpoints "
+                              "after every epoch only (the shards cannot replay half an epoch); leave checkpoint_every "
+                              "out, or use input = \"memory\"");
+          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps" && s != "hetpipe" && s != "ralp" &&
+              s != "single" && s != "dp")
+            return make_error(errc::invalid_argument,
+                              "[job] checkpoint_every counts ps and ralp clocks, hetpipe waves and single/dp steps; "
+                              "strategy = \"" + s + "\"" +
+                                  (s == "auto" ? " picks one of them at run time: name the strategy to set it"
+                                               : " has none of them"));
           if (c.job.params.get_int("checkpoint_every", 0) > 0 && c.job.params.get_string("checkpoint_dir", "").empty())
             return make_error(errc::invalid_argument, "[job] checkpoint_every needs checkpoint_dir");
           const std::string prec = c.job.params.get_string("precision", "tf32");

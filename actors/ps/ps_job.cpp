@@ -38,7 +38,8 @@ void add_train_keys(topology::type_spec& job) {
       "ps: a pull waiting longer than this fails the job, naming the slowest worker", 0.1, 86400.0);
   key("checkpoint_every", key_type::integer, int64_t{0},
       "ps: each shard writes a checkpoint when the global clock reaches a multiple of this (0: only at the end); "
-      "hetpipe: every this many waves (0: about one epoch's)", 0.0,
+      "hetpipe: every this many waves (0: about one epoch's); single and dp (input memory): also a mid-epoch "
+      "checkpoint after every this many steps of an epoch (0: after each epoch only)", 0.0,
       1e9);
   key("checkpoint_dir", key_type::string, std::string(""),
       "folder of checkpoints (empty: none). ps: the shards' (see checkpoint_every); hetpipe: the shards' and "

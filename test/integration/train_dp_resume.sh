@@ -141,15 +141,48 @@ grep -q "no checkpoint .* trained from the start" "$fresh.out" || { cat "$fresh.
 json_get "$fresh.json" 'd["resumed_epochs"] == 0 and len(d["epochs"]) == 1' | grep -q True || fail "fresh: report"
 pass "--resume without checkpoints trains from the start"
 
+# Periodic mid-epoch checkpoints (checkpoint_every = 100 steps; 625 steps an
+# epoch): both replicas save after steps 100, 200, ... of every epoch, the
+# newest 3 of each are kept; n1 killed in epoch 2 after its first step
+# checkpoint there; --resume continues from the newest step both have and
+# ends on the uninterrupted run's weights.
+per="$S/per.toml"
+write_topology "$per" 8815 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-per\"" \
+  'dp_failover = false' 'checkpoint_every = 100'
+one_thread "$per"
+start_run "$per" "epoch 2/3 step" 120
+for _ in $(seq 1 300); do
+  ls "$S/ck-per" 2>/dev/null | sed -n 's/^replica1.step.ckpt-0*\([0-9]*\)$/\1/p' | awk '$1 > 625 { f = 1 } END { exit !f }' && break
+  sleep 0.1
+done
+kill_node_and_wait "$per" n1 $RUN_PID "$per.out"
+for r in 0 1; do
+  n=$(ls "$S/ck-per" | grep -c "^replica$r\.step\.ckpt-")
+  ((n >= 1 && n <= 3)) || { ls "$S/ck-per"; fail "periodic: want 1-3 step checkpoints of replica$r kept, got $n"; }
+done
+timeout 300 "$HETFLOW" run "$per" --resume --report "$per.json" >"$per.resume.out" 2>&1 ||
+  { cat "$per.resume.out"; fail "periodic: --resume failed"; }
+/usr/bin/env python3 - "$per.json" "$want" <<'PY' || { cat "$per.resume.out"; fail "periodic: resumed run differs"; }
+import json, sys
+d = json.load(open(sys.argv[1])); want = sys.argv[2]
+eps = [(e["epoch"], e["samples"]) for e in d["epochs"]]
+print(f"resumed at epoch {d['resumed_epochs'] + 1} step {d['resumed_step']}; epochs {eps}; checksum {d['weights_checksum']} (uninterrupted {want})")
+assert d["resumed_epochs"] == 1 and d["resumed_step"] > 0 and d["resumed_step"] % 100 == 0, d
+assert eps == [(2, 20000), (3, 20000)], eps
+assert d["weights_checksum"] == want
+PY
+pass "dp, checkpoint_every = 100: n1 killed in epoch 2; --resume from step $(json_get "$per.json" 'd["resumed_step"]') ends on the uninterrupted run's weights"
+
 # Keys that do not apply.
 bad="$S/bad.toml"
-write_topology "$bad" 8790 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-bad\"" 'checkpoint_every = 5'
-"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_every with dp accepted"
-grep -q "checkpoint_every counts ps and ralp clocks" "$bad.out" || { cat "$bad.out"; fail "checkpoint_every: message"; }
+write_topology "$bad" 8790 3 auto "${job[@]}" 'epochs = 3' 'input = "stream"' "checkpoint_dir = \"$S/ck-bad\"" \
+  'checkpoint_every = 5'
+"$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_every with streamed input accepted"
+grep -q 'with input = "stream" checkpoints after every epoch only' "$bad.out" || { cat "$bad.out"; fail "checkpoint_every: message"; }
 write_topology "$bad" 8790 3 auto "${job[@]}" 'epochs = 3' 'strategy = "ralp"' "checkpoint_dir = \"$S/ck-bad\""
 "$HETFLOW" validate "$bad" >"$bad.out" 2>&1 && fail "checkpoint_dir with strategy ralp and no checkpoint_every accepted"
 grep -q "set checkpoint_every" "$bad.out" || { cat "$bad.out"; fail "ralp checkpoint_dir: message"; }
-pass "checkpoint_every with dp, and checkpoint_dir without checkpoint_every with ralp, are refused"
+pass "checkpoint_every with streamed input, and checkpoint_dir without checkpoint_every with ralp, are refused"
 
 # strategy single with streamed input (the batches come from 2 shards on 2
 # other nodes): the same epoch checkpoints; --resume after epoch 1 takes and

@@ -345,6 +345,37 @@ BOOST_AUTO_TEST_CASE(a_mid_epoch_checkpoint_resumes_at_its_step) {
   BOOST_CHECK(other.error().message().find("memory:40: tensor 0 is") != std::string::npos);
 }
 
+// step_checkpoint_every: a checkpoint every N steps of each epoch (not at
+// its last step: the epoch checkpoint), and --resume from the newest one
+// ends on the uninterrupted weights.
+BOOST_AUTO_TEST_CASE(periodic_mid_epoch_checkpoints_and_resume_from_the_newest) {
+  train_config c = small_config();
+  c.epochs = 2;
+  c.optimizer = {optimizer_kind::adam, 0.002, 0.0};
+  auto epochs = std::make_shared<memory_checkpoints>();
+  auto steps = std::make_shared<memory_checkpoints>();
+  c.checkpoints = epochs;
+  c.step_checkpoints = steps;
+  c.step_checkpoint_every = 10;  // 32 steps an epoch: after steps 10, 20, 30
+  auto full = train_single(c);
+  BOOST_REQUIRE(full.has_value());
+  BOOST_CHECK_EQUAL(full->step_checkpoints, 6);
+  std::vector<int64_t> labels;
+  for (const auto& [label, _] : steps->kept) labels.push_back(label);
+  BOOST_CHECK((labels == std::vector<int64_t>{10, 20, 30, 42, 52, 62}));
+  // Epoch 2's checkpoint lost (the run died after step 30 of epoch 2):
+  // resume from step 30 of epoch 2.
+  epochs->kept.erase(2);
+  c.resume = true;
+  auto resumed = train_single(c);
+  BOOST_REQUIRE(resumed.has_value());
+  BOOST_CHECK_EQUAL(resumed->resumed_epochs, 1);
+  BOOST_CHECK_EQUAL(resumed->resumed_step, 30);
+  BOOST_CHECK_EQUAL(resumed->weights_checksum, full->weights_checksum);
+  BOOST_REQUIRE_EQUAL(resumed->epochs.size(), 1u);
+  BOOST_CHECK_CLOSE(resumed->epochs[0].loss, full->epochs[1].loss, 1e-9);
+}
+
 BOOST_AUTO_TEST_CASE(a_checkpoint_that_cannot_be_written_ends_the_run_and_keeps_the_last_good_one) {
   train_config c = small_config();
   c.epochs = 3;
