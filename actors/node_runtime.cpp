@@ -167,15 +167,55 @@ struct node_shared {
 // --trace: a wire message delivered to local actor `ch` (its index in
 // actors), as a zero-length event on that actor's track with its bytes.
 // `name` is a literal or interned. The track is looked up once per actor.
-void wire_trace(node_shared& s, std::size_t ch, const char* name, std::size_t bytes) {
-  if (!kernels::trace::enabled() || ch >= s.actors.size()) return;
+// The trace track of job actor `ch` (registered on first use).
+kernels::trace::track_id actor_track(node_shared& s, std::size_t ch) {
   auto& t = s.traffic[ch].trace_track;
   kernels::trace::track_id id = t.load(std::memory_order_relaxed);
   if (id == 0) {
     id = kernels::trace::track(s.actors[ch].name);
     t.store(id, std::memory_order_relaxed);
   }
-  kernels::trace::complete(id, name, kernels::trace::now_us(), 0, "bytes", int64_t(bytes));
+  return id;
+}
+
+// A wire message's flow id (--trace): the same on the sending and the
+// receiving node without carrying anything extra: a hash of the message's
+// first and last 64 bytes (envelope, headers, some payload), its size and
+// its target's channel.
+uint64_t wire_flow_id(std::span<const std::byte> b, std::size_t ch) {
+  uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t(b.size()) * 0x9E3779B97F4A7C15ull);
+  auto mix = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) h = (h ^ uint64_t(b[i])) * 0x100000001b3ull;
+  };
+  const std::size_t n = b.size();
+  mix(0, std::min<std::size_t>(n, 64));
+  mix(n > 128 ? n - 64 : std::min<std::size_t>(n, 64), n);
+  return h ^ (uint64_t(ch) + 1) * 0xff51afd7ed558ccdull;
+}
+
+// A wire message arriving at actor `ch`: a 1 us slice on its track, and the
+// end of the message's flow arrow.
+void wire_trace(node_shared& s, std::size_t ch, const char* name, std::span<const std::byte> bytes) {
+  if (!kernels::trace::enabled() || ch >= s.actors.size()) return;
+  const auto id = actor_track(s, ch);
+  const int64_t now = kernels::trace::now_us();
+  kernels::trace::complete(id, name, now, 1, "bytes", int64_t(bytes.size()));
+  kernels::trace::flow(id, "wire", now, wire_flow_id(bytes, ch), false);
+}
+
+// A wire message leaving for actor `ch`: a 1 us slice "wire out to TARGET"
+// on the sender's track (the envelope names it) and the start of the flow.
+void wire_send_trace(node_shared& s, std::size_t ch, const wire_buffer_ref& msg) {
+  if (!kernels::trace::enabled() || ch >= s.actors.size()) return;
+  auto m = schemas::decode_message(msg, s.limits, "trace");
+  if (!m) return;
+  auto it = s.actor_index.find(m->header().sender);
+  if (it == s.actor_index.end()) return;
+  const auto id = actor_track(s, it->second);
+  const int64_t now = kernels::trace::now_us();
+  kernels::trace::complete(id, kernels::trace::intern("wire out to " + s.actors[ch].name), now, 1, "bytes",
+                           int64_t(msg->size()));
+  kernels::trace::flow(id, "wire", now, wire_flow_id(msg->bytes(), ch), true);
 }
 
 // What an actor gets for one delivered wire message: the same bytes, with a
@@ -220,10 +260,11 @@ public:
     auto& t = sh_->traffic[it->second];
     t.sent_messages.fetch_add(1, std::memory_order_relaxed);
     t.sent_bytes.fetch_add(msg->size(), std::memory_order_relaxed);
+    if (kernels::trace::enabled()) wire_send_trace(*sh_, it->second, msg);
     if (node == sh_->self) {
       t.received_messages.fetch_add(1, std::memory_order_relaxed);
       t.received_bytes.fetch_add(msg->size(), std::memory_order_relaxed);
-      wire_trace(*sh_, it->second, "wire in (same node)", msg->size());
+      wire_trace(*sh_, it->second, "wire in (same node)", msg->bytes());
       caf::actor dest;
       {
         std::lock_guard<std::mutex> g(sh_->mu);
@@ -1500,7 +1541,8 @@ int run_node(const node_options& opts, const registry& reg) {
       if (ch < s->actors.size()) {
         s->traffic[ch].received_messages.fetch_add(1, std::memory_order_relaxed);
         s->traffic[ch].received_bytes.fetch_add(msg.size(), std::memory_order_relaxed);
-        if (kernels::trace::enabled()) wire_trace(*s, ch, kernels::trace::intern("wire in from " + from_name), msg.size());
+        if (kernels::trace::enabled())
+          wire_trace(*s, ch, kernels::trace::intern("wire in from " + from_name), msg.bytes());
       }
       wire_buffer_ref ref = std::make_shared<const wire_buffer>(std::move(msg));
       if (ch < s->actors.size()) ref = pending_ref(std::move(ref), s->traffic[ch].released);

@@ -33,6 +33,9 @@ struct slot {
 };
 
 constexpr std::size_t chunk_slots = 8192;
+// slot::dur of a flow's ends (flow()); a span's is >= 0.
+constexpr int64_t flow_start_mark = -2;
+constexpr int64_t flow_end_mark = -3;
 constexpr std::size_t max_tracks = 65535;
 
 // The slots: a fixed table of chunk pointers (sized from max_events at
@@ -176,6 +179,16 @@ void write_document(std::ostream& out, std::string_view note) {
     line = "{\"name\":";
     line += json_quoted(e.name != nullptr ? e.name : "?");
     char buf[160];
+    if (e.dur == flow_start_mark || e.dur == flow_end_mark) {
+      std::snprintf(buf, sizeof buf,
+                    ",\"cat\":\"flow\",\"ph\":\"%s\",%s\"id\":\"0x%016" PRIx64 "\",\"pid\":%d,\"tid\":%u,\"ts\":%" PRId64
+                    "}",
+                    e.dur == flow_start_mark ? "s" : "f", e.dur == flow_start_mark ? "" : "\"bp\":\"e\",",
+                    static_cast<uint64_t>(e.arg), pid, unsigned(e.track), e.ts);
+      line += buf;
+      emit();
+      continue;
+    }
     std::snprintf(buf, sizeof buf, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%" PRId64 ",\"dur\":%" PRId64, pid,
                   unsigned(e.track), e.ts, std::max<int64_t>(0, e.dur));
     line += buf;
@@ -301,6 +314,11 @@ void complete(track_id t, const char* name, int64_t ts_us, int64_t dur_us, const
   s.arg = arg;
   s.track = t;
   s.ready.store(1, std::memory_order_release);
+}
+
+void flow(track_id t, const char* name, int64_t ts_us, uint64_t id, bool start) noexcept {
+  // A slot whose duration is one of the markers below is a flow end.
+  complete(t, name, ts_us, start ? flow_start_mark : flow_end_mark, nullptr, static_cast<int64_t>(id));
 }
 
 counts current_counts() noexcept {

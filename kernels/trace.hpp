@@ -107,6 +107,13 @@ private:
 void complete(track_id t, const char* name, int64_t ts_us, int64_t dur_us, const char* arg_name = nullptr,
               int64_t arg = 0) noexcept;
 
+// One end of a flow arrow ("ph":"s" where it starts, "ph":"f" where it
+// ends; both bound to the slice open on their track at that instant, which
+// the caller records: a viewer draws an arrow from one slice to the other).
+// Both ends carry the same `id`, also when they lie in two nodes' files
+// (merged by trace-merge). Does nothing while recording is off.
+void flow(track_id t, const char* name, int64_t ts_us, uint64_t id, bool start) noexcept;
+
 // RAII span: a complete event from construction to destruction (or end()).
 //   trace::scope s("optimizer", tk);
 class scope {

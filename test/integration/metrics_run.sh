@@ -8,9 +8,11 @@ S=$HETFLOW_SCRATCH
 MP=9790
 
 topo="$S/dp.toml"
+# The message ring (shm = "off"): its chunks are what the data-plane and
+# per-actor traffic metrics count (through shared memory nothing is sent).
 write_topology "$topo" 9780 2 auto 'kind = "train"' 'strategy = "dp"' 'model = "mlp"' 'dataset = "synthetic"' \
   'input_shape = [1, 12, 12]' 'train_size = 4096' 'test_size = 256' 'classes = 5' 'epochs = 40' \
-  'batch_size = 32' 'lr = 0.02'
+  'batch_size = 32' 'lr = 0.02' 'shm = "off"'
 sed -i "s/^connection_timeout = .*/&\nmetrics_port = $MP/" "$topo"
 "$HETFLOW" validate "$topo" >/dev/null || fail "validate $topo"
 "$HETFLOW" run "$topo" >"$S/dp.out" 2>&1 &

@@ -91,9 +91,11 @@ pass "node --trace writes the node's own trace"
 
 # --- 2. two-node data parallel -------------------------------------------------------------------
 one_thread() { sed -i -E 's/^(port = [0-9]+)$/\1\ndevices = [ { kind = "cpu", threads = 1 } ]/' "$1"; }
+# The message ring (shm = "off"): nodes on one host would otherwise sum
+# through shared memory, with no ring steps or wire messages to trace.
 write_topology "$S/dp.toml" 9710 2 auto 'kind = "train"' 'model = "mlp"' 'dataset = "synthetic"' \
   'input_shape = [1, 12, 12]' 'train_size = 640' 'test_size = 128' 'classes = 5' 'epochs = 1' \
-  'batch_size = 64' 'lr = 0.02' 'strategy = "dp"'
+  'batch_size = 64' 'lr = 0.02' 'strategy = "dp"' 'shm = "off"'
 one_thread "$S/dp.toml"
 timeout 180 "$HETFLOW" run "$S/dp.toml" --trace "$S/dp.json" >"$S/dp.out" 2>&1 ||
   { cat "$S/dp.out"; fail "dp run with --trace"; }
@@ -104,7 +106,23 @@ check_trace "$S/dp.json" 0,1 \
   'names["train step"] >= 20' '{"replica0", "replica1", "ring0", "ring1"} <= threads' \
   'names["wire in from n1"] >= 20 and names["wire in from n0"] >= 20' ||
   { cat "$S/dp.out"; fail "dp trace"; }
-pass "dp, 2 nodes: two processes, allreduce and ring steps on both, the ring's wire messages as they arrive"
+# Flow arrows: every wire message's start (on the sender's track, beside a
+# "wire out to ..." slice) and end (on the receiver's) share an id, across
+# the two nodes.
+/usr/bin/python3 - "$S/dp.json" <<'PY' || { cat "$S/dp.out"; fail "dp trace: flow arrows"; }
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+s = {e["id"]: e for e in ev if e.get("ph") == "s"}
+f = {e["id"]: e for e in ev if e.get("ph") == "f"}
+both = set(s) & set(f)
+cross = [i for i in both if s[i]["pid"] != f[i]["pid"]]
+outs = collections.Counter(e["name"] for e in ev if e.get("ph") == "X" and e["name"].startswith("wire out to "))
+print(f"flows: {len(s)} starts, {len(f)} ends, {len(both)} matched, {len(cross)} across nodes; {dict(outs)}")
+assert len(both) >= 40 and len(cross) >= 40, (len(both), len(cross))
+assert all(f[i].get("bp") == "e" and f[i]["ts"] >= s[i]["ts"] - 1000 for i in both)
+assert outs["wire out to ring0"] >= 20 and outs["wire out to ring1"] >= 20, outs
+PY
+pass "dp, 2 nodes: two processes, allreduce and ring steps on both, the ring's wire messages as they leave and arrive, joined by flow arrows"
 
 # The same job as two `hetflow node --trace` processes (as on two hosts), then
 # `hetflow trace-merge` makes one timeline of both.

@@ -294,3 +294,28 @@ BOOST_AUTO_TEST_CASE(output_paths_checked) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(flow_ends_share_an_id_and_bind_to_their_slices) {
+  fresh f;
+  trace::start("n0", 0);
+  const auto a = trace::track("sender");
+  const auto b = trace::track("receiver");
+  const int64_t t0 = trace::now_us();
+  trace::complete(a, "wire out to receiver", t0, 1);
+  trace::flow(a, "wire", t0, 0xabcdef0123456789ull, true);
+  trace::complete(b, "wire in (same node)", t0 + 5, 1);
+  trace::flow(b, "wire", t0 + 5, 0xabcdef0123456789ull, false);
+  auto doc = parse(trace::to_json("ok"));
+  auto starts = events_of(doc, "s");
+  auto ends = events_of(doc, "f");
+  BOOST_REQUIRE_EQUAL(starts.size(), 1u);
+  BOOST_REQUIRE_EQUAL(ends.size(), 1u);
+  BOOST_TEST(starts[0]["id"] == "0xabcdef0123456789");
+  BOOST_TEST(ends[0]["id"] == starts[0]["id"]);
+  BOOST_TEST(starts[0]["tid"] == int(a));
+  BOOST_TEST(ends[0]["tid"] == int(b));
+  BOOST_TEST(ends[0]["bp"] == "e");  // bound to the enclosing slice
+  BOOST_TEST(starts[0]["ts"].get<int64_t>() == t0);
+  BOOST_TEST(ends[0]["cat"] == starts[0]["cat"]);
+  BOOST_TEST(events_of(doc, "X").size() == 2u);  // the slices stay slices
+}
