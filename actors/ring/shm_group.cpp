@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <filesystem>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -92,6 +94,22 @@ layout layout_for(uint32_t n, uint32_t banks, uint64_t slot_bytes) {
 }
 }  // namespace
 
+void shm_group::remove_stale_segments() noexcept {
+  // A creator removes its segment's name once every member has mapped it,
+  // or when it goes away first; one that died before either left the name.
+  // Its pid is in the name: remove those of processes that are gone.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view prefix = "hetflow-ring-";
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
+    ::shm_unlink(("/" + name).c_str());
+  }
+}
+
 shm_group::counter& shm_group::ctr(int which, uint32_t member) const noexcept {
   auto* p = static_cast<std::byte*>(base_) + header_bytes + (uint64_t(which) * n_ + member) * line;
   return *reinterpret_cast<counter*>(p);
@@ -129,6 +147,7 @@ expected<std::unique_ptr<shm_group>> shm_group::create(uint32_t members, uint32_
   g->rank_ = rank;
   g->banks_ = opt.banks;
   g->slot_bytes_ = opt.slot_bytes;
+  remove_stale_segments();
   static std::atomic<uint64_t> serial{0};
   std::random_device rd;
   char name[96];
@@ -145,11 +164,14 @@ expected<std::unique_ptr<shm_group>> shm_group::create(uint32_t members, uint32_
   g->name_ = name;
   g->owner_ = g->named_ = true;
   const auto l = layout_for(members, opt.banks, opt.slot_bytes);
-  if (::ftruncate(fd, static_cast<off_t>(l.total)) != 0) {
-    const int e = errno;
+  // fallocate, not only ftruncate: a /dev/shm too small for the segment (a
+  // container's 64 MiB) is an error here, not a SIGBUS at the first touch.
+  int e = ::ftruncate(fd, static_cast<off_t>(l.total)) != 0 ? errno : 0;
+  if (e == 0) e = ::posix_fallocate(fd, 0, static_cast<off_t>(l.total));
+  if (e != 0) {
     ::close(fd);
     return make_error(errc::io_error, "cannot size shared memory " + g->name_ + " to " + std::to_string(l.total) +
-                                          " bytes: " + errno_text(e));
+                                          " bytes: " + errno_text(e) + " (is /dev/shm big enough?)");
   }
   status s = g->map(fd, l.total);
   ::close(fd);

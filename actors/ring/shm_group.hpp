@@ -114,6 +114,10 @@ public:
   // Rounds run so far (every collective of every member adds the same).
   uint64_t rounds() const noexcept { return round_; }
 
+  // Removes /dev/shm names of segments whose creator died before removing
+  // them (the pid in the name is gone). create() calls it.
+  static void remove_stale_segments() noexcept;
+
 private:
   shm_group() = default;
   struct header;

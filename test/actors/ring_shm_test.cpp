@@ -10,6 +10,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <chrono>
 #include <cmath>
@@ -317,4 +321,29 @@ BOOST_AUTO_TEST_CASE(a_root_running_ahead_does_not_confuse_its_receivers) {
     return {};
   });
   for (auto& s : st) BOOST_TEST(s.ok(), s.to_string());
+}
+
+// A segment whose creator died before anyone checked in leaves its name in
+// /dev/shm; the next create() removes it (its pid is gone), not a live one.
+BOOST_AUTO_TEST_CASE(stale_names_of_dead_creators_are_removed) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto g = shm_group::create(2, 0, nonce, {});
+    if (g) (void)g->release();  // the name stays: as if the process died here
+    std::_Exit(0);
+  }
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  const std::string stale = "/hetflow-ring-" + std::to_string(child) + "-";
+  auto names_with = [](const std::string& prefix) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+      if (("/" + e.path().filename().string()).rfind(prefix, 0) == 0) ++n;
+    return n;
+  };
+  BOOST_REQUIRE_EQUAL(names_with(stale), 1);
+  auto live = shm_group::create(2, 0, nonce, {});  // ours: alive, kept
+  BOOST_REQUIRE(live.has_value());
+  BOOST_TEST(names_with(stale) == 0);
+  BOOST_TEST(names_with((*live)->name()) == 1);
 }
