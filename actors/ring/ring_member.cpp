@@ -269,13 +269,16 @@ public:
     cv_.notify_all();
     thread_.join();
   }
-  void submit(job j) {
+  // False (and nothing submitted) while a job runs: one at a time.
+  bool submit(job j) {
     {
       std::lock_guard lk(m_);
+      if (busy_) return false;
       job_ = std::move(j);
       busy_ = true;
     }
     cv_.notify_all();
+    return true;
   }
   // Stops the collective in flight (if any) and waits until the worker has
   // let go of its buffers.
@@ -541,7 +544,9 @@ void maybe_finish(member_actor* self) {
   auto& a = *st.active;
   if (a.received != a.expected) return;
   if (st.host_shm && st.leader) {
-    // The ring's result back to the host's members through the segment.
+    // The ring's result back to the host's members through the segment,
+    // once (maybe_finish runs again after the held chunks are replayed).
+    if (a.shm_stage != 2) return;
     a.shm_stage = 3;
     a.shm = true;
     return dispatch_shm(self);
@@ -681,7 +686,8 @@ void dispatch_shm(member_actor* self) {
       j.receive = true;
     }
   }
-  st.worker->submit(std::move(j));
+  if (!st.worker->submit(std::move(j)))
+    fail(self, "internal: a shared-memory collective was handed over while another one ran");
 }
 
 // This generation's segment: created by the first member (which offers it
