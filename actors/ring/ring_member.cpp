@@ -280,6 +280,8 @@ public:
     cv_.notify_all();
     return true;
   }
+  // Set while the actor gives up the collective in flight (abort_and_wait).
+  const std::atomic<bool>& aborting() const noexcept { return abort_; }
   // Stops the collective in flight (if any) and waits until the worker has
   // let go of its buffers.
   void abort_and_wait() {
@@ -637,7 +639,8 @@ wire_buffer_ref build_offer(const member_state& st, const std::string& target, u
 // worker thread: nothing of the actor's state but copies.
 shm_group::round_hook shm_drill_hook(member_state& st) {
   if (st.cfg.drill == "none") return {};
-  return [drill = st.cfg.drill, after = st.cfg.drill_after, me = st.me, svc = st.svc](uint64_t round) {
+  const std::atomic<bool>* aborting = &st.worker->aborting();  // the worker outlives its jobs
+  return [drill = st.cfg.drill, after = st.cfg.drill_after, me = st.me, svc = st.svc, aborting](uint64_t round) {
     if (static_cast<int64_t>(round) != after) return true;
     if (drill == "die") {
       log_warn("ring member '" + me + "': fault drill: dying after " + std::to_string(round) +
@@ -646,10 +649,12 @@ shm_group::round_hook shm_drill_hook(member_state& st) {
     }
     log_warn("ring member '" + me + "': fault drill: stalling (shared-memory rounds stop) after " +
              std::to_string(round) + " rounds");
+    // Like the message drill: 60 s of nothing, then on (unless the
+    // collective was given up meanwhile).
     auto until = clock_type::now() + std::chrono::seconds(60);
-    while (!svc->stopping() && clock_type::now() < until)
+    while (!svc->stopping() && !aborting->load() && clock_type::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    return false;
+    return !aborting->load() && !svc->stopping();
   };
 }
 
@@ -1164,7 +1169,7 @@ void configure_ring(member_state& st, std::size_t me) {
   st.host_members = {st.leader_name};
   for (std::size_t i = 0; i < m.size(); ++i)
     if (hosts[i] == my_host && m[i] != st.leader_name) st.host_members.push_back(m[i]);
-  st.host_shm = st.cfg.shm == "auto" && st.host_members.size() >= 2 &&
+  st.host_shm = st.cfg.shm == "auto" && !my_host.empty() && st.host_members.size() >= 2 &&
                 st.host_members.size() <= shm_group::max_members;
   st.locals.clear();
   uint32_t idx = 0;
@@ -1233,7 +1238,9 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
   st.cfg.window = static_cast<uint64_t>(std::max<int64_t>(0, args.get_int("window", 0)));
   st.cfg.hierarchical = args.get_string("hierarchical", "auto");
   st.cfg.shm = args.get_string("shm", "auto");
-  st.cfg.shm_slot_bytes = static_cast<uint64_t>(args.get_int("shm_slot_bytes", 256 << 10));
+  // Whole cache lines, at least a page (the key's lower bound).
+  st.cfg.shm_slot_bytes =
+      std::max<uint64_t>(4096, static_cast<uint64_t>(args.get_int("shm_slot_bytes", 256 << 10)) & ~uint64_t{63});
   st.cfg.failover = args.get_bool("failover", false);
   for (const auto& n : env.cluster.nodes) st.node_host[n.name] = n.host;
   st.cfg.drill = args.get_string("drill", "none");
@@ -1329,8 +1336,11 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
               if (st.active->shm_waiting && idle >= stall_limit(st, id)) {
                 char secs[32];
                 std::snprintf(secs, sizeof secs, "%.1f s", idle);
-                fail(self, "no shared-memory offer from " + who(st, st.cfg.members.front()) + " for " + secs +
-                               "; waiting on " + who(st, st.cfg.members.front()));
+                // The offer comes from the group's first member: the ring's
+                // (flat) or the host's leader (hierarchical).
+                const std::string& from = st.host_shm ? st.host_members.front() : st.cfg.members.front();
+                fail(self, "no shared-memory offer from " + who(st, from) + " for " + secs + "; waiting on " +
+                               who(st, from));
               }
               return;
             }

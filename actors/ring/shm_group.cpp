@@ -94,15 +94,22 @@ layout layout_for(uint32_t n, uint32_t banks, uint64_t slot_bytes) {
 }
 }  // namespace
 
-void shm_group::remove_stale_segments() noexcept {
+void shm_group::remove_stale_segments(std::chrono::seconds min_age) noexcept {
   // A creator removes its segment's name once every member has mapped it,
   // or when it goes away first; one that died before either left the name.
-  // Its pid is in the name: remove those of processes that are gone.
+  // Its pid is in the name: remove those of processes that are gone. Only
+  // names older than min_age: a creator in another pid namespace that
+  // shares /dev/shm (containers of one pod) looks dead from here, but its
+  // ring checks in within its first_timeout.
   std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
     const std::string name = entry.path().filename().string();
     constexpr std::string_view prefix = "hetflow-ring-";
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    std::error_code tec;
+    const auto written = std::filesystem::last_write_time(entry.path(), tec);
+    if (tec || now - written < min_age) continue;
     const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
     if (pid <= 0 || pid == ::getpid()) continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
@@ -337,18 +344,27 @@ status shm_group::check_descriptor(uint32_t bank, uint32_t j, uint64_t id, uint6
                         ": every member must make the same all_reduce calls");
 }
 
+template <class F>
+status shm_group::each_round(const fused_buffer& buf, const round_hook& hook, F&& f) {
+  const uint64_t len = buf.size();
+  const uint64_t per_round = slot_bytes_ / element_size(buf.type());
+  for (uint64_t off = 0; off < len; off += per_round) {
+    ++round_;
+    if (hook && !hook(round_)) return make_error(errc::cancelled, "fault drill");
+    if (auto s = f(off, std::min(per_round, len - off), static_cast<uint32_t>(round_),
+                   static_cast<uint32_t>((round_ - 1) % banks_));
+        !s.ok())
+      return s;
+  }
+  return {};
+}
+
 status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, double timeout_s,
                              const std::atomic<bool>& abort, const round_hook& hook) {
   const uint64_t len = buf.size();
   const ring_dtype type = buf.type();
   const std::size_t es = element_size(type);
-  const uint64_t per_round = slot_bytes_ / es;
-  for (uint64_t off = 0; off < len; off += per_round) {
-    const uint64_t n_el = std::min(per_round, len - off);
-    ++round_;
-    const auto r = static_cast<uint32_t>(round_);
-    const auto bank = static_cast<uint32_t>((round_ - 1) % banks_);
-    if (hook && !hook(round_)) return make_error(errc::cancelled, "fault drill");
+  return each_round(buf, hook, [&](uint64_t off, uint64_t n_el, uint32_t r, uint32_t bank) -> status {
     if (round_ > banks_)
       if (auto s = wait_all(c_released, r - banks_, true, timeout_s, abort, what_of[c_released], id, spin_long_us);
           !s.ok())
@@ -395,8 +411,8 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
       if (sj.size() > 0) buf.copy_in(elem_range{off + sj.begin, off + sj.end}, slot(bank, j) + sj.begin * es);
     }
     publish(ctr(c_released, rank_), r);
-  }
-  return {};
+    return {};
+  });
 }
 
 status shm_group::broadcast(fused_buffer& buf, uint32_t root, uint64_t id, double timeout_s, double first_timeout_s,
@@ -404,14 +420,7 @@ status shm_group::broadcast(fused_buffer& buf, uint32_t root, uint64_t id, doubl
   if (root >= n_) return make_error(errc::invalid_argument, "broadcast from member " + std::to_string(root));
   const uint64_t len = buf.size();
   const ring_dtype type = buf.type();
-  const std::size_t es = element_size(type);
-  const uint64_t per_round = slot_bytes_ / es;
-  for (uint64_t off = 0; off < len; off += per_round) {
-    const uint64_t n_el = std::min(per_round, len - off);
-    ++round_;
-    const auto r = static_cast<uint32_t>(round_);
-    const auto bank = static_cast<uint32_t>((round_ - 1) % banks_);
-    if (hook && !hook(round_)) return make_error(errc::cancelled, "fault drill");
+  return each_round(buf, hook, [&](uint64_t off, uint64_t n_el, uint32_t r, uint32_t bank) -> status {
     if (rank_ == root) {
       if (round_ > banks_)
         if (auto s = wait_all(c_released, r - banks_, true, timeout_s, abort, what_of[c_released], id, spin_long_us);
@@ -431,8 +440,8 @@ status shm_group::broadcast(fused_buffer& buf, uint32_t root, uint64_t id, doubl
       buf.copy_in(elem_range{off, off + n_el}, slot(bank, root));
     }
     publish(ctr(c_released, rank_), r);
-  }
-  return {};
+    return {};
+  });
 }
 
 }  // namespace hetflow::actors::ring

@@ -143,9 +143,11 @@ pass "--resume without checkpoints trains from the start"
 
 # Periodic mid-epoch checkpoints (checkpoint_every = 100 steps; 625 steps an
 # epoch): both replicas save after steps 100, 200, ... of every epoch, the
-# newest 3 of each are kept; n1 killed in epoch 2 after its first step
-# checkpoint there; --resume continues from the newest step both have and
-# ends on the uninterrupted run's weights.
+# newest 3 of each are kept; both nodes killed at once (SIGKILL, as a power
+# cut) in epoch 2 after replica1's first step checkpoint there (killing one
+# node alone lets the other save and prune on until it notices, sometimes
+# past every step checkpoint the dead one has); --resume continues from the
+# newest step both have and ends on the uninterrupted run's weights.
 per="$S/per.toml"
 write_topology "$per" 8815 2 auto "${job[@]}" 'epochs = 3' "${dp[@]}" "checkpoint_dir = \"$S/ck-per\"" \
   'dp_failover = false' 'checkpoint_every = 100'
@@ -155,7 +157,8 @@ for _ in $(seq 1 300); do
   ls "$S/ck-per" 2>/dev/null | sed -n 's/^replica1.step.ckpt-0*\([0-9]*\)$/\1/p' | awk '$1 > 625 { f = 1 } END { exit !f }' && break
   sleep 0.1
 done
-kill_node_and_wait "$per" n1 $RUN_PID "$per.out"
+pkill -KILL -f -- "node $per --name n[01]" || fail "periodic: no nodes to kill"
+wait_exit "$RUN_PID" 10 || { cat "$per.out"; fail "periodic: the run did not end after its nodes were killed"; }
 for r in 0 1; do
   n=$(ls "$S/ck-per" | grep -c "^replica$r\.step\.ckpt-")
   ((n >= 1 && n <= 3)) || { ls "$S/ck-per"; fail "periodic: want 1-3 step checkpoints of replica$r kept, got $n"; }
@@ -171,7 +174,7 @@ assert d["resumed_epochs"] == 1 and d["resumed_step"] > 0 and d["resumed_step"] 
 assert eps == [(2, 20000), (3, 20000)], eps
 assert d["weights_checksum"] == want
 PY
-pass "dp, checkpoint_every = 100: n1 killed in epoch 2; --resume from step $(json_get "$per.json" 'd["resumed_step"]') ends on the uninterrupted run's weights"
+pass "dp, checkpoint_every = 100: both nodes killed in epoch 2; --resume from step $(json_get "$per.json" 'd["resumed_step"]') ends on the uninterrupted run's weights"
 
 # Keys that do not apply.
 bad="$S/bad.toml"
