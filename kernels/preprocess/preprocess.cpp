@@ -769,6 +769,26 @@ struct count_block_result {
   status written;  // staging: the pwrite of `records`
 };
 
+// Puts the finished `tmp` in the place of `dest`. A previous run's `dest` is
+// unlinked first: a rename over an existing file makes ext4 (auto_da_alloc)
+// start writing the new file back at once, inside the rename, which took
+// 10-70 ms per 160 MB part on the 2-core VM; a plain rename leaves the
+// write-back to the kernel, as for any new file. (A crash in between leaves
+// neither file; the job's output is incomplete then anyway.)
+status replace_file(const std::string& tmp, const std::string& dest) {
+  if (::unlink(dest.c_str()) != 0 && errno != ENOENT) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return make_error(errc::io_error, "cannot replace " + dest + ": " + std::strerror(e));
+  }
+  if (::rename(tmp.c_str(), dest.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return make_error(errc::io_error, "cannot rename " + tmp + " to " + dest + ": " + std::strerror(e));
+  }
+  return {};
+}
+
 status write_at(int fd, const void* data, std::size_t n, uint64_t off, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -1108,10 +1128,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
     ::unlink(tmp.c_str());
     return make_error(errc::io_error, "cannot write " + tmp + ": " + std::strerror(errno));
   }
-  if (::rename(tmp.c_str(), im.staged_path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return make_error(errc::io_error, "cannot rename " + tmp + " to " + im.staged_path + ": " + std::strerror(errno));
-  }
+  if (auto s = replace_file(tmp, im.staged_path); !s.ok()) return s;
   im.finished = true;
   shard_result out = std::move(im.staged);
   out.seconds = seconds_since(t0);
@@ -1250,10 +1267,7 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
     ::unlink(tmp.c_str());
     return make_error(errc::io_error, "cannot write " + tmp + ": " + std::strerror(errno));
   }
-  if (::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return make_error(errc::io_error, "cannot rename " + tmp + " to " + out_path + ": " + std::strerror(errno));
-  }
+  if (auto s = replace_file(tmp, out_path); !s.ok()) return s;
   out.malformed = std::move(sink.report);
   out.seconds = seconds_since(t0);
   out.parallelism = dop;
