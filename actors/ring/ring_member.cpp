@@ -1115,8 +1115,11 @@ void on_probe_answer(member_actor* self, uint64_t id, int32_t state, uint64_t ne
                           " chunks never arrived here (lost); waiting on " + left);
   if (left_active_on_id || state == 1) {
     // The left waits as well: the culprit is further up and its right
-    // neighbour reports it. Give that report one more timeout.
-    if (++a.upstream_waits >= 2)
+    // neighbour reports it (after `timeout` and its 1 s probe). Give that
+    // report two more half-timeouts: members' stall checks are not in step
+    // (one tick per member, not per collective), and one was sometimes too
+    // short for the report to reach the head first.
+    if (++a.upstream_waits >= 3)
       return fail(self, "no chunk for " + std::string(secs) + ": waiting on " + left +
                             ", which is itself waiting (" + std::to_string(received) + "/" +
                             std::to_string(expected) + " chunks) on its left neighbour");
@@ -1353,17 +1356,29 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
                 .then(
                     [self, id](ringprobe_atom, int32_t state, uint64_t next, uint64_t rcv,
                                uint64_t exp) { on_probe_answer(self, id, state, next, rcv, exp); },
-                    [self, id](caf::error&) {
+                    [self, id](caf::error& err) {
                       auto& st = self->state;
                       st.probing = false;
                       if (!st.active || st.active->id != id || st.finished) return;
                       if (check_lost(self)) return try_start(self);
-                      double idle = std::chrono::duration<double>(clock_type::now() -
-                                                                  st.active->last_progress).count();
+                      auto& a = *st.active;
+                      double idle = std::chrono::duration<double>(clock_type::now() - a.last_progress).count();
                       char secs[32];
                       std::snprintf(secs, sizeof secs, "%.1f s", idle);
+                      if (err == caf::sec::request_receiver_down && ++a.upstream_waits < 3) {
+                        // The left member has stopped: it failed (its own
+                        // report, naming the cause, is on its way to the
+                        // head and stops the job) or its node went down.
+                        // Give that one more timeout before blaming it.
+                        a.last_progress = clock_type::now() -
+                                          std::chrono::duration_cast<clock_type::duration>(
+                                              std::chrono::duration<double>(stall_limit(st, id) / 2));
+                        return;
+                      }
                       fail(self, "no chunk for " + std::string(secs) + " and " + who(st, st.probe_target) +
-                                     " does not answer within 1 s: it is stalled; waiting on " +
+                                     (err == caf::sec::request_receiver_down
+                                          ? " has stopped; waiting on "
+                                          : " does not answer within 1 s: it is stalled; waiting on ") +
                                      who(st, st.probe_target));
                     });
           });
