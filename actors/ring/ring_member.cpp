@@ -537,6 +537,7 @@ void finish_collective(member_actor* self) {
 
 void handle_chunk(member_actor* self, const std::string& from_node, const wire_buffer_ref& buf);
 void dispatch_shm(member_actor* self);
+void start_by_messages(member_actor* self);
 
 // Everything this member expects has arrived: a hierarchical leader sends
 // the result to its locals first.
@@ -617,8 +618,9 @@ void schedule_tick(member_actor* self, uint64_t id) {
 // ---- shared memory ----------------------------------------------------------
 
 // The first member's offer of this generation's segment to member `target`.
-wire_buffer_ref build_offer(const member_state& st, const std::string& target, uint64_t nonce) {
-  const std::string& name = st.shm->name();
+// An empty name: no segment this generation, sum by messages.
+wire_buffer_ref build_offer(const member_state& st, const std::string& target, uint64_t nonce,
+                            const std::string& name) {
   schemas::tensor_meta meta{dtype::u8, {static_cast<int64_t>(name.size())}};
   const uint64_t id = uint64_t(st.gen) << gen_shift;
   schemas::envelope_header h{kind_ring_chunk, id, st.me, target};
@@ -630,7 +632,7 @@ wire_buffer_ref build_offer(const member_state& st, const std::string& target, u
   ch.chunk = nonce;
   ch.collective = id;
   std::memcpy(b.payload().data(), &ch, sizeof ch);
-  std::memcpy(b.tensor_data(0).data(), name.data(), name.size());
+  if (!name.empty()) std::memcpy(b.tensor_data(0).data(), name.data(), name.size());
   return std::make_shared<const wire_buffer>(std::move(b).finish());
 }
 
@@ -715,7 +717,14 @@ bool ensure_shm(member_actor* self) {
     opt.slot_bytes = st.cfg.shm_slot_bytes;
     auto g = shm_group::create(members, 0, nonce, opt);
     if (!g) {
-      fail(self, "shared-memory ring: " + g.error().to_string() + " (set the ring's shm = \"off\" to sum by messages)");
+      // No segment (no /dev/shm, or too small): this generation sums by
+      // messages; an empty offer tells the others so.
+      log_warn("ring member '" + st.me + "': no shared-memory segment (" + g.error().to_string() +
+               "); the ring sums by messages instead (set shm = \"off\" to skip the attempt)");
+      st.shm_mode = st.host_shm = false;
+      for (const auto& other : m)
+        if (other != st.me && !send_to(self, other, build_offer(st, other, 0, ""))) return false;
+      if (st.active) start_by_messages(self);
       return false;
     }
     st.shm = std::move(*g);
@@ -723,10 +732,18 @@ bool ensure_shm(member_actor* self) {
     st.shm->set_waiter(st.me, st.tk);
     st.shm_gen = st.gen;
     for (const auto& other : m)
-      if (other != st.me && !send_to(self, other, build_offer(st, other, nonce))) return false;
+      if (other != st.me && !send_to(self, other, build_offer(st, other, nonce, st.shm->name()))) return false;
     return true;
   }
   if (!st.offer || st.offer->gen != st.gen) return false;
+  if (st.offer->name.empty()) {  // the creator could not make one: this generation by messages
+    st.offer.reset();
+    log_warn("ring member '" + st.me + "': the ring's first member has no shared-memory segment; the ring "
+             "sums by messages");
+    st.shm_mode = st.host_shm = false;
+    if (st.active) start_by_messages(self);
+    return false;
+  }
   auto g = shm_group::open(st.offer->name, members, rank, st.offer->nonce);
   st.offer.reset();
   if (!g) {
@@ -744,7 +761,7 @@ void start_shm(member_actor* self) {
   auto& st = self->state;
   const uint64_t id = st.active->id;
   if (!ensure_shm(self)) {
-    if (st.finished || !st.active || st.active->id != id) return;
+    if (st.finished || !st.active || st.active->id != id || !st.active->shm) return;  // failed, or by messages now
     st.active->shm_waiting = true;  // the offer comes with a message
     return;
   }
@@ -770,6 +787,58 @@ void on_offer(member_actor* self, const chunk_header& ch, const std::string& fro
     const uint64_t id = st.active->id;
     if (!ensure_shm(self)) return;
     if (st.active && st.active->id == id) dispatch_shm(self);
+  }
+}
+
+// The active collective by chunk messages through the data plane (a ring
+// across hosts, hierarchical mode's host sums, or a shared-memory ring that
+// fell back because its segment could not be made), then the chunks that
+// came early: before the collective started, or while it waited for the
+// segment's offer.
+void start_by_messages(member_actor* self) {
+  auto& st = self->state;
+  auto& a = *st.active;
+  const uint64_t id = a.id;
+  a.shm = a.shm_waiting = false;
+  a.shm_stage = 0;
+  if (!st.hier) {
+    a.expected = setup_ring(st, a);
+    a.ring_started = true;
+    send_own_chunks(self);
+  } else {
+    const elem_range whole{0, a.len};
+    a.whole_chunks = chunk_count(whole, a.chunk_elems);
+    if (!st.leader) {
+      // The whole vector to the leader; the result comes back from it.
+      a.expected = a.whole_chunks;
+      a.seen_whole.assign(a.whole_chunks, 0);
+      for (uint64_t c = 0; c < a.whole_chunks; ++c) {
+        elem_range r = chunk_range(whole, a.chunk_elems, c);
+        auto msg = build_chunk(st, a, phase_lr, st.local_index, c, r,
+                               [&](std::byte* dst) { a.buf.copy_out(r, dst); }, &st.leader_name);
+        if (!send_to(self, st.leader_name, std::move(msg))) return;
+      }
+    } else {
+      a.lr_expected = st.locals.size() * a.whole_chunks;
+      a.seen_whole.assign(a.lr_expected, 0);
+      a.expected = a.lr_expected + setup_ring(st, a);
+      if (a.lr_expected == 0) start_ring_part(self);
+    }
+  }
+  if (!st.active || st.active->id != id) return;
+  schedule_tick(self, id);
+  std::vector<std::pair<std::string, wire_buffer_ref>> msgs;
+  if (auto it = st.early.find(id); it != st.early.end()) {
+    msgs = std::move(it->second);
+    st.early.erase(it);
+  }
+  if (a.ring_started) {  // held while the segment's offer was awaited
+    for (auto& m : a.held) msgs.push_back(std::move(m));
+    a.held.clear();
+  }
+  for (auto& [node, m] : msgs) {
+    if (!st.active || st.active->id != id) break;
+    handle_chunk(self, node, m);
   }
 }
 
@@ -814,41 +883,7 @@ void start_collective(member_actor* self, const bucket& b) {
     if (st.active && st.active->id == id) schedule_tick(self, id);
     return;
   }
-  if (!st.hier) {
-    a.expected = setup_ring(st, a);
-    a.ring_started = true;
-    send_own_chunks(self);
-  } else {
-    const elem_range whole{0, a.len};
-    a.whole_chunks = chunk_count(whole, a.chunk_elems);
-    if (!st.leader) {
-      // The whole vector to the leader; the result comes back from it.
-      a.expected = a.whole_chunks;
-      a.seen_whole.assign(a.whole_chunks, 0);
-      for (uint64_t c = 0; c < a.whole_chunks; ++c) {
-        elem_range r = chunk_range(whole, a.chunk_elems, c);
-        auto msg = build_chunk(st, a, phase_lr, st.local_index, c, r,
-                               [&](std::byte* dst) { a.buf.copy_out(r, dst); }, &st.leader_name);
-        if (!send_to(self, st.leader_name, std::move(msg))) return;
-      }
-    } else {
-      a.lr_expected = st.locals.size() * a.whole_chunks;
-      a.seen_whole.assign(a.lr_expected, 0);
-      a.expected = a.lr_expected + setup_ring(st, a);
-      if (a.lr_expected == 0) start_ring_part(self);
-    }
-  }
-  if (!st.active || st.active->id != id) return;
-  schedule_tick(self, id);
-  // Chunks that arrived before we got here.
-  if (auto it = st.early.find(id); it != st.early.end()) {
-    auto msgs = std::move(it->second);
-    st.early.erase(it);
-    for (auto& [node, m] : msgs) {
-      if (!st.active || st.active->id != id) break;
-      handle_chunk(self, node, m);
-    }
-  }
+  start_by_messages(self);
 }
 
 // Starts queued work until a collective is in flight (or nothing is left).

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -154,6 +155,8 @@ expected<std::unique_ptr<shm_group>> shm_group::create(uint32_t members, uint32_
   g->rank_ = rank;
   g->banks_ = opt.banks;
   g->slot_bytes_ = opt.slot_bytes;
+  if (std::getenv("HETFLOW_TEST_SHM_CREATE_FAIL"))  // tests: the fallback to messages
+    return make_error(errc::io_error, "HETFLOW_TEST_SHM_CREATE_FAIL is set");
   remove_stale_segments();
   static std::atomic<uint64_t> serial{0};
   std::random_device rd;

@@ -85,6 +85,28 @@ run_hier hier-interleaved 8260 true "$small" 'chunk_bytes = "16KiB"' \
 run_hier hier-msg 8265 true "$small" 'chunk_bytes = "16KiB"' 'shm = "off"'
 run_hier hier-off 8270 false "$small" 'hierarchical = "off"'
 
+# No segment can be made (no /dev/shm, or too small; forced here by a test
+# variable): the first member says so, offers none, and every member sums by
+# messages, flat and hierarchical, every result still exact.
+for case in flat hier; do
+  topo="$HETFLOW_SCRATCH/fallback-$case.toml"
+  if [[ $case == flat ]]; then
+    write_topology "$topo" 8280 3 auto 'kind = "ring_check"' "$small"
+  else
+    write_topology "$topo" 8285 4 auto 'kind = "ring_check"' 'members_per_node = 2' "$small"
+    sed -i -E '/^name = "n[23]"$/,/^port/ s/^host = "127.0.0.1"$/host = "127.0.0.2"/' "$topo"
+  fi
+  HETFLOW_TEST_SHM_CREATE_FAIL=1 timeout 120 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
+    { cat "$topo.out"; fail "fallback-$case: hetflow run failed"; }
+  [[ $(json_get "$topo.json" "d['status'] == 'ok' and d['members_identical'] and d['result']['cases'] > 0") == True ]] ||
+    { cat "$topo.json"; fail "fallback-$case: report not ok or members differ"; }
+  grep -q "no shared-memory segment (.*HETFLOW_TEST_SHM_CREATE_FAIL.*); the ring sums by messages instead" "$topo.out" &&
+    grep -q "the ring's first member has no shared-memory segment; the ring sums by messages" "$topo.out" ||
+    { cat "$topo.out"; fail "fallback-$case: no fallback lines"; }
+  grep -q "(shared memory)" "$topo.out" && { cat "$topo.out"; fail "fallback-$case: a member says shared memory"; }
+  pass "fallback-$case: no segment, $(json_get "$topo.json" "d['result']['cases']") collectives exact by messages"
+done
+
 # A bad order is refused before anything starts.
 topo="$HETFLOW_SCRATCH/bad-order.toml"
 write_topology "$topo" 8190 2 auto 'kind = "ring_check"' 'order = ["ring0", "ring0"]'
