@@ -367,25 +367,47 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
   const uint64_t len = buf.size();
   const ring_dtype type = buf.type();
   const std::size_t es = element_size(type);
-  return each_round(buf, hook, [&](uint64_t off, uint64_t n_el, uint32_t r, uint32_t bank) -> status {
-    if (round_ > banks_)
+  const uint64_t per_round = slot_bytes_ / es;
+  const uint64_t rounds = (len + per_round - 1) / per_round;
+  const uint64_t first = round_ + 1;  // this collective's first round
+  // Round k's first element, elements, number and bank.
+  auto off_of = [&](uint64_t k) { return k * per_round; };
+  auto n_of = [&](uint64_t k) { return std::min(per_round, len - k * per_round); };
+  auto bank_of = [&](uint64_t k) { return static_cast<uint32_t>((first + k - 1) % banks_); };
+  // The first half of round k: its bank free (every other member released
+  // the round that used it before), this member's descriptor, its copy of
+  // the other members' segments (its own it sums from its vector), arrived.
+  auto arrive = [&](uint64_t k) -> status {
+    const uint64_t round = first + k;
+    round_ = round;
+    if (hook && !hook(round)) return make_error(errc::cancelled, "fault drill");
+    const auto r = static_cast<uint32_t>(round);
+    const uint32_t bank = bank_of(k);
+    if (round > banks_)
       if (auto s = wait_all(c_released, r - banks_, true, timeout_s, abort, what_of[c_released], id, spin_long_us);
           !s.ok())
         return s;
-    // The other members' segments of this round to this member's slot
-    // (its own segment it sums from its vector directly).
-    // This round's descriptor lives in its bank: it is read before the bank
-    // is released, and rewritten only when every member has released it.
+    // The descriptor lives in the round's bank: read before the bank is
+    // released, rewritten only when every member has released it.
     describe(bank, id, len, type, static_cast<uint32_t>(op));
+    const uint64_t off = off_of(k), n_el = n_of(k);
     const elem_range seg = segment_range(n_el, n_, rank_);
     if (seg.begin > 0) buf.copy_out(elem_range{off, off + seg.begin}, slot(bank, rank_));
     if (seg.end < n_el) buf.copy_out(elem_range{off + seg.end, off + n_el}, slot(bank, rank_) + seg.end * es);
     publish(ctr(c_arrived, rank_), r);
+    return {};
+  };
+  if (rounds == 0) return {};
+  if (auto s = arrive(0); !s.ok()) return s;
+  for (uint64_t k = 0; k < rounds; ++k) {
+    const auto r = static_cast<uint32_t>(first + k);
+    const uint32_t bank = bank_of(k);
+    const uint64_t off = off_of(k), n_el = n_of(k);
     // The first round waits for the others' callers (they may still be
     // computing): spin briefly, then sleep. Later rounds wait for members
     // already in this collective.
     if (auto s = wait_all(c_arrived, r, true, timeout_s, abort, what_of[c_arrived], id,
-                          off == 0 ? spin_short_us : spin_long_us);
+                          k == 0 ? spin_short_us : spin_long_us);
         !s.ok())
       return s;
     for (uint32_t j = 0; j < n_; ++j)
@@ -393,6 +415,7 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
     // This member's segment of the round: its own values plus every other
     // slot's, in member order, into its vector and (the last addition) into
     // its slot for the others; only this member computes it.
+    const elem_range seg = segment_range(n_el, n_, rank_);
     if (seg.size() > 0) {
       const elem_range mine_r{off + seg.begin, off + seg.end};
       std::byte* out = slot(bank, rank_) + seg.begin * es;
@@ -406,6 +429,10 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
       }
     }
     publish(ctr(c_reduced, rank_), r);
+    // The next round's first half while the others finish this round's sums
+    // (another bank, another range of the vector).
+    if (k + 1 < rounds)
+      if (auto s = arrive(k + 1); !s.ok()) return s;
     if (auto s = wait_all(c_reduced, r, true, timeout_s, abort, what_of[c_reduced], id, spin_long_us); !s.ok())
       return s;
     for (uint32_t j = 0; j < n_; ++j) {
@@ -414,8 +441,8 @@ status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, doubl
       if (sj.size() > 0) buf.copy_in(elem_range{off + sj.begin, off + sj.end}, slot(bank, j) + sj.begin * es);
     }
     publish(ctr(c_released, rank_), r);
-    return {};
-  });
+  }
+  return {};
 }
 
 status shm_group::broadcast(fused_buffer& buf, uint32_t root, uint64_t id, double timeout_s, double first_timeout_s,

@@ -20,6 +20,9 @@
 //      its vector, publishes reduced = R;
 //   4. waits until every member reduced R, copies the other segments from
 //      their owners' slots into its vector, publishes released = R.
+// Steps 1-2 of round R + 1 run between steps 3 and 4 of round R (another
+// bank, another range of the vector): a member copies its next round in
+// while the others finish their sums.
 // Each element is summed by one member only, so every member ends with
 // bit-identical values; integers sum exactly (wrapping). A member reads
 // and writes about 3x the vector's bytes in all, in slots small enough to
