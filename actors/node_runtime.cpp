@@ -117,6 +117,7 @@ struct node_shared {
     // still held by it.
     std::shared_ptr<std::atomic<uint64_t>> released = std::make_shared<std::atomic<uint64_t>>(0);
     std::atomic<kernels::trace::track_id> trace_track{0};  // --trace: the actor's track, once looked up
+    std::atomic<const char*> trace_out_name{nullptr};       // --trace: "wire out to <actor>", once interned
   };
   std::unique_ptr<actor_traffic[]> traffic;  // actors.size() entries, set with actors
   // The same per second, over the last sample_rates() window (the node actor
@@ -212,9 +213,13 @@ void wire_send_trace(node_shared& s, std::size_t ch, const wire_buffer_ref& msg)
   auto it = s.actor_index.find(m->header().sender);
   if (it == s.actor_index.end()) return;
   const auto id = actor_track(s, it->second);
+  const char* name = s.traffic[ch].trace_out_name.load(std::memory_order_relaxed);
+  if (name == nullptr) {
+    name = kernels::trace::intern("wire out to " + s.actors[ch].name);
+    s.traffic[ch].trace_out_name.store(name, std::memory_order_relaxed);
+  }
   const int64_t now = kernels::trace::now_us();
-  kernels::trace::complete(id, kernels::trace::intern("wire out to " + s.actors[ch].name), now, 1, "bytes",
-                           int64_t(msg->size()));
+  kernels::trace::complete(id, name, now, 1, "bytes", int64_t(msg->size()));
   kernels::trace::flow(id, "wire", now, wire_flow_id(msg->bytes(), ch), true);
 }
 

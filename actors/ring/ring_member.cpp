@@ -42,6 +42,17 @@
 // Failing = every queued request completes with the error, report_done
 // (false, why) makes the head stop the job on every node with that message.
 //
+// Shared memory (key `shm`, "auto"): when every member is on one host
+// (flat), or for the members of one host (hierarchical), the group's first
+// member creates a shm_group segment and offers its name and a nonce to
+// the others in a phase_shm message (an empty name: it could not make one,
+// everyone sums by messages this generation). Each collective then runs on
+// the member's shm_worker thread; the result comes back as a ringshm
+// message. The worker names a member that stalls (the tick only watches for
+// a late offer); every path that drops a collective stops the worker first
+// (complete_all). Hierarchical: stage 1 the host's sum (worker), stage 2
+// the leaders' ring (chunks), stage 3 the leader's result back (worker).
+//
 // Failover (key `failover`, set by the dp job when [job] dp_failover): a
 // member whose node is lost (node_services::node_lost; the job survives
 // losing that node, registry.hpp's expendable_nodes) is not a failure. Each
@@ -685,13 +696,8 @@ void dispatch_shm(member_actor* self) {
     // The host's sum (the ring divides for average), then the leader's
     // result back: a local waits for it in the same job.
     j.op = reduce_op::sum;
-    if (st.leader) {
-      j.reduce = a.shm_stage == 1;
-      j.receive = false;
-      if (a.shm_stage == 3) j.receive = true;  // the leader is the broadcast's root
-    } else {
-      j.receive = true;
-    }
+    j.reduce = !st.leader || a.shm_stage == 1;
+    j.receive = !st.leader || a.shm_stage == 3;  // the leader is the broadcast's root
   }
   if (!st.worker->submit(std::move(j)))
     fail(self, "internal: a shared-memory collective was handed over while another one ran");

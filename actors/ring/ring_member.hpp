@@ -15,6 +15,12 @@
 // from peers are answered while a collective runs. See ring_schedule.hpp for
 // the algorithm and ring_member.cpp for the wire format and failure handling.
 //
+// Members on one host (key `shm`, "auto" by default) do not exchange chunks:
+// they share one memory segment (shm_group.hpp) and a worker thread per
+// member runs each collective there; in hierarchical mode each host's
+// members sum through their host's segment and only the leaders exchange
+// chunks.
+//
 // Contract for callers:
 //   - every member of a ring must submit the same sequence of all_reduce
 //     calls (same tensor sizes, dtypes and op, in the same order): a

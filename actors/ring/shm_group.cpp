@@ -347,21 +347,6 @@ status shm_group::check_descriptor(uint32_t bank, uint32_t j, uint64_t id, uint6
                         ": every member must make the same all_reduce calls");
 }
 
-template <class F>
-status shm_group::each_round(const fused_buffer& buf, const round_hook& hook, F&& f) {
-  const uint64_t len = buf.size();
-  const uint64_t per_round = slot_bytes_ / element_size(buf.type());
-  for (uint64_t off = 0; off < len; off += per_round) {
-    ++round_;
-    if (hook && !hook(round_)) return make_error(errc::cancelled, "fault drill");
-    if (auto s = f(off, std::min(per_round, len - off), static_cast<uint32_t>(round_),
-                   static_cast<uint32_t>((round_ - 1) % banks_));
-        !s.ok())
-      return s;
-  }
-  return {};
-}
-
 status shm_group::all_reduce(fused_buffer& buf, reduce_op op, uint64_t id, double timeout_s,
                              const std::atomic<bool>& abort, const round_hook& hook) {
   const uint64_t len = buf.size();
@@ -450,7 +435,13 @@ status shm_group::broadcast(fused_buffer& buf, uint32_t root, uint64_t id, doubl
   if (root >= n_) return make_error(errc::invalid_argument, "broadcast from member " + std::to_string(root));
   const uint64_t len = buf.size();
   const ring_dtype type = buf.type();
-  return each_round(buf, hook, [&](uint64_t off, uint64_t n_el, uint32_t r, uint32_t bank) -> status {
+  const uint64_t per_round = slot_bytes_ / element_size(type);
+  for (uint64_t off = 0; off < len; off += per_round) {
+    const uint64_t n_el = std::min(per_round, len - off);
+    ++round_;
+    if (hook && !hook(round_)) return make_error(errc::cancelled, "fault drill");
+    const auto r = static_cast<uint32_t>(round_);
+    const auto bank = static_cast<uint32_t>((round_ - 1) % banks_);
     if (rank_ == root) {
       if (round_ > banks_)
         if (auto s = wait_all(c_released, r - banks_, true, timeout_s, abort, what_of[c_released], id, spin_long_us);
@@ -470,8 +461,8 @@ status shm_group::broadcast(fused_buffer& buf, uint32_t root, uint64_t id, doubl
       buf.copy_in(elem_range{off, off + n_el}, slot(bank, root));
     }
     publish(ctr(c_released, rank_), r);
-    return {};
-  });
+  }
+  return {};
 }
 
 }  // namespace hetflow::actors::ring

@@ -138,10 +138,6 @@ private:
   // skip_self) reaches `target`.
   status wait_all(int which, uint32_t target, bool skip_self, double timeout_s, const std::atomic<bool>& abort,
                   const char* what, uint64_t id, int spin_us);
-  // f(first element, elements, round, bank) for each round of `buf`, after
-  // the drill hook; stops at the first error.
-  template <class F>
-  status each_round(const fused_buffer& buf, const round_hook& hook, F&& f);
   status wait_one(int which, uint32_t member, uint32_t target, std::chrono::steady_clock::time_point since,
                   double timeout_s, const std::atomic<bool>& abort, const char* what, uint64_t id, int spin_us);
   std::string who(uint32_t member) const;
