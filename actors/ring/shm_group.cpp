@@ -271,7 +271,7 @@ status shm_group::wait_one(int which, uint32_t j, uint32_t target, clock_type::t
   const auto yield_from = spin_start + std::chrono::microseconds(spin_short_us / 2);
   const auto spin_until = spin_start + std::chrono::microseconds(spin_us);
   bool done = false;
-  for (int k = 0; !done; ++k) {
+  while (!done) {
     for (int i = 0; i < 64; ++i) {
       HETFLOW_CPU_RELAX();
       if (reached(c.load(std::memory_order_acquire), target)) {
