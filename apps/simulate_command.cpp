@@ -405,8 +405,8 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     }
     const auto& p = *e.hetpipe;
     // --as-run: drained waves where `hetflow run` drains them (hetpipe_waves
-    // = "drain", cuda stages); its overlapped waves are HetPipe's.
-    so.drain_waves = as_run && topology::runtime_drains_waves(c, p);
+    // = "drain"); its overlapped waves are HetPipe's.
+    so.drain_waves = as_run && topology::runtime_drains_waves(c);
     auto r = topology::simulate_hetpipe(p, *db, so);
     if (!r) {
       std::fprintf(stderr, "hetflow simulate: %s\n", r.error().message().c_str());

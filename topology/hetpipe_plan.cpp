@@ -486,20 +486,10 @@ expected<hetpipe_options> hetpipe_options_of(const cluster& c) {
   return o;
 }
 
-bool runtime_drains_waves(const cluster& c, const hetpipe_plan& plan, std::string* why) {
-  if (c.job.params.get_string("hetpipe_waves", "overlap") == "drain") return true;
-  for (const auto& vw : plan.virtual_workers)
-    for (const auto& sp : vw.stages) {
-      const std::size_t n = std::size_t(sp.device.node_index);
-      if (n < c.nodes.size() && sp.device.device < c.nodes[n].devices.size() &&
-          c.nodes[n].devices[sp.device.device].kind != device_kind::cpu) {
-        if (why)
-          *why = "the stage on " + sp.device.node + " device " + std::to_string(sp.device.device) +
-                 " is a cuda device: overlapped waves are cpu-only";
-        return true;
-      }
-    }
-  return false;
+bool runtime_drains_waves(const cluster& c, std::string* why) {
+  if (c.job.params.get_string("hetpipe_waves", "overlap") != "drain") return false;
+  if (why) *why = "hetpipe_waves = \"drain\"";
+  return true;
 }
 
 }  // namespace hetflow::topology

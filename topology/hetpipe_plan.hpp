@@ -157,9 +157,9 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
 // staleness, ps_placement, batch_size).
 expected<hetpipe_options> hetpipe_options_of(const cluster& c);
 
-// Whether the runtime (`hetflow run`) drains the plan's waves instead of
-// overlapping them: the job's hetpipe_waves = "drain", or a stage on a cuda
-// device (overlapped waves are cpu-only; `why` then names it).
-bool runtime_drains_waves(const cluster& c, const hetpipe_plan& plan, std::string* why = nullptr);
+// Whether the runtime (`hetflow run`) drains the waves instead of
+// overlapping them: the job's hetpipe_waves = "drain" (`why` then says so).
+// cpu and cuda stages overlap alike.
+bool runtime_drains_waves(const cluster& c, std::string* why = nullptr);
 
 }  // namespace hetflow::topology

@@ -26,9 +26,6 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
                                                        const kernels::optimizer_config& opt, int overlap_nm) {
   if (slots.empty()) return make_error(errc::invalid_argument, "hetpipe stage: no slots");
   if (overlap_nm < 0) return make_error(errc::invalid_argument, "hetpipe stage: a negative Nm");
-  if (overlap_nm > 0 && slots[0].where().kind != kernels::device_kind::cpu)
-    return make_error(errc::unsupported, "hetpipe stage: overlapped waves on " + slots[0].where().to_string() +
-                                             " (cpu stages only; hetpipe_waves = \"drain\")");
   if (overlap_nm > 0 && int(slots.size()) > overlap_nm)
     return make_error(errc::invalid_argument, "hetpipe stage: more slots than Nm");
   std::unique_ptr<stage_core> sc(new stage_core());
@@ -62,7 +59,15 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
     }
     HF_RETURN_IF_ERROR(ctx.copy(p->value.view(), q.value.mutable_view()));
     HF_ASSIGN_OR_RETURN(kernels::tensor base, kernels::copy_to_host(ctx, p->value.view()));
-    if (overlap_nm > 0) sc->before_.push_back(kernels::tensor::empty(p->value.shape()));
+    if (overlap_nm > 0) {
+      try {
+        sc->before_.push_back(sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
+                                          : kernels::tensor::empty(p->value.shape()));
+      } catch (const std::bad_alloc&) {
+        return make_error(errc::out_of_memory,
+                          "hetpipe stage: " + ctx.where().to_string() + " has no room for a copy of " + p->name);
+      }
+    }
     sc->base_.push_back(std::move(base));
     sc->local_.push_back(std::move(q));
   }
@@ -92,6 +97,10 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
   sc->slots_ = std::move(slots);
   sc->last_ = last;
   return sc;
+}
+
+stage_core::~stage_core() {
+  if (delta_host_pinned_) static_cast<kernels::cuda::context&>(slots_[0].context()).unpin_host(delta_host_.f32());
 }
 
 int64_t stage_core::parameter_bytes() {
@@ -143,17 +152,33 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
   if (included_below.size() != local_.size())
     return make_error(errc::internal, "hetpipe stage: rebase with " + std::to_string(included_below.size()) +
                                           " wave marks for " + std::to_string(local_.size()) + " tensors");
+  kernels::device_context& ctx = slots_[0].context();  // a device stage: local_ and the deltas live on its stream
   for (std::size_t i = 0; i < local_.size(); ++i) {
-    float* dst = local_[i].value.f32();
-    std::memcpy(dst, values[i].f32(), values[i].byte_size());
-    for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
-      kernels::cpu::add(dst, it->second[i].f32(), dst, local_[i].value.numel());
+    if (device_) {
+      auto& cc = static_cast<kernels::cuda::context&>(ctx);
+      HF_RETURN_IF_ERROR(ctx.copy(values[i], local_[i].value.mutable_view()));
+      for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
+        HF_RETURN_IF_ERROR(cc.accumulate(local_[i].value.mutable_view(), it->second[i].view()));
+    } else {
+      float* dst = local_[i].value.f32();
+      std::memcpy(dst, values[i].f32(), values[i].byte_size());
+      for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
+        kernels::cpu::add(dst, it->second[i].f32(), dst, local_[i].value.numel());
+    }
     ++local_[i].version;
   }
+  // The caller's `values` (message buffers, maybe page-locked) move on once
+  // this returns: the copies from them must be done.
+  if (device_) HF_RETURN_IF_ERROR(ctx.synchronize());
   if (included_below.empty()) return {};
-  // Deltas every tensor's shard holds now are not needed again.
+  // Deltas every tensor's shard holds now are not needed again (a device's
+  // are kept for the next waves: allocating device memory every wave costs
+  // more than the copy that zeroes them).
   const int64_t low = *std::min_element(included_below.begin(), included_below.end());
-  delta_.erase(delta_.begin(), delta_.lower_bound(low));
+  auto end = delta_.lower_bound(low);
+  for (auto it = delta_.begin(); it != end; ++it)
+    if (device_ && spare_.empty()) spare_ = std::move(it->second);
+  delta_.erase(delta_.begin(), end);
   return {};
 }
 
@@ -162,7 +187,26 @@ expected<std::vector<kernels::tensor_view>> stage_core::wave_delta(int64_t t) {
   if (it == delta_.end())
     return make_error(errc::internal, "hetpipe stage: no local updates of wave " + std::to_string(t) + " kept");
   std::vector<kernels::tensor_view> v;
-  for (auto& d : it->second) v.push_back(d.view());
+  if (!device_) {
+    for (auto& d : it->second) v.push_back(d.view());
+    return v;
+  }
+  // A device stage's deltas: host copies (what the push sends), in one
+  // buffer page-locked once, so the copies run at the link's speed.
+  auto& cc = static_cast<kernels::cuda::context&>(slots_[0].context());
+  if (delta_host_.empty()) {
+    int64_t total = 0;
+    for (auto& q : local_) total += q.value.numel();
+    delta_host_ = kernels::tensor::empty({std::max<int64_t>(total, 1)});
+    if (cc.pin_host(delta_host_.f32(), std::size_t(total) * sizeof(float))) delta_host_pinned_ = true;
+  }
+  float* at = delta_host_.f32();
+  for (std::size_t i = 0; i < it->second.size(); ++i) {
+    const kernels::tensor& d = it->second[i];
+    HF_RETURN_IF_ERROR(cc.copy(d.view(), kernels::mutable_tensor_view(at, d.shape())));
+    v.push_back(kernels::tensor_view(at, d.shape()));
+    at += d.numel();
+  }
   return v;
 }
 
@@ -221,9 +265,14 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
   if (overlap_nm_ > 0) {  // weight stashing: p's forward and backward use the local weights of now
     auto ps = slots_[s].parameters();
     for (std::size_t i = 0; i < ps.size(); ++i) {
-      std::memcpy(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.view().byte_size());
+      if (device_)  // on slot 0's stream, after the local copy's last step (slot s is idle: its update synchronized it)
+        HF_RETURN_IF_ERROR(slots_[0].context().copy(local_[i].value.view(), ps[i]->value.mutable_view()));
+      else
+        std::memcpy(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.view().byte_size());
       ++ps[i]->version;
     }
+    // ... and done before slot s's stream runs the forward.
+    if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[0].context().synchronize());
   }
   return forward_on_device(s, input);
 }
@@ -316,7 +365,35 @@ status stage_core::local_update(int64_t p, double lr) {
     HF_RETURN_IF_ERROR(slots_[0].context().copy(ps[i]->grad.view(), local_[i].grad.mutable_view()));
     targets.push_back(&local_[i]);
   }
-  if (overlap_nm_ > 0) {  // the step, summed into its wave's delta
+  if (overlap_nm_ > 0 && device_) {  // the step, summed into its wave's delta, all on slot 0's stream
+    kernels::device_context& c0 = slots_[0].context();
+    auto& cc = static_cast<kernels::cuda::context&>(c0);
+    for (std::size_t i = 0; i < local_.size(); ++i)
+      HF_RETURN_IF_ERROR(c0.copy(local_[i].value.view(), before_[i].mutable_view()));
+    HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+    auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
+    if (fresh) {
+      if (spare_.size() == local_.size()) {
+        it->second = std::move(spare_);
+        spare_.clear();
+      } else {
+        for (auto& q : local_) {
+          try {
+            it->second.push_back(kernels::tensor::empty_on(c0.memory(), q.value.shape()));
+          } catch (const std::bad_alloc&) {
+            delta_.erase(it);
+            return make_error(errc::out_of_memory, "hetpipe stage: " + c0.where().to_string() +
+                                                       " has no room for a wave's update of " + q.name);
+          }
+        }
+      }
+    }
+    for (std::size_t i = 0; i < local_.size(); ++i) {
+      // A fresh delta starts as local - before (0 + (a - b), the cpu path's rounding).
+      HF_RETURN_IF_ERROR(cc.accumulate(it->second[i].mutable_view(), local_[i].value.view(), before_[i].view(), !fresh));
+      ++local_[i].version;
+    }
+  } else if (overlap_nm_ > 0) {  // the step, summed into its wave's delta
     for (std::size_t i = 0; i < local_.size(); ++i)
       std::memcpy(before_[i].f32(), local_[i].value.f32(), local_[i].value.view().byte_size());
     HF_RETURN_IF_ERROR(opt_->step(targets, lr));

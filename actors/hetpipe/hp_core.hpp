@@ -40,7 +40,7 @@
 //   drain (above): the pipeline drains at every wave boundary (the pull of
 //     W(c + 1) needs the wave's last update): a bubble of about S - 1 stage
 //     times per wave. A pull of wave c sees every VW's waves <= c - 1 - D.
-//   overlap (HetPipe's; the default on cpu stages): the pipeline never
+//   overlap (HetPipe's; the default): the pipeline never
 //     drains. Each stage runs one strict 1F1B schedule over all its
 //     minibatches (forward p when fewer than `slots` wait for their
 //     backward, else the backward of the oldest), so the order of its
@@ -60,7 +60,10 @@
 //     (multiples of checkpoint_every) are drained boundaries: every stage
 //     finishes its backwards first, the pull of that wave waits for every
 //     VW's waves below it (the consistent cut a resumed run starts from),
-//     and a resumed run crosses them the same way. CPU stages only.
+//     and a resumed run crosses them the same way. On a cuda stage the
+//     local weights, the copies into slots and the per-wave sums stay on
+//     the device (slot 0's stream); only the pull's G comes in and the
+//     pushed sum goes out through the host, once per wave.
 //
 // Thread affinity: one owner thread; stage_core's forward/backward run the
 // slot models, inside their device context (the caller's job).
@@ -105,10 +108,13 @@ public:
   // `slots`: min(Nm, S - j) copies of the stage's units (built from slice_spec, any
   // seed: install() overwrites their weights). `last`: the stage computes
   // the loss. errc::invalid_argument for no slots or slots that differ.
-  // `overlap_nm` > 0: overlapped waves of that Nm (above; cpu slots only),
-  // 0: drained waves (install / wave_update).
+  // `overlap_nm` > 0: overlapped waves of that Nm (above), 0: drained waves
+  // (install / wave_update).
   static expected<std::unique_ptr<stage_core>> make(std::vector<kernels::model> slots, bool last,
                                                     const kernels::optimizer_config& opt, int overlap_nm = 0);
+  ~stage_core();
+  stage_core(const stage_core&) = delete;
+  stage_core& operator=(const stage_core&) = delete;
 
   std::size_t slots() const noexcept { return slots_.size(); }
   kernels::model& slot(std::size_t s) noexcept { return slots_[s]; }
@@ -124,7 +130,9 @@ public:
   // wave deltas of waves >= X (those below X are dropped).
   status rebase(std::span<const kernels::tensor_view> values, std::span<const int64_t> included_below);
   // Overlapped waves: the sum of the local steps of wave t's minibatches
-  // (one per parameter; t must have updates). Valid until the next rebase.
+  // (one per parameter; t must have updates), on the host. Valid until the
+  // next rebase or wave_delta (a device stage keeps the sums on the device
+  // and returns host copies of them).
   expected<std::vector<kernels::tensor_view>> wave_delta(int64_t t);
   bool overlapped() const noexcept { return overlap_nm_ > 0; }
   std::size_t kept_deltas() const noexcept { return delta_.size(); }
@@ -192,6 +200,9 @@ private:
   std::vector<kernels::state_tensor> state_;  // the stage's running statistics (on the slots' device)
   std::map<int64_t, std::vector<kernels::tensor>> delta_;  // overlapped: wave -> sum of its local steps
   std::vector<kernels::tensor> before_;                    // overlapped: the local weights before a step
+  std::vector<kernels::tensor> spare_;                     // overlapped, device: a dropped wave's delta, for reuse
+  kernels::tensor delta_host_;                             // overlapped, device: wave_delta's host copies, one buffer
+  bool delta_host_pinned_ = false;                         // ... page-locked (unlocked by the destructor)
   status check_values(std::span<const kernels::tensor_view> values) const;
 };
 

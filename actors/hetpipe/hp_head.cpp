@@ -149,10 +149,9 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   // The simulator's prediction for this very plan and these profiles, with
   // the waves as this runtime does them (bench/simulate/validate.sh compares
   // it with the measured throughput).
-  // Overlapped waves (hp_core.hpp) unless the job drains them or a stage is
-  // on a cuda device (its stage_core drains).
+  // Overlapped waves (hp_core.hpp) unless the job drains them.
   std::string why_drained;
-  const bool overlap = !topology::runtime_drains_waves(c, plan, &why_drained);
+  const bool overlap = !topology::runtime_drains_waves(c, &why_drained);
   if (!why_drained.empty()) log_info("hetpipe: waves drained (" + why_drained + ")");
   topology::simulation_options so;
   so.drain_waves = !overlap;

@@ -101,7 +101,7 @@ struct epoch_stats {
 
 struct stage_stats {
   int64_t waves = 0, minibatches = 0, param_bytes = 0, checkpoints = 0, resumed_wave = -1;
-  double compute_seconds = 0, pull_seconds = 0;
+  double compute_seconds = 0, pull_seconds = 0, push_seconds = 0;
   std::map<int, epoch_stats> epochs;
 };
 
@@ -244,6 +244,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
 
   auto push = [&](int64_t wave) -> status {
     kernels::trace::scope t("push", tk, "wave", wave);
+    const auto t0 = clock_type::now();
     std::vector<kernels::tensor> owned;
     std::vector<kernels::tensor_view> u;
     if (core->overlapped()) {
@@ -268,6 +269,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       info.reserved = int32_t(r.last);
       HF_RETURN_IF_ERROR(ib.send(ps_name(n), kind_push, info, ts));
     }
+    st.push_seconds += since(t0);
     return {};
   };
 
@@ -677,6 +679,7 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   j.field("parameter_bytes", st->param_bytes);
   j.field("checkpoints", st->checkpoints).field("resumed_wave", st->resumed_wave);
   j.field("compute_seconds", st->compute_seconds).field("pull_seconds", st->pull_seconds);
+  j.field("push_seconds", st->push_seconds);
   j.field("wait_seconds", ib.wait_seconds);
   j.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);
   j.field("total_seconds", since(t0));

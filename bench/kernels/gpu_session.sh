@@ -8,7 +8,7 @@
 #
 # Here (the GPU machine has none of our Debian libraries):
 #   rm -rf build-gpu && mkdir -p build-gpu/bin build-gpu/lib build-gpu/test-bin
-#   for f in bin/hetflow bin/cuda_probe_test lib/libhetflow_cuda.so \
+#   for f in bin/hetflow bin/cuda_probe_test lib/libhetflow_cuda.so test-bin/actors_hetpipe_cuda_test \
 #            test-bin/kernels_cuda_parity_test test-bin/kernels_cuda_training_test; do
 #     strip --strip-debug -o build-gpu/$f build/$f; done
 #   ../shared/tools/gpu-bundle.sh build-gpu
@@ -36,6 +36,8 @@ step() {  # step NAME LIMIT COMMAND...
   [[ $rc == 0 ]] || failed=1
 }
 step probe 60 "$build/bin/cuda_probe_test"
+# stage_core on the device: overlapped waves against a cpu stage (hetpipe).
+step hetpipe-core 120 "$build/test-bin/actors_hetpipe_cuda_test" --color_output=no --log_level=test_suite
 step parity "${LIMIT_PARITY:-120}" "$build/test-bin/kernels_cuda_parity_test" --color_output=no --log_level=test_suite
 step training "${LIMIT_TRAINING:-180}" "$build/test-bin/kernels_cuda_training_test" --color_output=no --log_level=message
 # `hetflow run` of hetpipe and dp jobs with cuda:0 beside a cpu device (CTest's gpu_train_cuda_mixed).

@@ -43,7 +43,7 @@
 namespace hetflow::kernels::cuda {
 
 // Bump on any change to the classes below or the types they share.
-inline constexpr uint32_t api_version = 4;
+inline constexpr uint32_t api_version = 5;
 
 struct abi_stamp {
   uint32_t version = 0;
@@ -98,6 +98,11 @@ public:
   virtual expected<bool> scale_gradients(std::span<parameter* const> params, float factor) = 0;
   // t *= factor (t on this device).
   virtual status scale(mutable_tensor_view t, float factor) = 0;
+  // y += a - b (y = 0 + (a - b) when !add_to_y); an empty b counts as 0.
+  // All f32 of one element count, on this device. HetPipe's overlapped waves
+  // sum each local step into its wave's update and add the kept updates to
+  // a pulled G.
+  virtual status accumulate(mutable_tensor_view y, tensor_view a, tensor_view b = {}, bool add_to_y = true) = 0;
 
   // The cuda counterpart of cpu::make_unit: same specs, same checks, same
   // parameter names, layouts and initialisation draws from `init`.

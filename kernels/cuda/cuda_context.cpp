@@ -239,6 +239,19 @@ status context_impl::scale(mutable_tensor_view t, float factor) {
   return {};
 }
 
+status context_impl::accumulate(mutable_tensor_view y, tensor_view a, tensor_view b, bool add_to_y) {
+  HF_RETURN_IF_ERROR(check_here(y, "accumulated tensor"));
+  HF_RETURN_IF_ERROR(check_here(a, "accumulate's a"));
+  if (!b.empty()) HF_RETURN_IF_ERROR(check_here(b, "accumulate's b"));
+  if (y.type() != dtype::f32 || a.type() != dtype::f32 || (!b.empty() && b.type() != dtype::f32) ||
+      a.numel() != y.numel() || (!b.empty() && b.numel() != y.numel()))
+    return make_error(errc::invalid_argument, "cuda accumulate: y, a and b must be f32 of " +
+                                                  std::to_string(y.numel()) + " elements");
+  HF_RETURN_IF_ERROR(activate());
+  HF_CUDA_CHECK(ops::accumulate(y.f32(), a.f32(), b.empty() ? nullptr : b.f32(), y.numel(), add_to_y, stream()));
+  return {};
+}
+
 expected<bool> context_impl::scale_gradients(std::span<parameter* const> params, float factor) {
   HF_RETURN_IF_ERROR(activate());
   // totals_ holds 16 bytes; its first int is the flag.

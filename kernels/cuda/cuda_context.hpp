@@ -71,6 +71,7 @@ public:
   math_mode math() const noexcept override { return math_; }
   expected<bool> scale_gradients(std::span<parameter* const> params, float factor) override;
   status scale(mutable_tensor_view t, float factor) override;
+  status accumulate(mutable_tensor_view y, tensor_view a, tensor_view b, bool add_to_y) override;
   expected<built_unit> make_unit(const layer_spec& spec, const shape& sample_input, rng& init,
                                  const std::string& prefix) override;
   expected<loss_result> softmax_cross_entropy(tensor_view logits, std::span<const int32_t> labels,

@@ -74,6 +74,10 @@ __global__ void add_k(const float* a, const float* b, float* out, int64_t n, boo
   }
 }
 
+__global__ void accumulate_k(float* y, const float* a, const float* b, int64_t n, bool add_to_y) {
+  HF_GRID_STRIDE(i, n) y[i] = (add_to_y ? y[i] : 0.0f) + (b ? a[i] - b[i] : a[i]);
+}
+
 __global__ void mul_k(const float* a, const float* b, float* out, int64_t n) {
   HF_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
 }
@@ -363,6 +367,10 @@ cudaError_t relu_backward(const float* dy, const float* y, float* dx, int64_t n,
 
 cudaError_t add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s) {
   HF_LAUNCH(add_k, n, a, b, out, n, relu);
+}
+
+cudaError_t accumulate(float* y, const float* a, const float* b, int64_t n, bool add_to_y, cudaStream_t s) {
+  HF_LAUNCH(accumulate_k, n, y, a, b, n, add_to_y);
 }
 
 cudaError_t multiply(const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {

@@ -34,6 +34,8 @@ cudaError_t relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
 cudaError_t relu_backward(const float* dy, const float* y, float* dx, int64_t n, cudaStream_t s);
 // out = act(a + b); out may alias a or b.
 cudaError_t add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s);
+// y = (add_to_y ? y : 0) + (a - b) (b null: a).
+cudaError_t accumulate(float* y, const float* a, const float* b, int64_t n, bool add_to_y, cudaStream_t s);
 // out = a * b.
 cudaError_t multiply(const float* a, const float* b, float* out, int64_t n, cudaStream_t s);
 // dst[r * dst_ld + j] += src[r * src_ld + j] for r < rows, j < cols.

@@ -2,8 +2,9 @@
 # GPU (label gpu; exit 77 without a CUDA device): jobs that put a cuda device
 # beside a cpu one, through `hetflow run` (issues 5 and 7).
 #  1. hetpipe: one VW of two stages, n0 a cpu device, n1 cuda:0 (the plan
-#     measures both here); the stage on cuda trains its units there. The
-#     same job on two cpu nodes is the reference: WSP's arithmetic does not
+#     measures both here); the stage on cuda trains its units there, with
+#     overlapped waves (the default) and drained ones. The same job on two
+#     cpu nodes is the reference: WSP's arithmetic does not
 #     depend on the devices or the cut, so losses agree but for rounding
 #     (TF32 off; the cuda stage's optimizer rounds its own way, which moves
 #     the trajectory a few percent within 3 epochs) and both reach the
@@ -38,27 +39,29 @@ run_job() {  # run_job TOPO
   timeout 600 "$HETFLOW" run "$1" --report "$1.json" >"$1.out" 2>&1 || { tail -30 "$1.out"; fail "$(basename "$1") failed"; }
 }
 
-hp_cuda="$HETFLOW_SCRATCH/hp-cuda.toml" hp_cpu="$HETFLOW_SCRATCH/hp-cpu.toml"
-job "$hp_cuda" 9800 cpu cuda hetpipe 'virtual_workers = 1' 'nm = 2'
-# a cuda stage drains its waves (overlapped waves are cpu-only): so does the reference
-job "$hp_cpu" 9810 cpu cpu hetpipe 'virtual_workers = 1' 'nm = 2' 'hetpipe_waves = "drain"'
-"$HETFLOW" plan "$hp_cuda" >"$hp_cuda.plan" 2>&1 || { cat "$hp_cuda.plan"; fail "plan of the cuda hetpipe job"; }
-head -40 "$hp_cuda.plan"
-run_job "$hp_cuda"
-run_job "$hp_cpu"
-/usr/bin/env python3 - "$hp_cuda.json" "$hp_cpu.json" <<'PY' || { cat "$hp_cuda.plan"; tail -20 "$hp_cuda.out"; fail "hetpipe with a cuda stage"; }
+for waves in overlap drain; do
+  hp_cuda="$HETFLOW_SCRATCH/hp-cuda-$waves.toml" hp_cpu="$HETFLOW_SCRATCH/hp-cpu-$waves.toml"
+  port=$([[ $waves == overlap ]] && echo 9800 || echo 9860)
+  job "$hp_cuda" "$port" cpu cuda hetpipe 'virtual_workers = 1' 'nm = 2' "hetpipe_waves = \"$waves\""
+  job "$hp_cpu" $((port + 10)) cpu cpu hetpipe 'virtual_workers = 1' 'nm = 2' "hetpipe_waves = \"$waves\""
+  "$HETFLOW" plan "$hp_cuda" >"$hp_cuda.plan" 2>&1 || { cat "$hp_cuda.plan"; fail "plan of the cuda hetpipe job"; }
+  head -40 "$hp_cuda.plan"
+  run_job "$hp_cuda"
+  run_job "$hp_cpu"
+  /usr/bin/env python3 - "$hp_cuda.json" "$hp_cpu.json" "$waves" <<'PY' || { cat "$hp_cuda.plan"; tail -20 "$hp_cuda.out"; fail "hetpipe ($waves waves) with a cuda stage"; }
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 st = a["virtual_workers"][0]["stages"]
-print("cuda job stages:", [(s["node"], s["first_unit"], s["last_unit"]) for s in st])
+print(sys.argv[3], "waves; cuda job stages:", [(s["node"], s["first_unit"], s["last_unit"]) for s in st])
 assert len(st) == 2 and {s["node"] for s in st} == {"n0", "n1"}, st
-assert a["hetpipe_waves"] == b["hetpipe_waves"] == "drain", (a["hetpipe_waves"], b["hetpipe_waves"])
+assert a["hetpipe_waves"] == b["hetpipe_waves"] == sys.argv[3], (a["hetpipe_waves"], b["hetpipe_waves"])
 for x, y in zip(a["epochs"], b["epochs"]):
     print(f"epoch {x['epoch']}: loss {x['loss']:.6f} (all cpu {y['loss']:.6f})")
     assert abs(x["loss"] - y["loss"]) <= 0.1 * abs(y["loss"]) + 0.02, (x, y)
 print("test accuracy", a["test_accuracy"], "(all cpu", b["test_accuracy"], ") samples/s", a["samples_per_s"])
 assert a["test_accuracy"] >= 0.8 and abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.03
 PY
+done
 pass "hetpipe: a stage on cuda:0 beside one on cpu trains like the all-cpu pipeline"
 
 # Checkpoints of the cuda stage's local optimizer state (copied from the
