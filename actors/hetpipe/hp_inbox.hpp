@@ -6,6 +6,7 @@
 // (pulls caf/all.hpp).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/buffer_pool.hpp"
 #include "actors/builtin/job_actor.hpp"
 #include "actors/hetpipe/hp_job.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
@@ -25,7 +27,11 @@ namespace hetflow::actors::hp_job {
 class inbox {
 public:
   inbox(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me)
-      : self_(self), svc_(std::move(svc)), me_(std::move(me)) {}
+      : self_(self),
+        svc_(std::move(svc)),
+        me_(std::move(me)),
+        pool_(buffer_pool::create(std::size_t{1} << 20, std::size_t{512} << 20)),
+        allocate_([pool = pool_](std::size_t bytes) { return pool->allocate(bytes); }) {}
 
   const std::string& me() const noexcept { return me_; }
   node_services& services() noexcept { return *svc_; }
@@ -33,8 +39,10 @@ public:
   status send(const std::string& target, uint32_t kind, const ralp::ralp_info& info,
               std::span<const kernels::tensor_view> ts = {}, std::span<const int32_t> labels = {},
               const std::string& text = {}) {
-    auto msg = ralp::make_message(kind, me_, target, info, ts, labels, text);
-    bytes_sent += int64_t(msg->size());
+    // Large messages (a wave's weights: tens of MB) come from recycled
+    // buffers: a fresh one costs a page fault per page.
+    auto msg = ralp::make_message(kind, me_, target, info, ts, labels, text, &allocate_);
+    bytes_sent.fetch_add(int64_t(msg->size()), std::memory_order_relaxed);
     auto s = svc_->send_wire(target, std::move(msg));
     if (!s.ok()) return make_error(s.code(), me_ + ": cannot send to '" + target + "': " + s.message());
     return {};
@@ -91,7 +99,9 @@ public:
     return std::move(*got);
   }
 
-  int64_t bytes_sent = 0, bytes_received = 0;
+  // send() may run on a second thread too (hp_stage's pusher): the count is atomic.
+  std::atomic<int64_t> bytes_sent{0};
+  int64_t bytes_received = 0;
   double wait_seconds = 0;
   kernels::trace::track_id tk = 0;  // the actor's trace track (0: not tracing)
 
@@ -100,6 +110,8 @@ private:
   std::shared_ptr<node_services> svc_;
   std::string me_;
   std::deque<ralp::ralp_message> kept_;
+  std::shared_ptr<buffer_pool> pool_;  // the messages this actor sends (they come back when delivered)
+  schemas::message_builder::allocator allocate_;
 };
 
 // A stage's or shard's role from the head ("key=value" lines). The head

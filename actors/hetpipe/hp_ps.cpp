@@ -343,7 +343,7 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
   report.field("units", int64_t(units.size())).field("parameter_bytes", bytes).field("pushes", core.pushes());
   report.field("pulls", pulls).field("pulls_waited", pulls_waited).field("max_clock_distance", max_distance);
   report.field("checkpoints", checkpoints).field("restored_label", restored);
-  report.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);
+  report.field("bytes_sent", ib.bytes_sent.load()).field("bytes_received", ib.bytes_received);
   return {};
 }
 

@@ -16,15 +16,20 @@
 //                forward, loss, backward, dL/dinput -> previous stage
 //       backward p -> backward, dL/dinput -> previous stage
 //     after each backward: the local update (minibatch order)
-//     after the wave's last update: push u(c) to every PS shard
+//     after the wave's last update: push u(c) to every PS shard (overlapped
+//     waves: on the stage's pusher thread, while the next wave computes)
 //   the last stage: per-epoch loss and accuracy -> hphead
 //
 // Every wait is bounded (ps_timeout + 10 s) and polls stopping().
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <random>
 #include <thread>
@@ -99,9 +104,79 @@ struct epoch_stats {
   bool started = false;
 };
 
+// Overlapped waves: a wave's push - its messages to the PS shards, a copy
+// of the stage's update each (tens of MB for a large stage) - built and sent
+// on a thread of its own, so the next wave's minibatches go on meanwhile.
+// One push at a time: submit() and wait() first wait for the previous one,
+// so the views it reads stay valid (a cpu stage's wave sums are dropped by
+// a rebase only once its shards hold them, i.e. after this push; a cuda
+// stage's host copies are reused by the next wave_delta, which waits).
+class pusher {
+public:
+  using job = std::function<status(int64_t wave, const std::vector<kernels::tensor_view>& update)>;
+  explicit pusher(job fn) : fn_(std::move(fn)), thread_([this] { loop(); }) {}
+  ~pusher() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  pusher(const pusher&) = delete;
+  pusher& operator=(const pusher&) = delete;
+
+  // Waits for the push in flight; its error, if it failed.
+  status wait() {
+    std::unique_lock<std::mutex> g(mu_);
+    cv_.wait(g, [&] { return !work_; });
+    return error_;
+  }
+  status submit(int64_t wave, std::vector<kernels::tensor_view> update) {
+    HF_RETURN_IF_ERROR(wait());
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      work_.emplace(wave, std::move(update));
+    }
+    cv_.notify_all();
+    return {};
+  }
+  double busy_seconds() {
+    std::lock_guard<std::mutex> g(mu_);
+    return busy_;
+  }
+
+private:
+  void loop() {
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+      cv_.wait(g, [&] { return stop_ || work_; });
+      if (!work_) return;  // stopping, nothing left
+      auto [wave, update] = *work_;
+      g.unlock();
+      const auto t0 = clock_type::now();
+      status s = error_.ok() ? fn_(wave, update) : status{};
+      const double took = since(t0);
+      g.lock();
+      busy_ += took;
+      if (error_.ok() && !s.ok()) error_ = s;
+      work_.reset();
+      cv_.notify_all();
+    }
+  }
+  job fn_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<std::pair<int64_t, std::vector<kernels::tensor_view>>> work_;
+  status error_;
+  bool stop_ = false;
+  double busy_ = 0;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 struct stage_stats {
   int64_t waves = 0, minibatches = 0, param_bytes = 0, checkpoints = 0, resumed_wave = -1;
-  double compute_seconds = 0, pull_seconds = 0, push_seconds = 0;
+  double compute_seconds = 0, pull_seconds = 0, push_seconds = 0, push_thread_seconds = 0;
   std::map<int, epoch_stats> epochs;
 };
 
@@ -242,20 +317,13 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     return {};
   };
 
-  auto push = [&](int64_t wave) -> status {
-    kernels::trace::scope t("push", tk, "wave", wave);
-    const auto t0 = clock_type::now();
-    std::vector<kernels::tensor> owned;
-    std::vector<kernels::tensor_view> u;
-    if (core->overlapped()) {
-      HF_ASSIGN_OR_RETURN(u, core->wave_delta(wave));
-    } else {
-      HF_ASSIGN_OR_RETURN(owned, core->wave_update());
-      for (auto& t : owned) u.push_back(t.view());
-    }
-    // Every shard gets a push (empty when it holds none of these units):
-    // its clock table counts every stage of every VW.
-    const int nodes = int(cluster.nodes.size());
+  // The messages of a push. Every shard gets one (empty when it holds none
+  // of these units): its clock table counts every stage of every VW.
+  auto send_push = [&, cluster_nodes = int(cluster.nodes.size())](
+                       int64_t wave, const std::vector<kernels::tensor_view>& u,
+                       kernels::trace::track_id track) -> status {
+    kernels::trace::scope t("push: send", track, "wave", wave);
+    const int nodes = cluster_nodes;
     for (int n = 0; n < nodes; ++n) {
       std::vector<kernels::tensor_view> ts;
       std::size_t k = 0;
@@ -268,6 +336,30 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       info.aux = int64_t(r.first);
       info.reserved = int32_t(r.last);
       HF_RETURN_IF_ERROR(ib.send(ps_name(n), kind_push, info, ts));
+    }
+    return {};
+  };
+  // Overlapped waves send on the pusher thread (its own trace track).
+  std::optional<pusher> async_push;
+  kernels::trace::track_id push_tk = 0;
+  if (core->overlapped()) {
+    if (tk != 0) push_tk = kernels::trace::track(me + " pushes");
+    async_push.emplace([&send_push, push_tk](int64_t wave, const std::vector<kernels::tensor_view>& u) {
+      return send_push(wave, u, push_tk);
+    });
+  }
+  auto push = [&](int64_t wave) -> status {
+    kernels::trace::scope t("push", tk, "wave", wave);
+    const auto t0 = clock_type::now();
+    if (core->overlapped()) {
+      HF_RETURN_IF_ERROR(async_push->wait());  // the previous push read the views wave_delta reuses
+      HF_ASSIGN_OR_RETURN(std::vector<kernels::tensor_view> u, core->wave_delta(wave));
+      HF_RETURN_IF_ERROR(async_push->submit(wave, std::move(u)));
+    } else {
+      HF_ASSIGN_OR_RETURN(std::vector<kernels::tensor> owned, core->wave_update());
+      std::vector<kernels::tensor_view> u;
+      for (auto& x : owned) u.push_back(x.view());
+      HF_RETURN_IF_ERROR(send_push(wave, u, tk));
     }
     st.push_seconds += since(t0);
     return {};
@@ -581,6 +673,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
           if (q + 1 == total || waves.wave_of(q + 1) != waves.wave_of(q)) HF_RETURN_IF_ERROR(pushed(waves.wave_of(q)));
         after_step(done);
       }
+      HF_RETURN_IF_ERROR(async_push->wait());  // the last wave's push sent
+      st.push_thread_seconds = async_push->busy_seconds();
       if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
       st.minibatches = core->updates() - waves.first_of(first_wave);
       HF_RETURN_IF_ERROR(send_state());
@@ -679,9 +773,9 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   j.field("parameter_bytes", st->param_bytes);
   j.field("checkpoints", st->checkpoints).field("resumed_wave", st->resumed_wave);
   j.field("compute_seconds", st->compute_seconds).field("pull_seconds", st->pull_seconds);
-  j.field("push_seconds", st->push_seconds);
+  j.field("push_seconds", st->push_seconds).field("push_thread_seconds", st->push_thread_seconds);
   j.field("wait_seconds", ib.wait_seconds);
-  j.field("bytes_sent", ib.bytes_sent).field("bytes_received", ib.bytes_received);
+  j.field("bytes_sent", ib.bytes_sent.load()).field("bytes_received", ib.bytes_received);
   j.field("total_seconds", since(t0));
   j.end_object();
   svc->report_done(me, true,

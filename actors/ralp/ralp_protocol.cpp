@@ -7,7 +7,8 @@ namespace hetflow::ralp {
 
 wire_buffer_ref make_message(uint32_t kind, const std::string& sender, const std::string& target,
                              const ralp_info& info, std::span<const kernels::tensor_view> tensors,
-                             std::span<const int32_t> labels, const std::string& text) {
+                             std::span<const int32_t> labels, const std::string& text,
+                             const schemas::message_builder::allocator* allocate) {
   schemas::envelope_header h{kind, uint64_t(info.clock), sender, target};
   std::vector<schemas::tensor_meta> metas;
   for (const auto& t : tensors) {
@@ -16,7 +17,9 @@ wire_buffer_ref make_message(uint32_t kind, const std::string& sender, const std
     metas.push_back(std::move(m));
   }
   if (!labels.empty()) metas.push_back(schemas::tensor_meta{dtype::i32, {int64_t(labels.size())}});
-  schemas::message_builder b(h, std::span<const schemas::tensor_meta>(metas), sizeof(ralp_info) + text.size());
+  const std::span<const schemas::tensor_meta> ms(metas);
+  schemas::message_builder b = allocate ? schemas::message_builder(h, ms, sizeof(ralp_info) + text.size(), *allocate)
+                                        : schemas::message_builder(h, ms, sizeof(ralp_info) + text.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     auto d = b.tensor_data(i);
     if (!d.empty()) std::memcpy(d.data(), tensors[i].f32(), d.size());

@@ -79,9 +79,12 @@ static_assert(sizeof(ralp_info) == 64);
 
 // A message with `info`, the f32 `tensors` in order, then (when not empty)
 // `labels` as one i32 tensor, and `text` after the info (errors).
+// `allocate` (optional): where the message's bytes come from (a pool of
+// recycled buffers: a fresh large buffer costs a page fault per page).
 wire_buffer_ref make_message(uint32_t kind, const std::string& sender, const std::string& target,
                              const ralp_info& info, std::span<const kernels::tensor_view> tensors = {},
-                             std::span<const int32_t> labels = {}, const std::string& text = {});
+                             std::span<const int32_t> labels = {}, const std::string& text = {},
+                             const schemas::message_builder::allocator* allocate = nullptr);
 
 struct ralp_message {
   uint32_t kind = 0;
