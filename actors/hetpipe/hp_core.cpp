@@ -4,9 +4,30 @@
 #include <cstring>
 
 #include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 
 namespace hetflow::hetpipe {
+
+namespace {
+
+// The cpu stage's passes over its weights (the caller runs inside the
+// stage's cpu context, so these split over its threads; a large stage's
+// weights are tens of MB, a pass per minibatch).
+void copy_floats(float* dst, const float* src, int64_t n) {
+  kernels::cpu::parallel_elements(n, [=](int64_t b, int64_t e) {
+    std::memcpy(dst + b, src + b, std::size_t(e - b) * sizeof(float));
+  });
+}
+
+// d += a - b
+void add_difference(float* d, const float* a, const float* b, int64_t n) {
+  kernels::cpu::parallel_elements(n, [=](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) d[k] += a[k] - b[k];
+  });
+}
+
+}  // namespace
 
 expected<kernels::model_spec> slice_spec(const kernels::model_spec& whole, std::size_t first, std::size_t last,
                                          const kernels::shape& input) {
@@ -161,7 +182,7 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
         HF_RETURN_IF_ERROR(cc.accumulate(local_[i].value.mutable_view(), it->second[i].view()));
     } else {
       float* dst = local_[i].value.f32();
-      std::memcpy(dst, values[i].f32(), values[i].byte_size());
+      copy_floats(dst, values[i].f32(), local_[i].value.numel());
       for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
         kernels::cpu::add(dst, it->second[i].f32(), dst, local_[i].value.numel());
     }
@@ -268,7 +289,7 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
       if (device_)  // on slot 0's stream, after the local copy's last step (slot s is idle: its update synchronized it)
         HF_RETURN_IF_ERROR(slots_[0].context().copy(local_[i].value.view(), ps[i]->value.mutable_view()));
       else
-        std::memcpy(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.view().byte_size());
+        copy_floats(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.numel());
       ++ps[i]->version;
     }
     // ... and done before slot s's stream runs the forward.
@@ -395,7 +416,7 @@ status stage_core::local_update(int64_t p, double lr) {
     }
   } else if (overlap_nm_ > 0) {  // the step, summed into its wave's delta
     for (std::size_t i = 0; i < local_.size(); ++i)
-      std::memcpy(before_[i].f32(), local_[i].value.f32(), local_[i].value.view().byte_size());
+      copy_floats(before_[i].f32(), local_[i].value.f32(), local_[i].value.numel());
     HF_RETURN_IF_ERROR(opt_->step(targets, lr));
     auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
     for (std::size_t i = 0; i < local_.size(); ++i) {
@@ -404,7 +425,7 @@ status stage_core::local_update(int64_t p, double lr) {
       const float* a = local_[i].value.f32();
       const float* b = before_[i].f32();
       const int64_t n = local_[i].value.numel();
-      for (int64_t k = 0; k < n; ++k) d[k] += a[k] - b[k];
+      add_difference(d, a, b, n);
       ++local_[i].version;
     }
   } else {
