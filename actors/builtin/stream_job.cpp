@@ -29,6 +29,10 @@ expected<stream_options> stream_options_of(const topology::cluster& c) {
       return make_error(errc::not_found, "[job] preprocess_nodes names node '" + n +
                                              "', which is not in the topology's [[nodes]]");
   int64_t shards = p.get_int("preprocess_shards", 0);
+  if (p.get_string("strategy", "single") == "hetpipe") {
+    o.consumers.clear();
+    o.consumers_from_head = true;
+  }
   if (ps) {
     // One shard per worker by default, next to it: its batches then never
     // cross a link. More shards than workers deal each worker's steps out

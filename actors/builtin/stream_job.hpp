@@ -56,8 +56,11 @@ struct stream_options {
   // ([job] stream_failover, default true; registry.hpp's expendable_nodes).
   bool failover = true;
   // The actors that consume the batches: {"trainer"}, or the ps workers
-  // "psworker<w>" in rank order (strategy "ps").
+  // "psworker<w>" in rank order (strategy "ps"), or the stage 0 of each
+  // virtual worker in VW order (strategy "hetpipe": planned at run time, so
+  // empty here until the head's assign message, consumers_from_head).
   std::vector<std::string> consumers{"trainer"};
+  bool consumers_from_head = false;
   int shards() const noexcept { return int(shard_nodes.size()); }
   int workers() const noexcept { return int(consumers.size()); }
   // The consumer shard k feeds.
@@ -81,7 +84,9 @@ struct stream_options {
 // augment, crop_padding, flip, stream_timeout, stream_fault, and for
 // strategy "ps" the workers (ps_workers): by default one shard per worker,
 // on that worker's node; preprocess_shards below the number of workers is
-// errc::invalid_argument. errc::not_found for a node name that is not in
+// errc::invalid_argument. Strategy "hetpipe": one shard per node by
+// default, the consumers left to the head (its VWs need one shard each:
+// it checks). errc::not_found for a node name that is not in
 // the topology.
 expected<stream_options> stream_options_of(const topology::cluster& c);
 

@@ -116,4 +116,32 @@ wire_buffer_ref make_release(const std::string& sender, const std::string& targe
   return std::make_shared<const wire_buffer>(std::move(b).finish());
 }
 
+wire_buffer_ref make_assign(const std::string& sender, const std::string& target,
+                            const std::vector<std::string>& consumers) {
+  std::string text;
+  for (const auto& c : consumers) text += c + "\n";
+  schemas::envelope_header h{kind_assign, uint64_t(consumers.size()), sender, target};
+  schemas::message_builder b(h, std::span<const schemas::tensor_meta>{}, text.size());
+  std::memcpy(b.payload().data(), text.data(), text.size());
+  return std::make_shared<const wire_buffer>(std::move(b).finish());
+}
+
+expected<std::vector<std::string>> read_assign(const schemas::decoded_message& msg, const std::string& peer) {
+  auto p = msg.payload();
+  const std::string text(reinterpret_cast<const char*>(p.data()), p.size());
+  std::vector<std::string> names;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) break;
+    names.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  bool bad = names.empty() || at != text.size() || names.size() != msg.header().seq;
+  for (const auto& n : names) bad = bad || n.empty();
+  if (bad)
+    return make_error(errc::wire_corrupt, "stream assign message from " + peer + ": a malformed list of consumers");
+  return names;
+}
+
 }  // namespace hetflow::actors::builtin::stream

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "schemas/error.hpp"
 #include "schemas/tensor_codec.hpp"
@@ -47,6 +48,7 @@ inline constexpr uint32_t kind_batch = 0x53540001;   // "ST" 1
 inline constexpr uint32_t kind_credit = 0x53540002;  // "ST" 2
 inline constexpr uint32_t kind_takeover = 0x53540003;  // "ST" 3
 inline constexpr uint32_t kind_release = 0x53540004;   // "ST" 4
+inline constexpr uint32_t kind_assign = 0x53540005;    // "ST" 5
 inline constexpr uint32_t protocol_version = 1;
 
 // What a batch says about itself. shard_rows / shard_checksum: the shard's
@@ -136,5 +138,13 @@ expected<takeover_info> read_takeover(const schemas::decoded_message& msg, const
 // take; a shard that has sent all its streams' batches may finish. Until
 // then a finished shard stays, in case a lost shard's steps come to it.
 wire_buffer_ref make_release(const std::string& sender, const std::string& target);
+// assign (kind_assign, payload: the consumers' actor names, one per line, in
+// worker order): strategy "hetpipe" plans its virtual workers at run time,
+// so its head tells every shard who consumes (the stage 0 of each VW)
+// before a shard sends anything (stream_options::consumers_from_head).
+wire_buffer_ref make_assign(const std::string& sender, const std::string& target,
+                            const std::vector<std::string>& consumers);
+// errc::wire_corrupt for an empty list or an empty name.
+expected<std::vector<std::string>> read_assign(const schemas::decoded_message& msg, const std::string& peer);
 
 }  // namespace hetflow::actors::builtin::stream

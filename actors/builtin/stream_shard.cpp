@@ -65,7 +65,7 @@ namespace pp = kernels::preprocess;
 
 struct shard_state : job_actor_state {
   int index = 0;
-  std::string trainer = "trainer";  // the consumer: the trainer or a ps worker
+  std::string trainer;  // the consumer: the trainer, a ps worker or a VW's stage 0 (empty until the head names it)
   stream_options opts;
   kernels::train_config cfg;
   // The whole training set, not normalised: as 8-bit pixels when they hold
@@ -203,6 +203,7 @@ std::string transform_text(const shard_state& st) {
 
 void finish_if_done(shard_actor* self) {
   auto& st = self->state;
+  if (st.opts.consumers_from_head && st.trainer.empty()) return;  // not assigned yet
   for (const auto& f : st.feeds)
     if (!f.all_sent || f.credits != st.opts.prefetch) return;
   // With failover a shard stays until its consumer has every batch: a lost
@@ -319,13 +320,33 @@ void take_over(shard_actor* self, const std::string& node, const schemas::decode
   pump(self);
 }
 
+// Strategy "hetpipe": the head names the consumers (the stage 0 of each
+// VW, planned at run time); the shard starts feeding its own then.
+void assign(shard_actor* self, const std::string& node, const schemas::decoded_message& msg) {
+  auto& st = self->state;
+  auto names = stream::read_assign(msg, "node '" + node + "'");
+  if (!names) return fail_job_actor(self, "stream shard '" + st.me + "': " + names.error().message());
+  if (!st.opts.consumers_from_head || !st.trainer.empty())
+    return fail_job_actor(self, "stream shard '" + st.me + "': an unexpected assign message from node '" + node + "'");
+  if (int(names->size()) > st.opts.shards())
+    return fail_job_actor(self, "stream shard '" + st.me + "': " + std::to_string(names->size()) +
+                                    " consumers for " + std::to_string(st.opts.shards()) +
+                                    " shards (each needs a shard of its own)");
+  st.opts.consumers = std::move(*names);
+  st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
+  st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+  log_info("stream shard " + std::to_string(st.index) + " feeds " + st.trainer + " (consumer " +
+           std::to_string(st.opts.consumer_of(st.index)) + " of " + std::to_string(st.opts.workers()) + ")");
+  pump(self);
+}
+
 // Click logs: (b, 39) rows, `rows` training rows; the plan and the own feed.
 status plan_rows(shard_state& st, int64_t rows) {
   st.features = kernels::shape{kernels::criteo_columns};
   HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(rows, st.cfg.batch_size, st.cfg.drop_last,
                                                          st.cfg.max_steps_per_epoch));
   st.order_rows = rows;
-  st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+  if (!st.opts.consumers_from_head) st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
   return {};
 }
 
@@ -336,7 +357,7 @@ status prepare(shard_state& st, const actor_env& env, const registry& reg) {
   if (st.index >= st.opts.shards())
     return make_error(errc::internal, "shard index " + std::to_string(st.index) + " of " +
                                           std::to_string(st.opts.shards()) + " shards");
-  st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
+  if (!st.opts.consumers_from_head) st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
   st.gov.emplace(st.opts.parallelism, 0);
   HF_ASSIGN_OR_RETURN(st.cfg, train_config_of(env.cluster, env.spec.node));
   if (!st.transforms.empty() && (st.cfg.data.kind == kernels::dataset_kind::criteo_text ||
@@ -382,7 +403,7 @@ status prepare(shard_state& st, const actor_env& env, const registry& reg) {
   HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(st.data.train.size(), st.cfg.batch_size, st.cfg.drop_last,
                                                          st.cfg.max_steps_per_epoch));
   st.order_rows = st.data.train.size();
-  st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+  if (!st.opts.consumers_from_head) st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
   // 8-bit pixels when they hold the data exactly: the f32 copy goes.
   if (auto all = st.data.train.images.view().f32_span(); (st.pixel_scale = pp::byte_scale(all)) > 0) {
     st.pixels = pp::to_bytes(all, st.pixel_scale);
@@ -401,7 +422,7 @@ caf::behavior stream_shard(shard_actor* self, actor_env env, const registry* reg
       if (auto s = prepare(st, env, *reg); !s.ok())
         return fail_job_actor(self, "stream shard '" + st.me + "' on node '" + env.spec.node + "': " + s.to_string());
       log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + " for " +
-               st.trainer + ": " +
+               (st.trainer.empty() ? std::string("the consumer the head names") : st.trainer) + ": " +
                std::to_string(st.plan.rows) + " rows, " + std::to_string(st.plan.steps) + " steps per epoch, " +
                (st.text      ? "criteo text, " + std::to_string(st.text->malformed().total) + " malformed lines skipped"
                 : st.records ? "criteo records of " + st.records->dir() + " (" + std::to_string(st.records->parts()) +
@@ -415,6 +436,10 @@ caf::behavior stream_shard(shard_actor* self, actor_env env, const registry* reg
         auto msg = decode_or_fail(self, node, buf);
         if (!msg) return;
         const uint32_t kind = msg->header().kind;
+        if (kind == stream::kind_assign) return assign(self, node, *msg);
+        if (st.trainer.empty())
+          return fail_job_actor(self, "stream shard '" + st.me + "': message kind " + std::to_string(kind) +
+                                          " from node '" + node + "' before the head named its consumer");
         if (kind == stream::kind_takeover) return take_over(self, node, *msg);
         if (kind == stream::kind_release) {
           st.released = true;

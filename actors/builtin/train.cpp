@@ -832,12 +832,13 @@ void add_train(registry& reg) {
   key("max_steps_per_epoch", key_type::integer, int64_t{0}, "cut epochs short (0: full epochs)", 0.0);
   key("save_weights", key_type::string, std::string(""), "write the trained weights to this file");
   key("input", key_type::string, std::string("memory"),
-      "memory: the trainer's node (ps: each worker's) loads the data; stream (strategy single or ps): "
-      "pre-processing shard actors send batches to the trainer, or each to one ps worker", {}, {},
+      "memory: the trainer's node (ps: each worker's, hetpipe: each VW's stage 0's) loads the data; stream "
+      "(strategy single, ps or hetpipe): pre-processing shard actors send batches to the trainer, or each to one "
+      "ps worker or one VW's stage 0", {}, {},
       {"memory", "stream"});
   key("preprocess_shards", key_type::integer, int64_t{0},
       "stream: number of shard actors (0: one per preprocess_nodes entry; ps: one per worker); ps: shard k feeds "
-      "worker k mod workers, so at least one per worker", 0.0, 4096.0);
+      "worker k mod workers, so at least one per worker (hetpipe: one per virtual worker)", 0.0, 4096.0);
   key("preprocess_nodes", key_type::string_list, std::vector<std::string>{},
       "stream: nodes the shards run on, round robin (empty: every node; ps: shard k on worker k mod workers' node)");
   key("prefetch", key_type::integer, int64_t{4}, "stream: credits, batches in flight per shard", 1.0, 1024.0);
@@ -870,7 +871,7 @@ void add_train(registry& reg) {
           const std::string ds = c.job.params.get_string("dataset", "fashion-mnist");
           if (!stream)
             return make_error(errc::invalid_argument, "[job] transforms run in the stream shards: set input = "
-                                                      "\"stream\" (strategy single or ps)");
+                                                      "\"stream\" (strategy single, ps or hetpipe)");
           if (ds == "criteo" || ds == "criteo-text")
             return make_error(errc::invalid_argument, "[job] transforms apply to images, not to dataset = \"" + ds +
                                                           "\"");

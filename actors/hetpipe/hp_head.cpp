@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,7 @@
 
 #include "actors/builtin/job_profiles.hpp"
 #include "actors/builtin/stream_job.hpp"
+#include "actors/builtin/stream_protocol.hpp"
 #include "actors/hetpipe/hp_inbox.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
@@ -167,9 +169,25 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     for (std::size_t d = 0; d < c.nodes[n].devices.size(); ++d) stage_of[{int(n), d}] = k++;
   const int stage_actors = k;
 
-  HF_ASSIGN_OR_RETURN(kernels::training_data data, kernels::load_training_data(cfg, true, /*with_test=*/true));
-  HF_ASSIGN_OR_RETURN(kernels::epoch_plan eplan, kernels::make_epoch_plan(data.train.size(), cfg.batch_size,
-                                                                          cfg.drop_last, cfg.max_steps_per_epoch));
+  // The test set, and the training set's size for the plan of every epoch.
+  // input = "stream": the stream shards read the training set; the head
+  // loads it only if it has to recompute batch-norm statistics.
+  const bool streamed = p.get_string("input", "memory") == "stream";
+  std::optional<kernels::training_data> train_data;  // memory: loaded here; stream: when needed
+  kernels::image_dataset test_set;
+  int64_t train_rows = 0;
+  if (streamed) {
+    HF_ASSIGN_OR_RETURN(builtin::stream_trainer_data sd, builtin::load_stream_trainer_data(cfg, /*with_test=*/true));
+    train_rows = sd.train_rows;
+    test_set = std::move(sd.test);
+  } else {
+    HF_ASSIGN_OR_RETURN(kernels::training_data d, kernels::load_training_data(cfg, true, /*with_test=*/true));
+    train_rows = d.train.size();
+    test_set = std::move(d.test);
+    train_data = std::move(d);
+  }
+  HF_ASSIGN_OR_RETURN(kernels::epoch_plan eplan, kernels::make_epoch_plan(train_rows, cfg.batch_size, cfg.drop_last,
+                                                                          cfg.max_steps_per_epoch));
   {
     std::string line = "HetPipe: " + std::to_string(V) + " virtual worker(s) (" + to_string(plan.policy) +
                        "), Nm = " + std::to_string(plan.nm) + ", D = " + std::to_string(plan.staleness) + ", batch " +
@@ -208,7 +226,11 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   // values it holds.
   auto recompute_stats = [&](const std::string& what) -> status {
     const auto t_bn = clock_type::now();
-    HF_ASSIGN_OR_RETURN(auto src, kernels::make_memory_source(data.train, cfg));
+    if (!train_data) {
+      HF_ASSIGN_OR_RETURN(kernels::training_data d, kernels::load_training_data(cfg, true, /*with_test=*/false));
+      train_data = std::move(d);
+    }
+    HF_ASSIGN_OR_RETURN(auto src, kernels::make_memory_source(train_data->train, cfg));
     HF_RETURN_IF_ERROR(src->begin_epoch(0));
     const int64_t n = std::min<int64_t>(100, src->plan().steps);
     status st;
@@ -229,6 +251,27 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     return {};
   };
   std::vector<int64_t> unit_ps(plan.unit_ps_node.begin(), plan.unit_ps_node.end());
+  // input = "stream": every VW's stage 0 consumes (VW v takes the steps j
+  // with j % V == v, as from memory); the shards learn who from the head.
+  std::string consumers_text;
+  if (streamed) {
+    HF_ASSIGN_OR_RETURN(builtin::stream_options so, builtin::stream_options_of(c));
+    std::vector<std::string> consumers;
+    for (const auto& vw : plan.virtual_workers)
+      consumers.push_back(stage_name(stage_of.at({vw.stages[0].device.node_index, vw.stages[0].device.device})));
+    if (so.shards() < V)
+      return make_error(errc::invalid_argument,
+                        "input = \"stream\": " + std::to_string(so.shards()) + " stream shard(s) for the plan's " +
+                            std::to_string(V) + " virtual workers; each VW's stage 0 needs a shard of its own "
+                            "(shard k feeds VW k mod " + std::to_string(V) + "): set [job] preprocess_shards >= " +
+                            std::to_string(V));
+    for (int s = 0; s < so.shards(); ++s)
+      HF_RETURN_IF_ERROR(ib.services().send_wire(builtin::stream::shard_name(s),
+                                       builtin::stream::make_assign(head_name, builtin::stream::shard_name(s), consumers)));
+    for (std::size_t i = 0; i < consumers.size(); ++i) consumers_text += (i ? "," : "") + consumers[i];
+    log_info("input = \"stream\": " + std::to_string(so.shards()) + " stream shard(s) feed the stage 0 of " +
+             std::to_string(V) + " VW(s): " + consumers_text);
+  }
   std::vector<int64_t> waves;       // per worker
   std::vector<std::string> names;   // per worker
   std::vector<bool> used(std::size_t(stage_actors), false);
@@ -252,6 +295,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
           {"ckpt_every", std::to_string(ckpt_every)},
           {"resume", resume ? "1" : "0"},     {"overlap", overlap ? "1" : "0"},
           {"staleness", std::to_string(plan.staleness)}};
+      if (s == 0 && streamed) kv["stream_consumers"] = consumers_text;
       if (s > 0) kv["prev"] = sn[std::size_t(s - 1)];
       if (s + 1 < S) kv["next"] = sn[std::size_t(s + 1)];
       HF_RETURN_IF_ERROR(ib.send(sn[std::size_t(s)], kind_role, {}, {}, {}, encode_role(kv)));
@@ -346,7 +390,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     if (!whole.state().empty()) HF_RETURN_IF_ERROR(recompute_stats("the weights after wave " + std::to_string(l - 1)));
     kernels::epoch_report er;
     const int64_t eval_batch = cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size;
-    HF_RETURN_IF_ERROR(ps_job::evaluate_into(whole, data.test, eval_batch, er));
+    HF_RETURN_IF_ERROR(ps_job::evaluate_into(whole, test_set, eval_batch, er));
     log_info("epoch " + std::to_string(l / eval_every) + "/" + std::to_string(cfg.epochs) +
              " (the weights after wave " + std::to_string(l - 1) + " of every VW): test accuracy " +
              ps_job::metrics_text(er));
@@ -470,7 +514,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   }
   kernels::epoch_report fin;
   const int64_t eval_batch = cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size;
-  HF_RETURN_IF_ERROR(ps_job::evaluate_into(whole, data.test, eval_batch, fin));
+  HF_RETURN_IF_ERROR(ps_job::evaluate_into(whole, test_set, eval_batch, fin));
   if (!epochs.empty()) {
     epochs.back().test_accuracy = fin.test_accuracy;
     epochs.back().test_logloss = fin.test_logloss;
@@ -529,6 +573,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   j.field("samples_per_s", train_seconds > 0 ? double(samples) / train_seconds : 0.0);
   j.field("plan_seconds", plan_seconds).field("train_seconds", train_seconds);
   j.field("resumed_wave", resumed);
+  j.field("input", streamed ? "stream" : "memory");
   j.field("profile_source", db.source);
   j.field("test_accuracy", fin.test_accuracy);
   j.field("weights_checksum", ps_job::hex64(checksum));

@@ -34,6 +34,7 @@ public:
         allocate_([pool = pool_](std::size_t bytes) { return pool->allocate(bytes); }) {}
 
   const std::string& me() const noexcept { return me_; }
+  caf::blocking_actor* self() const noexcept { return self_; }
   node_services& services() noexcept { return *svc_; }
 
   status send(const std::string& target, uint32_t kind, const ralp::ralp_info& info,
@@ -58,6 +59,7 @@ public:
   // `from`/`what` describe the wait for the watchdog and the timeout error.
   expected<ralp::ralp_message> next(const std::function<bool(const ralp::ralp_message&)>& want, double timeout_s,
                                     const std::string& from, const std::string& what) {
+    if (!early_failure_.ok()) return early_failure_;
     for (auto it = kept_.begin(); it != kept_.end(); ++it)
       if (want(*it)) {
         ralp::ralp_message m = std::move(*it);
@@ -77,6 +79,11 @@ public:
                                              std::to_string(int(timeout_s)) + " s");
       self_->receive(
           [&](wire_atom, const std::string& node, const wire_buffer_ref& buf) {
+            if (divert && divert(node, buf)) return;  // a stream batch: the stream source keeps it
+            if (!divert && stash_stream && is_stream(node, buf)) {  // before the source exists
+              stashed_.emplace_back(node, buf);
+              return;
+            }
             bytes_received += int64_t(buf->size());
             auto m = ralp::read_message(buf, svc_->read_limits(), "node '" + node + "'");
             if (!m) {
@@ -102,6 +109,36 @@ public:
   // send() may run on a second thread too (hp_stage's pusher): the count is atomic.
   std::atomic<int64_t> bytes_sent{0};
   int64_t bytes_received = 0;
+  // input = "stream" (stage 0): the stream source's batches arrive in this
+  // mailbox too. divert(node, buf) takes them (true) while next() waits;
+  // keep() is the stream source's way back for the messages of this
+  // protocol it meets while it waits for a batch (decoded and kept for the
+  // next wait; one that does not decode fails that wait).
+  std::function<bool(const std::string&, const wire_buffer_ref&)> divert;
+  // A streamed job: stream messages that come before divert is set (the
+  // shards start once the head names their consumers, while this stage may
+  // still wait for its role) are stashed, and set_divert hands them over.
+  bool stash_stream = false;
+  void set_divert(std::function<bool(const std::string&, const wire_buffer_ref&)> d) {
+    divert = std::move(d);
+    auto early = std::move(stashed_);
+    stashed_.clear();
+    for (auto& [node, buf] : early)
+      if (!divert(node, buf)) keep(node, buf);
+  }
+  void keep(const std::string& node, const wire_buffer_ref& buf) {
+    bytes_received += int64_t(buf->size());
+    auto m = ralp::read_message(buf, svc_->read_limits(), "node '" + node + "'");
+    if (!m) {
+      if (early_failure_.ok()) early_failure_ = m.error();
+      return;
+    }
+    if (m->kind == kind_error) {
+      if (early_failure_.ok()) early_failure_ = make_error(errc::internal, m->text);
+      return;
+    }
+    kept_.push_back(std::move(*m));
+  }
   double wait_seconds = 0;
   kernels::trace::track_id tk = 0;  // the actor's trace track (0: not tracing)
 
@@ -110,6 +147,13 @@ private:
   std::shared_ptr<node_services> svc_;
   std::string me_;
   std::deque<ralp::ralp_message> kept_;
+  status early_failure_;  // from keep()
+  std::deque<std::pair<std::string, wire_buffer_ref>> stashed_;  // stream messages before set_divert
+  // The envelope kind says stream protocol (stream_protocol.hpp: "ST" kinds).
+  bool is_stream(const std::string& node, const wire_buffer_ref& buf) const {
+    auto m = schemas::decode_message(buf, svc_->read_limits(), "node '" + node + "'");
+    return m && (m->header().kind >> 16) == 0x5354u;
+  }
   std::shared_ptr<buffer_pool> pool_;  // the messages this actor sends (they come back when delivered)
   schemas::message_builder::allocator allocate_;
 };

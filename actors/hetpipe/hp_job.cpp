@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "actors/builtin/stream_job.hpp"
 #include "actors/registry.hpp"
 
 namespace hetflow::actors::hp_job {
@@ -49,8 +50,9 @@ int64_t vw_minibatches(int64_t steps_per_epoch, int epochs, int v, int V) {
 
 expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c) {
   const auto& p = c.job.params;
-  if (p.get_string("input", "memory") != "memory")
-    return make_error(errc::unsupported, "[job] strategy = \"hetpipe\" reads input = \"memory\" only for now");
+  const std::string input = p.get_string("input", "memory");
+  if (input != "memory" && input != "stream")
+    return make_error(errc::invalid_argument, "[job] input = \"" + input + "\": \"memory\" or \"stream\"");
   if (p.get_string("model", "lenet5") == "dlrm")
     return make_error(errc::unsupported, "[job] strategy = \"hetpipe\" cannot train dlrm yet (sparse embedding "
                                          "updates); use strategy = \"single\" or \"ps\"");
@@ -81,6 +83,12 @@ expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c) {
   }
   if (k == 0)
     return make_error(errc::invalid_argument, "[job] strategy = \"hetpipe\": no node lists a device");
+  // input = "stream": the pre-processing shards feed each VW's stage 0; the
+  // head names who consumes once it has planned (stream_job.hpp).
+  if (input == "stream") {
+    HF_ASSIGN_OR_RETURN(builtin::stream_options so, builtin::stream_options_of(c));
+    builtin::add_stream_shard_actors(v, so);
+  }
   return v;
 }
 

@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <random>
 #include <thread>
 
@@ -66,6 +67,7 @@ struct role_info {
   bool resume = false;
   bool overlap = false;    // overlapped waves (hp_core.hpp)
   int64_t staleness = 0;   // D at the start
+  std::vector<std::string> stream_consumers;  // stage 0 of a streamed job: every VW's stage 0, in VW order
 };
 
 expected<role_info> parse_role(const std::string& me, const std::map<std::string, std::string>& kv) {
@@ -89,6 +91,11 @@ expected<role_info> parse_role(const std::string& me, const std::map<std::string
     r.resume = kv.count("resume") && kv.at("resume") == "1";
     r.overlap = kv.count("overlap") && kv.at("overlap") == "1";
     if (kv.count("staleness")) r.staleness = std::stoll(kv.at("staleness"));
+    if (kv.count("stream_consumers")) {
+      std::istringstream in(kv.at("stream_consumers"));
+      for (std::string n; std::getline(in, n, ',');)
+        if (!n.empty()) r.stream_consumers.push_back(n);
+    }
   } catch (const std::exception& e) {
     return make_error(errc::wire_corrupt, me + ": a malformed role from the head (" + e.what() + ")");
   }
@@ -178,6 +185,9 @@ struct stage_stats {
   int64_t waves = 0, minibatches = 0, param_bytes = 0, checkpoints = 0, resumed_wave = -1;
   double compute_seconds = 0, pull_seconds = 0, push_seconds = 0, push_thread_seconds = 0;
   std::map<int, epoch_stats> epochs;
+  // input = "stream" (stage 0): the options and the source's books.
+  std::optional<builtin::stream_options> stream_opts;
+  builtin::stream_stats stream;
 };
 
 expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
@@ -224,16 +234,46 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     if (std::find(shards.begin(), shards.end(), int(r.unit_ps[u])) == shards.end()) shards.push_back(int(r.unit_ps[u]));
   std::sort(shards.begin(), shards.end());
 
-  // Stage 0 reads the data.
+  // Stage 0 reads the data: the whole training set from memory, or its
+  // VW's batches from the stream shards (input = "stream": the same batches
+  // in the same order; VW v takes the steps j with j % V == v either way).
   std::optional<kernels::training_data> data;
   std::unique_ptr<kernels::batch_source> source;
   kernels::epoch_plan plan;
-  if (first_stage) {
+  // The inbox hands stream batches to the source while it waits; undone
+  // before the source goes (declared after it, so destroyed first).
+  struct divert_reset {
+    explicit divert_reset(inbox& i) : ib(i) {}
+    divert_reset(const divert_reset&) = delete;
+    divert_reset& operator=(const divert_reset&) = delete;
+    ~divert_reset() { ib.divert = nullptr; }
+    inbox& ib;
+  };
+  std::optional<divert_reset> diverting;
+  if (first_stage && !r.stream_consumers.empty()) {
+    HF_ASSIGN_OR_RETURN(builtin::stream_options so, builtin::stream_options_of(cluster));
+    so.consumers = r.stream_consumers;
+    if (int(so.consumers.size()) != r.vws || so.consumers[std::size_t(r.vw)] != me)
+      return make_error(errc::internal, me + ": the head's stream consumers do not name it as VW " +
+                                            std::to_string(r.vw) + "'s stage 0");
+    HF_ASSIGN_OR_RETURN(builtin::stream_trainer_data sd, builtin::load_stream_trainer_data(c, /*with_test=*/false));
+    HF_ASSIGN_OR_RETURN(plan, kernels::make_epoch_plan(sd.train_rows, c.batch_size, c.drop_last, c.max_steps_per_epoch));
+    auto src = builtin::make_stream_source(ib.self(), svc, me, so, plan, sd.sample, sd.classes, c.seed, &st.stream,
+                                           r.vw, [&ib](const std::string& node, const wire_buffer_ref& buf) {
+                                             ib.keep(node, buf);
+                                           });
+    ib.set_divert([s = src.get()](const std::string& node, const wire_buffer_ref& buf) { return s->offer(node, buf); });
+    source = std::move(src);
+    diverting.emplace(ib);
+    st.stream_opts = std::move(so);
+  } else if (first_stage) {
     HF_ASSIGN_OR_RETURN(kernels::training_data d, kernels::load_training_data(c, true, /*with_test=*/false));
     data = std::move(d);
     HF_ASSIGN_OR_RETURN(plan, kernels::make_epoch_plan(data->train.size(), c.batch_size, c.drop_last,
                                                        c.max_steps_per_epoch));
     HF_ASSIGN_OR_RETURN(source, kernels::make_memory_source(data->train, c));
+  }
+  if (first_stage) {
     if (!(source->sample_shape() == spec.input))
       return make_error(errc::internal, me + ": the data's samples are " + source->sample_shape().to_string() +
                                             ", the model's input " + spec.input.to_string());
@@ -624,6 +664,20 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         first_wave = label;
         first_wave_of_run = label;
         st.resumed_wave = label;
+        // Streamed: the shards replay every step from the start, so take
+        // (and drop) the batches of the minibatches before the checkpoint;
+        // the books stay whole. TODO(perf): tell the shards where to start.
+        if (first_stage && st.stream_opts) {
+          for (int64_t p = 0; p < waves.first_of(label); ++p) {
+            const int epoch = int(p / per_epoch);
+            if (epoch != open_epoch) {
+              if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
+              HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
+              open_epoch = epoch;
+            }
+            HF_RETURN_IF_ERROR(source->next(epoch, r.vw + (p % per_epoch) * r.vws).error());
+          }
+        }
       }
     }
     if (r.overlap) {
@@ -730,6 +784,7 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   const std::string me = env.spec.name;
   if (!builtin::await_start(self, *svc)) return;
   inbox ib(self, svc, me);
+  ib.stash_stream = env.cluster.job.params.get_string("input", "memory") == "stream";
   auto role = await_role(ib, env.cluster);
   if (!role) return svc->report_done(me, false, role.error().to_string(), {});
   const auto& kv = *role;
@@ -777,6 +832,12 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   j.field("wait_seconds", ib.wait_seconds);
   j.field("bytes_sent", ib.bytes_sent.load()).field("bytes_received", ib.bytes_received);
   j.field("total_seconds", since(t0));
+  if (st->stream_opts) {
+    std::vector<int> mine;
+    for (int k = 0; k < st->stream_opts->shards(); ++k)
+      if (st->stream_opts->consumer_of(k) == r->vw) mine.push_back(k);
+    builtin::write_stream_report(j, *st->stream_opts, mine, st->stream, cfg->epochs);
+  }
   j.end_object();
   svc->report_done(me, true,
                    "VW " + std::to_string(r->vw) + " stage " + std::to_string(r->stage) + ": units " +
