@@ -6,7 +6,8 @@
 #    weights as the in-memory run bit for bit (the same batches in the same
 #    order), every row used exactly once per epoch per the stage-0 books;
 #    3 shards for 2 VWs: shard 2 feeds VW 0 too, same weights again;
-#  - fewer shards than VWs: the run fails at once, saying preprocess_shards;
+#  - fewer shards than VWs: the run fails at once, saying preprocess_shards
+#    (validate already, when the file sets virtual_workers);
 #  - checkpoints every 15 waves, then --resume of the finished run: the
 #    stage 0s take and drop the batches before the checkpoint, the books
 #    stay whole and the weights end where the uninterrupted run's did.
@@ -60,7 +61,11 @@ t0=$SECONDS
 if timeout 120 "$HETFLOW" run "$few" >"$few.out" 2>&1; then cat "$few.out"; fail "1 shard for 2 VWs ran"; fi
 grep -q "preprocess_shards >= 2" "$few.out" || { tail -20 "$few.out"; fail "no word of preprocess_shards"; }
 (( SECONDS - t0 < 60 )) || fail "1 shard for 2 VWs took $((SECONDS - t0)) s to fail"
-pass "input = \"stream\": fewer shards than VWs fails at once, naming preprocess_shards"
+# With virtual_workers in the file, validate refuses it already.
+sed -i 's/^allocation = "np"$/virtual_workers = 2/' "$few"
+if "$HETFLOW" validate "$few" >"$few.validate" 2>&1; then cat "$few.validate"; fail "validate passed 1 shard for 2 VWs"; fi
+grep -q "preprocess_shards >= 2" "$few.validate" || { cat "$few.validate"; fail "validate: no word of preprocess_shards"; }
+pass "input = \"stream\": fewer shards than VWs fails at once, naming preprocess_shards (validate, when virtual_workers is set)"
 
 ck="$HETFLOW_SCRATCH/ck.toml"
 write_topology "$ck" 9580 2 auto "${common[@]}" 'input = "stream"' "checkpoint_dir = \"$HETFLOW_SCRATCH/ck\"" \
