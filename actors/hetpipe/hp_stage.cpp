@@ -10,7 +10,9 @@
 //     backward (1F1B, the planner's memory model):
 //       stage 0: starts minibatches (batch, forward, activations + labels
 //                -> stage 1; one stage: forward, loss, backward at once)
-//                while it has a free slot
+//                while it has a free slot; batches from the training set
+//                in memory or (input = "stream") from the stream shards the
+//                head assigned to its VW, which share its mailbox
 //       others:  forward p (taken from the mailbox only with a free slot) ->
 //                forward, activations -> next stage; the last stage:
 //                forward, loss, backward, dL/dinput -> previous stage
