@@ -30,7 +30,7 @@ public:
       : self_(self),
         svc_(std::move(svc)),
         me_(std::move(me)),
-        pool_(buffer_pool::create(std::size_t{1} << 20, std::size_t{512} << 20)),
+        pool_(buffer_pool::create(std::size_t{64} << 10, std::size_t{512} << 20)),
         allocate_([pool = pool_](std::size_t bytes) { return pool->allocate(bytes); }) {}
 
   const std::string& me() const noexcept { return me_; }
@@ -40,8 +40,8 @@ public:
   status send(const std::string& target, uint32_t kind, const ralp::ralp_info& info,
               std::span<const kernels::tensor_view> ts = {}, std::span<const int32_t> labels = {},
               const std::string& text = {}) {
-    // Large messages (a wave's weights: tens of MB) come from recycled
-    // buffers: a fresh one costs a page fault per page.
+    // Messages of 64 KiB and more (activations, a wave's weights: tens of
+    // MB) come from recycled buffers: a fresh one costs a page fault per page.
     auto msg = ralp::make_message(kind, me_, target, info, ts, labels, text, &allocate_);
     bytes_sent.fetch_add(int64_t(msg->size()), std::memory_order_relaxed);
     auto s = svc_->send_wire(target, std::move(msg));
