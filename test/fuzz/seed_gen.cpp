@@ -98,6 +98,8 @@ int main(int argc, char** argv) {
     return c;
   };
   msgs.emplace_back("stream_credit", copy_of(stream::make_credit("trainer", "stream_shard_0", 2)));
+  msgs.emplace_back("stream_assign",
+                    copy_of(stream::make_assign("hphead", "stream_shard_0", {"hpstage0", "hpstage2"})));
   {
     ps::ps_info info;
     info.worker = 1;

@@ -3,6 +3,7 @@
 //
 //   schemas::decode_message         the Envelope (schemas/tensor_codec.hpp)
 //   stream::read_batch              pre-processing shard -> trainer batches
+//   stream::read_assign             hetpipe head -> shards: the consumers
 //   ps::read_ps_message + tensor_of PS worker <-> ps_shard messages
 //
 // (schemas/fuzz/decode_message_fuzz.cpp fuzzes decode_message alone, with
@@ -61,6 +62,17 @@ void check_batch(const hs::decoded_message& msg) {
   (void)sink;
 }
 
+// The head's assign message (hetpipe's stream consumers).
+void check_assign(const hs::decoded_message& msg) {
+  auto names = stream::read_assign(msg, "fuzz");
+  if (!names) {
+    FUZZ_CHECK(names.error().code() == errc::wire_corrupt, "read_assign: wire_corrupt only");
+    return;
+  }
+  FUZZ_CHECK(!names->empty() && names->size() == msg.header().seq, "one name per consumer the header counts");
+  for (const auto& n : *names) FUZZ_CHECK(!n.empty() && n.find('\n') == std::string::npos, "names are lines");
+}
+
 void check_ps(const hetflow::wire_buffer_ref& buf, const hs::read_limits& limits) {
   auto m = ps::read_ps_message(buf, limits, "fuzz");
   if (!m) {
@@ -102,6 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const unsigned char* data, std::size_t siz
   } else {
     FUZZ_CHECK(msg->buffer() == buf, "the message shares the buffer");
     check_batch(*msg);
+    check_assign(*msg);
   }
   check_ps(buf, limits);
   return 0;
