@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "actors/builtin/stream_protocol.hpp"
 #include "actors/json.hpp"
@@ -107,6 +108,51 @@ void write_stream_report(json_writer& w, const stream_options& opts, const std::
     w.end_object();
   }
   w.end_array().end_object();
+}
+
+bool stream_books_sum::add(const std::string& m) {
+  auto at = m.find("\"stream\":{");
+  if (at == std::string::npos) return false;
+  auto once = m.find("\"exactly_once\":", at);
+  auto list = m.find("\"epochs\":[", at);
+  if (once == std::string::npos || list == std::string::npos) return false;
+  std::vector<int64_t> rows;
+  std::vector<uint64_t> sums;
+  const char* p = m.c_str() + list + 10;
+  int epoch = 0, used = 0;
+  long long r = 0;
+  char hex[17] = {};
+  while (std::sscanf(p, "{\"epoch\":%d,\"rows\":%lld,\"id_checksum\":\"%16[0-9a-f]\"}%n", &epoch, &r, hex, &used) ==
+             3 &&
+         used > 0) {
+    rows.push_back(r);
+    sums.push_back(std::strtoull(hex, nullptr, 16));
+    p += used;
+    if (*p != ',') break;
+    ++p;
+    used = 0;
+  }
+  if (any_ && rows.size() != rows_.size()) once_ = false;
+  any_ = true;
+  once_ = once_ && m.compare(once + 15, 4, "true") == 0;
+  rows_.resize(std::max(rows_.size(), rows.size()), 0);
+  sums_.resize(rows_.size(), 0);
+  for (std::size_t e = 0; e < rows.size(); ++e) {
+    rows_[e] += rows[e];
+    sums_[e] += sums[e];
+  }
+  return true;
+}
+
+std::string stream_books_sum::json() const {
+  std::string s = "\"stream\":{\"exactly_once\":" + std::string(once_ ? "true" : "false") + ",\"epochs\":[";
+  for (std::size_t e = 0; e < rows_.size(); ++e) {
+    char hex[20];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(sums_[e]));
+    s += (e ? ",{" : "{") + std::string("\"epoch\":") + std::to_string(e + 1) + ",\"rows\":" +
+         std::to_string(rows_[e]) + ",\"id_checksum\":\"" + hex + "\"}";
+  }
+  return s + "]}";
 }
 
 }  // namespace hetflow::actors::builtin

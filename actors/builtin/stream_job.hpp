@@ -178,4 +178,22 @@ std::unique_ptr<stream_batch_source> make_stream_source(caf::blocking_actor* sel
 void write_stream_report(json_writer& w, const stream_options& opts, const std::vector<int>& shards,
                          const stream_stats& stats, int epochs);
 
+// Several consumers' books added up, for the job's report (ps workers,
+// hetpipe's stage 0s): add() each consumer's metrics JSON (what
+// write_stream_report wrote into it); rows and id checksums add (the
+// checksum is a sum over ids), so the sum must be whole epochs.
+class stream_books_sum {
+public:
+  // False when `metrics` holds no stream books.
+  bool add(const std::string& metrics);
+  bool any() const noexcept { return any_; }
+  // "stream":{"exactly_once":B,"epochs":[{"epoch":E,"rows":R,"id_checksum":"H"},...]}
+  std::string json() const;
+
+private:
+  bool any_ = false, once_ = true;
+  std::vector<int64_t> rows_;
+  std::vector<uint64_t> sums_;
+};
+
 }  // namespace hetflow::actors::builtin

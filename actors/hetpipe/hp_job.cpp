@@ -107,16 +107,19 @@ void add_types(registry& reg) {
 
 std::string summarize(const std::vector<actor_result>& results) {
   std::string stages, shards;
+  builtin::stream_books_sum books;  // input = "stream": every VW's stage 0's, added up
   for (auto& r : results) {
     const bool stage = r.name.rfind("hpstage", 0) == 0, shard = r.name.rfind("hpps", 0) == 0;
     if ((!stage && !shard) || r.metrics_json.size() <= 2) continue;
+    if (stage) books.add(r.metrics_json);
     std::string entry = "{\"name\":\"" + r.name + "\",\"node\":\"" + r.node + "\"," +
                         r.metrics_json.substr(1, r.metrics_json.size() - 2) + "}";
     std::string& to = stage ? stages : shards;
     to += (to.empty() ? "" : ",") + entry;
   }
   if (stages.empty() && shards.empty()) return {};
-  return ",\"hetpipe\":{\"stages\":[" + stages + "],\"shards\":[" + shards + "]}";
+  return ",\"hetpipe\":{\"stages\":[" + stages + "],\"shards\":[" + shards + "]" +
+         (books.any() ? "," + books.json() : std::string()) + "}";
 }
 
 }  // namespace hetflow::actors::hp_job

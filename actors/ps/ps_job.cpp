@@ -99,52 +99,13 @@ void add_types(registry& reg) {
   add_ps_worker(reg);
 }
 
-namespace {
-
-// A streamed worker's books, read back from its metrics (written by
-// builtin::write_stream_report: "stream":{...,"exactly_once":B,
-// "epochs":[{"epoch":E,"rows":R,"id_checksum":"H"},...]}). False when the
-// metrics hold none.
-struct stream_books {
-  bool exactly_once = false;
-  std::vector<int64_t> rows;
-  std::vector<uint64_t> checksums;
-};
-bool read_stream_books(const std::string& m, stream_books& out) {
-  auto at = m.find("\"stream\":{");
-  if (at == std::string::npos) return false;
-  auto once = m.find("\"exactly_once\":", at);
-  auto list = m.find("\"epochs\":[", at);
-  if (once == std::string::npos || list == std::string::npos) return false;
-  out.exactly_once = m.compare(once + 15, 4, "true") == 0;
-  const char* p = m.c_str() + list + 10;
-  int epoch = 0, used = 0;
-  long long rows = 0;
-  char hex[17] = {};
-  while (std::sscanf(p, "{\"epoch\":%d,\"rows\":%lld,\"id_checksum\":\"%16[0-9a-f]\"}%n", &epoch, &rows, hex,
-                     &used) == 3 &&
-         used > 0) {
-    out.rows.push_back(rows);
-    out.checksums.push_back(std::strtoull(hex, nullptr, 16));
-    p += used;
-    if (*p != ',') break;
-    ++p;
-    used = 0;
-  }
-  return true;
-}
-
-}  // namespace
 
 std::string summarize(const std::vector<actor_result>& results) {
   // Per-worker and per-shard lines of the report, from their metrics.
   std::string workers, shards;
   int64_t max_staleness = -1;
-  // input = "stream": the workers' books added up (rows and id checksums
-  // add: the checksum is a sum over ids), which must be whole epochs.
-  bool streamed = false, together_once = true;
-  std::vector<int64_t> together_rows;
-  std::vector<uint64_t> together_sums;
+  // input = "stream": the workers' books added up, which must be whole epochs.
+  builtin::stream_books_sum books;
   for (auto& r : results) {
     const bool is_worker = r.name.rfind("psworker", 0) == 0;
     const bool is_shard = !is_worker && r.name.rfind("ps", 0) == 0 && r.name.size() > 2 &&
@@ -155,18 +116,7 @@ std::string summarize(const std::vector<actor_result>& results) {
       // Workers: everything but the epochs (worker 0's are at the top level).
       std::string m = r.metrics_json.substr(1, r.metrics_json.size() - 2);
       if (is_worker) {
-        stream_books b;
-        if (read_stream_books(m, b)) {
-          if (streamed && b.rows.size() != together_rows.size()) together_once = false;
-          streamed = true;
-          together_once = together_once && b.exactly_once;
-          together_rows.resize(std::max(together_rows.size(), b.rows.size()), 0);
-          together_sums.resize(together_rows.size(), 0);
-          for (std::size_t e = 0; e < b.rows.size(); ++e) {
-            together_rows[e] += b.rows[e];
-            together_sums[e] += b.checksums[e];
-          }
-        }
+        books.add(m);
         // The last "epochs" is the worker's own (its stream books' come before).
         auto e = m.rfind(",\"epochs\":");
         if (e != std::string::npos) m = m.substr(0, e);
@@ -180,15 +130,7 @@ std::string summarize(const std::vector<actor_result>& results) {
     list += (list.empty() ? "" : ",") + entry;
   }
   if (workers.empty() && shards.empty()) return {};
-  std::string stream;
-  if (streamed) {
-    stream = ",\"stream\":{\"exactly_once\":" + std::string(together_once ? "true" : "false") + ",\"epochs\":[";
-    for (std::size_t e = 0; e < together_rows.size(); ++e)
-      stream += (e ? ",{" : "{") + std::string("\"epoch\":") + std::to_string(e + 1) +
-                ",\"rows\":" + std::to_string(together_rows[e]) + ",\"id_checksum\":\"" + hex64(together_sums[e]) +
-                "\"}";
-    stream += "]}";
-  }
+  const std::string stream = books.any() ? "," + books.json() : std::string();
   return ",\"ps\":{\"max_staleness\":" + std::to_string(max_staleness) + ",\"workers\":[" + workers +
          "],\"shards\":[" + shards + "]" + stream + "}";
 }

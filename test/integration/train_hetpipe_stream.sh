@@ -4,7 +4,8 @@
 # has planned (the assign message), through `hetflow run`:
 #  - 2 VWs x 2 stages (allocation np, D = 0, overlapped waves): the same
 #    weights as the in-memory run bit for bit (the same batches in the same
-#    order), every row used exactly once per epoch per the stage-0 books;
+#    order), every row used exactly once per epoch per the stage-0 books
+#    (each VW's half, and hetpipe.stream: all of them added up);
 #    3 shards for 2 VWs: shard 2 feeds VW 0 too, same weights again;
 #  - fewer shards than VWs: the run fails at once, saying preprocess_shards
 #    (validate already, when the file sets virtual_workers);
@@ -50,6 +51,10 @@ for x in firsts:
     assert st["batches"] == 40, st
     fed.append(st["shards"])
 assert sorted(fed) == sorted([(shards + 1) // 2, shards // 2]), fed
+# the stage 0s' books added up: every row of every epoch, once
+total = s["hetpipe"]["stream"]
+print("all VWs:", total)
+assert total["exactly_once"] is True and [e["rows"] for e in total["epochs"]] == [1280, 1280], total
 PY
 done
 pass "input = \"stream\": 2 VWs x 2 stages fed by 2 and by 3 shards end on the in-memory run's weights; every row once per epoch"
