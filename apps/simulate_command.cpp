@@ -149,6 +149,7 @@ struct estimates {
   // ps and ralp: samples/s of the cost model (topology/ralp_cost.hpp) and
   // what the number stands for.
   double ps_sps = 0, ralp_sps = 0;
+  int ps_workers = 0;
   std::string ps_error, ralp_error, ps_note, ralp_note;
 };
 
@@ -195,6 +196,7 @@ void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db
     const double shards = double(std::max(1, po->shards));
     const double step = no_cut->worker_ms + (no_cut->transfer_ms + no_cut->server_ms) / shards;
     if (step > 0) e.ps_sps = rows / step * 1000.0;
+    e.ps_workers = in.workers;
     std::snprintf(buf, sizeof buf, "bsp, %d worker%s, %d shard%s", in.workers, in.workers == 1 ? "" : "s", po->shards,
                   po->shards == 1 ? "" : "s");
     e.ps_note = buf;
@@ -254,11 +256,31 @@ std::pair<std::string, std::string> choose(const topology::cluster& c, const est
     }
     why += (why.empty() ? "" : "; ") + std::string(buf);
   };
+  // Streamed input reaches single, ps and hetpipe only (dp and ralp read
+  // it from memory), and ps workers and hetpipe VWs need a stream shard
+  // each: the others are out whatever they would do.
+  const auto& p = c.job.params;
+  const bool streamed = p.get_string("input", "memory") == "stream";
+  const std::string memory_only = "input = \"stream\": it reads input = \"memory\" only";
+  const int64_t set_shards = p.get_int("preprocess_shards", 0);
+  const int64_t hp_shards =
+      set_shards > 0 ? set_shards
+                     : int64_t(p.get_strings("preprocess_nodes").empty() ? c.nodes.size()
+                                                                          : p.get_strings("preprocess_nodes").size());
+  const int64_t vws = e.hetpipe ? int64_t(e.hetpipe->virtual_workers.size()) : 0;
+  auto too_few = [&](int64_t shards, int64_t consumers, const char* who) {
+    return "input = \"stream\": " + std::to_string(shards) + " stream shard(s) for " + std::to_string(consumers) +
+           " " + who + " (preprocess_shards)";
+  };
+  const bool hp_short = streamed && vws > hp_shards;
+  const bool ps_short = streamed && set_shards > 0 && e.ps_workers > set_shards;
   add("single", e.single ? e.single->samples_per_s : 0, e.single_error);
-  add("dp", e.dp ? e.dp->samples_per_s : 0, e.dp_error);
-  add("hetpipe", e.hetpipe ? e.hetpipe->predicted_samples_per_s : 0, e.hetpipe_error);
-  add("ps", e.ps_sps, e.ps_error, e.ps_note);
-  add("ralp", e.ralp_sps, e.ralp_error, e.ralp_note);
+  add("dp", e.dp && !streamed ? e.dp->samples_per_s : 0, streamed ? memory_only : e.dp_error);
+  add("hetpipe", e.hetpipe && !hp_short ? e.hetpipe->predicted_samples_per_s : 0,
+      hp_short ? too_few(hp_shards, vws, "virtual workers") : e.hetpipe_error);
+  add("ps", ps_short ? 0 : e.ps_sps, ps_short ? too_few(set_shards, e.ps_workers, "ps workers") : e.ps_error,
+      e.ps_note);
+  add("ralp", streamed ? 0 : e.ralp_sps, streamed ? memory_only : e.ralp_error, e.ralp_note);
   if (v.empty()) return {"", why};
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
   std::string chosen = v.front().second;

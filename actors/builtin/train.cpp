@@ -642,7 +642,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
   const auto& p = c.job.params;
   if (p.get_string("input", "memory") != "memory")
     return make_error(errc::unsupported, "[job] strategy = \"dp\" reads input = \"memory\" only for now "
-                                         "(streamed input feeds one trainer, or ps workers)");
+                                         "(streamed input feeds one trainer, ps workers or hetpipe's stage 0s)");
   // The ring sums dense gradients; dlrm's embedding tables get sparse ones
   // (rows of the batch only), which the replicas would not combine.
   if (p.get_string("model", "lenet5") == "dlrm")
@@ -693,7 +693,7 @@ expected<std::vector<topology::actor_spec>> expand_dp(const topology::cluster& c
 void add_train(registry& reg) {
   using topology::key_spec;
   using topology::key_type;
-  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model; dp, ps, ralp, hetpipe; input from memory, or with single and ps streamed from pre-processing shards)", {}};
+  topology::type_spec job{"train", "train a model (strategy \"single\": one device, whole model; dp, ps, ralp, hetpipe; input from memory, or with single, ps and hetpipe streamed from pre-processing shards)", {}};
   auto key = [&](std::string name, key_type t, topology::setting_value def, std::string help,
                  std::optional<double> lo = {}, std::optional<double> hi = {},
                  std::vector<std::string> one_of = {}) {

@@ -9,6 +9,8 @@
 #    3 shards for 2 VWs: shard 2 feeds VW 0 too, same weights again;
 #  - fewer shards than VWs: the run fails at once, saying preprocess_shards
 #    (validate already, when the file sets virtual_workers);
+#  - strategy = "auto": dp and ralp (memory only) and ps with fewer shards
+#    than workers are out; hetpipe is picked and runs streamed;
 #  - checkpoints every 15 waves, then --resume of the finished run: the
 #    stage 0s take and drop the batches before the checkpoint, the books
 #    stay whole and the weights end where the uninterrupted run's did.
@@ -58,6 +60,21 @@ assert total["exactly_once"] is True and [e["rows"] for e in total["epochs"]] ==
 PY
 done
 pass "input = \"stream\": 2 VWs x 2 stages fed by 2 and by 3 shards end on the in-memory run's weights; every row once per epoch"
+
+# strategy = "auto" with streamed input: dp and ralp (memory only) and ps
+# (4 workers, 2 shards) are out; it picks hetpipe and the run streams.
+auto="$HETFLOW_SCRATCH/auto.toml"
+write_topology "$auto" 9590 2 auto "${common[@]/strategy = \"hetpipe\"/strategy = \"auto\"}" 'input = "stream"' \
+  'preprocess_shards = 2'
+two_devices "$auto"
+"$HETFLOW" plan "$auto" >"$auto.plan" 2>&1 || { cat "$auto.plan"; fail "plan of the auto streamed job"; }
+grep -q "dp not possible (input = \"stream\"" "$auto.plan" && grep -q "ralp not possible (input = \"stream\"" "$auto.plan" &&
+  grep -q "ps not possible (input = \"stream\": 2 stream shard(s) for 4 ps workers" "$auto.plan" &&
+  grep -q "^auto: chooses hetpipe" "$auto.plan" || { cat "$auto.plan"; fail "auto with streamed input"; }
+run_job "$auto" "auto streamed run"
+[[ $(json_get "$auto.json" 'd["strategy"] == "hetpipe" and d["hetpipe"]["stream"]["exactly_once"]') == True ]] ||
+  { tail -20 "$auto.out"; fail "auto streamed run: not hetpipe, or not exactly once"; }
+pass "strategy = \"auto\" with input = \"stream\": dp, ralp and a short-of-shards ps are out; hetpipe runs streamed"
 
 few="$HETFLOW_SCRATCH/few.toml"
 write_topology "$few" 9570 2 auto "${common[@]}" 'input = "stream"' 'preprocess_shards = 1'
