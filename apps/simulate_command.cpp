@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "actors/builtin/job_profiles.hpp"
+#include "actors/builtin/stream_job.hpp"
 #include "actors/ps/ps_options.hpp"
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/registry.hpp"
@@ -258,28 +259,30 @@ std::pair<std::string, std::string> choose(const topology::cluster& c, const est
   };
   // Streamed input reaches single, ps and hetpipe only (dp and ralp read
   // it from memory), and ps workers and hetpipe VWs need a stream shard
-  // each: the others are out whatever they would do.
+  // each (builtin::check_stream_shards): the others are out whatever they
+  // would do.
   const auto& p = c.job.params;
   const bool streamed = p.get_string("input", "memory") == "stream";
   const std::string memory_only = "input = \"stream\": it reads input = \"memory\" only";
-  const int64_t set_shards = p.get_int("preprocess_shards", 0);
-  const int64_t hp_shards =
-      set_shards > 0 ? set_shards
-                     : int64_t(p.get_strings("preprocess_nodes").empty() ? c.nodes.size()
-                                                                          : p.get_strings("preprocess_nodes").size());
-  const int64_t vws = e.hetpipe ? int64_t(e.hetpipe->virtual_workers.size()) : 0;
-  auto too_few = [&](int64_t shards, int64_t consumers, const char* who) {
-    return "input = \"stream\": " + std::to_string(shards) + " stream shard(s) for " + std::to_string(consumers) +
-           " " + who + " (preprocess_shards)";
-  };
-  const bool hp_short = streamed && vws > hp_shards;
-  const bool ps_short = streamed && set_shards > 0 && e.ps_workers > set_shards;
+  // The shards the job would have (stream_options_of: hetpipe one per node
+  // unless preprocess_shards says; ps one per worker unless it says).
+  status hp_short, ps_short;
+  if (streamed) {
+    auto so = actors::builtin::stream_options_of(c);
+    if (!so) {
+      hp_short = ps_short = so.error();
+    } else {
+      const int64_t vws = e.hetpipe ? int64_t(e.hetpipe->virtual_workers.size()) : 0;
+      hp_short = actors::builtin::check_stream_shards(so->shards(), vws, "virtual workers");
+      if (p.get_int("preprocess_shards", 0) > 0)
+        ps_short = actors::builtin::check_stream_shards(so->shards(), e.ps_workers, "ps workers");
+    }
+  }
   add("single", e.single ? e.single->samples_per_s : 0, e.single_error);
   add("dp", e.dp && !streamed ? e.dp->samples_per_s : 0, streamed ? memory_only : e.dp_error);
-  add("hetpipe", e.hetpipe && !hp_short ? e.hetpipe->predicted_samples_per_s : 0,
-      hp_short ? too_few(hp_shards, vws, "virtual workers") : e.hetpipe_error);
-  add("ps", ps_short ? 0 : e.ps_sps, ps_short ? too_few(set_shards, e.ps_workers, "ps workers") : e.ps_error,
-      e.ps_note);
+  add("hetpipe", e.hetpipe && hp_short.ok() ? e.hetpipe->predicted_samples_per_s : 0,
+      hp_short.ok() ? e.hetpipe_error : hp_short.message());
+  add("ps", ps_short.ok() ? e.ps_sps : 0, ps_short.ok() ? e.ps_error : ps_short.message(), e.ps_note);
   add("ralp", streamed ? 0 : e.ralp_sps, streamed ? memory_only : e.ralp_error, e.ralp_note);
   if (v.empty()) return {"", why};
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });

@@ -68,6 +68,15 @@ expected<stream_options> stream_options_of(const topology::cluster& c) {
   return o;
 }
 
+status check_stream_shards(int64_t shards, int64_t consumers, const std::string& who) {
+  if (shards >= consumers) return {};
+  return make_error(errc::invalid_argument,
+                    "[job] input = \"stream\": " + std::to_string(shards) + " stream shard(s) for " +
+                        std::to_string(consumers) + " " + who + "; each needs a shard of its own (shard k feeds " +
+                        "consumer k mod " + std::to_string(consumers) + "): set preprocess_shards >= " +
+                        std::to_string(consumers));
+}
+
 void add_stream_shard_actors(std::vector<topology::actor_spec>& v, const stream_options& o) {
   for (int k = 0; k < o.shards(); ++k) {
     topology::actor_spec a;

@@ -90,6 +90,12 @@ struct stream_options {
 // the topology.
 expected<stream_options> stream_options_of(const topology::cluster& c);
 
+// input = "stream": every consumer (a ps worker, a VW's stage 0) needs a
+// shard of its own (shard k feeds consumer k mod n). errc::invalid_argument
+// saying so and what to set when `shards` < `consumers` (`who`: "virtual
+// workers", "ps workers").
+status check_stream_shards(int64_t shards, int64_t consumers, const std::string& who);
+
 // Appends the actor specs of the job's stream shards (stream_shard_<k>,
 // type stream_shard, on o.shard_nodes[k]) to `v`.
 void add_stream_shard_actors(std::vector<topology::actor_spec>& v, const stream_options& o);

@@ -49,6 +49,8 @@ inline constexpr uint32_t kind_credit = 0x53540002;  // "ST" 2
 inline constexpr uint32_t kind_takeover = 0x53540003;  // "ST" 3
 inline constexpr uint32_t kind_release = 0x53540004;   // "ST" 4
 inline constexpr uint32_t kind_assign = 0x53540005;    // "ST" 5
+// Whether an envelope kind is one of this protocol's ("ST" in its high half).
+constexpr bool is_stream_kind(uint32_t kind) noexcept { return (kind >> 16) == 0x5354u; }
 inline constexpr uint32_t protocol_version = 1;
 
 // What a batch says about itself. shard_rows / shard_checksum: the shard's

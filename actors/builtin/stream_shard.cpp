@@ -320,6 +320,13 @@ void take_over(shard_actor* self, const std::string& node, const schemas::decode
   pump(self);
 }
 
+// The shard's own feed to its consumer, once the consumers are known (from
+// the topology, or from the head's assign message).
+void start_feeding(shard_state& st) {
+  st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
+  st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+}
+
 // Strategy "hetpipe": the head names the consumers (the stage 0 of each
 // VW, planned at run time); the shard starts feeding its own then.
 void assign(shard_actor* self, const std::string& node, const schemas::decoded_message& msg) {
@@ -333,20 +340,19 @@ void assign(shard_actor* self, const std::string& node, const schemas::decoded_m
                                     " consumers for " + std::to_string(st.opts.shards()) +
                                     " shards (each needs a shard of its own)");
   st.opts.consumers = std::move(*names);
-  st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
-  st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+  start_feeding(st);
   log_info("stream shard " + std::to_string(st.index) + " feeds " + st.trainer + " (consumer " +
            std::to_string(st.opts.consumer_of(st.index)) + " of " + std::to_string(st.opts.workers()) + ")");
   pump(self);
 }
 
-// Click logs: (b, 39) rows, `rows` training rows; the plan and the own feed.
+// Click logs: (b, 39) rows, `rows` training rows; the plan.
 status plan_rows(shard_state& st, int64_t rows) {
   st.features = kernels::shape{kernels::criteo_columns};
   HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(rows, st.cfg.batch_size, st.cfg.drop_last,
                                                          st.cfg.max_steps_per_epoch));
   st.order_rows = rows;
-  if (!st.opts.consumers_from_head) st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+
   return {};
 }
 
@@ -357,7 +363,6 @@ status prepare(shard_state& st, const actor_env& env, const registry& reg) {
   if (st.index >= st.opts.shards())
     return make_error(errc::internal, "shard index " + std::to_string(st.index) + " of " +
                                           std::to_string(st.opts.shards()) + " shards");
-  if (!st.opts.consumers_from_head) st.trainer = st.opts.consumers[std::size_t(st.opts.consumer_of(st.index))];
   st.gov.emplace(st.opts.parallelism, 0);
   HF_ASSIGN_OR_RETURN(st.cfg, train_config_of(env.cluster, env.spec.node));
   if (!st.transforms.empty() && (st.cfg.data.kind == kernels::dataset_kind::criteo_text ||
@@ -403,7 +408,7 @@ status prepare(shard_state& st, const actor_env& env, const registry& reg) {
   HF_ASSIGN_OR_RETURN(st.plan, kernels::make_epoch_plan(st.data.train.size(), st.cfg.batch_size, st.cfg.drop_last,
                                                          st.cfg.max_steps_per_epoch));
   st.order_rows = st.data.train.size();
-  if (!st.opts.consumers_from_head) st.feeds.push_back(make_feed(st, st.index, 0, st.opts.first_step(st.index), 0, 0));
+
   // 8-bit pixels when they hold the data exactly: the f32 copy goes.
   if (auto all = st.data.train.images.view().f32_span(); (st.pixel_scale = pp::byte_scale(all)) > 0) {
     st.pixels = pp::to_bytes(all, st.pixel_scale);
@@ -421,6 +426,7 @@ caf::behavior stream_shard(shard_actor* self, actor_env env, const registry* reg
       auto& st = self->state;
       if (auto s = prepare(st, env, *reg); !s.ok())
         return fail_job_actor(self, "stream shard '" + st.me + "' on node '" + env.spec.node + "': " + s.to_string());
+      if (!st.opts.consumers_from_head) start_feeding(st);
       log_info("stream shard " + std::to_string(st.index) + "/" + std::to_string(st.opts.shards()) + " for " +
                (st.trainer.empty() ? std::string("the consumer the head names") : st.trainer) + ": " +
                std::to_string(st.plan.rows) + " rows, " + std::to_string(st.plan.steps) + " steps per epoch, " +

@@ -192,9 +192,9 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
   // this returns: the copies from them must be done.
   if (device_) HF_RETURN_IF_ERROR(ctx.synchronize());
   if (included_below.empty()) return {};
-  // Deltas every tensor's shard holds now are not needed again (a device's
-  // are kept for the next waves: allocating device memory every wave costs
-  // more than the copy that zeroes them).
+  // Deltas every tensor's shard holds now are not needed again (a device
+  // stage keeps one set for the next wave's first step, which overwrites it:
+  // no device allocation per wave).
   const int64_t low = *std::min_element(included_below.begin(), included_below.end());
   auto end = delta_.lower_bound(low);
   for (auto it = delta_.begin(); it != end; ++it)

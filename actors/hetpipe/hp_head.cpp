@@ -259,12 +259,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     std::vector<std::string> consumers;
     for (const auto& vw : plan.virtual_workers)
       consumers.push_back(stage_name(stage_of.at({vw.stages[0].device.node_index, vw.stages[0].device.device})));
-    if (so.shards() < V)
-      return make_error(errc::invalid_argument,
-                        "input = \"stream\": " + std::to_string(so.shards()) + " stream shard(s) for the plan's " +
-                            std::to_string(V) + " virtual workers; each VW's stage 0 needs a shard of its own "
-                            "(shard k feeds VW k mod " + std::to_string(V) + "): set [job] preprocess_shards >= " +
-                            std::to_string(V));
+    HF_RETURN_IF_ERROR(builtin::check_stream_shards(so.shards(), V, "virtual workers (the plan's)"));
     for (int s = 0; s < so.shards(); ++s)
       HF_RETURN_IF_ERROR(ib.services().send_wire(builtin::stream::shard_name(s),
                                        builtin::stream::make_assign(head_name, builtin::stream::shard_name(s), consumers)));

@@ -16,6 +16,7 @@
 
 #include "actors/buffer_pool.hpp"
 #include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/stream_protocol.hpp"
 #include "actors/hetpipe/hp_job.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ralp/ralp_protocol.hpp"
@@ -118,6 +119,8 @@ public:
   // A streamed job: stream messages that come before divert is set (the
   // shards start once the head names their consumers, while this stage may
   // still wait for its role) are stashed, and set_divert hands them over.
+  // Each message is decoded once more to tell, so only stage 0 keeps it on
+  // past its role.
   bool stash_stream = false;
   void set_divert(std::function<bool(const std::string&, const wire_buffer_ref&)> d) {
     divert = std::move(d);
@@ -149,10 +152,9 @@ private:
   std::deque<ralp::ralp_message> kept_;
   status early_failure_;  // from keep()
   std::deque<std::pair<std::string, wire_buffer_ref>> stashed_;  // stream messages before set_divert
-  // The envelope kind says stream protocol (stream_protocol.hpp: "ST" kinds).
   bool is_stream(const std::string& node, const wire_buffer_ref& buf) const {
     auto m = schemas::decode_message(buf, svc_->read_limits(), "node '" + node + "'");
-    return m && (m->header().kind >> 16) == 0x5354u;
+    return m && builtin::stream::is_stream_kind(m->header().kind);
   }
   std::shared_ptr<buffer_pool> pool_;  // the messages this actor sends (they come back when delivered)
   schemas::message_builder::allocator allocate_;

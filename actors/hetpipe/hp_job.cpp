@@ -88,12 +88,8 @@ expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c) {
   if (input == "stream") {
     HF_ASSIGN_OR_RETURN(builtin::stream_options so, builtin::stream_options_of(c));
     // A VW count set in the file is known now (else the head checks once it
-    // has planned): each VW's stage 0 needs a shard of its own.
-    if (const int64_t vws = p.get_int("virtual_workers", 0); vws > int64_t(so.shards()))
-      return make_error(errc::invalid_argument,
-                        "[job] input = \"stream\": " + std::to_string(so.shards()) + " stream shard(s) for " +
-                            std::to_string(vws) + " virtual workers; each VW's stage 0 needs a shard of its own: set "
-                            "preprocess_shards >= " + std::to_string(vws));
+    // has planned).
+    HF_RETURN_IF_ERROR(builtin::check_stream_shards(so.shards(), p.get_int("virtual_workers", 0), "virtual workers"));
     builtin::add_stream_shard_actors(v, so);
   }
   return v;

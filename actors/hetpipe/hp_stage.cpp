@@ -361,11 +361,10 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
 
   // The messages of a push. Every shard gets one (empty when it holds none
   // of these units): its clock table counts every stage of every VW.
-  auto send_push = [&, cluster_nodes = int(cluster.nodes.size())](
-                       int64_t wave, const std::vector<kernels::tensor_view>& u,
+  auto send_push = [&](int64_t wave, const std::vector<kernels::tensor_view>& u,
                        kernels::trace::track_id track) -> status {
     kernels::trace::scope t("push: send", track, "wave", wave);
-    const int nodes = cluster_nodes;
+    const int nodes = int(cluster.nodes.size());
     for (int n = 0; n < nodes; ++n) {
       std::vector<kernels::tensor_view> ts;
       std::size_t k = 0;
@@ -465,15 +464,21 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
 
   // Stage 0: minibatch p from the data (its batch, forward, activations +
   // labels -> the next stage; a one-stage VW: forward, loss, backward).
-  auto start_one = [&](int64_t p) -> status {
+  // Minibatch p is step r.vw + (p % per_epoch) * r.vws of epoch p / per_epoch;
+  // its batch, the source moved to that epoch first.
+  auto batch_of = [&](int64_t p) -> expected<kernels::train_batch> {
     const int epoch = int(p / per_epoch);
-    const int64_t step = r.vw + (p % per_epoch) * r.vws;
     if (epoch != open_epoch) {
       if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
       HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
       open_epoch = epoch;
     }
-    HF_ASSIGN_OR_RETURN(kernels::train_batch b, source->next(epoch, step));
+    return source->next(epoch, r.vw + (p % per_epoch) * r.vws);
+  };
+  auto start_one = [&](int64_t p) -> status {
+    HF_ASSIGN_OR_RETURN(kernels::train_batch b, batch_of(p));
+    const int epoch = open_epoch;
+    const int64_t step = r.vw + (p % per_epoch) * r.vws;
     const double lr = kernels::lr_at(c.schedule, c.optimizer.lr, epoch, step, plan.steps, c.epochs);
     lr_of[p] = lr;
     epoch_of[p] = epoch;
@@ -669,17 +674,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         // Streamed: the shards replay every step from the start, so take
         // (and drop) the batches of the minibatches before the checkpoint;
         // the books stay whole. TODO(perf): tell the shards where to start.
-        if (first_stage && st.stream_opts) {
-          for (int64_t p = 0; p < waves.first_of(label); ++p) {
-            const int epoch = int(p / per_epoch);
-            if (epoch != open_epoch) {
-              if (open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
-              HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
-              open_epoch = epoch;
-            }
-            HF_RETURN_IF_ERROR(source->next(epoch, r.vw + (p % per_epoch) * r.vws).error());
-          }
-        }
+        if (first_stage && st.stream_opts)
+          for (int64_t p = 0; p < waves.first_of(label); ++p) HF_RETURN_IF_ERROR(batch_of(p).error());
       }
     }
     if (r.overlap) {
@@ -793,6 +789,7 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   if (kv.count("idle")) return svc->report_done(me, true, "not used by the plan", "{\"used\":false}");
   auto r = parse_role(me, kv);
   if (!r) return svc->report_done(me, false, r.error().to_string(), {});
+  ib.stash_stream = ib.stash_stream && r->stage == 0;  // no stream batch comes to the others
   auto cfg = builtin::train_config_of(env.cluster, env.spec.node, std::size_t(env.spec.args.get_int("device", 0)));
   if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
   const auto t0 = clock_type::now();

@@ -69,7 +69,7 @@ write_topology "$auto" 9590 2 auto "${common[@]/strategy = \"hetpipe\"/strategy 
 two_devices "$auto"
 "$HETFLOW" plan "$auto" >"$auto.plan" 2>&1 || { cat "$auto.plan"; fail "plan of the auto streamed job"; }
 grep -q "dp not possible (input = \"stream\"" "$auto.plan" && grep -q "ralp not possible (input = \"stream\"" "$auto.plan" &&
-  grep -q "ps not possible (input = \"stream\": 2 stream shard(s) for 4 ps workers" "$auto.plan" &&
+  grep -q 'ps not possible (\[job\] input = "stream": 2 stream shard(s) for 4 ps workers' "$auto.plan" &&
   grep -q "^auto: chooses hetpipe" "$auto.plan" || { cat "$auto.plan"; fail "auto with streamed input"; }
 run_job "$auto" "auto streamed run"
 [[ $(json_get "$auto.json" 'd["strategy"] == "hetpipe" and d["hetpipe"]["stream"]["exactly_once"]') == True ]] ||
