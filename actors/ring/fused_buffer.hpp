@@ -10,7 +10,8 @@
 // built with -O3); a chunk of 16 MiB or more is also split across oneTBB
 // workers. Integer sums use unsigned arithmetic: exact, wrapping on
 // overflow, identical on every member. Not thread-safe: one collective
-// uses it from one actor thread.
+// uses it from one thread at a time (the actor's, or in shared-memory
+// mode the ring member's worker while the actor waits for its result).
 #pragma once
 
 #include <cstddef>

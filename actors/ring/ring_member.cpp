@@ -80,6 +80,7 @@
 
 #include "actors/buffer_pool.hpp"
 #include "actors/builtin/job_actor.hpp"
+#include "actors/cluster_auth.hpp"
 #include "actors/json.hpp"
 #include "actors/log.hpp"
 #include "actors/ring/fused_buffer.hpp"
@@ -451,15 +452,14 @@ void finish_ok(member_actor* self) {
   for (const auto& l : st.lost) w.value(l);
   w.end_array();
   w.field("busy_s", st.busy_s).end_object();
+  const std::string role =
+      !st.hier    ? "rank " + std::to_string(st.rank) + " of " + std::to_string(st.n)
+      : st.leader ? "leader " + std::to_string(st.rank) + " of " + std::to_string(st.n) + " hosts, " +
+                        std::to_string(st.locals.size()) + " local members"
+                  : "local member of " + st.leader_name;
   st.svc->report_done(st.me, true,
-                      std::to_string(st.collectives) + " collectives as " +
-                          (st.hier ? (st.leader ? "leader " + std::to_string(st.rank) + " of " + std::to_string(st.n) +
-                                                      " hosts, " + std::to_string(st.locals.size()) + " local members" +
-                                                      (st.host_shm ? " (shared memory)" : "")
-                                                : "local member of " + st.leader_name +
-                                                      (st.host_shm ? " (shared memory)" : ""))
-                                   : "rank " + std::to_string(st.rank) + " of " + std::to_string(st.n) +
-                                         (st.shm_mode ? " (shared memory)" : "")),
+                      std::to_string(st.collectives) + " collectives as " + role +
+                          (st.shm_mode || st.host_shm ? " (shared memory)" : ""),
                       w.str());
   self->quit();
 }
@@ -617,13 +617,12 @@ void start_ring_part(member_actor* self) {
 // At most one tick is pending: it checks whatever collective is active
 // when it fires (one timer per collective cost the actor clock's thread 15%
 // of a core at thousands of small collectives a second).
-void schedule_tick(member_actor* self, uint64_t id) {
+void schedule_tick(member_actor* self) {
   auto& st = self->state;
   if (st.tick_pending) return;
   st.tick_pending = true;
   auto period = std::chrono::duration<double>(std::max(0.05, st.cfg.timeout_s / 4));
-  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(period),
-                     ringtick_atom::value, id);
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(period), ringtick_atom::value);
 }
 
 // ---- shared memory ----------------------------------------------------------
@@ -647,6 +646,13 @@ wire_buffer_ref build_offer(const member_state& st, const std::string& target, u
   return std::make_shared<const wire_buffer>(std::move(b).finish());
 }
 
+// A stall drill: 60 s of nothing, or until the node stops or `abort`.
+void drill_stall(const node_services& svc, const std::atomic<bool>* abort = nullptr) {
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (!svc.stopping() && !(abort && abort->load()) && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 // The fault drills in shared-memory mode count rounds (a round is one
 // slot's worth of every member's vector) instead of chunks. Runs on the
 // worker thread: nothing of the actor's state but copies.
@@ -662,11 +668,9 @@ shm_group::round_hook shm_drill_hook(member_state& st) {
     }
     log_warn("ring member '" + me + "': fault drill: stalling (shared-memory rounds stop) after " +
              std::to_string(round) + " rounds");
-    // Like the message drill: 60 s of nothing, then on (unless the
-    // collective was given up meanwhile).
-    auto until = clock_type::now() + std::chrono::seconds(60);
-    while (!svc->stopping() && !aborting->load() && clock_type::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Like the message drill, then on (unless the collective was given up
+    // meanwhile).
+    drill_stall(*svc, aborting);
     return !aborting->load() && !svc->stopping();
   };
 }
@@ -717,11 +721,12 @@ bool ensure_shm(member_actor* self) {
   std::vector<std::string> names;
   for (const auto& name : m) names.push_back(who(st, name));
   if (rank == 0) {
-    std::random_device rd;
-    const uint64_t nonce = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(clock_type::now().time_since_epoch().count());
+    uint64_t nonce = 0;
+    const std::vector<char> bytes = random_nonce(sizeof nonce);
+    std::memcpy(&nonce, bytes.data(), sizeof nonce);
     shm_group::options opt;
     opt.slot_bytes = st.cfg.shm_slot_bytes;
-    auto g = shm_group::create(members, 0, nonce, opt);
+    auto g = shm_group::create(members, nonce, opt);
     if (!g) {
       // No segment (no /dev/shm, or too small): this generation sums by
       // messages; an empty offer tells the others so.
@@ -787,6 +792,7 @@ void on_offer(member_actor* self, const chunk_header& ch, const std::string& fro
   if (ch.segment == st.gen && (!grouped || (st.shm_mode && st.rank == 0) || ch.members != st.total))
     return fail(self, "shared-memory offer from " + from + " does not belong here (ring settings differ? "
                       "every member needs the same shm setting)");
+  if (st.offer && st.offer->gen > ch.segment) return;  // a newer generation's (from a new creator) came first
   st.offer = member_state::shm_offer{ch.segment, ch.chunk,
                                      std::string(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size())};
   if (st.active && st.active->shm_waiting && ch.segment == st.gen) {
@@ -832,7 +838,7 @@ void start_by_messages(member_actor* self) {
     }
   }
   if (!st.active || st.active->id != id) return;
-  schedule_tick(self, id);
+  schedule_tick(self);
   std::vector<std::pair<std::string, wire_buffer_ref>> msgs;
   if (auto it = st.early.find(id); it != st.early.end()) {
     msgs = std::move(it->second);
@@ -886,7 +892,7 @@ void start_collective(member_actor* self, const bucket& b) {
       }
     }
     start_shm(self);
-    if (st.active && st.active->id == id) schedule_tick(self, id);
+    if (st.active && st.active->id == id) schedule_tick(self);
     return;
   }
   start_by_messages(self);
@@ -955,9 +961,7 @@ void drill(member_actor* self) {
   }
   log_warn("ring member '" + st.me + "': fault drill: stalling (mailbox blocked) after " +
            std::to_string(st.chunks_handled) + " chunks");
-  auto until = clock_type::now() + std::chrono::seconds(60);
-  while (!st.svc->stopping() && clock_type::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  drill_stall(*st.svc);
 }
 
 void handle_chunk(member_actor* self, const std::string& from_node, const wire_buffer_ref& buf) {
@@ -1344,7 +1348,8 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
               }
               return finish_collective(self);
             }
-            if (why == "fault drill") {  // drill "die": as the chunk drill does
+            if (why == "fault drill" && st.cfg.drill == "die") {  // as the chunk drill does (a stall that
+                                                                  // ends with the job reports as any failure)
               st.finished = true;
               if (st.worker) st.worker->abort_and_wait();
               self->quit(caf::make_error(caf::sec::runtime_error));
@@ -1362,7 +1367,7 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             uint64_t exp = st.active ? st.active->expected : 0;
             return caf::make_message(ringprobe_atom::value, state, st.next_id, rcv, exp);
           },
-          [self](ringtick_atom, uint64_t) {
+          [self](ringtick_atom) {
             auto& st = self->state;
             st.tick_pending = false;
             if (st.finished || !st.active) return;
@@ -1371,7 +1376,7 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
             if (!st.active->send_error.empty() &&
                 clock_type::now() - st.active->send_error_at > std::chrono::seconds(1))
               return fail(self, st.active->send_error + " (and its node was not lost)");
-            schedule_tick(self, id);
+            schedule_tick(self);
             double idle = std::chrono::duration<double>(clock_type::now() -
                                                         st.active->last_progress).count();
             if (st.active->shm) {
@@ -1383,8 +1388,8 @@ caf::behavior ring_member_fn(member_actor* self, actor_env env) {
                 // The offer comes from the group's first member: the ring's
                 // (flat) or the host's leader (hierarchical).
                 const std::string& from = st.host_shm ? st.host_members.front() : st.cfg.members.front();
-                fail(self, "no shared-memory offer from " + who(st, from) + " for " + secs + "; waiting on " +
-                               who(st, from));
+                fail(self, "no shared-memory offer for " + std::string(secs) + " (is its node up? shm = \"off\" "
+                           "sums by messages); waiting on " + who(st, from));
               }
               return;
             }
@@ -1502,10 +1507,11 @@ std::vector<topology::key_spec> ring_member_keys() {
                        "ring goes on without it (false: the loss stops the job)",
                        {}, {}, {}});
   k.push_back(key_spec{"drill", key_type::string, false, std::string("none"),
-                       "fault drill: stall (block the mailbox) or die after drill_after chunks",
+                       "fault drill: stall (block the mailbox; shared memory: stop the rounds) or die after "
+                       "drill_after chunks (shared memory: rounds)",
                        {}, {}, {"none", "stall", "die"}});
   k.push_back(key_spec{"drill_after", key_type::integer, false, int64_t{0},
-                       "chunks handled before the fault drill", 0.0, {}, {}});
+                       "chunks (shared memory: rounds) handled before the fault drill", 0.0, {}, {}});
   return k;
 }
 

@@ -93,6 +93,11 @@ layout layout_for(uint32_t n, uint32_t banks, uint64_t slot_bytes) {
   l.total = l.slots + uint64_t{banks} * n * slot_bytes;
   return l;
 }
+// The layouts create() makes (and open() accepts: a header is read from
+// shared memory): 2-64 banks, slots of 4 KiB to 64 MiB in whole cache lines.
+bool valid_layout(uint32_t banks, uint64_t slot_bytes) noexcept {
+  return banks >= 2 && banks <= 64 && slot_bytes >= 4096 && slot_bytes <= (uint64_t{64} << 20) && slot_bytes % 64 == 0;
+}
 }  // namespace
 
 void shm_group::remove_stale_segments(std::chrono::seconds min_age) noexcept {
@@ -142,17 +147,16 @@ status shm_group::map(int fd, uint64_t bytes) {
   return {};
 }
 
-expected<std::unique_ptr<shm_group>> shm_group::create(uint32_t members, uint32_t rank, uint64_t nonce,
-                                                       options opt) {
-  if (members == 0 || members > max_members || rank >= members)
+expected<std::unique_ptr<shm_group>> shm_group::create(uint32_t members, uint64_t nonce, options opt) {
+  if (members == 0 || members > max_members)
     return make_error(errc::invalid_argument, "shared-memory ring: " + std::to_string(members) +
                                                   " members (1.." + std::to_string(max_members) + ")");
-  if (opt.banks < 2 || opt.slot_bytes < 4096 || opt.slot_bytes % 64 != 0)
+  if (!valid_layout(opt.banks, opt.slot_bytes))
     return make_error(errc::invalid_argument, "shared-memory ring: slots of " + std::to_string(opt.slot_bytes) +
                                                   " bytes in " + std::to_string(opt.banks) + " banks");
   std::unique_ptr<shm_group> g(new shm_group());
   g->n_ = members;
-  g->rank_ = rank;
+  g->rank_ = 0;
   g->banks_ = opt.banks;
   g->slot_bytes_ = opt.slot_bytes;
   if (std::getenv("HETFLOW_TEST_SHM_CREATE_FAIL"))  // tests: the fallback to messages
@@ -225,7 +229,7 @@ expected<std::unique_ptr<shm_group>> shm_group::open(const std::string& name, ui
   g->rank_ = rank;
   g->banks_ = h->banks;
   g->slot_bytes_ = h->slot_bytes;
-  if (g->banks_ < 2 || g->slot_bytes_ < 4096 || layout_for(members, g->banks_, g->slot_bytes_).total > g->bytes_)
+  if (!valid_layout(g->banks_, g->slot_bytes_) || layout_for(members, g->banks_, g->slot_bytes_).total > g->bytes_)
     return make_error(errc::invalid_argument, "the ring's shared memory " + name + " has an inconsistent layout");
   return g;
 }
@@ -296,9 +300,11 @@ status shm_group::wait_one(int which, uint32_t j, uint32_t target, clock_type::t
     if (clock_type::now() - t0 > limit) {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.1f s", timeout_s);
+      if (id == UINT64_MAX)  // check_in: the member never mapped the segment
+        return make_error(errc::timeout, who(j) + " has not " + what + " to the shared memory within " + secs +
+                                             " (is its node up and on this host? shm = \"off\" sums by messages)");
       return make_error(errc::timeout, who(j) + " has not " + what + " round " + std::to_string(target) +
-                                           (id == UINT64_MAX ? "" : " of collective " + std::to_string(id)) +
-                                           " within " + secs +
+                                           " of collective " + std::to_string(id) + " within " + secs +
                                            " (shared memory; it stalled, died or was not called alike)");
     }
     h->sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -66,10 +66,9 @@ public:
   static constexpr uint32_t max_members = 256;
 
   // Creates a fresh segment (a new name under /dev/shm) for `members`
-  // members; this process is `rank` (usually 0). `nonce` is written into the
-  // header for the others to check.
-  static expected<std::unique_ptr<shm_group>> create(uint32_t members, uint32_t rank, uint64_t nonce,
-                                                     options opt);
+  // members; this process is rank 0. `nonce` is written into the header for
+  // the others to check.
+  static expected<std::unique_ptr<shm_group>> create(uint32_t members, uint64_t nonce, options opt);
   // Maps the segment another member created; checks members and nonce.
   static expected<std::unique_ptr<shm_group>> open(const std::string& name, uint32_t members, uint32_t rank,
                                                    uint64_t nonce);
@@ -78,9 +77,6 @@ public:
   shm_group& operator=(const shm_group&) = delete;
 
   const std::string& name() const noexcept { return name_; }
-  uint32_t members() const noexcept { return n_; }
-  uint32_t rank() const noexcept { return rank_; }
-  uint64_t slot_bytes() const noexcept { return slot_bytes_; }
 
   // Names for errors (`names[j]` describes member j) and how long a member
   // may go without moving before it is blamed.

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "need --members >= 1, --iterations >= 1 and --bytes a multiple of 4\n");
     return 2;
   }
-  auto first = shm_group::create(members, 0, 42, opt);
+  auto first = shm_group::create(members, 42, opt);
   if (!first) {
     std::fprintf(stderr, "%s\n", first.error().to_string().c_str());
     return 1;

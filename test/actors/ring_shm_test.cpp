@@ -35,7 +35,7 @@ constexpr uint64_t nonce = 0x1234abcd5678ef90ull;
 // Members 1..n-1 open what member 0 created.
 std::vector<std::unique_ptr<shm_group>> make_group(uint32_t n, shm_group::options opt = {}) {
   std::vector<std::unique_ptr<shm_group>> g;
-  auto first = shm_group::create(n, 0, nonce, opt);
+  auto first = shm_group::create(n, nonce, opt);
   BOOST_REQUIRE_MESSAGE(first.has_value(), first.error().to_string());
   g.push_back(std::move(*first));
   for (uint32_t r = 1; r < n; ++r) {
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE(check_in_removes_the_name) {
   // and a group destroyed before check_in removes it too
   std::string name;
   {
-    auto one = shm_group::create(2, 0, nonce, {});
+    auto one = shm_group::create(2, nonce, {});
     BOOST_REQUIRE(one.has_value());
     name = (*one)->name();
   }
@@ -166,7 +166,7 @@ BOOST_AUTO_TEST_CASE(check_in_removes_the_name) {
 }
 
 BOOST_AUTO_TEST_CASE(refuses_another_rings_segment) {
-  auto g = shm_group::create(2, 0, nonce, {});
+  auto g = shm_group::create(2, nonce, {});
   BOOST_REQUIRE(g.has_value());
   auto wrong_nonce = shm_group::open((*g)->name(), 2, 1, nonce + 1);
   BOOST_REQUIRE(!wrong_nonce.has_value());
@@ -328,7 +328,7 @@ BOOST_AUTO_TEST_CASE(a_root_running_ahead_does_not_confuse_its_receivers) {
 BOOST_AUTO_TEST_CASE(stale_names_of_dead_creators_are_removed) {
   pid_t child = ::fork();
   if (child == 0) {
-    auto g = shm_group::create(2, 0, nonce, {});
+    auto g = shm_group::create(2, nonce, {});
     if (g) (void)g->release();  // the name stays: as if the process died here
     std::_Exit(0);
   }
@@ -342,7 +342,7 @@ BOOST_AUTO_TEST_CASE(stale_names_of_dead_creators_are_removed) {
     return n;
   };
   BOOST_REQUIRE_EQUAL(names_with(stale), 1);
-  auto live = shm_group::create(2, 0, nonce, {});  // ours: alive, kept
+  auto live = shm_group::create(2, nonce, {});  // ours: alive, kept
   BOOST_REQUIRE(live.has_value());
   BOOST_TEST(names_with(stale) == 1);  // create() leaves names younger than 10 minutes
   shm_group::remove_stale_segments(std::chrono::seconds(0));
