@@ -120,6 +120,8 @@ struct node_shared {
     std::atomic<const char*> trace_out_name{nullptr};       // --trace: "wire out to <actor>", once interned
   };
   std::unique_ptr<actor_traffic[]> traffic;  // actors.size() entries, set with actors
+  // --trace: "wire in from <node>" per cluster node, once interned.
+  std::unique_ptr<std::atomic<const char*>[]> trace_in_names;  // cluster.nodes.size() entries
   // The same per second, over the last sample_rates() window (the node actor
   // samples every second): messages and bytes delivered to each local actor
   // and sent by this node to each actor.
@@ -165,9 +167,6 @@ struct node_shared {
   bool is_head() const { return self == 0; }
 };
 
-// --trace: a wire message delivered to local actor `ch` (its index in
-// actors), as a zero-length event on that actor's track with its bytes.
-// `name` is a literal or interned. The track is looked up once per actor.
 // The trace track of job actor `ch` (registered on first use).
 kernels::trace::track_id actor_track(node_shared& s, std::size_t ch) {
   auto& t = s.traffic[ch].trace_track;
@@ -182,7 +181,9 @@ kernels::trace::track_id actor_track(node_shared& s, std::size_t ch) {
 // A wire message's flow id (--trace): the same on the sending and the
 // receiving node without carrying anything extra: a hash of the message's
 // first and last 64 bytes (envelope, headers, some payload), its size and
-// its target's channel.
+// its target's channel. A viewer aid only: two messages alike in those
+// bytes (repeated small control messages) share an id, and the viewer may
+// join their arrows crosswise.
 uint64_t wire_flow_id(std::span<const std::byte> b, std::size_t ch) {
   uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t(b.size()) * 0x9E3779B97F4A7C15ull);
   auto mix = [&](std::size_t from, std::size_t to) {
@@ -194,8 +195,9 @@ uint64_t wire_flow_id(std::span<const std::byte> b, std::size_t ch) {
   return h ^ (uint64_t(ch) + 1) * 0xff51afd7ed558ccdull;
 }
 
-// A wire message arriving at actor `ch`: a 1 us slice on its track, and the
-// end of the message's flow arrow.
+// --trace: a wire message delivered to local actor `ch` (its index in
+// actors): a 1 us slice named `name` (a literal or interned) on its track
+// with its bytes, and the end of the message's flow arrow.
 void wire_trace(node_shared& s, std::size_t ch, const char* name, std::span<const std::byte> bytes) {
   if (!kernels::trace::enabled() || ch >= s.actors.size()) return;
   const auto id = actor_track(s, ch);
@@ -1342,6 +1344,7 @@ int run_node(const node_options& opts, const registry& reg) {
   sh->expendable = expendable_nodes(sh->cluster, sh->actors);
   for (std::size_t i = 0; i < sh->actors.size(); ++i) sh->actor_index[sh->actors[i].name] = i;
   sh->traffic = std::make_unique<node_shared::actor_traffic[]>(sh->actors.size());
+  sh->trace_in_names = std::make_unique<std::atomic<const char*>[]>(sh->cluster.nodes.size());
 
   // CPU affinity: the node's `cpus`, else what `hetflow run` chose for it
   // (HETFLOW_CPUS), set before any thread starts so every thread inherits it.
@@ -1548,8 +1551,18 @@ int run_node(const node_options& opts, const registry& reg) {
       if (ch < s->actors.size()) {
         s->traffic[ch].received_messages.fetch_add(1, std::memory_order_relaxed);
         s->traffic[ch].received_bytes.fetch_add(msg.size(), std::memory_order_relaxed);
-        if (kernels::trace::enabled())
-          wire_trace(*s, ch, kernels::trace::intern("wire in from " + from_name), msg.bytes());
+        if (kernels::trace::enabled()) {
+          const char* name = "wire in (unknown node)";
+          if (from < s->cluster.nodes.size()) {
+            auto& cached = s->trace_in_names[from];
+            name = cached.load(std::memory_order_relaxed);
+            if (name == nullptr) {
+              name = kernels::trace::intern("wire in from " + from_name);
+              cached.store(name, std::memory_order_relaxed);
+            }
+          }
+          wire_trace(*s, ch, name, msg.bytes());
+        }
       }
       wire_buffer_ref ref = std::make_shared<const wire_buffer>(std::move(msg));
       if (ch < s->actors.size()) ref = pending_ref(std::move(ref), s->traffic[ch].released);

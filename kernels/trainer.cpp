@@ -1166,10 +1166,10 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
       // checkpoint covers it). Each request id once.
       if (c.checkpoint_now)
         if (const int64_t id = c.checkpoint_now(); id > 0 && !checkpoints_handled.count(id)) checkpoint_pending = id;
-      int64_t checkpoint_id = c.step_checkpoints && s + 1 < steps ? checkpoint_pending : 0;
+      const bool mid_epoch = c.step_checkpoints && s + 1 < steps;  // the last step: the epoch's checkpoint
+      int64_t checkpoint_id = mid_epoch ? checkpoint_pending : 0;
       // Periodic (step_checkpoint_every): the same step on every replica.
-      const bool periodic = c.step_checkpoints && c.step_checkpoint_every > 0 && s + 1 < steps &&
-                            (s + 1) % c.step_checkpoint_every == 0;
+      const bool periodic = mid_epoch && c.step_checkpoint_every > 0 && (s + 1) % c.step_checkpoint_every == 0;
       // A replica fetches only its rows of the global batch.
       const int64_t bn = source.plan().batch_rows(s);
       auto [first, count] = dp.slice(bn);

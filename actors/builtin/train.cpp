@@ -880,24 +880,21 @@ void add_train(registry& reg) {
         }
         {
           const std::string s = c.job.params.get_string("strategy", "single");
-          if (!c.job.params.get_string("checkpoint_dir", "").empty() && s == "ralp" &&
-              c.job.params.get_int("checkpoint_every", 0) <= 0)
+          const int64_t every = c.job.params.get_int("checkpoint_every", 0);
+          if (!c.job.params.get_string("checkpoint_dir", "").empty() && s == "ralp" && every <= 0)
             return make_error(errc::invalid_argument, "[job] checkpoint_dir: strategy = \"ralp\" checkpoints every "
                                                       "checkpoint_every clocks: set checkpoint_every (> 0)");
-          if (c.job.params.get_int("checkpoint_every", 0) > 0 && (s == "single" || s == "dp") &&
-              c.job.params.get_string("input", "memory") == "stream")
+          // (dp reads input = "memory" only: expand_dp says so.)
+          if (every > 0 && s == "single" && stream)
             return make_error(errc::invalid_argument,
-                              "[job] checkpoint_every: strategy = \"" + s + "\" with input = \"stream\" checkpoints "
+                              "[job] checkpoint_every: strategy = \"single\" with input = \"stream\" checkpoints "
                               "after every epoch only (the shards cannot replay half an epoch); leave checkpoint_every "
                               "out, or use input = \"memory\"");
-          if (c.job.params.get_int("checkpoint_every", 0) > 0 && s != "ps" && s != "hetpipe" && s != "ralp" &&
-              s != "single" && s != "dp")
+          if (every > 0 && s == "auto")  // the strategy key allows nothing else without a clock or step
             return make_error(errc::invalid_argument,
                               "[job] checkpoint_every counts ps and ralp clocks, hetpipe waves and single/dp steps; "
-                              "strategy = \"" + s + "\"" +
-                                  (s == "auto" ? " picks one of them at run time: name the strategy to set it"
-                                               : " has none of them"));
-          if (c.job.params.get_int("checkpoint_every", 0) > 0 && c.job.params.get_string("checkpoint_dir", "").empty())
+                              "strategy = \"auto\" picks one of them at run time: name the strategy to set it");
+          if (every > 0 && c.job.params.get_string("checkpoint_dir", "").empty())
             return make_error(errc::invalid_argument, "[job] checkpoint_every needs checkpoint_dir");
           const std::string prec = c.job.params.get_string("precision", "tf32");
           if ((prec == "bf16" || prec == "f16") && s != "single")

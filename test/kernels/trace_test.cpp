@@ -293,10 +293,7 @@ BOOST_AUTO_TEST_CASE(output_paths_checked) {
   BOOST_TEST(trace::check_output_path(std::filesystem::temp_directory_path() / "t.json").empty());
 }
 
-BOOST_AUTO_TEST_SUITE_END()
-
 BOOST_AUTO_TEST_CASE(flow_ends_share_an_id_and_bind_to_their_slices) {
-  fresh f;
   trace::start("n0", 0);
   const auto a = trace::track("sender");
   const auto b = trace::track("receiver");
@@ -319,3 +316,5 @@ BOOST_AUTO_TEST_CASE(flow_ends_share_an_id_and_bind_to_their_slices) {
   BOOST_TEST(ends[0]["cat"] == starts[0]["cat"]);
   BOOST_TEST(events_of(doc, "X").size() == 2u);  // the slices stay slices
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -356,21 +356,21 @@ BOOST_AUTO_TEST_CASE(periodic_mid_epoch_checkpoints_and_resume_from_the_newest) 
   auto steps = std::make_shared<memory_checkpoints>();
   c.checkpoints = epochs;
   c.step_checkpoints = steps;
-  c.step_checkpoint_every = 10;  // 32 steps an epoch: after steps 10, 20, 30
+  c.step_checkpoint_every = 8;  // 32 steps an epoch: after steps 8, 16, 24 (32: the epoch's own)
   auto full = train_single(c);
   BOOST_REQUIRE(full.has_value());
   BOOST_CHECK_EQUAL(full->step_checkpoints, 6);
   std::vector<int64_t> labels;
   for (const auto& [label, _] : steps->kept) labels.push_back(label);
-  BOOST_CHECK((labels == std::vector<int64_t>{10, 20, 30, 42, 52, 62}));
-  // Epoch 2's checkpoint lost (the run died after step 30 of epoch 2):
-  // resume from step 30 of epoch 2.
+  BOOST_CHECK((labels == std::vector<int64_t>{8, 16, 24, 40, 48, 56}));
+  // Epoch 2's checkpoint lost (the run died after step 24 of epoch 2):
+  // resume from step 24 of epoch 2.
   epochs->kept.erase(2);
   c.resume = true;
   auto resumed = train_single(c);
   BOOST_REQUIRE(resumed.has_value());
   BOOST_CHECK_EQUAL(resumed->resumed_epochs, 1);
-  BOOST_CHECK_EQUAL(resumed->resumed_step, 30);
+  BOOST_CHECK_EQUAL(resumed->resumed_step, 24);
   BOOST_CHECK_EQUAL(resumed->weights_checksum, full->weights_checksum);
   BOOST_REQUIRE_EQUAL(resumed->epochs.size(), 1u);
   BOOST_CHECK_CLOSE(resumed->epochs[0].loss, full->epochs[1].loss, 1e-9);
