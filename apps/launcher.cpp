@@ -69,8 +69,9 @@ struct child {
 
 // [cluster] pin_local_nodes = "auto": with several local nodes and none with
 // its own `cpus`, give each node its own contiguous CPUs: as many as its cpu
-// devices' `threads` ask for, and the CPUs left over shared among the nodes
-// that leave `threads` at 0 (at least one each). When the nodes ask for more
+// devices' `threads` ask for (one more where there are enough, below), and
+// the CPUs left over shared among the nodes that leave `threads` at 0 (at
+// least one each). When the nodes ask for more
 // CPUs than this process may use, nothing is pinned. Several nodes' threads
 // (progress loops, compute pools, actors) otherwise migrate across the same
 // cores; on a 2-core machine an unpinned 2-node 16 MiB all-reduce took 3-4 ms
@@ -96,11 +97,20 @@ void plan_pinning(const topology::cluster& cl, std::vector<child>& children) {
                  asked + sharing, cpus.size());
     return;
   }
-  const std::size_t left = cpus.size() - asked;
+  // A node whose cpu device asks for T threads runs T compute threads and
+  // its service threads besides (the data plane's progress thread, its
+  // actors, a HetPipe stage's pusher). On exactly T CPUs a service thread
+  // preempts a compute thread, and the compute team's barrier waits a time
+  // slice for it. So when the CPUs allow it (every sharing node still gets
+  // one), each asking node gets one CPU more than it asks for.
+  std::size_t asking = 0;
+  for (std::size_t w : want) asking += w > 0 ? 1 : 0;
+  const std::size_t extra = asked + asking + sharing <= cpus.size() ? 1 : 0;
+  const std::size_t left = cpus.size() - asked - extra * asking;
   std::string summary;
   std::size_t next = 0, shared_seen = 0;
   for (std::size_t i = 0; i < children.size(); ++i) {
-    std::size_t n = want[i];
+    std::size_t n = want[i] > 0 ? want[i] + extra : 0;
     if (n == 0) n = left / sharing + (shared_seen++ < left % sharing ? 1 : 0);
     std::vector<int> mine(cpus.begin() + std::ptrdiff_t(next), cpus.begin() + std::ptrdiff_t(next + n));
     next += n;

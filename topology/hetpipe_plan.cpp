@@ -419,7 +419,7 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
   for (int nm : nms) {
     hetpipe_plan p;
     p.policy = o.policy;
-    p.ps_local = o.ps_local;
+    p.ps_local = o.ps_auto ? groups.size() == 1 : o.ps_local;
     p.nm = nm;
     p.staleness = o.staleness;
     p.batch = db.batch;
@@ -435,7 +435,7 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
       p.virtual_workers.push_back(std::move(*vw));
     }
     if (!ok) break;  // memory only grows with Nm
-    p.unit_ps_node = place_ps_shards(p.virtual_workers, db, node_names.size(), o.ps_local);
+    p.unit_ps_node = place_ps_shards(p.virtual_workers, db, node_names.size(), p.ps_local);
     p.ps_bytes.assign(node_names.size(), 0);
     for (std::size_t u = 0; u < db.units.size(); ++u) p.ps_bytes[std::size_t(p.unit_ps_node[u])] += db.units[u].params_bytes;
     p.sync_ms = wave_sync_ms(p.virtual_workers, p.unit_ps_node, db, node_names.size());
@@ -455,6 +455,12 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
     }
   }
   if (!best) return last_error;
+  if (o.ps_auto)
+    best->notes.push_back(best->ps_local ? "PS local (ps_placement = \"auto\"): one virtual worker, each stage's "
+                                           "weights on its own node"
+                                         : "PS spread (ps_placement = \"auto\"): " +
+                                               std::to_string(best->virtual_workers.size()) +
+                                               " virtual workers, shards spread over the nodes by bytes");
   if (o.nm > 0)
     best->notes.push_back("Nm = " + std::to_string(o.nm) + " (set in the topology)");
   else {
@@ -481,7 +487,9 @@ expected<hetpipe_options> hetpipe_options_of(const cluster& c) {
   o.nm = int(p.get_int("nm", 0));
   o.max_nm = int(p.get_int("max_nm", 16));
   o.staleness = int(p.get_int("staleness", 0));
-  o.ps_local = p.get_string("ps_placement", "spread") == "local";
+  const std::string placement = p.get_string("ps_placement", "auto");
+  o.ps_auto = placement == "auto";
+  o.ps_local = placement == "local";
   o.batch = p.get_int("batch_size", 0);
   return o;
 }

@@ -69,6 +69,11 @@ struct hetpipe_options {
   int max_nm = 16;
   int staleness = 0;        // D
   bool ps_local = false;    // "local" vs "spread"
+  // "auto" (the default): local with one VW (no weights cross nodes), else
+  // spread. Measured with one VW over a cpu node and an H200 (VGG-11, Nm =
+  // 4 and 16): local 1.35-1.41x spread, whose shard on the cpu node took
+  // that node's cores from its stage at every wave.
+  bool ps_auto = false;
   int64_t batch = 0;        // minibatch size; 0: the profile's
   // nm = 0: rank the Nm that fit by a short simulation (simulator.hpp) rather
   // than by the formula above, which ignores pipeline bubbles of unbalanced

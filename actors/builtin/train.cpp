@@ -722,9 +722,9 @@ void add_train(registry& reg) {
       "waves <= w - 1 - D; always with cuda stages)", {}, {}, {"overlap", "drain"});
   key("hetpipe_drill_jitter", key_type::duration, 0.0,
       "tests only: each hetpipe stage sleeps a random [0, this) before every forward (seeded per stage)", 0.0, 10.0);
-  key("ps_placement", key_type::string, std::string("spread"),
-      "hetpipe: PS shards spread over every node by bytes, or local (stage k's weights on stage k's node)", {}, {},
-      {"spread", "local"});
+  key("ps_placement", key_type::string, std::string("auto"),
+      "hetpipe: PS shards spread over every node by bytes, or local (stage k's weights on stage k's node); auto: "
+      "local with one virtual worker, else spread", {}, {}, {"auto", "spread", "local"});
   key("dp_nodes", key_type::string_list, std::vector<std::string>{},
       "dp: nodes whose devices hold replicas (empty: every node)");
   key("dp_split", key_type::string, std::string("measured"),

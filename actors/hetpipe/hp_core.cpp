@@ -6,6 +6,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cuda/cuda_api.hpp"
+#include "kernels/trace.hpp"
 
 namespace hetflow::hetpipe {
 
@@ -558,6 +559,15 @@ std::vector<std::size_t> ps_core::units_in(std::size_t first, std::size_t last) 
 
 status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last, std::vector<kernels::tensor> update,
                      std::vector<ps::pull_ticket>& released) {
+  auto owned = std::make_shared<std::vector<kernels::tensor>>(std::move(update));
+  std::vector<kernels::tensor_view> views;
+  for (const auto& t : *owned) views.push_back(t.view());
+  return push(w, tag, first, last, std::move(views), std::move(owned), released);
+}
+
+status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last,
+                     std::vector<kernels::tensor_view> update, std::shared_ptr<const void> owner,
+                     std::vector<ps::pull_ticket>& released) {
   std::size_t want = 0;
   for (std::size_t u : units_in(first, last)) {
     for (const auto& t : units_.at(u)) {
@@ -580,7 +590,11 @@ status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last, st
                                                   " tensors, want " + std::to_string(want));
   HF_RETURN_IF_ERROR(table_.on_push(w, tag).error());
   pulls_here_.at(std::size_t(w)) = want > 0 || !units_in(first, last).empty();
-  held_[{tag, w}] = held{first, last, std::move(update)};
+  for (const auto& v : update)
+    if (v.type() != dtype::f32 || v.where().kind != kernels::device_kind::cpu)
+      return make_error(errc::invalid_argument, "hetpipe ps: push of worker " + std::to_string(w) + " wave " +
+                                                    std::to_string(tag) + ": not host f32 tensors");
+  held_[{tag, w}] = held{first, last, tag, std::move(update), std::move(owner)};
   ++pushes_;
   apply_ready();
   for (auto& t : table_.released()) released.push_back(t);
@@ -588,14 +602,23 @@ status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last, st
 }
 
 void ps_core::add(const held& h) {
-  std::size_t k = 0;
-  for (std::size_t u : units_in(h.first, h.last))
-    for (auto& t : units_.at(u)) {
-      float* dst = t.f32();
-      const float* src = h.update[k++].f32();
-      const int64_t n = t.numel();
-      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-    }
+  // A large stage's update is tens of MB, and a pull waits for this add
+  // (D = 0: wave t goes in only when the pull of wave t + 2 may be
+  // answered), so it is split over a few threads - a few: the shard's node
+  // may be running a cpu stage's threads too.
+  static tbb::task_arena arena(std::min(4, tbb::this_task_arena::max_concurrency()));
+  kernels::trace::scope t("add update", kernels::trace::current_track(), "wave", h.wave);
+  arena.execute([&] {
+    std::size_t k = 0;
+    for (std::size_t u : units_in(h.first, h.last))
+      for (auto& t : units_.at(u)) {
+        float* dst = t.f32();
+        const float* src = h.update[k++].f32();
+        kernels::cpu::parallel_elements(t.numel(), [=](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) dst[i] += src[i];
+        });
+      }
+  });
 }
 
 void ps_core::apply_ready() {

@@ -125,8 +125,9 @@ public:
   // W(c): copies `values` (one per parameter, in order) into every slot and
   // into the local weights. Sizes checked. Drained waves only.
   status install(std::span<const kernels::tensor_view> values);
-  // Overlapped waves: the pulled G (one per parameter, in order) and, per
-  // parameter, X: G holds this worker's waves < X. local = G + the kept
+  // Overlapped waves: the pulled G (one per parameter, in order; on the
+  // host, or on the stage's device) and, per parameter, X: G holds this
+  // worker's waves < X. local = G + the kept
   // wave deltas of waves >= X (those below X are dropped).
   status rebase(std::span<const kernels::tensor_view> values, std::span<const int64_t> included_below);
   // Overlapped waves: the sum of the local steps of wave t's minibatches
@@ -135,6 +136,7 @@ public:
   // and returns host copies of them).
   expected<std::vector<kernels::tensor_view>> wave_delta(int64_t t);
   bool overlapped() const noexcept { return overlap_nm_ > 0; }
+  bool on_device() const noexcept { return device_; }  // slots on a cuda device
   std::size_t kept_deltas() const noexcept { return delta_.size(); }
   // Minibatch p's forward in slot p % slots() (train mode) on a copy of `input`
   // the slot keeps. The view stays valid until the slot's next forward.
@@ -235,6 +237,11 @@ public:
   // Appends the pulls it releases.
   status push(int w, int64_t tag, std::size_t first, std::size_t last, std::vector<kernels::tensor> update,
               std::vector<ps::pull_ticket>& released);
+  // The same with views (host f32) that `owner` keeps alive until the
+  // update is added (a push message's tensors, read in place: no copy of
+  // tens of MB per push).
+  status push(int w, int64_t tag, std::size_t first, std::size_t last, std::vector<kernels::tensor_view> update,
+              std::shared_ptr<const void> owner, std::vector<ps::pull_ticket>& released);
   bool pull(const ps::pull_ticket& t) { return table_.request(t); }
   // Overlapped waves: a pull waits here; take_ready() returns the pulls to
   // answer now, with the weights as they are (call it again after
@@ -282,7 +289,9 @@ private:
   int64_t staleness_ = 0;
   struct held {
     std::size_t first = 0, last = 0;
-    std::vector<kernels::tensor> update;
+    int64_t wave = 0;
+    std::vector<kernels::tensor_view> update;
+    std::shared_ptr<const void> owner;  // what the views point into
   };
   std::map<std::pair<int64_t, int>, held> held_;  // (tag, worker)
   int64_t applied_below_ = 0, pushes_ = 0;

@@ -97,7 +97,7 @@ public:
             }
             if (want(*m))
               got = std::move(*m);
-            else
+            else if (!(intercept && intercept(*m)))
               kept_.push_back(std::move(*m));
           },
           caf::after(std::chrono::milliseconds(100)) >> [] {});
@@ -140,8 +140,13 @@ public:
       if (early_failure_.ok()) early_failure_ = make_error(errc::internal, m->text);
       return;
     }
+    if (intercept && intercept(*m)) return;
     kept_.push_back(std::move(*m));
   }
+  // Messages the current wait does not want go to intercept first; true:
+  // it took the message (moved from), else it is kept for a later wait (a
+  // cuda stage hands its prefetched pull's answers to its upload thread).
+  std::function<bool(ralp::ralp_message&)> intercept;
   double wait_seconds = 0;
   kernels::trace::track_id tk = 0;  // the actor's trace track (0: not tracing)
 

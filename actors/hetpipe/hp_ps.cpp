@@ -44,6 +44,7 @@ struct waiting_pull {
 // `max_distance`: the largest clock distance a pull was answered at, the
 // puller's clock minus the global clock (WSP bounds it by D).
 status answer(inbox& ib, const hetpipe::ps_core& core, const waiting_pull& w, int64_t& max_distance) {
+  kernels::trace::scope t("answer pull", ib.tk, "wave", w.clock);
   const int64_t g = core.clocks().global();
   if (!w.final && g != ps::infinite_clock) max_distance = std::max(max_distance, w.clock - g);
   std::vector<kernels::tensor_view> ts;
@@ -294,14 +295,17 @@ status run_ps(const std::string& me, const actor_env& env, inbox& ib, const std:
     if (m->kind == kind_push) {
       const int w = m->info.worker;
       if (w < 0 || w >= int(waves.size())) return make_error(errc::wire_corrupt, me + ": push from an unknown worker");
-      std::vector<kernels::tensor> update;
-      for (std::size_t i = 0; i < m->tensors(); ++i) {
-        HF_ASSIGN_OR_RETURN(auto t, ralp::f32_tensor(*m, i));
-        update.push_back(std::move(t));
+      kernels::trace::scope t("push", ib.tk, "wave", m->info.clock);
+      // The update is read in place: the message stays alive until it is added.
+      auto msg = std::make_shared<ralp::ralp_message>(std::move(*m));
+      std::vector<kernels::tensor_view> update;
+      for (std::size_t i = 0; i < msg->tensors(); ++i) {
+        HF_ASSIGN_OR_RETURN(auto t, f32_view(*msg, i));
+        update.push_back(t);
       }
       std::vector<ps::pull_ticket> ready;
-      HF_RETURN_IF_ERROR(core.push(w, m->info.clock, std::size_t(m->info.aux), std::size_t(m->info.reserved),
-                                   std::move(update), ready));
+      HF_RETURN_IF_ERROR(core.push(w, msg->info.clock, std::size_t(msg->info.aux), std::size_t(msg->info.reserved),
+                                   std::move(update), msg, ready));
       ps::publish_server_clocks(me, core.clocks());
       if (overlap) {
         HF_RETURN_IF_ERROR(settle());
@@ -354,6 +358,8 @@ void hp_ps(caf::blocking_actor* self, actor_env env) {
   inbox ib(self, svc, me);
   auto role = await_role(ib, env.cluster);
   if (!role) return svc->report_done(me, false, role.error().to_string(), {});
+  ib.tk = kernels::trace::track(me);
+  kernels::trace::track_scope on_track(ib.tk);  // ps_core's adds record here too
   json_writer j;
   j.begin_object();
   auto s = run_ps(me, env, ib, *role, j);

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -46,6 +47,7 @@
 #include "actors/metrics.hpp"
 #include "actors/ps/clock_gauges.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/trainer.hpp"
@@ -183,9 +185,180 @@ private:
   std::thread thread_;  // last: starts once the members above exist
 };
 
+// A cuda stage with overlapped waves and D = 0 requests wave w + 1's pull
+// as soon as wave w's answer is in, so the answer - the stage's weights,
+// tens of MB - arrives while wave w computes. Copied to the device at the
+// wave's first forward, it held the stage's thread ~4.5 ms a wave (VGG-11's
+// 37 MB from pageable message buffers, H200). This thread copies it as soon
+// as every shard's answer is in, on a stream of its own, into device
+// buffers that the rebase then reads (device to device). One wave at a
+// time: the stage requests the next wave only after its rebase has read
+// these buffers (release()), so they are never written while read.
+class uploader {
+public:
+  // The answers (one per shard, in shard order) as the stage's tensors in
+  // parameter order, and per tensor the worker's waves its shard holds.
+  using pulled = std::pair<std::vector<kernels::tensor_view>, std::vector<int64_t>>;
+  using order_fn = std::function<expected<pulled>(const std::vector<ralp::ralp_message>&)>;
+  // `staged`: one device tensor per parameter (ctx's device), in order.
+  uploader(std::shared_ptr<kernels::device_context> ctx, std::vector<kernels::tensor> staged,
+           std::vector<std::string> shards, order_fn order, kernels::trace::track_id track)
+      : ctx_(std::move(ctx)), shards_(std::move(shards)), order_(std::move(order)), track_(track),
+        staged_(std::move(staged)), thread_([this] { loop(); }) {}
+  ~uploader() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (pinned_) static_cast<kernels::cuda::context&>(*ctx_).unpin_host(host_.f32());
+  }
+  uploader(const uploader&) = delete;
+  uploader& operator=(const uploader&) = delete;
+
+  // The stage requested wave w's pull (the previous wave released).
+  void expect(int64_t w) {
+    std::lock_guard<std::mutex> g(mu_);
+    wave_ = w;
+    answers_.clear();
+    answers_.resize(shards_.size());
+    got_.assign(shards_.size(), false);
+    ready_ = false;
+  }
+  // An answer of the expected wave from one of the shards, not yet given.
+  bool wants(const ralp::ralp_message& m) {
+    if (m.kind != hp_job::kind_weights) return false;
+    std::lock_guard<std::mutex> g(mu_);
+    const std::size_t i = index_of(m.sender);
+    return m.info.clock == wave_ && i < shards_.size() && !got_[i];
+  }
+  bool has(const std::string& shard) {
+    std::lock_guard<std::mutex> g(mu_);
+    const std::size_t i = index_of(shard);
+    return i < shards_.size() && got_[i];
+  }
+  // Takes an answer wants() accepted; the last one starts the upload.
+  void offer(ralp::ralp_message&& m) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      const std::size_t i = index_of(m.sender);
+      answers_[i] = std::move(m);
+      got_[i] = true;
+    }
+    cv_.notify_all();
+  }
+  // Waits for wave w's upload: the device copies of its tensors and their
+  // marks, valid until release().
+  expected<pulled> wait(int64_t w) {
+    std::unique_lock<std::mutex> g(mu_);
+    cv_.wait(g, [&] { return ready_ || !error_.ok(); });
+    if (!error_.ok()) return error_;
+    if (wave_ != w) return make_error(errc::internal, "hetpipe stage: uploaded wave " + std::to_string(wave_) +
+                                                          ", wanted " + std::to_string(w));
+    pulled p;
+    for (auto& t : staged_) p.first.push_back(t.view());
+    p.second = marks_;
+    return p;
+  }
+  // The rebase has read the buffers: the next wave may be uploaded.
+  void release() {
+    std::lock_guard<std::mutex> g(mu_);
+    answers_.clear();
+    answers_.resize(shards_.size());
+    wave_ = -1;
+    ready_ = false;
+  }
+  double busy_seconds() {
+    std::lock_guard<std::mutex> g(mu_);
+    return busy_;
+  }
+
+private:
+  std::size_t index_of(const std::string& sender) const {
+    return std::size_t(std::find(shards_.begin(), shards_.end(), sender) - shards_.begin());
+  }
+  bool complete() const {
+    return wave_ >= 0 && !ready_ && std::all_of(got_.begin(), got_.end(), [](bool b) { return b; });
+  }
+  void loop() {
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+      cv_.wait(g, [&] { return stop_ || (error_.ok() && complete()); });
+      if (stop_) return;
+      const int64_t wave = wave_;
+      g.unlock();
+      const auto t0 = clock_type::now();
+      status s = upload(wave);
+      const double took = since(t0);
+      g.lock();
+      busy_ += took;
+      if (!s.ok()) error_ = s;
+      ready_ = s.ok();
+      cv_.notify_all();
+    }
+  }
+  // On this thread; answers_ is not touched by the stage until ready_.
+  status upload(int64_t wave) {
+    kernels::trace::scope t("pull: upload", track_, "wave", wave);
+    HF_ASSIGN_OR_RETURN(pulled p, order_(answers_));
+    if (staged_.size() != p.first.size())
+      return make_error(errc::internal, "hetpipe stage: an upload of " + std::to_string(p.first.size()) +
+                                            " tensors for " + std::to_string(staged_.size()) + " parameters");
+    // From pageable memory the driver copies through small staging buffers
+    // on one thread (~6 GB/s here). So: each tensor copied by a few threads
+    // into one page-locked buffer, whose copy to the device runs while the
+    // next tensor is copied in.
+    if (host_.empty()) {
+      int64_t total = 0;
+      for (const auto& t : staged_) total += t.numel();
+      host_ = kernels::tensor::empty({std::max<int64_t>(total, 1)});
+      pinned_ = static_cast<kernels::cuda::context&>(*ctx_).pin_host(host_.f32(), std::size_t(total) * sizeof(float));
+    }
+    float* at = host_.f32();
+    for (std::size_t i = 0; i < staged_.size(); ++i) {  // copy() checks the sizes
+      if (!pinned_) {
+        HF_RETURN_IF_ERROR(ctx_->copy(p.first[i], staged_[i].mutable_view()));
+        continue;
+      }
+      const float* src = p.first[i].f32();
+      const int64_t n = std::min(p.first[i].numel(), staged_[i].numel());
+      arena_.execute([&] {
+        kernels::cpu::parallel_elements(n, [=](int64_t lo, int64_t hi) {
+          std::memcpy(at + lo, src + lo, std::size_t(hi - lo) * sizeof(float));
+        });
+      });
+      HF_RETURN_IF_ERROR(ctx_->copy(kernels::tensor_view(at, p.first[i].shape()), staged_[i].mutable_view()));
+      at += n;
+    }
+    HF_RETURN_IF_ERROR(ctx_->synchronize());
+    marks_ = std::move(p.second);
+    return {};
+  }
+  std::shared_ptr<kernels::device_context> ctx_;  // its own stream
+  std::vector<std::string> shards_;
+  order_fn order_;
+  kernels::trace::track_id track_;
+  std::vector<kernels::tensor> staged_;  // on the device, one per parameter
+  kernels::tensor host_;                 // the page-locked way there (all tensors)
+  bool pinned_ = false;
+  tbb::task_arena arena_{std::min(4, tbb::this_task_arena::max_concurrency())};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t wave_ = -1;  // the wave expected (-1: none)
+  std::vector<ralp::ralp_message> answers_;
+  std::vector<bool> got_;
+  bool ready_ = false;  // wave_'s upload is done
+  std::vector<int64_t> marks_;
+  status error_;
+  bool stop_ = false;
+  double busy_ = 0;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 struct stage_stats {
   int64_t waves = 0, minibatches = 0, param_bytes = 0, checkpoints = 0, resumed_wave = -1;
-  double compute_seconds = 0, pull_seconds = 0, push_seconds = 0, push_thread_seconds = 0;
+  double compute_seconds = 0, pull_seconds = 0, push_seconds = 0, push_thread_seconds = 0, pull_thread_seconds = 0;
   std::map<int, epoch_stats> epochs;
   // input = "stream" (stage 0): the options and the source's books.
   std::optional<builtin::stream_options> stream_opts;
@@ -299,8 +472,12 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   // answers as soon as the bound allows, with what has arrived, so an early
   // request would only get staler weights: those pull at the forward.
   int64_t requested = -1;  // the latest wave whose pull was requested
+  // A cuda stage that prefetches its pulls copies them to the device on a
+  // thread of its own (uploader above).
+  std::optional<uploader> uploads;
   auto request_pull = [&](int64_t wave) -> status {
     if (wave <= requested) return {};
+    if (uploads) uploads->expect(wave);
     for (int n : shards) {
       ralp::ralp_info info;
       info.worker = r.worker;
@@ -312,23 +489,12 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     requested = wave;
     return {};
   };
-  auto pull = [&](int64_t wave) -> status {
-    kernels::trace::scope t("pull", tk, "wave", wave);
-    const auto t0 = clock_type::now();
-    HF_RETURN_IF_ERROR(request_pull(wave));
-    // Each shard answers with its units of [first, last] in order.
+  // The shards' answers (in shard order) as the stage's tensors in
+  // parameter order (each shard sends its units of [first, last] in order),
+  // and per tensor this worker's waves its shard already holds.
+  auto order_answers = [&r, &shards, &unit_params, me](const std::vector<ralp::ralp_message>& answers)
+      -> expected<uploader::pulled> {
     std::vector<std::vector<kernels::tensor_view>> by_unit(r.last - r.first + 1);
-    std::vector<ralp::ralp_message> answers;
-    for (int n : shards) {
-      const std::string from = ps_name(n);
-      HF_ASSIGN_OR_RETURN(auto m, ib.next(
-                                      [&](const ralp::ralp_message& x) {
-                                        return x.kind == kind_weights && x.sender == from && x.info.clock == wave;
-                                      },
-                                      r.timeout_s, "the PS shard " + ib.who(from),
-                                      "weights of wave " + std::to_string(wave)));
-      answers.push_back(std::move(m));
-    }
     for (std::size_t a = 0; a < shards.size(); ++a) {
       std::size_t k = 0;
       for (std::size_t u = r.first; u <= r.last; ++u) {
@@ -342,22 +508,86 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         return make_error(errc::internal, me + ": " + ps_name(shards[a]) + " sent " +
                                               std::to_string(answers[a].tensors()) + " tensors, want " + std::to_string(k));
     }
-    std::vector<kernels::tensor_view> all;
-    for (auto& v : by_unit) all.insert(all.end(), v.begin(), v.end());
-    if (core->overlapped()) {
-      // Per tensor: this worker's waves its shard already holds.
-      std::vector<int64_t> x;
-      for (std::size_t u = r.first; u <= r.last; ++u) {
-        const auto a = std::size_t(std::find(shards.begin(), shards.end(), int(r.unit_ps[u])) - shards.begin());
-        for (std::size_t i = 0; i < unit_params[u - r.first]; ++i) x.push_back(answers[a].info.global);
-      }
-      HF_RETURN_IF_ERROR(core->rebase(all, x));
-    } else {
-      HF_RETURN_IF_ERROR(core->install(all));
+    uploader::pulled out;
+    for (auto& v : by_unit) out.first.insert(out.first.end(), v.begin(), v.end());
+    for (std::size_t u = r.first; u <= r.last; ++u) {
+      const auto a = std::size_t(std::find(shards.begin(), shards.end(), int(r.unit_ps[u])) - shards.begin());
+      for (std::size_t i = 0; i < unit_params[u - r.first]; ++i) out.second.push_back(answers[a].info.global);
     }
+    return out;
+  };
+  auto pull = [&](int64_t wave) -> status {
+    kernels::trace::scope t("pull", tk, "wave", wave);
+    const auto t0 = clock_type::now();
+    HF_RETURN_IF_ERROR(request_pull(wave));
+    auto answer_of = [&](const std::string& from) {
+      return ib.next(
+          [&](const ralp::ralp_message& x) {
+            return x.kind == kind_weights && x.sender == from && x.info.clock == wave;
+          },
+          r.timeout_s, "the PS shard " + ib.who(from), "weights of wave " + std::to_string(wave));
+    };
+    if (uploads) {  // the answers not taken early, then the upload's device copies
+      for (int n : shards)
+        if (!uploads->has(ps_name(n))) {
+          HF_ASSIGN_OR_RETURN(auto m, answer_of(ps_name(n)));
+          uploads->offer(std::move(m));
+        }
+      HF_ASSIGN_OR_RETURN(uploader::pulled p, uploads->wait(wave));
+      HF_RETURN_IF_ERROR(core->rebase(p.first, p.second));
+      uploads->release();
+      st.pull_seconds += since(t0);
+      return {};
+    }
+    std::vector<ralp::ralp_message> answers;
+    for (int n : shards) {
+      HF_ASSIGN_OR_RETURN(auto m, answer_of(ps_name(n)));
+      answers.push_back(std::move(m));
+    }
+    HF_ASSIGN_OR_RETURN(uploader::pulled p, order_answers(answers));
+    if (core->overlapped())
+      HF_RETURN_IF_ERROR(core->rebase(p.first, p.second));
+    else
+      HF_RETURN_IF_ERROR(core->install(p.first));
     st.pull_seconds += since(t0);
     return {};
   };
+  if (core->overlapped() && core->on_device() && r.staleness == 0 && !core->params().empty()) {
+    // One more copy of the stage's weights on the device (the planner's
+    // memory model does not count it): without room for it, the pulls are
+    // copied on this thread as before.
+    auto uctx = kernels::make_device_context(core->slot(0).where(), 1);
+    std::vector<kernels::tensor> staged;
+    if (uctx) try {
+        for (kernels::parameter* q : core->params())
+          staged.push_back(kernels::tensor::empty_on((*uctx)->memory(), q->value.shape()));
+      } catch (const std::bad_alloc&) {
+        staged.clear();
+      }
+    if (uctx && !staged.empty()) {
+      std::vector<std::string> names;
+      for (int n : shards) names.push_back(ps_name(n));
+      uploads.emplace(std::move(*uctx), std::move(staged), std::move(names), order_answers,
+                      tk != 0 ? kernels::trace::track(me + " uploads") : kernels::trace::track_id{0});
+      ib.intercept = [&uploads](ralp::ralp_message& m) {
+        if (!uploads->wants(m)) return false;
+        uploads->offer(std::move(m));
+        return true;
+      };
+    } else {
+      log_info(me + ": " + (uctx ? std::string("no device memory for a second copy of the stage's weights")
+                                 : "no second stream (" + uctx.error().message() + ")") +
+               ": each wave's pulled weights are copied to the device on the stage's thread");
+    }
+  }
+  // Undone before `uploads` goes (declared after it, so destroyed first).
+  struct intercept_reset {
+    explicit intercept_reset(inbox& i) : ib(i) {}
+    intercept_reset(const intercept_reset&) = delete;
+    intercept_reset& operator=(const intercept_reset&) = delete;
+    ~intercept_reset() { ib.intercept = nullptr; }
+    inbox& ib;
+  } reset_intercept(ib);
 
   // The messages of a push. Every shard gets one (empty when it holds none
   // of these units): its clock table counts every stage of every VW.
@@ -727,6 +957,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       }
       HF_RETURN_IF_ERROR(async_push->wait());  // the last wave's push sent
       st.push_thread_seconds = async_push->busy_seconds();
+      if (uploads) st.pull_thread_seconds = uploads->busy_seconds();
       if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));
       st.minibatches = core->updates() - waves.first_of(first_wave);
       HF_RETURN_IF_ERROR(send_state());
@@ -828,6 +1059,7 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   j.field("checkpoints", st->checkpoints).field("resumed_wave", st->resumed_wave);
   j.field("compute_seconds", st->compute_seconds).field("pull_seconds", st->pull_seconds);
   j.field("push_seconds", st->push_seconds).field("push_thread_seconds", st->push_thread_seconds);
+  j.field("pull_thread_seconds", st->pull_thread_seconds);
   j.field("wait_seconds", ib.wait_seconds);
   j.field("bytes_sent", ib.bytes_sent.load()).field("bytes_received", ib.bytes_received);
   j.field("total_seconds", since(t0));

@@ -11,6 +11,9 @@
 #   NM=4  MODELS="vgg11"  B=64  STEPS=40 (minibatches an epoch)  CPU_THREADS=8  CUDA_MEMORY=""
 #   WAVES="overlap" (hetpipe_waves of the hetpipe runs; "overlap drain" runs both)
 #   KEEP=DIR (copy each run's report, and the hetpipe runs' --trace, there)
+#   PS_PLACEMENT="" (the hetpipe runs' ps_placement; default: the job's default)
+#   NODE_CPUS="0-7 8-15" (the hetpipe nodes' `cpus`, n0 first; default: hetflow
+#   run's pinning, which gives n0 CPU_THREADS + 1 CPUs where there are enough)
 #
 # Synthetic 3x32x32, 10 classes, B*STEPS rows, sgd lr 0.01 momentum 0.9, 2
 # epochs; samples/s: the report's samples_per_s of the last epoch
@@ -31,18 +34,22 @@ port=9700
 cuda_dev='{ kind = "cuda", index = 0 }'
 [[ -n $CUDA_MEMORY ]] && cuda_dev="{ kind = \"cuda\", index = 0, memory = \"$CUDA_MEMORY\" }"
 cpu_dev="{ kind = \"cpu\", threads = $CPU_THREADS }"
+node_cpus=(${NODE_CPUS:-})
 job() {  # job FILE MODEL STRATEGY WAVES DEVICE...
   local f=$1 m=$2 s=$3 w=$4 i=0; shift 4
   {
     echo "[cluster]"; echo "name = \"gpu-hp\""
     for d in "$@"; do
       echo "[[nodes]]"; echo "name = \"n$i\""; echo 'host = "127.0.0.1"'; echo "port = $((port + i))"
-      echo "devices = [ $d ]"; i=$((i + 1))
+      echo "devices = [ $d ]"
+      [[ $s == hetpipe && -n ${node_cpus[$i]:-} ]] && echo "cpus = \"${node_cpus[$i]}\""
+      i=$((i + 1))
     done
     printf '[job]\nkind = "train"\nstrategy = "%s"\nmodel = "%s"\ndataset = "synthetic"\ninput_shape = [3, 32, 32]\n' "$s" "$m"
     printf 'classes = 10\ntrain_size = %d\ntest_size = %d\nepochs = 2\nbatch_size = %d\nlr = 0.01\neval_each_epoch = false\n' \
       $((B * STEPS)) "$B" "$B"
     [[ $s == hetpipe ]] && printf "virtual_workers = 1\nnm = %d\nhetpipe_waves = \"%s\"\n" "$NM" "$w"
+    [[ $s == hetpipe && -n ${PS_PLACEMENT:-} ]] && printf 'ps_placement = "%s"\n' "$PS_PLACEMENT"
   } >"$f"
   port=$((port + 10))
 }
@@ -79,7 +86,8 @@ print(f'{sys.argv[2]:<8} {sys.argv[3]:<16} {ep["samples_per_s"]:10.0f} samples/s
 for s in d.get("hetpipe", {}).get("stages", []):
     if s.get("used"):
         print(f'    stage {s["stage"]} on {s["device"]}: {s["waves"]} waves, compute {s["compute_seconds"]:.2f} s, '
-              f'pull {s["pull_seconds"]:.2f} s, push {s.get("push_seconds", 0):.2f} s, wait {s["wait_seconds"]:.2f} s, '
+              f'pull {s["pull_seconds"]:.2f} s (thread {s.get("pull_thread_seconds", 0):.2f}), '
+              f'push {s.get("push_seconds", 0):.2f} s (thread {s.get("push_thread_seconds", 0):.2f}), wait {s["wait_seconds"]:.2f} s, '
               f'total {s["total_seconds"]:.2f} s')
 PY
   done

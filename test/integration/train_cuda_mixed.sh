@@ -9,6 +9,7 @@
 #     (TF32 off; the cuda stage's optimizer rounds its own way, which moves
 #     the trajectory a few percent within 3 epochs) and both reach the
 #     accuracy target.
+#     With input = "stream" the shard feeds the cuda stage 0.
 #  2. dp: replicas on cuda:0 and on a cpu device; weights identical
 #     (replicas_identical), losses within 1% of the cpu-only dp run's (the
 #     cuda replica's gradients round differently).
@@ -63,6 +64,28 @@ assert a["test_accuracy"] >= 0.8 and abs(a["test_accuracy"] - b["test_accuracy"]
 PY
 done
 pass "hetpipe: a stage on cuda:0 beside one on cpu trains like the all-cpu pipeline"
+
+# input = "stream": the stream shard feeds the VW's stage 0, which is the
+# cuda stage here (its batches copied to the device like the in-memory
+# ones); the same batches in the same order, so the losses follow the
+# in-memory cuda run's (the device's algorithm choices may round apart),
+# and every row is used once per epoch.
+hp_st="$HETFLOW_SCRATCH/hp-cuda-stream.toml"
+job "$hp_st" 9870 cpu cuda hetpipe 'virtual_workers = 1' 'nm = 2' 'input = "stream"' 'preprocess_shards = 1'
+run_job "$hp_st"
+/usr/bin/env python3 - "$hp_st.json" "$HETFLOW_SCRATCH/hp-cuda-overlap.toml.json" <<'PY' || { tail -20 "$hp_st.out"; fail "streamed hetpipe into a cuda stage 0"; }
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+st = a["virtual_workers"][0]["stages"]
+print("streamed: stages", [(s["node"], s["first_unit"], s["last_unit"]) for s in st], "books", a["hetpipe"]["stream"])
+assert st[0]["node"] == "n1", "stage 0 is not the cuda node: the test does not feed a cuda stage"
+assert a["input"] == "stream" and a["hetpipe"]["stream"]["exactly_once"] is True
+for x, y in zip(a["epochs"], b["epochs"]):
+    print(f"epoch {x['epoch']}: loss {x['loss']:.6f} (in memory {y['loss']:.6f})")
+    assert abs(x["loss"] - y["loss"]) <= 0.1 * abs(y["loss"]) + 0.02, (x, y)
+assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.03, (a["test_accuracy"], b["test_accuracy"])
+PY
+pass "hetpipe: input = \"stream\" feeds a cuda stage 0; every row once per epoch"
 
 # Checkpoints of the cuda stage's local optimizer state (copied from the
 # device) and --resume from them (restored onto the device): the resumed

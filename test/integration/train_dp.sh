@@ -173,7 +173,8 @@ json_get "$het.json" 'sum(r["rows"] for r in d["dp"]["replicas"]) == 96 and all(
   grep -q True || { cat "$het.json"; fail "plan --json: measured split"; }
 pass "plan: $(json_get "$het.json" '[(r["threads"], round(r["speed"]), r["rows"]) for r in d["dp"]["replicas"]]') (threads, samples/s, rows)"
 # 2 + 1 threads asked for: more than a 2-core machine has, so nothing is pinned
-# (on a larger machine: n0 two CPUs, n1 one).
+# (on a larger machine: n0 two CPUs, n1 one; from 5 CPUs on, one more each
+# for the nodes' service threads).
 timeout 300 "$HETFLOW" run "$het" >"$het.out" 2>&1 || { cat "$het.out"; fail "het run"; }
 cpus=$(nproc)
 if ((cpus >= 3)); then

@@ -291,6 +291,19 @@ BOOST_AUTO_TEST_CASE(ps_placement_local_and_spread) {
   BOOST_TEST(q->ps_bytes[0] == 2000u);  // spread by bytes: 2 units each
   BOOST_TEST(q->ps_bytes[1] == 2000u);
   BOOST_TEST(q->sync_ms > p->sync_ms);  // remote shards cost NIC time
+  // auto: spread with two VWs, local with one.
+  o.ps_auto = true;
+  auto a2 = plan_hetpipe(devs, {"n0", "n1"}, db, o);
+  BOOST_REQUIRE(a2.has_value());
+  BOOST_TEST(!a2->ps_local);
+  BOOST_TEST(a2->ps_bytes == q->ps_bytes);
+  o.virtual_workers = 1;
+  auto a1 = plan_hetpipe(devs, {"n0", "n1"}, db, o);
+  BOOST_REQUIRE(a1.has_value());
+  BOOST_REQUIRE(a1->virtual_workers.size() == 1u);
+  BOOST_TEST(a1->ps_local);
+  for (const auto& s : a1->virtual_workers[0].stages)
+    for (std::size_t u = s.first_unit; u <= s.last_unit; ++u) BOOST_TEST(a1->unit_ps_node[u] == s.device.node_index);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
