@@ -356,6 +356,19 @@ private:
   std::thread thread_;  // last: starts once the members above exist
 };
 
+// Runs `undo` when it goes: undoes the inbox's hooks into objects declared
+// before it (so destroyed after it).
+class on_exit {
+public:
+  explicit on_exit(std::function<void()> undo) : undo_(std::move(undo)) {}
+  ~on_exit() { undo_(); }
+  on_exit(const on_exit&) = delete;
+  on_exit& operator=(const on_exit&) = delete;
+
+private:
+  std::function<void()> undo_;
+};
+
 struct stage_stats {
   int64_t waves = 0, minibatches = 0, param_bytes = 0, checkpoints = 0, resumed_wave = -1;
   double compute_seconds = 0, pull_seconds = 0, push_seconds = 0, push_thread_seconds = 0, pull_thread_seconds = 0;
@@ -417,14 +430,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   kernels::epoch_plan plan;
   // The inbox hands stream batches to the source while it waits; undone
   // before the source goes (declared after it, so destroyed first).
-  struct divert_reset {
-    explicit divert_reset(inbox& i) : ib(i) {}
-    divert_reset(const divert_reset&) = delete;
-    divert_reset& operator=(const divert_reset&) = delete;
-    ~divert_reset() { ib.divert = nullptr; }
-    inbox& ib;
-  };
-  std::optional<divert_reset> diverting;
+  std::optional<on_exit> diverting;
   if (first_stage && !r.stream_consumers.empty()) {
     HF_ASSIGN_OR_RETURN(builtin::stream_options so, builtin::stream_options_of(cluster));
     so.consumers = r.stream_consumers;
@@ -439,7 +445,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
                                            });
     ib.set_divert([s = src.get()](const std::string& node, const wire_buffer_ref& buf) { return s->offer(node, buf); });
     source = std::move(src);
-    diverting.emplace(ib);
+    diverting.emplace([&ib] { ib.divert = nullptr; });
     st.stream_opts = std::move(so);
   } else if (first_stage) {
     HF_ASSIGN_OR_RETURN(kernels::training_data d, kernels::load_training_data(c, true, /*with_test=*/false));
@@ -581,13 +587,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     }
   }
   // Undone before `uploads` goes (declared after it, so destroyed first).
-  struct intercept_reset {
-    explicit intercept_reset(inbox& i) : ib(i) {}
-    intercept_reset(const intercept_reset&) = delete;
-    intercept_reset& operator=(const intercept_reset&) = delete;
-    ~intercept_reset() { ib.intercept = nullptr; }
-    inbox& ib;
-  } reset_intercept(ib);
+  on_exit reset_intercept([&ib] { ib.intercept = nullptr; });
 
   // The messages of a push. Every shard gets one (empty when it holds none
   // of these units): its clock table counts every stage of every VW.
