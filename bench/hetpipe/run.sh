@@ -8,6 +8,7 @@
 #
 #   bench/hetpipe/run.sh            # uses build/bin/hetflow; STEPS=300 NMS="4 8 16"
 #                                   # WAVES="overlap drain" (hetpipe_waves)
+#                                   # PS_PLACEMENT="" (ps_placement; default: the job's)
 #
 # Prints per config the measured samples/s (the last epoch, training only),
 # the planner's bound, the simulator's prediction for the waves as the runtime
@@ -66,14 +67,15 @@ printf "| DP baseline: single on n0 (the only device that holds the model) | %.0
 for nm in $nms; do
   for wm in $wave_modes; do
     f="$tmp/hp$nm-$wm"
-    topo "$f.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' "nm = $nm" "hetpipe_waves = \"$wm\""
+    topo "$f.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' "nm = $nm" "hetpipe_waves = \"$wm\"" \
+      ${PS_PLACEMENT:+"ps_placement = \"$PS_PLACEMENT\""}
     "$hetflow" run "$f.toml" --report "$f.json" >"$f.out" 2>&1 || { cat "$f.out"; exit 1; }
     python3 - "$f.json" "$base" "$nm" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); base = float(sys.argv[2]); nm = sys.argv[3]
 m = d["epochs"][-1]["samples_per_s"]
 st = " + ".join(f"{s['node']} units {s['first_unit']}-{s['last_unit']}" for s in d["virtual_workers"][0]["stages"])
-print(f"| hetpipe 1 VW ({st}), Nm = {nm}, waves {d['hetpipe_waves']} | {m:.0f} | {d['predicted_samples_per_s']:.0f} | "
+print(f"| hetpipe 1 VW ({st}), Nm = {nm}, waves {d['hetpipe_waves']}, PS {d['ps_placement']} | {m:.0f} | {d['predicted_samples_per_s']:.0f} | "
       f"{m / d['predicted_samples_per_s']:.2f}x | {d['simulated_samples_per_s']:.0f} | {m / base:.2f}x |")
 PY
   done
