@@ -28,12 +28,15 @@
 //                            -- (ppmerge, mask, holders) --> pp_merge_k
 //     <-- request (pppull, i, c, max) -------------  k-way merge of the N sorted
 //     --- chunk (<= chunk_bytes) ------------------>  count streams, pulled chunk by
-//         ... until an empty chunk                    chunk; kept strings ->
-//     <-- request (ppids, i, c, K, chunk) ---------  vocab-CC.tsv on node k; the id
-//     --- ack ------------------------------------>  of each of shard i's entries
-//                                                     (K = the OOV id), each chunk
-//                                                     acked before the next
-//                            <-- (ppcolumn, c, distinct, kept, k, threads) per column
+//         ... until an empty chunk (and one more     chunk, one request ahead (and
+//         pull past it: another empty chunk)         the next column's first); kept
+//     <-- request (ppids, i, c, K, chunk) ---------  strings -> vocab-CC.tsv on node
+//     --- ack ------------------------------------>  k; the id of each of shard i's
+//                                                     entries (K = the OOV id), all
+//                                                     chunks sent at once, acks
+//                                                     collected after the last column
+//                            <-- (ppcolumn, c, distinct, kept, k, threads) per column,
+//                                once every ack of the node's columns is in
 //                            after all 26 columns (every id chunk acked):
 //     <-- (ppgo) -----------
 //     pass 2 (finish_shard): maps the staged part-0000i.bin
@@ -195,38 +198,123 @@ struct column_outcome {
   std::string error;
 };
 
+// A merger thread's requests to the shards held by other nodes. One blocking
+// handle serves all the thread's columns, so replies can be collected after
+// the column that asked for them:
+//
+//   column k:   merge (pulls one chunk ahead per remote shard) ... ids sent
+//               first pull of column k+1 sent when column k starts
+//   the end:    every ids ack and every pull made past a stream's end
+//               received (before the columns are reported)
+//
+// On a 2-node job each node's one core runs its merger, so a request to the
+// other node waits until that node's actor threads get its core (a few ms
+// each time: 10 ms for the first pull of a 1460-string column); sending
+// ahead and collecting late keeps the merger from idling on each of them.
+class remote_requests {
+public:
+  using handle = decltype(std::declval<caf::scoped_actor&>()->request(
+      std::declval<const caf::actor&>(), std::chrono::milliseconds{}, pp_pull_atom::value, uint32_t{}, uint32_t{},
+      uint64_t{}));
+
+  remote_requests(caf::actor_system& sys, const merge_plan& p)
+      : sys_(sys), p_(p), blocking_(sys),
+        timeout_(std::chrono::milliseconds(static_cast<int64_t>(p.cfg.request_timeout_s * 1000))) {}
+
+  std::string who(int i) const { return "shard " + std::to_string(i) + " on node '" + p_.shard_nodes[i] + "'"; }
+
+  // The next chunk of shard i's column c (sent now, received by take()).
+  handle pull(int i, int c) {
+    return blocking_->request(p_.shards[i], timeout_, pp_pull_atom::value, static_cast<uint32_t>(i),
+                              static_cast<uint32_t>(c), static_cast<uint64_t>(p_.cfg.chunk_bytes));
+  }
+  expected<std::vector<char>> take(int i, int c, handle h) {
+    expected<std::vector<char>> r = make_error(errc::internal, "no reply");
+    h.receive([&](std::vector<char>& chunk) { r = std::move(chunk); },
+              [&](caf::error& e) {
+                r = make_error(errc::timeout, "pulling column " + std::to_string(c) + " counts from " + who(i) +
+                                                  ": " + sys_.render(e));
+              });
+    return r;
+  }
+  // The first pull of column c from every shard held elsewhere.
+  std::vector<std::optional<handle>> first_pulls(int c) {
+    std::vector<std::optional<handle>> v(static_cast<std::size_t>(p_.cfg.shards));
+    for (int i = 0; i < p_.cfg.shards; ++i)
+      if (!p_.local_of(i)) v[std::size_t(i)].emplace(pull(i, c));
+    return v;
+  }
+  void send_ids(int i, int c, int32_t oov, std::vector<char> chunk) {
+    late_.push_back({i, c, true, blocking_->request(p_.shards[i], timeout_, pp_ids_atom::value, static_cast<uint32_t>(i),
+                                                     static_cast<uint32_t>(c), oov, std::move(chunk))});
+  }
+  // A pull made past a stream's end: its (empty) reply is collected late.
+  void drop_late(int i, int c, handle h) { late_.push_back({i, c, false, h}); }
+  // Every reply collected late; the first error.
+  std::string collect() {
+    std::string err;
+    for (auto& l : late_) {
+      if (l.ids) {
+        l.h.receive([&](bool) {},
+                    [&](caf::error& e) {
+                      if (err.empty())
+                        err = "sending column " + std::to_string(l.c) + " ids to " + who(l.i) + ": " + sys_.render(e);
+                    });
+      } else if (auto r = take(l.i, l.c, l.h); !r && err.empty()) {
+        err = r.error().message();
+      }
+    }
+    late_.clear();
+    return err;
+  }
+
+private:
+  struct late {
+    int i, c;
+    bool ids;  // an ids ack, else a pull past the end
+    handle h;
+  };
+  caf::actor_system& sys_;
+  const merge_plan& p_;
+  caf::scoped_actor blocking_;
+  std::chrono::milliseconds timeout_;
+  std::vector<late> late_;
+};
+
 // Merges one column: pulls every shard's sorted counts chunk by chunk (the
-// k-way merge), writes vocab-CC.tsv, sends each shard the ids of its entries.
-std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernels::trace::track_id tk,
-                      column_outcome& out) {
+// k-way merge), writes vocab-CC.tsv, sends each shard the ids of its entries
+// (their acks, like the pull each remote stream makes past its end, are
+// collected by remote_requests::collect). `ahead`: the column's first pulls,
+// already sent.
+std::string merge_one(const merge_plan& p, int c, kernels::trace::track_id tk, remote_requests& rq,
+                      std::vector<std::optional<remote_requests::handle>> ahead, column_outcome& out) {
   const auto& cfg = p.cfg;
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.request_timeout_s * 1000));
-  auto who = [&](int i) { return "shard " + std::to_string(i) + " on node '" + p.shard_nodes[i] + "'"; };
-  caf::scoped_actor blocking{sys};
   // One span per column: the k-way merge (pulling every shard's count
   // chunks) and the ids sent back.
   kernels::trace::scope t_column("merge column", tk, "column", c + 1);
   kernels::waits::progress();
   std::vector<std::unique_ptr<pp::count_stream>> streams;
   std::vector<pp::count_stream*> raw;
+  // A remote shard's counts come one request ahead: the next chunk is served
+  // and sent while the merge consumes the current one. The shard answers a
+  // pull past the end with another empty chunk, so the request made as the
+  // last chunk arrives is harmless. On an error the merge stops and the
+  // column fails: a pull still in flight then dies with the handle.
   for (int i = 0; i < cfg.shards; ++i) {
     if (auto* l = p.local_of(i)) {
       streams.push_back(l->column_stream(c));
       raw.push_back(streams.back().get());
       continue;
     }
-    auto fetch = [&, i, c]() -> expected<std::vector<char>> {
-      expected<std::vector<char>> r = make_error(errc::internal, "no reply");
-      blocking->request(p.shards[i], timeout, pp_pull_atom::value, static_cast<uint32_t>(i), static_cast<uint32_t>(c),
-                        static_cast<uint64_t>(cfg.chunk_bytes))
-          .receive([&](std::vector<char>& chunk) { r = std::move(chunk); },
-                   [&](caf::error& e) {
-                     r = make_error(errc::timeout, "pulling column " + std::to_string(c) + " counts from " + who(i) +
-                                                       ": " + sys.render(e));
-                   });
+    auto fetch = [&, i]() -> expected<std::vector<char>> {
+      auto& next = ahead[std::size_t(i)];
+      remote_requests::handle h = *next;
+      next.emplace(rq.pull(i, c));
+      auto r = rq.take(i, c, h);
+      if (!r) next.reset();
       return r;
     };
-    streams.push_back(pp::chunk_stream(fetch, who(i)));
+    streams.push_back(pp::chunk_stream(fetch, rq.who(i)));
     raw.push_back(streams.back().get());
   }
   auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
@@ -235,10 +323,12 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
   std::vector<std::vector<std::vector<char>>> chunks(cfg.shards, std::vector<std::vector<char>>(1));
   std::vector<int32_t> prev(cfg.shards, -1);
   std::vector<std::vector<int32_t>> local_ids(cfg.shards);  // the shards held here: plain ids
+  std::vector<char> is_local(cfg.shards);                    // (not a map lookup per entry)
+  for (int i = 0; i < cfg.shards; ++i) is_local[std::size_t(i)] = p.local_of(i) != nullptr;
   auto stats = pp::merge_column_ids(
       raw, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); },
       [&](std::size_t i, int32_t id) {
-        if (p.local_of(static_cast<int>(i))) {
+        if (is_local[i]) {
           local_ids[i].push_back(id);
           return;
         }
@@ -252,19 +342,13 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
     l->add_column_ids(c, local_ids[std::size_t(i)].data(), local_ids[std::size_t(i)].size());
     l->set_oov_id(c, static_cast<int32_t>(stats->kept));
   }
-  // One acked chunk at a time per other shard (bounded in flight).
+  for (int i = 0; i < cfg.shards; ++i)
+    if (auto& h = ahead[std::size_t(i)]) rq.drop_late(i, c, *h);
+  // Every id chunk of the column to every other shard at once: the chunks
+  // are built already (a few bytes per entry), so nothing more is held.
   for (int i = 0; i < cfg.shards; ++i) {
-    if (p.local_of(i)) continue;
-    for (auto& chunk : chunks[i]) {
-      std::string err;
-      blocking->request(p.shards[i], timeout, pp_ids_atom::value, static_cast<uint32_t>(i), static_cast<uint32_t>(c),
-                        static_cast<int32_t>(stats->kept), chunk)
-          .receive([&](bool) {},
-                   [&](caf::error& e) {
-                     err = "sending column " + std::to_string(c) + " ids to " + who(i) + ": " + sys.render(e);
-                   });
-      if (!err.empty()) return err;
-    }
+    if (is_local[std::size_t(i)]) continue;
+    for (auto& chunk : chunks[i]) rq.send_ids(i, c, static_cast<int32_t>(stats->kept), std::move(chunk));
   }
   out.distinct = stats->distinct;
   out.kept = stats->kept;
@@ -274,8 +358,9 @@ std::string merge_one(caf::actor_system& sys, const merge_plan& p, int c, kernel
 // The merger of one node (a thread its shard starts when every shard has
 // counted; not an actor, so nothing of it outlives the shard, which joins it):
 // merges this node's columns, as many at a time as the node's parallelism
-// allows (the free cores when it is 0), each on its own thread with its own
-// blocking handle, then reports each column to the vocabulary actor.
+// allows (the free cores when it is 0), each worker thread with its own
+// blocking handle and one column claimed ahead (its first pulls sent), then
+// reports each column to the vocabulary actor once every reply is in.
 void merger(caf::actor_system& sys, merge_plan p) {
   auto tk = kernels::trace::track("pp_merge_" + std::to_string(p.index));
   std::vector<int> mine;
@@ -287,19 +372,38 @@ void merger(caf::actor_system& sys, merge_plan p) {
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   auto worker = [&] {
-    for (std::size_t k; !failed.load() && (k = next.fetch_add(1)) < mine.size();) {
+    remote_requests rq(sys, p);
+    std::size_t k = next.fetch_add(1);
+    auto ahead = k < mine.size() ? rq.first_pulls(mine[k]) : decltype(rq.first_pulls(0)){};
+    std::size_t last = mine.size();  // the last column this worker merged
+    while (!failed.load() && k < mine.size()) {
+      const std::size_t k2 = next.fetch_add(1);
+      auto ahead2 = k2 < mine.size() ? rq.first_pulls(mine[k2]) : decltype(ahead){};
       auto& o = outcome[k];
       if (p.svc->stopping()) {
         o.error = "stopped";
       } else {
         // At the library boundary: a failed allocation must fail the job, not the node.
         try {
-          o.error = merge_one(sys, p, mine[k], tk, o);
+          o.error = merge_one(p, mine[k], tk, rq, std::move(ahead), o);
         } catch (const std::exception& e) {
           o.error = std::string("merging column C") + std::to_string(mine[k] + 1) + ": " + e.what();
         }
       }
-      if (!o.error.empty()) failed = true;
+      if (!o.error.empty()) {
+        failed = true;
+        return;  // the replies still due die with rq's handle
+      }
+      last = k;
+      k = k2;
+      ahead = std::move(ahead2);
+    }
+    // Another worker failed: what is still due (a claimed column's first
+    // pulls among it) dies with rq's handle.
+    if (failed.load()) return;
+    if (auto err = rq.collect(); !err.empty()) {
+      if (last < mine.size()) outcome[last].error = err;
+      failed = true;
     }
   };
   {
@@ -315,6 +419,10 @@ void merger(caf::actor_system& sys, merge_plan p) {
       return;
     }
   }
+  if (failed.load()) {
+    caf::anon_send(p.vocab, pp_merge_fail_atom::value, "node '" + p.svc->node_name() + "': merge failed");
+    return;
+  }
   for (std::size_t k = 0; k < mine.size(); ++k)
     caf::anon_send(p.vocab, pp_column_atom::value, static_cast<uint32_t>(mine[k]), outcome[k].distinct, outcome[k].kept,
                static_cast<uint32_t>(p.index), static_cast<uint32_t>(in_flight));
@@ -329,6 +437,7 @@ struct slot {
   pp::shard_plan plan;
   std::optional<pp::shard_counts> counts;
   std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
+  std::array<bool, pp::sparse_columns> pulled_out{};  // the column's stream has ended
   std::array<int32_t, pp::sparse_columns> prev_kept;  // decoding ppids chunks
   double count_seconds = 0;
   uint64_t spills = 0, peak_table_bytes = 0;
@@ -377,6 +486,9 @@ void shard_fail(caf::event_based_actor* self, shard_state& st, const std::string
 
 pp::preprocess_options shard_options(shard_state& st, const slot& sl) {
   pp::preprocess_options o = st.cfg.opt;
+  // One node, one shard: no other counts can join its own (a job of more
+  // nodes keeps every string, even after a failover left one node).
+  if (st.cfg.shards == 1) o.drop_below = o.min_count;
   o.stop = &st.svc->stopping();
   o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(sl.index);
   auto printer = std::make_shared<progress_printer>("shard " + std::to_string(sl.index) + " (" +
@@ -578,6 +690,9 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
                                "pull of shard " + std::to_string(shard) + " column " + std::to_string(column));
       kernels::trace::scope t_chunk("merge: serve count chunk", st->tk, "column", int64_t(column));
       auto& s = sl->pulling[column];
+      // The merger asks one chunk ahead: past the end it gets another empty
+      // chunk (a column's stream is made once).
+      if (sl->pulled_out[column]) return std::vector<char>{};
       if (!s) s = sl->counts->column_stream(static_cast<int>(column));
       auto chunk = pp::next_count_chunk(*s, std::min<uint64_t>(max_bytes, 64u << 20));
       if (!chunk) {
@@ -585,7 +700,10 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         shard_fail(self, *st, why);
         return caf::make_error(caf::sec::runtime_error, why);
       }
-      if (chunk->empty()) s.reset();
+      if (chunk->empty()) {
+        s.reset();
+        sl->pulled_out[column] = true;
+      }
       return std::move(*chunk);
     },
     [self, st](pp_ids_atom, uint32_t shard, uint32_t column, int32_t oov_id,

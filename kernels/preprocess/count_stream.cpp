@@ -9,15 +9,6 @@ namespace {
 
 constexpr std::size_t record_overhead = 2 + 8;
 
-void append_record(std::vector<char>& out, std::string_view s, uint64_t count) {
-  uint16_t len = static_cast<uint16_t>(s.size());
-  std::size_t at = out.size();
-  out.resize(at + record_overhead + s.size());
-  std::memcpy(out.data() + at, &len, 2);
-  std::memcpy(out.data() + at + 2, s.data(), s.size());
-  std::memcpy(out.data() + at + 2 + s.size(), &count, 8);
-}
-
 class memory_stream_impl final : public count_stream {
 public:
   explicit memory_stream_impl(count_entries e) : e_(std::move(e)) {}
@@ -200,15 +191,25 @@ std::unique_ptr<count_stream> merged_stream(std::vector<std::unique_ptr<count_st
 }
 
 expected<std::vector<char>> next_count_chunk(count_stream& in, std::size_t max_bytes) {
-  std::vector<char> out;
-  out.reserve(std::min<std::size_t>(max_bytes, 1 << 20) + 64);
+  // Records are written at `used` into room grown ahead (no resize per
+  // record: a chunk holds ~60k of them).
+  std::vector<char> out(std::min<std::size_t>(max_bytes, 1 << 20) + 64);
+  std::size_t used = 0;
   std::string_view s;
   uint64_t c;
-  while (out.size() + record_overhead + 16 <= max_bytes || out.empty()) {
+  while (used + record_overhead + 16 <= max_bytes || used == 0) {
     if (!in.next(s, c)) break;
-    append_record(out, s, c);
+    const std::size_t need = used + record_overhead + s.size();
+    if (need > out.size()) out.resize(std::max(need, 2 * out.size()));
+    const uint16_t len = static_cast<uint16_t>(s.size());
+    char* p = out.data() + used;
+    std::memcpy(p, &len, 2);
+    std::memcpy(p + 2, s.data(), s.size());
+    std::memcpy(p + 2 + s.size(), &c, 8);
+    used = need;
   }
   if (auto e = in.error(); !e.ok()) return e;
+  out.resize(used);
   return out;
 }
 

@@ -29,6 +29,10 @@ public:
   // on error (see error()).
   virtual bool next(std::string_view& s, uint64_t& count) = 0;
   virtual status error() const { return {}; }
+  // Strings the stream leaves out as rarer than the job's min_count (a job's
+  // only shard: preprocess_options::drop_below): distinct strings all the
+  // same, each mapped to the OOV id. Known once the stream exists.
+  virtual uint64_t dropped() const { return 0; }
 };
 
 using count_entries = std::vector<std::pair<std::string, uint64_t>>;

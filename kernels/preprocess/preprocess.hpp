@@ -78,6 +78,13 @@ struct preprocess_options {
   std::size_t max_examples = 20;        // malformed lines kept with details
   std::size_t max_field_bytes = 64;     // longer fields are malformed
   uint64_t memory_cap = 0;              // pass-1 count tables; 0 = half the free memory
+  // Vocab pass 1 of a job's only shard: strings counted fewer times than this
+  // (min_count) never reach the merge - no other shard can add to their
+  // counts, so they are OOV already; they are left out of the sort and of
+  // the column streams (count_stream::dropped() says how many) and their
+  // local ids map straight to the OOV id. 0 = stream every string (always,
+  // when another shard's counts are merged with this one's).
+  uint64_t drop_below = 0;
   // Vocab pass 1: the most bytes of staged records written through a shared
   // mapping of the part's .tmp file (pass 2 remaps them in place there);
   // beyond, by write() (pass 2 reads them back); 0 = always by write().
@@ -129,8 +136,9 @@ public:
 };
 
 // Pass 1. With `staged_path` it also stages the shard's records (in memory,
-// or in staged_path + ".tmp", which it creates at once) and gathers the malformed report (finish_shard()
-// returns it); without, it only counts.
+// or in staged_path + ".tmp", which it creates at once; a previous run's
+// staged_path is removed meanwhile, on a thread of its own) and gathers the
+// malformed report (finish_shard() returns it); without, it only counts.
 expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
                                    const preprocess_options& opt, const std::string& staged_path = {});
 
@@ -167,8 +175,10 @@ public:
 
 private:
   vocab_file_writer() = default;
+  void flush();
   std::FILE* f_ = nullptr;
   std::string path_;
+  std::vector<char> buf_;  // lines not yet written: one fwrite per ~1 MiB, not per line
   bool failed_ = false;
 };
 

@@ -115,7 +115,8 @@ expected<column_merge_stats> merge_column(std::vector<count_stream*> inputs, uin
 // merge_column that also says which id each input's entries got: assign(i,
 // id) is called for input i's entries in that input's order, id = -1 for a
 // string rarer than min_count (the OOV id is the returned `kept`, known only
-// at the end). Pass 2 of a shard maps its local ids through these.
+// at the end). Pass 2 of a shard maps its local ids through these. The
+// strings an input dropped (count_stream::dropped()) count as distinct.
 template <class Keep, class Assign>
 expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& inputs, uint64_t min_count,
                                               Keep&& keep, Assign&& assign) {
@@ -218,8 +219,10 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
       for (std::size_t j : from) assign(j, id);
     }
   }
-  for (auto* in : inputs)
+  for (auto* in : inputs) {
     if (auto e = in->error(); !e.ok()) return e;
+    st.distinct += in->dropped();
+  }
   return st;
 }
 
@@ -234,7 +237,8 @@ bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<
 // Which node merges each column: longest first onto the node with the least
 // work so far (ties: the lower column, the lower node), so one node with the
 // big columns does not hold up the rest. cost[c] = column c's entries over
-// every shard; nodes >= 1. The same inputs give the same plan on every node.
+// every shard, to which each column adds a fixed overhead (vocabulary.cpp);
+// nodes >= 1. The same inputs give the same plan on every node.
 std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, sparse_columns>& cost, int nodes);
 
 std::string vocab_file_name(int column);  // "vocab-00.tsv" .. "vocab-25.tsv"

@@ -376,6 +376,74 @@ BOOST_AUTO_TEST_CASE(spilling_under_a_tiny_memory_cap_gives_the_same_counts) {
   BOOST_CHECK(fs::is_empty(tiny.spill_dir));
 }
 
+BOOST_AUTO_TEST_CASE(a_sole_shard_dropping_rare_strings_gives_the_same_bytes_and_counts) {
+  // drop_below (a job's only shard) leaves strings rarer than min_count out
+  // of the sort and the merge. Everything the job writes or reports must stay
+  // as when every string is streamed; a spilled column (partial counts in its
+  // table) must drop nothing.
+  const auto& in = generated_inputs();
+  auto files = pp::input_set::open(in.files);
+  BOOST_REQUIRE(files.has_value());
+  auto plan = pp::plan_shards(files->sizes(), 1);
+  struct outcome {
+    std::string records;
+    std::vector<std::string> vocab;  // vocab-CC.tsv's lines, per column
+    std::vector<uint64_t> distinct, kept;
+    uint64_t dropped = 0;
+    uint64_t spills = 0;
+  };
+  auto run = [&](uint64_t drop_below, uint64_t cap, const std::string& tag) {
+    pp::preprocess_options o;
+    o.min_count = 3;
+    o.drop_below = drop_below;
+    o.parallelism = 2;
+    if (cap) {
+      o.memory_cap = cap;
+      o.block_bytes = 64 << 10;
+    }
+    o.spill_dir = scratch("drop-spill-" + tag).string();
+    const fs::path out = scratch("drop-" + tag);
+    auto counts = pp::count_shard(*files, plan[0], o, (out / pp::part_file_name(0)).string());
+    BOOST_REQUIRE_MESSAGE(counts.has_value(), (counts ? std::string() : counts.error().to_string()));
+    outcome r;
+    r.spills = counts->spills;
+    for (int c = 0; c < 26; ++c) {
+      auto stream = counts->column_stream(c);
+      std::vector<int32_t> ids;
+      std::string lines;
+      auto st = pp::merge_column_ids(
+          {stream.get()}, o.min_count,
+          [&](std::string_view s, uint64_t n) { lines += std::string(s) + "\t" + std::to_string(n) + "\n"; },
+          [&](std::size_t, int32_t id) { ids.push_back(id); });
+      BOOST_REQUIRE(st.has_value());
+      r.dropped += stream->dropped();
+      counts->add_column_ids(c, ids.data(), ids.size());
+      counts->set_oov_id(c, static_cast<int32_t>(st->kept));
+      r.vocab.push_back(lines);
+      r.distinct.push_back(st->distinct);
+      r.kept.push_back(st->kept);
+    }
+    auto done = pp::finish_shard(*counts, o);
+    BOOST_REQUIRE_MESSAGE(done.has_value(), (done ? std::string() : done.error().to_string()));
+    r.records = read_all(out / pp::part_file_name(0));
+    return r;
+  };
+  const outcome all = run(0, 0, "all");
+  const outcome dropped = run(3, 0, "dropped");
+  const outcome spilled = run(3, 64 << 10, "spilled");
+  BOOST_CHECK_EQUAL(all.dropped, 0u);
+  BOOST_CHECK_GT(dropped.dropped, 1000u);  // synthetic data: most strings are rare
+  BOOST_CHECK_GT(spilled.spills, 10u);
+  BOOST_CHECK_LT(spilled.dropped, dropped.dropped);
+  BOOST_CHECK_EQUAL(all.records.size(), 19001u * 160u);
+  for (const outcome* o : {&dropped, &spilled}) {
+    BOOST_CHECK_MESSAGE(o->records == all.records, "records differ: " + first_difference(o->records, all.records));
+    BOOST_CHECK(o->vocab == all.vocab);
+    BOOST_CHECK(o->distinct == all.distinct);
+    BOOST_CHECK(o->kept == all.kept);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(spilling_staged_records_still_match_the_reference) {
   // Pass 2 maps shard-local ids: strings spilled and seen again get a second
   // local id, which must map to the same id.
