@@ -719,7 +719,7 @@ void add_train(registry& reg) {
   key("hetpipe_waves", key_type::string, std::string("overlap"),
       "hetpipe: overlap (HetPipe's: a VW starts wave w + 1 while wave w drains; a pull of wave w needs every VW's "
       "waves <= w - 2 - D; cpu stages) or drain (the pipeline drains at every wave boundary; a pull of wave w needs "
-      "waves <= w - 1 - D; always with cuda stages)", {}, {}, {"overlap", "drain"});
+      "waves <= w - 1 - D)", {}, {}, {"overlap", "drain"});
   key("hetpipe_drill_jitter", key_type::duration, 0.0,
       "tests only: each hetpipe stage sleeps a random [0, this) before every forward (seeded per stage)", 0.0, 10.0);
   key("ps_placement", key_type::string, std::string("auto"),

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <tbb/info.h>
+
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cuda/cuda_api.hpp"
@@ -588,12 +590,12 @@ status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last,
     return make_error(errc::invalid_argument, "hetpipe ps: push of worker " + std::to_string(w) + " wave " +
                                                   std::to_string(tag) + " has " + std::to_string(update.size()) +
                                                   " tensors, want " + std::to_string(want));
-  HF_RETURN_IF_ERROR(table_.on_push(w, tag).error());
-  pulls_here_.at(std::size_t(w)) = want > 0 || !units_in(first, last).empty();
   for (const auto& v : update)
     if (v.type() != dtype::f32 || v.where().kind != kernels::device_kind::cpu)
       return make_error(errc::invalid_argument, "hetpipe ps: push of worker " + std::to_string(w) + " wave " +
                                                     std::to_string(tag) + ": not host f32 tensors");
+  HF_RETURN_IF_ERROR(table_.on_push(w, tag).error());
+  pulls_here_.at(std::size_t(w)) = want > 0 || !units_in(first, last).empty();
   held_[{tag, w}] = held{first, last, tag, std::move(update), std::move(owner)};
   ++pushes_;
   apply_ready();
@@ -606,7 +608,7 @@ void ps_core::add(const held& h) {
   // (D = 0: wave t goes in only when the pull of wave t + 2 may be
   // answered), so it is split over a few threads - a few: the shard's node
   // may be running a cpu stage's threads too.
-  static tbb::task_arena arena(std::min(4, tbb::this_task_arena::max_concurrency()));
+  static tbb::task_arena arena(std::min(4, tbb::info::default_concurrency()));
   kernels::trace::scope t("add update", kernels::trace::current_track(), "wave", h.wave);
   arena.execute([&] {
     std::size_t k = 0;

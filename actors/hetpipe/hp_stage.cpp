@@ -38,6 +38,8 @@
 #include <random>
 #include <thread>
 
+#include <tbb/info.h>
+
 #include "actors/builtin/stream_job.hpp"
 #include "actors/control_board.hpp"
 #include "actors/hetpipe/hp_core.hpp"
@@ -212,6 +214,8 @@ public:
     }
     cv_.notify_all();
     thread_.join();
+    // An upload that failed part way may have copies from host_ queued.
+    (void)ctx_->synchronize();
     if (pinned_) static_cast<kernels::cuda::context&>(*ctx_).unpin_host(host_.f32());
   }
   uploader(const uploader&) = delete;
@@ -250,12 +254,23 @@ public:
   }
   // Waits for wave w's upload: the device copies of its tensors and their
   // marks, valid until release().
-  expected<pulled> wait(int64_t w) {
+  // Bounded like every wait of the stage (`timeout_s`, and `stopping`).
+  expected<pulled> wait(int64_t w, double timeout_s, const std::atomic<bool>& stopping) {
     std::unique_lock<std::mutex> g(mu_);
-    cv_.wait(g, [&] { return ready_ || !error_.ok(); });
+    if (wave_ != w || !std::all_of(got_.begin(), got_.end(), [](bool b) { return b; }))
+      return make_error(errc::internal, "hetpipe stage: the upload of wave " + std::to_string(w) +
+                                            " was not requested or lacks an answer");
+    const auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                   std::chrono::duration<double>(timeout_s));
+    while (!ready_ && error_.ok()) {
+      if (stopping.load()) return make_error(errc::cancelled, "hetpipe stage: stopped");
+      if (clock_type::now() >= deadline)
+        return make_error(errc::timeout, "hetpipe stage: the copy of wave " + std::to_string(w) +
+                                             "'s weights to the device took more than " +
+                                             std::to_string(int(timeout_s)) + " s");
+      cv_.wait_for(g, std::chrono::milliseconds(100));
+    }
     if (!error_.ok()) return error_;
-    if (wave_ != w) return make_error(errc::internal, "hetpipe stage: uploaded wave " + std::to_string(wave_) +
-                                                          ", wanted " + std::to_string(w));
     pulled p;
     for (auto& t : staged_) p.first.push_back(t.view());
     p.second = marks_;
@@ -266,6 +281,7 @@ public:
     std::lock_guard<std::mutex> g(mu_);
     answers_.clear();
     answers_.resize(shards_.size());
+    got_.assign(shards_.size(), false);
     wave_ = -1;
     ready_ = false;
   }
@@ -342,7 +358,7 @@ private:
   std::vector<kernels::tensor> staged_;  // on the device, one per parameter
   kernels::tensor host_;                 // the page-locked way there (all tensors)
   bool pinned_ = false;
-  tbb::task_arena arena_{std::min(4, tbb::this_task_arena::max_concurrency())};
+  tbb::task_arena arena_{std::min(4, tbb::info::default_concurrency())};
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t wave_ = -1;  // the wave expected (-1: none)
@@ -539,7 +555,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
           HF_ASSIGN_OR_RETURN(auto m, answer_of(ps_name(n)));
           uploads->offer(std::move(m));
         }
-      HF_ASSIGN_OR_RETURN(uploader::pulled p, uploads->wait(wave));
+      HF_ASSIGN_OR_RETURN(uploader::pulled p, uploads->wait(wave, r.timeout_s, svc->stopping()));
       HF_RETURN_IF_ERROR(core->rebase(p.first, p.second));
       uploads->release();
       st.pull_seconds += since(t0);

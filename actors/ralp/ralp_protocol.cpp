@@ -1,6 +1,7 @@
 #include "actors/ralp/ralp_protocol.hpp"
 
 #include <tbb/blocked_range.h>
+#include <tbb/info.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -36,7 +37,8 @@ void copy_tensors(schemas::message_builder& b, std::span<const kernels::tensor_v
     for (std::size_t k = lo; k < hi; ++k) std::memcpy(parts[k].dst, parts[k].src, parts[k].bytes);
   };
   if (total < parallel_from) return run(0, parts.size());
-  static tbb::task_arena arena(std::min(4, tbb::this_task_arena::max_concurrency()));
+  // Sized by the process (not by the arena of whichever thread sends first).
+  static tbb::task_arena arena(std::min(4, tbb::info::default_concurrency()));
   arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, parts.size()),
                       [&](const tbb::blocked_range<std::size_t>& r) { run(r.begin(), r.end()); });

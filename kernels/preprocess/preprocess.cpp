@@ -1,8 +1,7 @@
 #include "kernels/preprocess/preprocess.hpp"
 
 #include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
+#include <sys/resource.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -883,15 +882,17 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
     im.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (im.fd < 0) return make_error(errc::io_error, "cannot create " + tmp + ": " + std::strerror(errno));
     im.staging = true;
-    // A previous run's part goes now, on a thread of its own at idle
-    // priority, instead of inside finish_shard: freeing its page cache and
+    // A previous run's part goes now, on a thread of its own at the lowest
+    // nice level, instead of inside finish_shard: freeing its page cache and
     // blocks took 15 ms for a 160 MB part on the 2-core VM, serial at the end
     // of the job; here it fills idle moments of pass 1 and the merge. This
     // shard rewrites that part anyway (finish_file still removes whatever is
     // there before the rename; a failed run leaves no part for the shard).
+    // Nice 19, not SCHED_IDLE: freeing a file's blocks holds filesystem
+    // journal handles, and a thread that only runs when a core is idle could
+    // hold them while pass 1, keeping every core busy, waits on the journal.
     im.remove_previous = std::thread([path = staged_path] {
-      sched_param idle{};
-      (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle);
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
       ::unlink(path.c_str());
     });
   }

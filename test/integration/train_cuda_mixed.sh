@@ -61,6 +61,10 @@ for x, y in zip(a["epochs"], b["epochs"]):
     assert abs(x["loss"] - y["loss"]) <= 0.1 * abs(y["loss"]) + 0.02, (x, y)
 print("test accuracy", a["test_accuracy"], "(all cpu", b["test_accuracy"], ") samples/s", a["samples_per_s"])
 assert a["test_accuracy"] >= 0.8 and abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.03
+if sys.argv[3] == "overlap":  # the cuda stage copied its prefetched pulls on its upload thread
+    cs = [s for s in a["hetpipe"]["stages"] if s.get("used") and s["device"].startswith("cuda")]
+    print("cuda stage: pull_thread_seconds", cs[0]["pull_thread_seconds"] if cs else None)
+    assert cs and cs[0]["pull_thread_seconds"] > 0, cs
 PY
 done
 pass "hetpipe: a stage on cuda:0 beside one on cpu trains like the all-cpu pipeline"
