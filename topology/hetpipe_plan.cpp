@@ -53,7 +53,7 @@ stage_eval eval_stage(const std::vector<plan_device>& devs, std::size_t j, std::
   if (j + 1 < S) e.send += hop_ms(devs[j], devs[j + 1], db.units[last].output_bytes, db);
   if (j > 0) e.send += hop_ms(devs[j - 1], devs[j], db.units[first - 1].output_bytes, db);
   const uint64_t k = uint64_t(std::min<std::size_t>(std::size_t(nm), S - j));
-  e.memory = db.params_bytes(first, last) * (k + 3) + db.activation_bytes(first, last) * k;
+  e.memory = db.params_bytes(first, last) * (k + 3 + (devs[j].cuda ? 1 : 0)) + db.activation_bytes(first, last) * k;
   e.fits = devs[j].memory_bytes == 0 || e.memory <= devs[j].memory_bytes;
   e.stage_ms = e.compute + e.send;
   return e;
@@ -195,6 +195,7 @@ expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_
       p.device = d;
       p.kind = dev.profile;
       p.memory_bytes = dev.memory_bytes;
+      p.cuda = dev.kind == device_kind::cuda;
       if (p.memory_bytes == 0) {
         auto it = db.devices.find(dev.profile);
         if (it != db.devices.end()) p.memory_bytes = it->second.memory_bytes;

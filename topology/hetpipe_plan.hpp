@@ -16,11 +16,12 @@
 //                [gradients back]: the stage pays for what it sends
 //   latency L  = sum_j compute_j + 2 * sum_b t(b)   (one minibatch, fwd+bwd)
 //   period T   = max(max_j stage_ms_j, L / Nm)     (Nm in flight)
-//   memory_j   = params_j * (k_j + 3) + activation_j * k_j,
+//   memory_j   = params_j * (k_j + 3 + c_j) + activation_j * k_j,
 //                k_j = min(Nm, S - j) minibatches in flight at stage j (each
 //                keeps its activations and the weight version it started
 //                with; +3: gradient, optimizer state, the wave's aggregated
-//                update)
+//                update; c_j = 1 on a cuda device: the pulled weights'
+//                upload buffer, hp_stage.cpp's uploader)
 //
 // WSP across VWs (every VW runs Nm-minibatch waves; D = staleness): per wave
 // every stage pushes its aggregated update to the PS shards of its units and
@@ -50,6 +51,7 @@ struct plan_device {
   std::size_t device = 0;    // index into the node's devices
   std::string kind;          // profile kind (the device's `profile`)
   uint64_t memory_bytes = 0; // 0 = no limit known
+  bool cuda = false;         // a cuda device (its stage keeps one more copy of its weights)
 };
 
 // Every device of the cluster, each with its profile kind (device key

@@ -576,8 +576,8 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   };
   if (core->overlapped() && core->on_device() && r.staleness == 0 && !core->params().empty()) {
     // One more copy of the stage's weights on the device (the planner's
-    // memory model does not count it): without room for it, the pulls are
-    // copied on this thread as before.
+    // memory model counts it for a cuda stage): without room for it, the
+    // pulls are copied on this thread as before.
     auto uctx = kernels::make_device_context(core->slot(0).where(), 1);
     std::vector<kernels::tensor> staged;
     if (uctx) try {

@@ -229,6 +229,27 @@ BOOST_AUTO_TEST_CASE(auto_nm_is_the_smallest_that_reaches_the_best_throughput) {
   BOOST_TEST(q->nm == 1);
 }
 
+BOOST_AUTO_TEST_CASE(a_cuda_stage_counts_its_upload_copy) {
+  // 2 units of 1000 params bytes, no activations, Nm = 1: each stage keeps
+  // params * (1 + 3), a cuda stage one more copy (the pulls' upload buffer).
+  auto db = uniform_db(2, {{"a", 1.0}}, 1000, 0);
+  auto cpu = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 1);
+  BOOST_REQUIRE(cpu.has_value());
+  for (const auto& st : cpu->stages) BOOST_TEST(st.memory_bytes == 4000u);
+  auto gpu0 = dev(0, 0, "a"), gpu1 = dev(0, 1, "a");
+  gpu0.cuda = gpu1.cuda = true;
+  auto cuda = partition_virtual_worker({gpu0, gpu1}, db, 1);
+  BOOST_REQUIRE(cuda.has_value());
+  for (const auto& st : cuda->stages) BOOST_TEST(st.memory_bytes == 5000u);
+  // A cap between the two: the cpu pair fits, the cuda pair does not.
+  auto capped = [](plan_device d) {
+    d.memory_bytes = 4500;
+    return d;
+  };
+  BOOST_TEST(partition_virtual_worker({capped(dev(0, 0, "a")), capped(dev(0, 1, "a"))}, db, 1).has_value());
+  BOOST_TEST(!partition_virtual_worker({capped(gpu0), capped(gpu1)}, db, 1).has_value());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(allocation)
