@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <tbb/info.h>
-
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cuda/cuda_api.hpp"
@@ -606,11 +604,9 @@ status ps_core::push(int w, int64_t tag, std::size_t first, std::size_t last,
 void ps_core::add(const held& h) {
   // A large stage's update is tens of MB, and a pull waits for this add
   // (D = 0: wave t goes in only when the pull of wave t + 2 may be
-  // answered), so it is split over a few threads - a few: the shard's node
-  // may be running a cpu stage's threads too.
-  static tbb::task_arena arena(std::min(4, tbb::info::default_concurrency()));
+  // answered), so it is split over the service threads.
   kernels::trace::scope t("add update", kernels::trace::current_track(), "wave", h.wave);
-  arena.execute([&] {
+  kernels::cpu::service_arena().execute([&] {
     std::size_t k = 0;
     for (std::size_t u : units_in(h.first, h.last))
       for (auto& t : units_.at(u)) {

@@ -107,7 +107,7 @@ public:
     return std::move(*got);
   }
 
-  // send() may run on a second thread too (hp_stage's pusher): the count is atomic.
+  // send() may run on a second thread too (hp_stage's push thread): the count is atomic.
   std::atomic<int64_t> bytes_sent{0};
   int64_t bytes_received = 0;
   // input = "stream" (stage 0): the stream source's batches arrive in this

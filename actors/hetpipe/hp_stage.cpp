@@ -19,7 +19,7 @@
 //       backward p -> backward, dL/dinput -> previous stage
 //     after each backward: the local update (minibatch order)
 //     after the wave's last update: push u(c) to every PS shard (overlapped
-//     waves: on the stage's pusher thread, while the next wave computes)
+//     waves: on a side thread of the stage's, while the next wave computes)
 //   the last stage: per-epoch loss and accuracy -> hphead
 //
 // Every wait is bounded (ps_timeout + 10 s) and polls stopping().
@@ -37,8 +37,6 @@
 #include <sstream>
 #include <random>
 #include <thread>
-
-#include <tbb/info.h>
 
 #include "actors/builtin/stream_job.hpp"
 #include "actors/control_board.hpp"
@@ -117,18 +115,19 @@ struct epoch_stats {
   bool started = false;
 };
 
-// Overlapped waves: a wave's push - its messages to the PS shards, a copy
-// of the stage's update each (tens of MB for a large stage) - built and sent
-// on a thread of its own, so the next wave's minibatches go on meanwhile.
-// One push at a time: submit() and wait() first wait for the previous one,
-// so the views it reads stay valid (a cpu stage's wave sums are dropped by
+// A thread of the stage's own that runs one job at a time: the wave's push
+// (overlapped waves: its messages to the PS shards, a copy of the stage's
+// update each, tens of MB for a large stage) and a cuda stage's upload of
+// its pulled weights, while the stage's minibatches go on. submit() first
+// waits for the job before it, so what a job reads stays valid until the
+// next submit() or wait() returns (a cpu stage's wave sums are dropped by
 // a rebase only once its shards hold them, i.e. after this push; a cuda
-// stage's host copies are reused by the next wave_delta, which waits).
-class pusher {
+// stage's host copies are reused by the next wave_delta, which waits). The
+// first error is kept: later jobs are skipped and every wait returns it.
+template <class Job> class side_thread {
 public:
-  using job = std::function<status(int64_t wave, const std::vector<kernels::tensor_view>& update)>;
-  explicit pusher(job fn) : fn_(std::move(fn)), thread_([this] { loop(); }) {}
-  ~pusher() {
+  explicit side_thread(std::function<status(Job&)> fn) : fn_(std::move(fn)), thread_([this] { loop(); }) {}
+  ~side_thread() {
     {
       std::lock_guard<std::mutex> g(mu_);
       stop_ = true;
@@ -136,20 +135,29 @@ public:
     cv_.notify_all();
     thread_.join();
   }
-  pusher(const pusher&) = delete;
-  pusher& operator=(const pusher&) = delete;
+  side_thread(const side_thread&) = delete;
+  side_thread& operator=(const side_thread&) = delete;
 
-  // Waits for the push in flight; its error, if it failed.
-  status wait() {
+  // Waits for the job in flight, bounded like every wait of the stage;
+  // `what` ("STAGE: sending the push of wave 3") names it in the errors.
+  status wait(double timeout_s, const std::atomic<bool>& stopping, const std::string& what) {
     std::unique_lock<std::mutex> g(mu_);
-    cv_.wait(g, [&] { return !work_; });
+    const auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                   std::chrono::duration<double>(timeout_s));
+    while (work_) {
+      if (stopping.load()) return make_error(errc::cancelled, what + ": stopped");
+      if (clock_type::now() >= deadline)
+        return make_error(errc::timeout, what + " took more than " + std::to_string(int(timeout_s)) +
+                                             " s ([job] ps_timeout + 10 s: raise ps_timeout for a link that slow)");
+      cv_.wait_for(g, std::chrono::milliseconds(100));
+    }
     return error_;
   }
-  status submit(int64_t wave, std::vector<kernels::tensor_view> update) {
-    HF_RETURN_IF_ERROR(wait());
+  status submit(Job job, double timeout_s, const std::atomic<bool>& stopping, const std::string& what) {
+    HF_RETURN_IF_ERROR(wait(timeout_s, stopping, what));
     {
       std::lock_guard<std::mutex> g(mu_);
-      work_.emplace(wave, std::move(update));
+      work_.emplace(std::move(job));
     }
     cv_.notify_all();
     return {};
@@ -165,10 +173,9 @@ private:
     for (;;) {
       cv_.wait(g, [&] { return stop_ || work_; });
       if (!work_) return;  // stopping, nothing left
-      auto [wave, update] = *work_;
-      g.unlock();
+      g.unlock();          // the stage leaves work_ alone until it is reset
       const auto t0 = clock_type::now();
-      status s = error_.ok() ? fn_(wave, update) : status{};
+      status s = error_.ok() ? fn_(*work_) : status{};
       const double took = since(t0);
       g.lock();
       busy_ += took;
@@ -177,25 +184,32 @@ private:
       cv_.notify_all();
     }
   }
-  job fn_;
+  std::function<status(Job&)> fn_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<std::pair<int64_t, std::vector<kernels::tensor_view>>> work_;
+  std::optional<Job> work_;
   status error_;
   bool stop_ = false;
   double busy_ = 0;
   std::thread thread_;  // last: starts once the members above exist
 };
 
+struct push_job {
+  int64_t wave = 0;
+  std::vector<kernels::tensor_view> update;
+};
+
 // A cuda stage with overlapped waves and D = 0 requests wave w + 1's pull
 // as soon as wave w's answer is in, so the answer - the stage's weights,
 // tens of MB - arrives while wave w computes. Copied to the device at the
 // wave's first forward, it held the stage's thread ~4.5 ms a wave (VGG-11's
-// 37 MB from pageable message buffers, H200). This thread copies it as soon
-// as every shard's answer is in, on a stream of its own, into device
+// 37 MB from pageable message buffers, H200). A side thread copies it as
+// soon as every shard's answer is in, on a stream of its own, into device
 // buffers that the rebase then reads (device to device). One wave at a
 // time: the stage requests the next wave only after its rebase has read
-// these buffers (release()), so they are never written while read.
+// these buffers (release()), so they are never written while read. The
+// answers' bookkeeping is the stage thread's (the inbox's intercept runs
+// there too); the answers move into the copy's job.
 class uploader {
 public:
   // The answers (one per shard, in shard order) as the stage's tensors in
@@ -206,14 +220,9 @@ public:
   uploader(std::shared_ptr<kernels::device_context> ctx, std::vector<kernels::tensor> staged,
            std::vector<std::string> shards, order_fn order, kernels::trace::track_id track)
       : ctx_(std::move(ctx)), shards_(std::move(shards)), order_(std::move(order)), track_(track),
-        staged_(std::move(staged)), thread_([this] { loop(); }) {}
+        staged_(std::move(staged)), copier_([this](job& j) { return upload(j); }) {}
   ~uploader() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
+    (void)copier_.wait(1e9, never_, "");  // the copy in flight, if any
     // An upload that failed part way may have copies from host_ queued.
     (void)ctx_->synchronize();
     if (pinned_) static_cast<kernels::cuda::context&>(*ctx_).unpin_host(host_.f32());
@@ -223,54 +232,36 @@ public:
 
   // The stage requested wave w's pull (the previous wave released).
   void expect(int64_t w) {
-    std::lock_guard<std::mutex> g(mu_);
     wave_ = w;
     answers_.clear();
     answers_.resize(shards_.size());
     got_.assign(shards_.size(), false);
-    ready_ = false;
   }
   // An answer of the expected wave from one of the shards, not yet given.
-  bool wants(const ralp::ralp_message& m) {
-    if (m.kind != hp_job::kind_weights) return false;
-    std::lock_guard<std::mutex> g(mu_);
+  bool wants(const ralp::ralp_message& m) const {
     const std::size_t i = index_of(m.sender);
-    return m.info.clock == wave_ && i < shards_.size() && !got_[i];
+    return m.kind == hp_job::kind_weights && m.info.clock == wave_ && wave_ >= 0 && i < shards_.size() && !got_[i];
   }
-  bool has(const std::string& shard) {
-    std::lock_guard<std::mutex> g(mu_);
+  bool has(const std::string& shard) const {
     const std::size_t i = index_of(shard);
-    return i < shards_.size() && got_[i];
+    return wave_ >= 0 && i < shards_.size() && got_[i];
   }
-  // Takes an answer wants() accepted; the last one starts the upload.
+  // Takes an answer wants() accepted; the last one starts the copy (an
+  // error shows at wait()).
   void offer(ralp::ralp_message&& m) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      const std::size_t i = index_of(m.sender);
-      answers_[i] = std::move(m);
-      got_[i] = true;
-    }
-    cv_.notify_all();
+    const std::size_t i = index_of(m.sender);
+    answers_[i] = std::move(m);
+    got_[i] = true;
+    if (complete()) (void)copier_.submit(job{wave_, std::move(answers_)}, 1e9, never_, "an earlier upload");
   }
   // Waits for wave w's upload: the device copies of its tensors and their
   // marks, valid until release().
-  // Bounded like every wait of the stage (`timeout_s`, and `stopping`).
   expected<pulled> wait(int64_t w, double timeout_s, const std::atomic<bool>& stopping) {
-    std::unique_lock<std::mutex> g(mu_);
-    if (wave_ != w || !std::all_of(got_.begin(), got_.end(), [](bool b) { return b; }))
+    if (wave_ != w || !complete())
       return make_error(errc::internal, "hetpipe stage: the upload of wave " + std::to_string(w) +
                                             " was not requested or lacks an answer");
-    const auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
-                                                   std::chrono::duration<double>(timeout_s));
-    while (!ready_ && error_.ok()) {
-      if (stopping.load()) return make_error(errc::cancelled, "hetpipe stage: stopped");
-      if (clock_type::now() >= deadline)
-        return make_error(errc::timeout, "hetpipe stage: the copy of wave " + std::to_string(w) +
-                                             "'s weights to the device took more than " +
-                                             std::to_string(int(timeout_s)) + " s");
-      cv_.wait_for(g, std::chrono::milliseconds(100));
-    }
-    if (!error_.ok()) return error_;
+    HF_RETURN_IF_ERROR(
+        copier_.wait(timeout_s, stopping, "the copy of wave " + std::to_string(w) + "'s pulled weights to the device"));
     pulled p;
     for (auto& t : staged_) p.first.push_back(t.view());
     p.second = marks_;
@@ -278,46 +269,24 @@ public:
   }
   // The rebase has read the buffers: the next wave may be uploaded.
   void release() {
-    std::lock_guard<std::mutex> g(mu_);
-    answers_.clear();
-    answers_.resize(shards_.size());
-    got_.assign(shards_.size(), false);
     wave_ = -1;
-    ready_ = false;
+    got_.assign(shards_.size(), false);
   }
-  double busy_seconds() {
-    std::lock_guard<std::mutex> g(mu_);
-    return busy_;
-  }
+  double busy_seconds() { return copier_.busy_seconds(); }
 
 private:
+  struct job {
+    int64_t wave = -1;
+    std::vector<ralp::ralp_message> answers;
+  };
   std::size_t index_of(const std::string& sender) const {
     return std::size_t(std::find(shards_.begin(), shards_.end(), sender) - shards_.begin());
   }
-  bool complete() const {
-    return wave_ >= 0 && !ready_ && std::all_of(got_.begin(), got_.end(), [](bool b) { return b; });
-  }
-  void loop() {
-    std::unique_lock<std::mutex> g(mu_);
-    for (;;) {
-      cv_.wait(g, [&] { return stop_ || (error_.ok() && complete()); });
-      if (stop_) return;
-      const int64_t wave = wave_;
-      g.unlock();
-      const auto t0 = clock_type::now();
-      status s = upload(wave);
-      const double took = since(t0);
-      g.lock();
-      busy_ += took;
-      if (!s.ok()) error_ = s;
-      ready_ = s.ok();
-      cv_.notify_all();
-    }
-  }
-  // On this thread; answers_ is not touched by the stage until ready_.
-  status upload(int64_t wave) {
-    kernels::trace::scope t("pull: upload", track_, "wave", wave);
-    HF_ASSIGN_OR_RETURN(pulled p, order_(answers_));
+  bool complete() const { return std::all_of(got_.begin(), got_.end(), [](bool b) { return b; }); }
+  // On the side thread.
+  status upload(job& j) {
+    kernels::trace::scope t("pull: upload", track_, "wave", j.wave);
+    HF_ASSIGN_OR_RETURN(pulled p, order_(j.answers));
     if (staged_.size() != p.first.size())
       return make_error(errc::internal, "hetpipe stage: an upload of " + std::to_string(p.first.size()) +
                                             " tensors for " + std::to_string(staged_.size()) + " parameters");
@@ -339,7 +308,7 @@ private:
       }
       const float* src = p.first[i].f32();
       const int64_t n = std::min(p.first[i].numel(), staged_[i].numel());
-      arena_.execute([&] {
+      kernels::cpu::service_arena().execute([&] {
         kernels::cpu::parallel_elements(n, [=](int64_t lo, int64_t hi) {
           std::memcpy(at + lo, src + lo, std::size_t(hi - lo) * sizeof(float));
         });
@@ -348,9 +317,10 @@ private:
       at += n;
     }
     HF_RETURN_IF_ERROR(ctx_->synchronize());
-    marks_ = std::move(p.second);
+    marks_ = std::move(p.second);  // read by the stage after wait()
     return {};
   }
+  static inline const std::atomic<bool> never_{false};
   std::shared_ptr<kernels::device_context> ctx_;  // its own stream
   std::vector<std::string> shards_;
   order_fn order_;
@@ -358,18 +328,11 @@ private:
   std::vector<kernels::tensor> staged_;  // on the device, one per parameter
   kernels::tensor host_;                 // the page-locked way there (all tensors)
   bool pinned_ = false;
-  tbb::task_arena arena_{std::min(4, tbb::info::default_concurrency())};
-  std::mutex mu_;
-  std::condition_variable cv_;
   int64_t wave_ = -1;  // the wave expected (-1: none)
   std::vector<ralp::ralp_message> answers_;
   std::vector<bool> got_;
-  bool ready_ = false;  // wave_'s upload is done
   std::vector<int64_t> marks_;
-  status error_;
-  bool stop_ = false;
-  double busy_ = 0;
-  std::thread thread_;  // last: starts once the members above exist
+  side_thread<job> copier_;  // last: destroyed (joined) first
 };
 
 // Runs `undo` when it goes: undoes the inbox's hooks into objects declared
@@ -555,7 +518,9 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
           HF_ASSIGN_OR_RETURN(auto m, answer_of(ps_name(n)));
           uploads->offer(std::move(m));
         }
-      HF_ASSIGN_OR_RETURN(uploader::pulled p, uploads->wait(wave, r.timeout_s, svc->stopping()));
+      auto up = uploads->wait(wave, r.timeout_s, svc->stopping());
+      if (!up) return up.error().with_context(me);
+      uploader::pulled& p = *up;
       HF_RETURN_IF_ERROR(core->rebase(p.first, p.second));
       uploads->release();
       st.pull_seconds += since(t0);
@@ -626,22 +591,24 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
     }
     return {};
   };
-  // Overlapped waves send on the pusher thread (its own trace track).
-  std::optional<pusher> async_push;
+  // Overlapped waves send on a side thread (its own trace track).
+  std::optional<side_thread<push_job>> async_push;
   kernels::trace::track_id push_tk = 0;
   if (core->overlapped()) {
     if (tk != 0) push_tk = kernels::trace::track(me + " pushes");
-    async_push.emplace([&send_push, push_tk](int64_t wave, const std::vector<kernels::tensor_view>& u) {
-      return send_push(wave, u, push_tk);
-    });
+    async_push.emplace([&send_push, push_tk](push_job& j) { return send_push(j.wave, j.update, push_tk); });
   }
+  auto push_sent = [&](int64_t wave) {
+    return async_push->wait(r.timeout_s, svc->stopping(), me + ": sending the push of wave " + std::to_string(wave));
+  };
   auto push = [&](int64_t wave) -> status {
     kernels::trace::scope t("push", tk, "wave", wave);
     const auto t0 = clock_type::now();
     if (core->overlapped()) {
-      HF_RETURN_IF_ERROR(async_push->wait());  // the previous push read the views wave_delta reuses
+      HF_RETURN_IF_ERROR(push_sent(wave - 1));  // the previous push read the views wave_delta reuses
       HF_ASSIGN_OR_RETURN(std::vector<kernels::tensor_view> u, core->wave_delta(wave));
-      HF_RETURN_IF_ERROR(async_push->submit(wave, std::move(u)));
+      HF_RETURN_IF_ERROR(async_push->submit(push_job{wave, std::move(u)}, r.timeout_s, svc->stopping(),
+                                                  me + ": sending the push of wave " + std::to_string(wave - 1)));
     } else {
       HF_ASSIGN_OR_RETURN(std::vector<kernels::tensor> owned, core->wave_update());
       std::vector<kernels::tensor_view> u;
@@ -971,7 +938,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
           if (q + 1 == total || waves.wave_of(q + 1) != waves.wave_of(q)) HF_RETURN_IF_ERROR(pushed(waves.wave_of(q)));
         after_step(done);
       }
-      HF_RETURN_IF_ERROR(async_push->wait());  // the last wave's push sent
+      HF_RETURN_IF_ERROR(push_sent(waves.waves() - 1));  // the last wave's push sent
       st.push_thread_seconds = async_push->busy_seconds();
       if (uploads) st.pull_thread_seconds = uploads->busy_seconds();
       if (first_stage && open_epoch >= 0) HF_RETURN_IF_ERROR(source->end_epoch(open_epoch));

@@ -1,13 +1,13 @@
 #include "actors/ralp/ralp_protocol.hpp"
 
 #include <tbb/blocked_range.h>
-#include <tbb/info.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
+
+#include "kernels/cpu/parallel.hpp"
 
 namespace hetflow::ralp {
 
@@ -15,33 +15,38 @@ namespace {
 
 // The tensors into the message. A stage's weights or update are tens of
 // MB, and one thread copies ~6 GB/s (a 37 MB HetPipe pull answer took 6 ms
-// on the H200 machines), so large messages are copied in 1 MiB pieces by a
-// few threads - a few: the node may be running a cpu stage's threads too.
+// on the H200 machines), so large messages are copied in 1 MiB pieces by the
+// service threads (kernels::cpu::service_arena). Small ones (activations,
+// every minibatch) are copied in place, with no bookkeeping.
 void copy_tensors(schemas::message_builder& b, std::span<const kernels::tensor_view> tensors) {
   constexpr std::size_t piece = std::size_t{1} << 20, parallel_from = std::size_t{4} << 20;
+  std::size_t total = 0;
+  for (const auto& t : tensors) total += t.byte_size();
+  if (total < parallel_from) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      auto d = b.tensor_data(i);
+      if (!d.empty()) std::memcpy(d.data(), tensors[i].f32(), d.size());
+    }
+    return;
+  }
   struct part {
     std::byte* dst;
     const std::byte* src;
     std::size_t bytes;
   };
   std::vector<part> parts;
-  std::size_t total = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     auto d = b.tensor_data(i);
     const auto* src = reinterpret_cast<const std::byte*>(tensors[i].f32());
     for (std::size_t at = 0; at < d.size(); at += piece)
       parts.push_back({d.data() + at, src + at, std::min(piece, d.size() - at)});
-    total += d.size();
   }
-  auto run = [&](std::size_t lo, std::size_t hi) {
-    for (std::size_t k = lo; k < hi; ++k) std::memcpy(parts[k].dst, parts[k].src, parts[k].bytes);
-  };
-  if (total < parallel_from) return run(0, parts.size());
-  // Sized by the process (not by the arena of whichever thread sends first).
-  static tbb::task_arena arena(std::min(4, tbb::info::default_concurrency()));
-  arena.execute([&] {
+  kernels::cpu::service_arena().execute([&] {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, parts.size()),
-                      [&](const tbb::blocked_range<std::size_t>& r) { run(r.begin(), r.end()); });
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t k = r.begin(); k < r.end(); ++k)
+                          std::memcpy(parts[k].dst, parts[k].src, parts[k].bytes);
+                      });
   });
 }
 

@@ -8,8 +8,10 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace hetflow::kernels::cpu {
@@ -28,6 +30,15 @@ template <class Body> void parallel_range(int64_t n, int64_t grain, Body&& body)
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
                     [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); },
                     tbb::static_partitioner{});
+}
+
+// A few threads (at most 4, sized by the process, not by the arena of
+// whoever calls first) for service work beside a node's compute: building
+// large messages, a PS shard's adds, a cuda stage's uploads. A few: the
+// node may be running a cpu stage's threads too.
+inline tbb::task_arena& service_arena() {
+  static tbb::task_arena arena(std::min(4, tbb::info::default_concurrency()));
+  return arena;
 }
 
 // Elementwise loops: body(begin, end) over [0, n).

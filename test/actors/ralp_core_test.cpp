@@ -348,6 +348,32 @@ BOOST_AUTO_TEST_CASE(protocol_round_trip) {
   BOOST_CHECK_EQUAL(me->text, "it broke");
 }
 
+BOOST_AUTO_TEST_CASE(large_messages_are_copied_in_pieces_whole) {
+  // Over 4 MiB in all: copied in 1 MiB pieces by several threads. Sizes that
+  // are not multiples of a piece, an empty tensor between, every element
+  // distinct: each must land where it belongs.
+  std::vector<kernels::tensor> owned;
+  for (int64_t n : {int64_t{(3 << 18) + 7}, int64_t{0}, int64_t{(1 << 20) + 5}, int64_t{3}}) {
+    owned.push_back(kernels::tensor::empty({n}));
+    for (int64_t i = 0; i < n; ++i) owned.back().f32()[i] = float(i % 1000003) + 0.25f * float(owned.size());
+  }
+  std::vector<kernels::tensor_view> ts;
+  for (auto& t : owned) ts.push_back(t.view());
+  ralp_info info;
+  auto buf = make_message(kind_activations, "a", "b", info, ts, {});
+  schemas::read_limits lim;
+  auto m = read_message(buf, lim, "test");
+  BOOST_REQUIRE_MESSAGE(m.has_value(), m.error().message());
+  BOOST_REQUIRE_EQUAL(m->tensors(), owned.size());
+  for (std::size_t k = 0; k < owned.size(); ++k) {
+    auto t = f32_tensor(*m, k);
+    BOOST_REQUIRE(t.has_value());
+    BOOST_REQUIRE_EQUAL(t->numel(), owned[k].numel());
+    if (owned[k].numel() > 0)
+      BOOST_CHECK(std::memcmp(t->f32(), owned[k].f32(), std::size_t(owned[k].numel()) * sizeof(float)) == 0);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(worker_clocks_cover_every_step_once) {
   // Worker w takes steps j with j % W == w: 10 steps, 3 workers -> 4, 3, 3
   // an epoch; 2 workers of a 1-step epoch -> 1 and 0.
