@@ -69,9 +69,9 @@ struct child {
 
 // [cluster] pin_local_nodes = "auto": with several local nodes and none with
 // its own `cpus`, give each node its own contiguous CPUs: as many as its cpu
-// devices' `threads` ask for (one more where there are enough, below), and
-// the CPUs left over shared among the nodes that leave `threads` at 0 (at
-// least one each). When the nodes ask for more
+// devices' `threads` ask for (one more where there are enough), and the
+// CPUs left over shared among the nodes that leave `threads` at 0 (at least
+// one each): topology::local_cpu_shares. When the nodes ask for more
 // CPUs than this process may use, nothing is pinned. Several nodes' threads
 // (progress loops, compute pools, actors) otherwise migrate across the same
 // cores; on a 2-core machine an unpinned 2-node 16 MiB all-reduce took 3-4 ms
@@ -83,37 +83,24 @@ void plan_pinning(const topology::cluster& cl, std::vector<child>& children) {
   const std::vector<int> cpus = actors::usable_cpus();
   // CPUs each node asks for: its largest cpu device `threads` (0: a share).
   std::vector<std::size_t> want(children.size(), 0);
-  std::size_t asked = 0, sharing = 0;
-  for (std::size_t i = 0; i < children.size(); ++i) {
+  for (std::size_t i = 0; i < children.size(); ++i)
     for (const auto& d : cl.nodes[std::size_t(children[i].index)].devices)
       if (d.kind == topology::device_kind::cpu && d.threads > 0) want[i] = std::max(want[i], std::size_t(d.threads));
-    if (want[i] == 0) ++sharing;
-    asked += want[i];
-  }
-  if (asked + sharing > cpus.size()) {
+  const std::vector<std::size_t> shares = topology::local_cpu_shares(want, cpus.size());
+  if (shares.empty()) {
+    std::size_t asked = 0;
+    for (std::size_t w : want) asked += std::max<std::size_t>(w, 1);
     std::fprintf(stderr,
                  "hetflow run: not pinning the local nodes to CPUs: they ask for %zu on the %zu this "
                  "process may use\n",
-                 asked + sharing, cpus.size());
+                 asked, cpus.size());
     return;
   }
-  // A node whose cpu device asks for T threads runs T compute threads and
-  // its service threads besides (the data plane's progress thread, its
-  // actors, a HetPipe stage's pusher). On exactly T CPUs a service thread
-  // preempts a compute thread, and the compute team's barrier waits a time
-  // slice for it. So when the CPUs allow it (every sharing node still gets
-  // one), each asking node gets one CPU more than it asks for.
-  std::size_t asking = 0;
-  for (std::size_t w : want) asking += w > 0 ? 1 : 0;
-  const std::size_t extra = asked + asking + sharing <= cpus.size() ? 1 : 0;
-  const std::size_t left = cpus.size() - asked - extra * asking;
   std::string summary;
-  std::size_t next = 0, shared_seen = 0;
+  std::size_t next = 0;
   for (std::size_t i = 0; i < children.size(); ++i) {
-    std::size_t n = want[i] > 0 ? want[i] + extra : 0;
-    if (n == 0) n = left / sharing + (shared_seen++ < left % sharing ? 1 : 0);
-    std::vector<int> mine(cpus.begin() + std::ptrdiff_t(next), cpus.begin() + std::ptrdiff_t(next + n));
-    next += n;
+    std::vector<int> mine(cpus.begin() + std::ptrdiff_t(next), cpus.begin() + std::ptrdiff_t(next + shares[i]));
+    next += shares[i];
     children[i].cpus = topology::format_cpu_list(mine);
     summary += (summary.empty() ? "" : ", ") + children[i].name + " " + children[i].cpus;
   }

@@ -75,4 +75,20 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
   return out;
 }
 
+std::vector<std::size_t> local_cpu_shares(const std::vector<std::size_t>& want, std::size_t cpus) {
+  std::size_t asked = 0, asking = 0, sharing = 0;
+  for (std::size_t w : want) {
+    asked += w;
+    (w > 0 ? asking : sharing) += 1;
+  }
+  if (asked + sharing > cpus) return {};
+  const std::size_t extra = asked + asking + sharing <= cpus ? 1 : 0;
+  const std::size_t left = cpus - asked - extra * asking;
+  std::vector<std::size_t> out;
+  std::size_t shared_seen = 0;
+  for (std::size_t w : want)
+    out.push_back(w > 0 ? w + extra : left / sharing + (shared_seen++ < left % sharing ? 1 : 0));
+  return out;
+}
+
 }  // namespace hetflow::topology

@@ -84,6 +84,15 @@ struct runtime_settings {
 expected<std::vector<int>> parse_cpu_list(std::string_view text);
 // The list in the same syntax, ranges folded: {0,1,2,3,8} -> "0-3,8".
 std::string format_cpu_list(const std::vector<int>& cpus);
+// How many of `cpus` CPUs each local node gets (`hetflow run`'s
+// pin_local_nodes = "auto"): want[i] > 0, a node whose cpu device asks for
+// that many threads, gets them plus one for its service threads (the data
+// plane's progress thread, its actors, a HetPipe stage's push and upload
+// threads: on exactly T CPUs one of them preempts a compute thread and the
+// team's barrier waits a time slice) when the CPUs allow that for every
+// asking node; want[i] == 0 shares what is left (at least one each).
+// Empty when they ask for more than there are.
+std::vector<std::size_t> local_cpu_shares(const std::vector<std::size_t>& want, std::size_t cpus);
 
 struct cluster {
   std::string name;

@@ -77,6 +77,18 @@ BOOST_AUTO_TEST_CASE(names) {
   BOOST_TEST(std::string(to_string(key_type::size_list)) == "size_list");
 }
 
+BOOST_AUTO_TEST_CASE(local_cpu_shares_give_asking_nodes_one_more_where_there_are_enough) {
+  using v = std::vector<std::size_t>;
+  BOOST_TEST(local_cpu_shares({8, 0}, 16) == (v{9, 7}));    // one more for n0's service threads
+  BOOST_TEST(local_cpu_shares({8, 0}, 9) == (v{8, 1}));     // no room for the extra one
+  BOOST_TEST(local_cpu_shares({8, 0}, 10) == (v{9, 1}));
+  BOOST_TEST(local_cpu_shares({1, 1}, 2) == (v{1, 1}));     // the 2-core VM: as asked
+  BOOST_TEST(local_cpu_shares({2, 1}, 5) == (v{3, 2}));
+  BOOST_TEST(local_cpu_shares({0, 0, 0}, 8) == (v{3, 3, 2}));  // shares, the first ones one more
+  BOOST_TEST(local_cpu_shares({2, 1}, 2).empty());          // more than there are
+  BOOST_TEST(local_cpu_shares({2, 0}, 2).empty());          // the sharing node needs one too
+}
+
 BOOST_AUTO_TEST_CASE(cpu_lists_parse_and_format) {
   auto ok = parse_cpu_list("0-3,8,10-11,2");
   BOOST_REQUIRE(ok.has_value());
