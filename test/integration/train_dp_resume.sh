@@ -164,9 +164,11 @@ for i in $(seq 1 300); do
 done
 pkill -KILL -f -- "node $per --name n[01]" || fail "periodic: no nodes to kill"
 wait_exit "$RUN_PID" 10 || { cat "$per.out"; fail "periodic: the run did not end after its nodes were killed"; }
+# The newest 3 are kept, and a 4th for a moment: a checkpoint is written
+# before the oldest goes, and the kill may fall between the two.
 for r in 0 1; do
   n=$(ls "$S/ck-per" | grep -c "^replica$r\.step\.ckpt-")
-  ((n >= 1 && n <= 3)) || { ls "$S/ck-per"; fail "periodic: want 1-3 step checkpoints of replica$r kept, got $n"; }
+  ((n >= 1 && n <= 4)) || { ls "$S/ck-per"; fail "periodic: want 1-4 step checkpoints of replica$r kept, got $n"; }
 done
 resume_and_check "$per" "$want" "resumed at step" "periodic"
 /usr/bin/env python3 - "$per.resume.json" <<'PY' || { cat "$per.resume.out"; fail "periodic: resumed where?"; }
