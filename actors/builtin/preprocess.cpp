@@ -573,25 +573,25 @@ void shard_finish(caf::event_based_actor* self, shard_state& st) {
   if (st.done) return;
   uint64_t rows = 0, malformed = 0;
   double secs = 0;
-  std::string parts, names;
+  std::string names;
   for (auto& s : st.slots) {
     if (!s->applied) return shard_fail(self, st, "told to finish before shard " + std::to_string(s->index) + "'s part was written");
     rows += s->rows;
     malformed += s->malformed;
     secs = std::max(secs, s->seconds);
-    parts += (parts.empty() ? "" : ",") + s->metrics;
     names += (names.empty() ? "" : ", ") + pp::part_file_name(s->index);
   }
   json_writer w;
   w.begin_object().field("rows", rows).field("malformed_total", malformed).field("seconds", secs);
-  std::string head = w.str();
-  head.pop_back();  // the parts go in last (summarize reads them back)
+  w.key("parts").begin_array();  // last: summarize reads them back
+  for (auto& s : st.slots) w.raw(s->metrics);
+  w.end_array().end_object();
   st.done = true;
   st.svc->report_done(st.me, true,
                       "wrote " + std::to_string(rows) + " rows to " + names + " (" + std::to_string(malformed) +
                           " malformed lines skipped)" +
                           (st.slots.size() > 1 ? "; took over shard " + std::to_string(st.slots.back()->index) : ""),
-                      head + ",\"parts\":[" + parts + "]}");
+                      w.str());
   self->quit();
 }
 
