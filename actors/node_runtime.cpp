@@ -1657,6 +1657,12 @@ int run_node(const node_options& opts, const registry& reg) {
       std::mt19937_64 jitter{std::random_device{}() ^ (uint64_t(::getpid()) << 16) ^ uint64_t(sh->self)};
       std::string fatal;
       int fatal_code = exit_peer;
+      // How long to wait for a peer's challenge, per peer: from 50 ms,
+      // doubled on each miss up to 3 s. Two nodes that dial each other at the
+      // same instant can lose the first connection's messages (CAF drops one
+      // of two BASP connections opened from both ends), and a fixed 3 s wait
+      // then made 1 in 8 two-node preprocess runs start 3 s late.
+      std::map<int, std::chrono::milliseconds> challenge_wait;
       while (!pending.empty() && fatal.empty()) {
         if (signals.interrupted()) {
           fatal = "interrupted while joining";
@@ -1687,7 +1693,8 @@ int run_node(const node_options& opts, const registry& reg) {
           caf::scoped_actor s{sys};
           std::vector<char> their_nonce;
           bool challenged = false;
-          s->request(*r, std::chrono::seconds(3), challenge_atom::value)
+          auto& wait = challenge_wait.try_emplace(*it, std::chrono::milliseconds(50)).first->second;
+          s->request(*r, wait, challenge_atom::value)
               .receive(
                   [&](challenge_atom, std::vector<char>& n) {
                     challenged = true;
@@ -1695,6 +1702,7 @@ int run_node(const node_options& opts, const registry& reg) {
                   },
                   [&](caf::error&) {});
           if (!challenged) {  // no answer (yet): retry soon rather than wait out a hello too
+            wait = std::min(wait * 2, std::chrono::milliseconds(3000));
             ++it;
             continue;
           }
@@ -1799,21 +1807,35 @@ int run_node(const node_options& opts, const registry& reg) {
       }
     }
     sh->dp->shutdown();
-    // With the CAF data plane, let the last messages between the nodes
-    // (the stop, down and proxy messages of the job's end) land before the
-    // actor system goes down: without this pause a detached actor was still
-    // referenced after the system stopped in 9 of 40 two-node runs (see the
-    // shutdown watchdog below), with a 50 ms pause in 0 of 40. UCX's own
-    // teardown takes longer than that, and its runs never showed it.
-    if (sh->caf_dp != nullptr && sh->cluster.nodes.size() > 1)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<caf::actor_addr> locals;  // weak: they must not keep the actors alive
     {
       std::lock_guard<std::mutex> g(sh->mu);
+      for (auto& [n, a] : sh->local_actors) locals.push_back(caf::actor_cast<caf::actor_addr>(a));
       sh->local_actors.clear();
       sh->local_by_channel.clear();
       sh->directory.clear();
     }
     sh->node_actor = caf::actor{};
+    // Let the last messages of the job's end (stop, down and proxy messages
+    // between the nodes, which hold references to the actors that sent them
+    // or will receive them) land while the middleman and the scheduler still
+    // run: the actor system's shutdown waits for every detached actor to be
+    // destroyed, and a reference held by a message that never lands keeps
+    // one alive for good (the watchdog below). Without this wait that
+    // happened in 4 of 10 two-node preprocess runs with the UCX data plane
+    // (on the node that is not the head); a fixed 50 ms pause used to cover
+    // only the CAF data plane. Bounded: a reference that outlives 250 ms is
+    // left to the watchdog.
+    if (sh->cluster.nodes.size() > 1) {
+      const auto deadline = clock_type::now() + std::chrono::milliseconds(250);
+      auto alive = [&] {
+        for (auto& w : locals)
+          if (caf::actor_cast<caf::strong_actor_ptr>(w)) return true;
+        return false;
+      };
+      while (alive() && clock_type::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (alive()) log_debug("a local actor is still referenced 250 ms after the job's end");
+    }
     write_reports(opts, *sh, code, reason);
     write_trace(opts, code, reason);
     if (metrics_server) metrics_server->stop();
@@ -1822,16 +1844,15 @@ int run_node(const node_options& opts, const registry& reg) {
     // actor object is destroyed. The job's outcome is final and the reports
     // are written by now, so a reference that keeps an actor alive must not
     // turn into a hang or change the exit status.
-    // TODO(robustness): a detached actor is sometimes still referenced here
-    // (private_thread::await_self_destroyed, after the middleman and the
-    // scheduler have stopped): seen after 64 MiB messages over the CAF data
-    // plane and, on 2026-11-25, in 4 of 8 two-node preprocess runs (hash mode
-    // too, whose shards talk to no remote actor), on either node, always with
-    // data_plane = "caf" (0 of 10 with ucx, 0 of 12 with one node); a 50 ms
-    // pause before the system goes down (above) made it 0 of 40: a race with
-    // messages still in flight at the end. The holder is not found. Such a reference never goes away by waiting, and the system is
-    // otherwise down within milliseconds, so the grace is 1 s (it was 5 s,
-    // which every such run added to its wall time).
+    // A detached actor still referenced here blocks the actor system's
+    // shutdown (private_thread::await_self_destroyed, after the middleman
+    // and the scheduler have stopped), and that reference then never goes
+    // away. Seen in 4 of 10 two-node preprocess runs with UCX (11-27) and
+    // 9 of 40 with the CAF data plane (11-25) before the wait for the local
+    // actors to be gone (above): a message still in flight at the job's end
+    // held one. That wait is bounded, so this watchdog stays for whatever
+    // holds a reference longer; the system is otherwise down within
+    // milliseconds, so the grace is 1 s.
     watchdog = std::thread([&shutdown_mu, &shutdown_cv, &shutdown_done, code] {
       std::unique_lock<std::mutex> lk(shutdown_mu);
       if (!shutdown_cv.wait_for(lk, std::chrono::seconds(1), [&] { return shutdown_done; })) {

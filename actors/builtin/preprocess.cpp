@@ -933,7 +933,11 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
     [self, st](pp_tick_atom) {
       if (st->done) return;
       check_lost(self, *st);
-      if (!st->done) self->delayed_send(self, std::chrono::milliseconds(100), pp_tick_atom::value);
+      // Every 20 ms: a pending tick holds this (detached) actor until it
+      // lands, and the node waits for its actors to be gone before the actor
+      // system goes down (node_runtime.cpp), so the period is also what the
+      // job's end may wait for. A check is a lookup in a set.
+      if (!st->done) self->delayed_send(self, std::chrono::milliseconds(20), pp_tick_atom::value);
     },
     [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& sizes) {
       (void)rows;
