@@ -1,6 +1,9 @@
 #include "kernels/preprocess/count_stream.hpp"
 
 #include <algorithm>
+#include <limits>
+
+#include "kernels/preprocess/hex_key.hpp"
 #include <cstring>
 #include <queue>
 
@@ -8,10 +11,19 @@ namespace hetflow::kernels::preprocess {
 namespace {
 
 constexpr std::size_t record_overhead = 2 + 8;
+constexpr uint16_t hex_run_mark = 0xffff;        // a u16 length no string has
+constexpr std::size_t hex_run_header = 2 + 4;    // mark | u32 n
+constexpr std::size_t hex_run_entry = 4 + 8;     // u32 value | u64 count
 
 class memory_stream_impl final : public count_stream {
 public:
-  explicit memory_stream_impl(count_entries e) : e_(std::move(e)) {}
+  explicit memory_stream_impl(count_entries e) : e_(std::move(e)) {
+    // Batches from the first entry after the last string that is not 8 hex
+    // digits (the entries before it go one by one).
+    uint32_t v;
+    hex_from_ = e_.size();
+    while (hex_from_ > 0 && hex8_value(e_[hex_from_ - 1].first, v)) --hex_from_;
+  }
   bool next(std::string_view& s, uint64_t& count) override {
     if (i_ >= e_.size()) {
       count_entries().swap(e_);  // release as soon as consumed
@@ -22,10 +34,20 @@ public:
     ++i_;
     return true;
   }
+  std::size_t next_hex(uint32_t* values, uint64_t* counts, std::size_t max) override {
+    if (i_ < hex_from_) return 0;
+    std::size_t n = 0;
+    for (; n < max && i_ < e_.size(); ++n, ++i_) {
+      hex8_value(e_[i_].first, values[n]);
+      counts[n] = e_[i_].second;
+    }
+    return n;
+  }
 
 private:
   count_entries e_;
   std::size_t i_ = 0;
+  std::size_t hex_from_ = 0;
 };
 
 class merged_stream_impl final : public count_stream {
@@ -90,8 +112,53 @@ class chunk_stream_impl final : public count_stream {
 public:
   chunk_stream_impl(chunk_fetcher f, std::string who) : fetch_(std::move(f)), who_(std::move(who)) {}
   bool next(std::string_view& s, uint64_t& count) override {
+    if (!load()) return false;
+    if (at_run()) {
+      uint32_t v;
+      if (!take_hex(v, count)) return false;
+      hex8_chars(v, hex_buf_);
+      s = std::string_view(hex_buf_, 8);
+      return true;
+    }
+    if (!err_.ok()) return false;
+    uint16_t len;
+    std::memcpy(&len, chunk_.data() + pos_, 2);
+    if (chunk_.size() - pos_ < record_overhead + len) return corrupt();
+    std::string_view v(chunk_.data() + pos_ + 2, len);
+    std::memcpy(&count, chunk_.data() + pos_ + 2 + len, 8);
+    pos_ += record_overhead + len;
+    if (last_ == last_kind::hex) {
+      char b[8];
+      hex8_chars(last_hex_, b);
+      if (key_compare(std::string_view(b, 8), v) >= 0) return corrupt();
+    } else if (last_ == last_kind::string && key_compare(last_s_, v) >= 0) {
+      return corrupt();
+    }
+    // The previous string stays a view into the chunk; it is copied only
+    // when the chunk is about to be replaced (load()).
+    last_s_ = v;
+    last_ = last_kind::string;
+    s = v;
+    return true;
+  }
+  std::size_t next_hex(uint32_t* values, uint64_t* counts, std::size_t max) override {
+    if (max == 0 || !load() || !at_run()) return 0;
+    std::size_t n = 0;
+    while (n < max && run_left_ > 0) {
+      if (!take_hex(values[n], counts[n])) return 0;  // corrupt: next() ends the stream
+      ++n;
+    }
+    return n;
+  }
+  status error() const override { return err_; }
+
+private:
+  enum class last_kind { none, string, hex };
+  // A record at pos_ (or an entry of a run), fetching chunks as needed;
+  // false at the end or on an error.
+  bool load() {
     if (ended_ || !err_.ok()) return false;
-    while (pos_ >= chunk_.size()) {
+    while (run_left_ == 0 && pos_ >= chunk_.size()) {
       auto c = fetch_();
       if (!c) {
         err_ = c.error();
@@ -101,41 +168,65 @@ public:
         ended_ = true;
         return false;
       }
-      if (have_last_) last_ = kept_.assign(last_);
+      if (last_ == last_kind::string) last_s_ = kept_.assign(last_s_);
       chunk_ = std::move(*c);
       pos_ = 0;
     }
-    uint16_t len;
-    if (chunk_.size() - pos_ < record_overhead) return corrupt();
-    std::memcpy(&len, chunk_.data() + pos_, 2);
-    if (chunk_.size() - pos_ < record_overhead + len) return corrupt();
-    std::string_view v(chunk_.data() + pos_ + 2, len);
-    std::memcpy(&count, chunk_.data() + pos_ + 2 + len, 8);
-    pos_ += record_overhead + len;
-    if (have_last_ && key_compare(last_, v) >= 0) return corrupt();
-    // The previous string stays a view into the chunk; it is copied only
-    // when the chunk is about to be replaced (above).
-    last_ = v;
-    have_last_ = true;
-    s = v;
     return true;
   }
-  status error() const override { return err_; }
-
-private:
+  // After load(): whether the next entry is in a hex run (its header read);
+  // false also when the chunk is corrupt (err_ says so).
+  bool at_run() {
+    if (run_left_ > 0) return true;
+    if (chunk_.size() - pos_ < 2) return corrupt();
+    uint16_t len;
+    std::memcpy(&len, chunk_.data() + pos_, 2);
+    if (len != hex_run_mark) {
+      if (chunk_.size() - pos_ < record_overhead) return corrupt();
+      return false;
+    }
+    uint32_t n;
+    if (chunk_.size() - pos_ < hex_run_header) return corrupt();
+    std::memcpy(&n, chunk_.data() + pos_ + 2, 4);
+    if (n == 0 || (chunk_.size() - pos_ - hex_run_header) / hex_run_entry < n) return corrupt();
+    pos_ += hex_run_header;
+    run_left_ = n;
+    return true;
+  }
+  bool take_hex(uint32_t& v, uint64_t& count) {
+    std::memcpy(&v, chunk_.data() + pos_, 4);
+    std::memcpy(&count, chunk_.data() + pos_ + 4, 8);
+    pos_ += hex_run_entry;
+    --run_left_;
+    if (last_ == last_kind::hex) {
+      if (last_hex_ >= v) return corrupt();
+    } else if (last_ == last_kind::string) {
+      char b[8];
+      hex8_chars(v, b);
+      if (key_compare(last_s_, std::string_view(b, 8)) >= 0) return corrupt();
+    }
+    last_hex_ = v;
+    last_ = last_kind::hex;
+    return true;
+  }
   bool corrupt() {
-    err_ = make_error(errc::wire_corrupt,
-                      "count chunk from " + who_ + " is corrupt (truncated record or strings out of order)");
+    if (err_.ok())
+      err_ = make_error(errc::wire_corrupt,
+                        "count chunk from " + who_ + " is corrupt (truncated record or strings out of order)");
+    run_left_ = 0;
     return false;
   }
   chunk_fetcher fetch_;
   std::string who_;
   std::vector<char> chunk_;
   std::size_t pos_ = 0;
+  uint32_t run_left_ = 0;  // entries of the current hex run still at pos_
   bool ended_ = false;
-  bool have_last_ = false;
-  std::string_view last_;  // into chunk_, or into kept_
+  last_kind last_ = last_kind::none;
+  std::string_view last_s_;  // the last string: into chunk_, or into kept_
+  uint32_t last_hex_ = 0;    // the last hex entry's value
   std::string kept_;
+  char hex_buf_[8];
   status err_;
 };
 
@@ -195,12 +286,48 @@ expected<std::vector<char>> next_count_chunk(count_stream& in, std::size_t max_b
   // record: a chunk holds ~60k of them).
   std::vector<char> out(std::min<std::size_t>(max_bytes, 1 << 20) + 64);
   std::size_t used = 0;
+  auto room = [&](std::size_t need) {
+    if (need > out.size()) out.resize(std::max(need, 2 * out.size()));
+  };
+  std::vector<uint32_t> values;
+  std::vector<uint64_t> counts;
   std::string_view s;
   uint64_t c;
   while (used + record_overhead + 16 <= max_bytes || used == 0) {
+    // The stream's hex entries, as many as fit, as one run (at least one
+    // entry in an empty chunk).
+    std::size_t fit = used + hex_run_header + hex_run_entry <= max_bytes
+                          ? (max_bytes - used - hex_run_header) / hex_run_entry
+                          : std::size_t{used == 0};
+    fit = std::min<std::size_t>(fit, 1 << 16);
+    if (fit > 0) {
+      if (values.size() < fit) {
+        values.resize(fit);
+        counts.resize(fit);
+      }
+      if (const std::size_t n = in.next_hex(values.data(), counts.data(), fit); n > 0) {
+        room(used + hex_run_header + n * hex_run_entry);
+        char* p = out.data() + used;
+        const uint16_t mark = hex_run_mark;
+        const uint32_t n32 = static_cast<uint32_t>(n);
+        std::memcpy(p, &mark, 2);
+        std::memcpy(p + 2, &n32, 4);
+        p += hex_run_header;
+        for (std::size_t k = 0; k < n; ++k, p += hex_run_entry) {
+          std::memcpy(p, &values[k], 4);
+          std::memcpy(p + 4, &counts[k], 8);
+        }
+        used += hex_run_header + n * hex_run_entry;
+        continue;
+      }
+    }
     if (!in.next(s, c)) break;
+    if (s.size() >= hex_run_mark)
+      return make_error(errc::invalid_argument,
+                        "a string of " + std::to_string(s.size()) + " bytes is too long for a count chunk (at most " +
+                            std::to_string(hex_run_mark - 1) + ")");
     const std::size_t need = used + record_overhead + s.size();
-    if (need > out.size()) out.resize(std::max(need, 2 * out.size()));
+    room(need);
     const uint16_t len = static_cast<uint16_t>(s.size());
     char* p = out.data() + used;
     std::memcpy(p, &len, 2);

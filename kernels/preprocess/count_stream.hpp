@@ -4,9 +4,13 @@
 // count_stream.)
 //
 // Chunk record format, little-endian:
-//   u16 length | length bytes | u64 count
+//   u16 length | length bytes | u64 count            a string (length <= 65534)
+//   u16 0xffff | u32 n | n x (u32 value | u64 count)  n strings of 8 lowercase
+//                                                     hex digits, as values
 // A stream yields strings in strictly increasing byte order (memcmp), each
-// once. Merging k streams sums the counts of equal strings.
+// once. Merging k streams sums the counts of equal strings. Criteo's ids are
+// 8 hex digits (hex_key.hpp): the hex runs carry them as integers, 12 bytes
+// instead of 18, and next_hex() lets a merge compare them as integers.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +37,16 @@ public:
   // only shard: preprocess_options::drop_below): distinct strings all the
   // same, each mapped to the OOV id. Known once the stream exists.
   virtual uint64_t dropped() const { return 0; }
+  // Up to max of the next entries at once, when they are strings of 8
+  // lowercase hex digits: their values (hex8_value: numeric order = byte
+  // order) and counts, in order; returns how many. 0 takes nothing, and
+  // next() yields the next entry: at the end, before another string, or
+  // from a stream that does not batch (it may always answer 0). Each entry
+  // is yielded once, by one call or the other.
+  virtual std::size_t next_hex(uint32_t* values, uint64_t* counts, std::size_t max) {
+    (void)values, (void)counts, (void)max;
+    return 0;
+  }
 };
 
 using count_entries = std::vector<std::pair<std::string, uint64_t>>;

@@ -298,6 +298,11 @@ class local_source {
 public:
   virtual ~local_source() = default;
   virtual bool next(std::string_view& s, uint64_t& count, uint32_t& local) = 0;
+  // count_stream::next_hex, with local ids.
+  virtual std::size_t next_hex(uint32_t* values, uint64_t* counts, uint32_t* locals, std::size_t max) {
+    (void)values, (void)counts, (void)locals, (void)max;
+    return 0;
+  }
   virtual status error() const { return {}; }
 };
 
@@ -342,6 +347,20 @@ public:
   }
   // Entries left out (drop_below).
   uint64_t dropped() const noexcept { return dropped_; }
+  // Once the empty string and the other strings are out, the rest are hex
+  // values, sorted: straight from the array.
+  std::size_t next_hex(uint32_t* values, uint64_t* counts, uint32_t* locals, std::size_t max) override {
+    if (empty_local_ != no_local || small_.size() != i_ || long_.size() != j_) return 0;
+    const std::size_t n = std::min(max, hex_.size() - h_);
+    for (std::size_t k = 0; k < n; ++k) {
+      const hex_entry& e = hex_[h_ + k];
+      values[k] = e.key;
+      counts[k] = e.count;
+      locals[k] = e.local;
+    }
+    h_ += n;
+    return n;
+  }
   bool next(std::string_view& s, uint64_t& count, uint32_t& local) override {
     if (empty_local_ != no_local) {
       local = std::exchange(empty_local_, no_local);
@@ -531,6 +550,17 @@ public:
     count = total;
     return true;
   }
+  // One source (no spill): its hex entries in bulk, each noted as next() does.
+  std::size_t next_hex(uint32_t* values, uint64_t* counts, std::size_t max) override {
+    if (src_.size() != 1) return 0;
+    if (locals_.size() < max) locals_.resize(max);
+    const std::size_t n = src_[0]->next_hex(values, counts, locals_.data(), max);
+    for (std::size_t k = 0; k < n; ++k) {
+      note(locals_[k]);
+      ++ids_.entries;
+    }
+    return n;
+  }
   status error() const override {
     if (!err_.ok()) return err_;
     for (auto& in : src_)
@@ -573,6 +603,7 @@ private:
   std::vector<head> cur_;
   std::vector<std::size_t> heap_;
   std::string out_;
+  std::vector<uint32_t> locals_;  // next_hex's local ids
   status err_;
 };
 

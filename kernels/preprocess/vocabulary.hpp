@@ -26,6 +26,7 @@
 
 #include "kernels/preprocess/count_stream.hpp"
 #include "kernels/preprocess/criteo_record.hpp"
+#include "kernels/preprocess/hex_key.hpp"
 #include "kernels/preprocess/string_key_map.hpp"
 
 namespace hetflow::kernels::preprocess {
@@ -133,42 +134,80 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
     return {};
   };
   const std::size_t n = inputs.size();
-  if (n == 1) {  // one shard: no heap
-    std::string_view s;
-    uint64_t c;
-    while (inputs[0]->next(s, c)) {
-      int32_t id;
-      if (auto e = take(s, c, id); !e.ok()) return e;
-      assign(std::size_t{0}, id);
-    }
-  } else if (n > 1 && n <= 8) {
+  if (n >= 1 && n <= 8) {
     // Few inputs (one per shard: usually a handful): the smallest head by a
-    // linear scan, no heap and no copies - each head is its input's view,
-    // valid until that input's next(), which is called only after the
-    // merged entry has been taken.
+    // linear scan, no heap and no copies. A head is either its input's view
+    // (valid until that input's next(), which is called only after the
+    // merged entry has been taken) or a hex value from a batch the input
+    // handed out (next_hex): two hex heads compare as integers (their
+    // numeric order is their strings' order), anything else as strings, a
+    // hex value spelled out into the head's own buffer.
+    constexpr std::size_t batch = 4096;
     struct head {
       std::string_view s;
       uint64_t count = 0;
       bool live = false;
+      bool hex = false;
+      uint32_t value = 0;
+      std::size_t pos = 0, len = 0;  // the batch: entries [pos, len) still to come
+      std::vector<uint32_t> values;
+      std::vector<uint64_t> counts;
+      char buf[8];
     };
     head cur[8];
-    auto advance = [&](std::size_t i) { cur[i].live = inputs[i]->next(cur[i].s, cur[i].count); };
+    auto advance = [&](std::size_t i) {
+      head& h = cur[i];
+      if (h.pos == h.len) {
+        if (h.values.empty()) {
+          h.values.resize(batch);
+          h.counts.resize(batch);
+        }
+        h.len = inputs[i]->next_hex(h.values.data(), h.counts.data(), batch);
+        h.pos = 0;
+      }
+      if (h.pos < h.len) {
+        h.hex = h.live = true;
+        h.value = h.values[h.pos];
+        h.count = h.counts[h.pos++];
+        return;
+      }
+      h.hex = false;
+      h.live = inputs[i]->next(h.s, h.count);
+    };
+    auto text = [](head& h) -> std::string_view {
+      if (!h.hex) return h.s;
+      hex8_chars(h.value, h.buf);
+      return std::string_view(h.buf, 8);
+    };
+    auto less = [&](head& a, head& b) {
+      return a.hex && b.hex ? a.value < b.value : key_compare(text(a), text(b)) < 0;
+    };
+    auto equal = [&](head& a, head& b) {
+      return a.hex && b.hex ? a.value == b.value : key_equal(text(a), text(b));
+    };
     for (std::size_t i = 0; i < n; ++i) advance(i);
     std::size_t from[8];
     for (;;) {
       std::size_t m = n;
       for (std::size_t i = 0; i < n; ++i)
-        if (cur[i].live && (m == n || key_compare(cur[i].s, cur[m].s) < 0)) m = i;
+        if (cur[i].live && (m == n || less(cur[i], cur[m]))) m = i;
       if (m == n) break;
       std::size_t k = 0;
       uint64_t total = 0;
       for (std::size_t i = m; i < n; ++i)
-        if (cur[i].live && (i == m || key_equal(cur[i].s, cur[m].s))) {
+        if (cur[i].live && (i == m || equal(cur[i], cur[m]))) {
           total += cur[i].count;
           from[k++] = i;
         }
-      int32_t id;
-      if (auto e = take(cur[m].s, total, id); !e.ok()) return e;
+      // take() spells the string out only for a kept entry (keep()).
+      ++st.distinct;
+      int32_t id = -1;
+      if (total >= min_count) {
+        if (st.kept >= static_cast<uint64_t>(INT32_MAX))
+          return make_error(errc::out_of_memory, "a column has more than 2^31-1 kept strings; use hash mode");
+        id = static_cast<int32_t>(st.kept++);
+        keep(text(cur[m]), total);
+      }
       for (std::size_t j = 0; j < k; ++j) {
         assign(from[j], id);
         advance(from[j]);

@@ -1,7 +1,9 @@
 // libFuzzer target: the byte chunks that pre-processing shards exchange
 // (actors/builtin/preprocess.cpp carries them as std::vector<char>):
 //
-//   mode 0  count chunks  (u16 len | bytes | u64 count)*  -> chunk_stream
+//   mode 0  count chunks  (u16 len | bytes | u64 count, or a hex run:
+//                          u16 0xffff | u32 n | n x (u32 value | u64 count))*
+//                                                         -> chunk_stream
 //   mode 1  id chunks     LEB128 id deltas                -> decode_ids
 //   mode 2  vocab chunks  (u16 len | bytes)*              -> add_vocab_chunk
 //
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "kernels/preprocess/count_stream.hpp"
+#include "kernels/preprocess/hex_key.hpp"
 #include "kernels/preprocess/vocabulary.hpp"
 #include "test/fuzz/fuzz_check.hpp"
 
@@ -60,7 +63,27 @@ void count_chunks(const std::vector<std::vector<char>>& chunks) {
   std::string_view str;
   uint64_t count = 0;
   std::size_t records = 0;
-  while (s->next(str, count)) {
+  // Hex runs are taken in batches of 3 and the rest one by one, alternately
+  // (count_stream::next_hex); every entry as a string in one order.
+  uint32_t values[3];
+  uint64_t counts[3];
+  for (bool batch = true;; batch = !batch) {
+    std::size_t n = 0;
+    if (batch) {
+      n = s->next_hex(values, counts, 3);
+      FUZZ_CHECK(n <= 3, "next_hex: at most max");
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      char b[8];
+      pp::hex8_chars(values[k], b);
+      const std::string_view v(b, 8);
+      FUZZ_CHECK(first || prev < v, "strings strictly increasing (a hex run)");
+      prev.assign(v);
+      first = false;
+      FUZZ_CHECK(++records <= 1 << 20, "bounded by the input");
+    }
+    if (batch) continue;
+    if (!s->next(str, count)) break;
     FUZZ_CHECK(first || prev < str, "strings strictly increasing");
     prev.assign(str);
     first = false;

@@ -154,6 +154,19 @@ int main(int argc, char** argv) {
     write(root / "preprocess_chunks_fuzz", "counts", framed(0, chunks));
   }
   {
+    // Strings, then 8-hex-digit ones: the latter go as hex runs.
+    pp::count_entries e{{"", 3}, {"0000000", 1}, {"ABCDEF12", 2}, {"a", 1}, {"a0000000", 4}, {"a0000001", 1},
+                        {"b0000000", 7}, {"ffffffff", 2}};
+    auto s = pp::memory_stream(e);
+    std::vector<std::vector<char>> chunks;
+    for (;;) {
+      auto c = pp::next_count_chunk(*s, 40);
+      if (!c || c->empty()) break;
+      chunks.push_back(std::move(*c));
+    }
+    write(root / "preprocess_chunks_fuzz", "counts_hex_runs", framed(0, chunks));
+  }
+  {
     std::vector<char> a, b;
     int32_t prev = -1;
     for (int32_t id : {-1, 0, 1, 5, -1, 200, 70000}) pp::append_id(a, id, prev);

@@ -922,6 +922,179 @@ BOOST_AUTO_TEST_CASE(corrupt_chunks_are_errors_not_crashes) {
   BOOST_CHECK(in2->error().code() == hetflow::errc::wire_corrupt);
 }
 
+// Hides a stream's next_hex: entries come one by one, as strings.
+class one_by_one final : public pp::count_stream {
+public:
+  explicit one_by_one(std::unique_ptr<pp::count_stream> in) : in_(std::move(in)) {}
+  bool next(std::string_view& s, uint64_t& count) override { return in_->next(s, count); }
+  hetflow::status error() const override { return in_->error(); }
+
+private:
+  std::unique_ptr<pp::count_stream> in_;
+};
+
+BOOST_AUTO_TEST_CASE(hex_runs_round_trip_mixed_with_strings) {
+  // Strings around and between 8-hex-digit ones: "", upper case, 7 and 9
+  // digits, a 'g'. The hex entries after the last other string go as runs.
+  pp::count_entries e = {{"", 3}, {"0000000", 1}, {"00000000", 2}, {"0000000g", 1}, {"00000001", 4},
+                         {"ABCDEF12", 5}, {"a", 1}};
+  for (uint32_t v = 0xa0000000u; v < 0xa0000000u + 3000; v += 7) {
+    char b[8];
+    pp::hex8_chars(v, b);
+    e.emplace_back(std::string(b, 8), v % 5 + 1);
+  }
+  e.emplace_back("ffffffff", 9);
+  std::sort(e.begin(), e.end());
+  for (std::size_t max : {std::size_t{20}, std::size_t{64}, std::size_t{4096}}) {
+    auto src = pp::memory_stream(e);
+    std::vector<std::vector<char>> chunks;
+    std::size_t run_bytes = 0;
+    for (;;) {
+      auto c = pp::next_count_chunk(*src, max);
+      BOOST_REQUIRE(c.has_value());
+      if (c->empty()) break;
+      BOOST_CHECK(c->size() <= max || chunks.empty());
+      run_bytes += c->size();
+      chunks.push_back(std::move(*c));
+    }
+    // Most entries are hex: 12 bytes each, not 18 (in chunks that hold runs).
+    if (max == 4096) BOOST_CHECK_LT(run_bytes, e.size() * 13);
+    std::size_t next = 0;
+    auto in = pp::chunk_stream(
+        [&]() -> hetflow::expected<std::vector<char>> {
+          return next < chunks.size() ? chunks[next++] : std::vector<char>{};
+        },
+        "test");
+    // Alternate next_hex (3 at a time) and next.
+    std::vector<std::pair<std::string, uint64_t>> got;
+    uint32_t vals[3];
+    uint64_t cnts[3];
+    for (bool by_hex = true;; by_hex = !by_hex) {
+      if (by_hex) {
+        std::size_t n = in->next_hex(vals, cnts, 3);
+        for (std::size_t k = 0; k < n; ++k) {
+          char b[8];
+          pp::hex8_chars(vals[k], b);
+          got.emplace_back(std::string(b, 8), cnts[k]);
+        }
+        continue;
+      }
+      std::string_view s;
+      uint64_t n;
+      if (!in->next(s, n)) break;
+      got.emplace_back(std::string(s), n);
+    }
+    BOOST_CHECK(in->error().ok());
+    BOOST_CHECK_MESSAGE(got == e, "chunks of at most " << max);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(corrupt_hex_runs_are_errors) {
+  auto run = [](std::vector<uint32_t> values, uint32_t n_said, std::size_t cut) {
+    std::vector<char> c(6 + values.size() * 12);
+    const uint16_t mark = 0xffff;
+    std::memcpy(c.data(), &mark, 2);
+    std::memcpy(c.data() + 2, &n_said, 4);
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      const uint64_t one = 1;
+      std::memcpy(c.data() + 6 + 12 * k, &values[k], 4);
+      std::memcpy(c.data() + 10 + 12 * k, &one, 8);
+    }
+    c.resize(c.size() - cut);
+    return c;
+  };
+  auto drain = [](std::vector<char> chunk, bool batch) {
+    bool once = false;
+    auto in = pp::chunk_stream(
+        [&]() -> hetflow::expected<std::vector<char>> {
+          if (once) return std::vector<char>{};
+          once = true;
+          return chunk;
+        },
+        "node 'n1'");
+    uint32_t v[8];
+    uint64_t c[8];
+    std::string_view s;
+    uint64_t n;
+    if (batch)
+      while (in->next_hex(v, c, 8) > 0) {
+      }
+    while (in->next(s, n)) {
+    }
+    return in->error();
+  };
+  for (bool batch : {false, true}) {
+    BOOST_CHECK(drain(run({1, 2, 3}, 3, 0), batch).ok());
+    BOOST_CHECK(drain(run({1, 2, 3}, 4, 0), batch).code() == hetflow::errc::wire_corrupt);   // says more
+    BOOST_CHECK(drain(run({1, 2, 3}, 3, 5), batch).code() == hetflow::errc::wire_corrupt);   // cut short
+    BOOST_CHECK(drain(run({1, 3, 2}, 3, 0), batch).code() == hetflow::errc::wire_corrupt);   // out of order
+    BOOST_CHECK(drain(run({1, 1}, 2, 0), batch).code() == hetflow::errc::wire_corrupt);      // twice
+    BOOST_CHECK(drain(run({}, 0, 0), batch).code() == hetflow::errc::wire_corrupt);          // empty run
+    BOOST_CHECK(drain(run({1}, 1, 14), batch).code() == hetflow::errc::wire_corrupt);        // half a header
+  }
+  // A run after a string that sorts after its first value.
+  std::vector<char> chunk = *pp::next_count_chunk(*pp::memory_stream({{"b", 1}}), 1 << 20);
+  auto tail = run({0x10u}, 1, 0);  // "00000010" < "b"
+  chunk.insert(chunk.end(), tail.begin(), tail.end());
+  BOOST_CHECK(drain(chunk, true).code() == hetflow::errc::wire_corrupt);
+}
+
+BOOST_AUTO_TEST_CASE(merge_ids_with_and_without_hex_batches_agree) {
+  // Every input either batches its hex entries (memory streams, chunked) or
+  // hands them out one by one, in every combination: the merge compares
+  // hex heads as integers and everything else as strings.
+  std::mt19937 rng(5);
+  for (std::size_t n = 1; n <= 4; ++n) {
+    for (unsigned mask = 0; mask < (1u << n); ++mask) {
+      std::vector<std::map<std::string, uint64_t>> in(n);
+      for (auto& m : in)
+        for (int k = 0; k < 400; ++k) {
+          char buf[16];
+          std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rng() % 900) * 4099u);
+          std::string s(buf);
+          switch (rng() % 9) {
+            case 0: s = s.substr(0, rng() % 8); break;   // shorter
+            case 1: s[0] = 'A'; break;                    // upper case
+            case 2: s += "x"; break;                      // longer
+            default: break;
+          }
+          m[s] += 1 + rng() % 3;
+        }
+      std::map<std::string, uint64_t> total;
+      for (auto& m : in)
+        for (auto& [s, c] : m) total[s] += c;
+      std::vector<std::unique_ptr<pp::count_stream>> owned;
+      std::vector<pp::count_stream*> raw;
+      for (std::size_t i = 0; i < n; ++i) {
+        auto mem = pp::memory_stream(pp::count_entries(in[i].begin(), in[i].end()));
+        if (mask & (1u << i)) owned.push_back(std::move(mem));
+        else owned.push_back(std::make_unique<one_by_one>(std::move(mem)));
+        raw.push_back(owned.back().get());
+      }
+      std::vector<std::string> kept;
+      std::vector<std::vector<int32_t>> ids(n);
+      auto st = pp::merge_column_ids(
+          raw, 3, [&](std::string_view s, uint64_t c) { kept.push_back(std::string(s) + ":" + std::to_string(c)); },
+          [&](std::size_t i, int32_t id) { ids[i].push_back(id); });
+      BOOST_REQUIRE(st.has_value());
+      std::vector<std::string> want;
+      std::map<std::string, int32_t> id_of;
+      for (auto& [s, c] : total)
+        if (c >= 3) {
+          id_of[s] = static_cast<int32_t>(want.size());
+          want.push_back(s + ":" + std::to_string(c));
+        }
+      BOOST_CHECK_MESSAGE(kept == want, n << " inputs, batching mask " << mask);
+      BOOST_CHECK_EQUAL(st->distinct, total.size());
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<int32_t> w;
+        for (auto& [s, c] : in[i]) w.push_back(id_of.count(s) ? id_of[s] : -1);
+        BOOST_CHECK_MESSAGE(ids[i] == w, "input " << i << " of " << n << ", mask " << mask);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(sorted_entries_order_is_byte_order) {
   using namespace std::string_literals;
   std::vector<std::string> keys = {""s, "a"s, "a\0"s, "a\0b"s, "ab"s, "b"s, "\xff"s, "\x7f"s,
