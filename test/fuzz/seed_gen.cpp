@@ -37,6 +37,18 @@ void write(const fs::path& dir, const std::string& name, const std::vector<char>
   write(dir, name, b.data(), b.size());
 }
 
+// The count chunks of `e`'s stream, each at most max_bytes.
+std::vector<std::vector<char>> count_chunks(pp::count_entries e, std::size_t max_bytes) {
+  auto s = pp::memory_stream(std::move(e));
+  std::vector<std::vector<char>> chunks;
+  for (;;) {
+    auto c = pp::next_count_chunk(*s, max_bytes);
+    if (!c || c->empty()) break;
+    chunks.push_back(std::move(*c));
+  }
+  return chunks;
+}
+
 // The preprocess target's framing: mode byte, then u16-length-prefixed chunks.
 std::vector<char> framed(uint8_t mode, const std::vector<std::vector<char>>& chunks) {
   std::vector<char> out{char(mode)};
@@ -142,30 +154,13 @@ int main(int argc, char** argv) {
   }
 
   // --- pre-processing chunks -----------------------------------------------
-  {
-    pp::count_entries e{{"", 1}, {"a", 2}, {"abc", 3}, {"b", 40000}, {std::string(20, 'z'), 5}};
-    auto s = pp::memory_stream(e);
-    std::vector<std::vector<char>> chunks;
-    for (;;) {
-      auto c = pp::next_count_chunk(*s, 32);
-      if (!c || c->empty()) break;
-      chunks.push_back(std::move(*c));
-    }
-    write(root / "preprocess_chunks_fuzz", "counts", framed(0, chunks));
-  }
-  {
-    // Strings, then 8-hex-digit ones: the latter go as hex runs.
-    pp::count_entries e{{"", 3}, {"0000000", 1}, {"ABCDEF12", 2}, {"a", 1}, {"a0000000", 4}, {"a0000001", 1},
-                        {"b0000000", 7}, {"ffffffff", 2}};
-    auto s = pp::memory_stream(e);
-    std::vector<std::vector<char>> chunks;
-    for (;;) {
-      auto c = pp::next_count_chunk(*s, 40);
-      if (!c || c->empty()) break;
-      chunks.push_back(std::move(*c));
-    }
-    write(root / "preprocess_chunks_fuzz", "counts_hex_runs", framed(0, chunks));
-  }
+  write(root / "preprocess_chunks_fuzz", "counts",
+        framed(0, count_chunks({{"", 1}, {"a", 2}, {"abc", 3}, {"b", 40000}, {std::string(20, 'z'), 5}}, 32)));
+  // Strings, then 8-hex-digit ones: the latter go as hex runs.
+  write(root / "preprocess_chunks_fuzz", "counts_hex_runs",
+        framed(0, count_chunks({{"", 3}, {"0000000", 1}, {"ABCDEF12", 2}, {"a", 1}, {"a0000000", 4},
+                                {"a0000001", 1}, {"b0000000", 7}, {"ffffffff", 2}},
+                               40)));
   {
     std::vector<char> a, b;
     int32_t prev = -1;

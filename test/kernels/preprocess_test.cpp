@@ -922,6 +922,37 @@ BOOST_AUTO_TEST_CASE(corrupt_chunks_are_errors_not_crashes) {
   BOOST_CHECK(in2->error().code() == hetflow::errc::wire_corrupt);
 }
 
+// Merges `raw` (the streams of the maps `in`, in order) and checks the kept
+// strings, their counts and every input's ids against a std::map reference.
+void check_merge_against_maps(const std::vector<pp::count_stream*>& raw,
+                              const std::vector<std::map<std::string, uint64_t>>& in, uint64_t min_count,
+                              const std::string& what) {
+  std::map<std::string, uint64_t> total;
+  for (auto& m : in)
+    for (auto& [s, c] : m) total[s] += c;
+  std::vector<std::string> kept;
+  std::vector<std::vector<int32_t>> ids(in.size());
+  auto st = pp::merge_column_ids(
+      raw, min_count,
+      [&](std::string_view s, uint64_t c) { kept.push_back(std::string(s) + ":" + std::to_string(c)); },
+      [&](std::size_t i, int32_t id) { ids[i].push_back(id); });
+  BOOST_REQUIRE(st.has_value());
+  std::vector<std::string> want;
+  std::map<std::string, int32_t> id_of;
+  for (auto& [s, c] : total)
+    if (c >= min_count) {
+      id_of[s] = static_cast<int32_t>(want.size());
+      want.push_back(s + ":" + std::to_string(c));
+    }
+  BOOST_CHECK_MESSAGE(kept == want, what);
+  BOOST_CHECK_EQUAL(st->distinct, total.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::vector<int32_t> w;
+    for (auto& [s, c] : in[i]) w.push_back(id_of.count(s) ? id_of[s] : -1);
+    BOOST_CHECK_MESSAGE(ids[i] == w, what << ": input " << i);
+  }
+}
+
 // Hides a stream's next_hex: entries come one by one, as strings.
 class one_by_one final : public pp::count_stream {
 public:
@@ -1060,9 +1091,6 @@ BOOST_AUTO_TEST_CASE(merge_ids_with_and_without_hex_batches_agree) {
           }
           m[s] += 1 + rng() % 3;
         }
-      std::map<std::string, uint64_t> total;
-      for (auto& m : in)
-        for (auto& [s, c] : m) total[s] += c;
       std::vector<std::unique_ptr<pp::count_stream>> owned;
       std::vector<pp::count_stream*> raw;
       for (std::size_t i = 0; i < n; ++i) {
@@ -1071,26 +1099,8 @@ BOOST_AUTO_TEST_CASE(merge_ids_with_and_without_hex_batches_agree) {
         else owned.push_back(std::make_unique<one_by_one>(std::move(mem)));
         raw.push_back(owned.back().get());
       }
-      std::vector<std::string> kept;
-      std::vector<std::vector<int32_t>> ids(n);
-      auto st = pp::merge_column_ids(
-          raw, 3, [&](std::string_view s, uint64_t c) { kept.push_back(std::string(s) + ":" + std::to_string(c)); },
-          [&](std::size_t i, int32_t id) { ids[i].push_back(id); });
-      BOOST_REQUIRE(st.has_value());
-      std::vector<std::string> want;
-      std::map<std::string, int32_t> id_of;
-      for (auto& [s, c] : total)
-        if (c >= 3) {
-          id_of[s] = static_cast<int32_t>(want.size());
-          want.push_back(s + ":" + std::to_string(c));
-        }
-      BOOST_CHECK_MESSAGE(kept == want, n << " inputs, batching mask " << mask);
-      BOOST_CHECK_EQUAL(st->distinct, total.size());
-      for (std::size_t i = 0; i < n; ++i) {
-        std::vector<int32_t> w;
-        for (auto& [s, c] : in[i]) w.push_back(id_of.count(s) ? id_of[s] : -1);
-        BOOST_CHECK_MESSAGE(ids[i] == w, "input " << i << " of " << n << ", mask " << mask);
-      }
+      check_merge_against_maps(raw, in, 3,
+                               std::to_string(n) + " inputs, batching mask " + std::to_string(mask));
     }
   }
 }
@@ -1191,9 +1201,6 @@ BOOST_AUTO_TEST_CASE(merge_ids_of_1_to_12_inputs_match_a_map) {
         std::string s = rng() % 7 == 0 ? std::string(buf, rng() % 10) : std::string(buf);
         m[s] += 1 + rng() % 3;
       }
-    std::map<std::string, uint64_t> total;
-    for (auto& m : in)
-      for (auto& [s, c] : m) total[s] += c;
     std::vector<std::unique_ptr<pp::count_stream>> owned;
     std::vector<pp::count_stream*> raw;
     for (auto& m : in) {
@@ -1202,26 +1209,7 @@ BOOST_AUTO_TEST_CASE(merge_ids_of_1_to_12_inputs_match_a_map) {
       owned.push_back(pp::chunk_stream([mem]() { return pp::next_count_chunk(**mem, 64); }, "test"));
       raw.push_back(owned.back().get());
     }
-    std::vector<std::string> kept;
-    std::vector<std::vector<int32_t>> ids(n);
-    auto st = pp::merge_column_ids(
-        raw, 4, [&](std::string_view s, uint64_t c) { kept.push_back(std::string(s) + ":" + std::to_string(c)); },
-        [&](std::size_t i, int32_t id) { ids[i].push_back(id); });
-    BOOST_REQUIRE(st.has_value());
-    std::vector<std::string> want;
-    std::map<std::string, int32_t> id_of;
-    for (auto& [s, c] : total)
-      if (c >= 4) {
-        id_of[s] = static_cast<int32_t>(want.size());
-        want.push_back(s + ":" + std::to_string(c));
-      }
-    BOOST_CHECK(kept == want);
-    BOOST_CHECK_EQUAL(st->distinct, total.size());
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<int32_t> w;
-      for (auto& [s, c] : in[i]) w.push_back(id_of.count(s) ? id_of[s] : -1);
-      BOOST_CHECK_MESSAGE(ids[i] == w, "input " << i << " of " << n);
-    }
+    check_merge_against_maps(raw, in, 4, std::to_string(n) + " inputs");
   }
 }
 
