@@ -40,7 +40,10 @@ timeout 60 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
   { cat "$topo.out"; fail "single-node skeleton"; }
 [[ $(json_get "$topo.json" 'd["nodes"][0]["data_plane_stats"]["bytes_sent"]') == 0 ]] ||
   fail "single node: tensors went through the data plane"
-pass "single node passes tensors by reference"
+# ... so "auto" does not start UCX for it.
+[[ $(json_get "$topo.json" 'd["nodes"][0]["data_plane"]') == caf ]] ||
+  fail "single node, data_plane auto: want the CAF data plane (nothing to reach), got $(json_get "$topo.json" 'd["nodes"][0]["data_plane"]')"
+pass "single node passes tensors by reference (data plane auto: UCX not started)"
 
 # The transport benchmark job, small: one row per size, every figure measured.
 topo="$HETFLOW_SCRATCH/tbench.toml"
