@@ -17,13 +17,7 @@ constexpr std::size_t hex_run_entry = 4 + 8;     // u32 value | u64 count
 
 class memory_stream_impl final : public count_stream {
 public:
-  explicit memory_stream_impl(count_entries e) : e_(std::move(e)) {
-    // Batches from the first entry after the last string that is not 8 hex
-    // digits (the entries before it go one by one).
-    uint32_t v;
-    hex_from_ = e_.size();
-    while (hex_from_ > 0 && hex8_value(e_[hex_from_ - 1].first, v)) --hex_from_;
-  }
+  explicit memory_stream_impl(count_entries e) : e_(std::move(e)) {}
   bool next(std::string_view& s, uint64_t& count) override {
     if (i_ >= e_.size()) {
       count_entries().swap(e_);  // release as soon as consumed
@@ -34,20 +28,16 @@ public:
     ++i_;
     return true;
   }
+  // Every stretch of hex entries, up to the next other string.
   std::size_t next_hex(uint32_t* values, uint64_t* counts, std::size_t max) override {
-    if (i_ < hex_from_) return 0;
     std::size_t n = 0;
-    for (; n < max && i_ < e_.size(); ++n, ++i_) {
-      hex8_value(e_[i_].first, values[n]);
-      counts[n] = e_[i_].second;
-    }
+    for (; n < max && i_ < e_.size() && hex8_value(e_[i_].first, values[n]); ++n, ++i_) counts[n] = e_[i_].second;
     return n;
   }
 
 private:
   count_entries e_;
   std::size_t i_ = 0;
-  std::size_t hex_from_ = 0;
 };
 
 class merged_stream_impl final : public count_stream {
@@ -289,37 +279,38 @@ expected<std::vector<char>> next_count_chunk(count_stream& in, std::size_t max_b
   auto room = [&](std::size_t need) {
     if (need > out.size()) out.resize(std::max(need, 2 * out.size()));
   };
-  std::vector<uint32_t> values;
-  std::vector<uint64_t> counts;
+  constexpr std::size_t batch = 4096;
+  uint32_t values[batch];
+  uint64_t counts[batch];
   std::string_view s;
   uint64_t c;
   while (used + record_overhead + 16 <= max_bytes || used == 0) {
-    // The stream's hex entries, as many as fit, as one run (at least one
-    // entry in an empty chunk).
-    std::size_t fit = used + hex_run_header + hex_run_entry <= max_bytes
-                          ? (max_bytes - used - hex_run_header) / hex_run_entry
-                          : std::size_t{used == 0};
-    fit = std::min<std::size_t>(fit, 1 << 16);
-    if (fit > 0) {
-      if (values.size() < fit) {
-        values.resize(fit);
-        counts.resize(fit);
+    // The stream's next hex entries, as many as fit, as one run (at least
+    // one entry in an empty chunk), taken in batches straight into place.
+    const std::size_t start = used;
+    uint32_t n = 0;
+    for (;;) {
+      std::size_t fit = start + hex_run_header + (std::size_t(n) + 1) * hex_run_entry <= max_bytes
+                            ? (max_bytes - start - hex_run_header) / hex_run_entry - n
+                            : std::size_t{start == 0 && n == 0};
+      fit = std::min({fit, batch, std::size_t{std::numeric_limits<uint32_t>::max() - n}});
+      if (fit == 0) break;
+      const std::size_t k = in.next_hex(values, counts, fit);
+      if (k == 0) break;
+      room(start + hex_run_header + (std::size_t(n) + k) * hex_run_entry);
+      char* p = out.data() + start + hex_run_header + std::size_t(n) * hex_run_entry;
+      for (std::size_t j = 0; j < k; ++j, p += hex_run_entry) {
+        std::memcpy(p, &values[j], 4);
+        std::memcpy(p + 4, &counts[j], 8);
       }
-      if (const std::size_t n = in.next_hex(values.data(), counts.data(), fit); n > 0) {
-        room(used + hex_run_header + n * hex_run_entry);
-        char* p = out.data() + used;
-        const uint16_t mark = hex_run_mark;
-        const uint32_t n32 = static_cast<uint32_t>(n);
-        std::memcpy(p, &mark, 2);
-        std::memcpy(p + 2, &n32, 4);
-        p += hex_run_header;
-        for (std::size_t k = 0; k < n; ++k, p += hex_run_entry) {
-          std::memcpy(p, &values[k], 4);
-          std::memcpy(p + 4, &counts[k], 8);
-        }
-        used += hex_run_header + n * hex_run_entry;
-        continue;
-      }
+      n += static_cast<uint32_t>(k);
+    }
+    if (n > 0) {
+      const uint16_t mark = hex_run_mark;
+      std::memcpy(out.data() + start, &mark, 2);
+      std::memcpy(out.data() + start + 2, &n, 4);
+      used = start + hex_run_header + std::size_t(n) * hex_run_entry;
+      continue;
     }
     if (!in.next(s, c)) break;
     if (s.size() >= hex_run_mark)

@@ -29,8 +29,8 @@ namespace hetflow::kernels::preprocess {
 class count_stream {
 public:
   virtual ~count_stream() = default;
-  // The next entry; `s` stays valid until the next call. False at the end or
-  // on error (see error()).
+  // The next entry; `s` stays valid until the next call of next() or
+  // next_hex(). False at the end or on error (see error()).
   virtual bool next(std::string_view& s, uint64_t& count) = 0;
   virtual status error() const { return {}; }
   // Strings the stream leaves out as rarer than the job's min_count (a job's
@@ -42,7 +42,9 @@ public:
   // order) and counts, in order; returns how many. 0 takes nothing, and
   // next() yields the next entry: at the end, before another string, or
   // from a stream that does not batch (it may always answer 0). Each entry
-  // is yielded once, by one call or the other.
+  // is yielded once, by one call or the other. A stream that finds its
+  // input corrupt part-way through a batch answers 0 (what it took is lost)
+  // and says so in error(); next() then returns false.
   virtual std::size_t next_hex(uint32_t* values, uint64_t* counts, std::size_t max) {
     (void)values, (void)counts, (void)max;
     return 0;

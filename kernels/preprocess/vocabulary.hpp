@@ -137,7 +137,7 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
   if (n >= 1 && n <= 8) {
     // Few inputs (one per shard: usually a handful): the smallest head by a
     // linear scan, no heap and no copies. A head is either its input's view
-    // (valid until that input's next(), which is called only after the
+    // (valid until that input's next() or next_hex(), called only after the
     // merged entry has been taken) or a hex value from a batch the input
     // handed out (next_hex): two hex heads compare as integers (their
     // numeric order is their strings' order), anything else as strings, a
@@ -199,7 +199,8 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
           total += cur[i].count;
           from[k++] = i;
         }
-      // take() spells the string out only for a kept entry (keep()).
+      // As take() (the heap path's), but the string is spelled out only for
+      // a kept entry (keep()).
       ++st.distinct;
       int32_t id = -1;
       if (total >= min_count) {

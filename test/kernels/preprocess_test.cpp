@@ -953,6 +953,23 @@ void check_merge_against_maps(const std::vector<pp::count_stream*>& raw,
   }
 }
 
+// Counts the entries a stream hands out in batches (next_hex).
+class counting_hex final : public pp::count_stream {
+public:
+  counting_hex(std::unique_ptr<pp::count_stream> in, std::size_t& batched) : in_(std::move(in)), batched_(batched) {}
+  bool next(std::string_view& s, uint64_t& count) override { return in_->next(s, count); }
+  std::size_t next_hex(uint32_t* values, uint64_t* counts, std::size_t max) override {
+    const std::size_t n = in_->next_hex(values, counts, max);
+    batched_ += n;
+    return n;
+  }
+  hetflow::status error() const override { return in_->error(); }
+
+private:
+  std::unique_ptr<pp::count_stream> in_;
+  std::size_t& batched_;
+};
+
 // Hides a stream's next_hex: entries come one by one, as strings.
 class one_by_one final : public pp::count_stream {
 public:
@@ -1063,11 +1080,30 @@ BOOST_AUTO_TEST_CASE(corrupt_hex_runs_are_errors) {
     BOOST_CHECK(drain(run({}, 0, 0), batch).code() == hetflow::errc::wire_corrupt);          // empty run
     BOOST_CHECK(drain(run({1}, 1, 14), batch).code() == hetflow::errc::wire_corrupt);        // half a header
   }
-  // A run after a string that sorts after its first value.
-  std::vector<char> chunk = *pp::next_count_chunk(*pp::memory_stream({{"b", 1}}), 1 << 20);
+  // A run after a string that sorts after its first value, and a string
+  // after a run whose last value sorts after it; a string that sorts after
+  // the run is fine.
+  auto string_chunk = [](const char* s) { return *pp::next_count_chunk(*pp::memory_stream({{s, 1}}), 1 << 20); };
+  std::vector<char> chunk = string_chunk("b");
   auto tail = run({0x10u}, 1, 0);  // "00000010" < "b"
   chunk.insert(chunk.end(), tail.begin(), tail.end());
-  BOOST_CHECK(drain(chunk, true).code() == hetflow::errc::wire_corrupt);
+  for (bool batch : {false, true}) BOOST_CHECK(drain(chunk, batch).code() == hetflow::errc::wire_corrupt);
+  for (const char* after : {"0", "g"}) {
+    chunk = run({0xa0000000u}, 1, 0);  // "a0000000"
+    auto str = string_chunk(after);
+    chunk.insert(chunk.end(), str.begin(), str.end());
+    for (bool batch : {false, true})
+      BOOST_CHECK_MESSAGE(drain(chunk, batch).ok() == (std::string(after) == "g"), "a run, then \"" << after << "\"");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(strings_too_long_for_a_count_chunk_are_errors) {
+  auto too_long = pp::next_count_chunk(*pp::memory_stream({{std::string(65535, 'x'), 1}}), 1 << 20);
+  BOOST_REQUIRE(!too_long.has_value());
+  BOOST_CHECK_NE(too_long.error().message().find("65535 bytes"), std::string::npos);
+  auto longest = pp::next_count_chunk(*pp::memory_stream({{std::string(65534, 'x'), 1}}), 1 << 20);
+  BOOST_REQUIRE(longest.has_value());
+  BOOST_CHECK_EQUAL(longest->size(), 2u + 65534u + 8u);
 }
 
 BOOST_AUTO_TEST_CASE(merge_ids_with_and_without_hex_batches_agree) {
@@ -1093,14 +1129,17 @@ BOOST_AUTO_TEST_CASE(merge_ids_with_and_without_hex_batches_agree) {
         }
       std::vector<std::unique_ptr<pp::count_stream>> owned;
       std::vector<pp::count_stream*> raw;
+      std::size_t batched = 0;
       for (std::size_t i = 0; i < n; ++i) {
         auto mem = pp::memory_stream(pp::count_entries(in[i].begin(), in[i].end()));
-        if (mask & (1u << i)) owned.push_back(std::move(mem));
+        if (mask & (1u << i)) owned.push_back(std::make_unique<counting_hex>(std::move(mem), batched));
         else owned.push_back(std::make_unique<one_by_one>(std::move(mem)));
         raw.push_back(owned.back().get());
       }
       check_merge_against_maps(raw, in, 3,
                                std::to_string(n) + " inputs, batching mask " + std::to_string(mask));
+      // The batching inputs did hand out most of their (hex) entries in batches.
+      if (mask != 0) BOOST_CHECK_GT(batched, 100u);
     }
   }
 }
