@@ -12,9 +12,9 @@
 #                1 node / 1 thread (taskset 1 core), 1 node / 2 threads,
 #                2 local nodes / 1 thread each; and hash mode, 1 node / 1 thread
 # Seconds are wall time of the whole command (process start, join, both
-# passes, writing): the median of REPEAT runs (default 3), each started when
-# the machine is quiet (/proc/stat idle >= 90% for a second, as
-# bench/transport/run.sh does). Above PANDAS_CHUNK_ABOVE rows (default
+# passes, writing): the median of REPEAT runs (default 3), each started after
+# a `sync` (the previous run's output written back) when the machine is quiet
+# (/proc/stat idle >= 90% for a second, as bench/transport/run.sh does). Above PANDAS_CHUNK_ABOVE rows (default
 # 2000000) pandas reads the file in chunks of 1M rows (two chunked passes;
 # one frame of 10M rows needs ~13 GB). The pandas output is compared byte for
 # byte with hetflow's (same semantics). Prints a Markdown table. Environment:
@@ -45,6 +45,9 @@ source "$root/bench/lib.sh"  # wait_quiet (QUIET_MAX seconds, default 300)
 timed() {
   local t=() t0 t1 k
   for ((k = 0; k < REPEAT; k++)); do
+    # The previous run's output (160 MB per 1M rows) still being written
+    # back made a 10M-row pass 2 take 0.29-1.34 s: flush it first.
+    sync
     wait_quiet
     t0=$(now)
     "$@" || return 1
