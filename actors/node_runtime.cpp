@@ -1664,7 +1664,7 @@ int run_node(const node_options& opts, const registry& reg) {
       // doubled on each miss up to 3 s. Two nodes that dial each other at the
       // same instant can lose the first connection's messages (CAF drops one
       // of two BASP connections opened from both ends), and a fixed 3 s wait
-      // then made 1 in 8 two-node preprocess runs start 3 s late.
+      // then made 2 of 24 two-node preprocess runs start 3 s late.
       std::map<int, std::chrono::milliseconds> challenge_wait;
       while (!pending.empty() && fatal.empty()) {
         if (signals.interrupted()) {

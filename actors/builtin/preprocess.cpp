@@ -1061,7 +1061,8 @@ void add_preprocess(registry& reg) {
       "malformed lines: skip (count and report) or fail (stop at the first)", {}, {}, {"skip", "fail"});
   key("max_examples", key_type::integer, false, int64_t{20}, "malformed lines reported in detail per shard",
       0.0, 1e6);
-  key("max_field_bytes", key_type::integer, false, int64_t{64}, "longer fields are malformed", 1.0, 65534.0);
+  key("max_field_bytes", key_type::integer, false, int64_t{64}, "longer fields are malformed", 1.0,
+      double(pp::max_chunk_string_bytes));
   key("memory_cap", key_type::size, false, int64_t{0},
       "per node, for vocabulary counting (spills to disk beyond); 0 = half the free memory");
   key("parallelism", key_type::integer, false, int64_t{0},

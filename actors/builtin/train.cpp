@@ -40,6 +40,7 @@
 #include "actors/node_services.hpp"
 #include "actors/registry.hpp"
 #include "actors/ring/ring_member.hpp"
+#include "kernels/preprocess/count_stream.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
 #include "kernels/trainer.hpp"
@@ -796,7 +797,8 @@ void add_train(registry& reg) {
     job.keys.push_back(std::move(cat));
   }
   key("max_field_bytes", key_type::integer, int64_t{64},
-      "criteo-text: longer fields make a line malformed (as preprocess's key)", 1.0, 65534.0);
+      "criteo-text: longer fields make a line malformed (as preprocess's key)", 1.0,
+      double(kernels::preprocess::max_chunk_string_bytes));
   key("embedding_dim", key_type::integer, int64_t{16}, "dlrm: embedding width (also the bottom MLP's output)",
       1.0, 4096.0);
   key("bottom_mlp", key_type::size_list, std::vector<int64_t>{512, 256, 64},

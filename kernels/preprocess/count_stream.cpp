@@ -1,11 +1,11 @@
 #include "kernels/preprocess/count_stream.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <queue>
 
 #include "kernels/preprocess/hex_key.hpp"
-#include <cstring>
-#include <queue>
 
 namespace hetflow::kernels::preprocess {
 namespace {
@@ -117,13 +117,7 @@ public:
     std::string_view v(chunk_.data() + pos_ + 2, len);
     std::memcpy(&count, chunk_.data() + pos_ + 2 + len, 8);
     pos_ += record_overhead + len;
-    if (last_ == last_kind::hex) {
-      char b[8];
-      hex8_chars(last_hex_, b);
-      if (key_compare(std::string_view(b, 8), v) >= 0) return corrupt();
-    } else if (last_ == last_kind::string && key_compare(last_s_, v) >= 0) {
-      return corrupt();
-    }
+    if (!after_last(v)) return corrupt();
     // The previous string stays a view into the chunk; it is copied only
     // when the chunk is about to be replaced (load()).
     last_s_ = v;
@@ -190,14 +184,22 @@ private:
     --run_left_;
     if (last_ == last_kind::hex) {
       if (last_hex_ >= v) return corrupt();
-    } else if (last_ == last_kind::string) {
+    } else {
       char b[8];
       hex8_chars(v, b);
-      if (key_compare(last_s_, std::string_view(b, 8)) >= 0) return corrupt();
+      if (!after_last(std::string_view(b, 8))) return corrupt();
     }
     last_hex_ = v;
     last_ = last_kind::hex;
     return true;
+  }
+  // Whether string v sorts after the last entry (strictly: each once).
+  bool after_last(std::string_view v) const {
+    if (last_ == last_kind::none) return true;
+    if (last_ == last_kind::string) return key_compare(last_s_, v) < 0;
+    char b[8];
+    hex8_chars(last_hex_, b);
+    return key_compare(std::string_view(b, 8), v) < 0;
   }
   bool corrupt() {
     if (err_.ok())
@@ -273,8 +275,9 @@ std::unique_ptr<count_stream> merged_stream(std::vector<std::unique_ptr<count_st
 
 expected<std::vector<char>> next_count_chunk(count_stream& in, std::size_t max_bytes) {
   // Records are written at `used` into room grown ahead (no resize per
-  // record: a chunk holds ~60k of them).
-  std::vector<char> out(std::min<std::size_t>(max_bytes, 1 << 20) + 64);
+  // record: a chunk holds ~60k of them), from 64 KiB, doubling: the room is
+  // zero-filled, and most columns' chunks are small.
+  std::vector<char> out(std::min<std::size_t>(max_bytes, 64 << 10) + 64);
   std::size_t used = 0;
   auto room = [&](std::size_t need) {
     if (need > out.size()) out.resize(std::max(need, 2 * out.size()));
@@ -288,14 +291,13 @@ expected<std::vector<char>> next_count_chunk(count_stream& in, std::size_t max_b
     // The stream's next hex entries, as many as fit, as one run (at least
     // one entry in an empty chunk), taken in batches straight into place.
     const std::size_t start = used;
+    std::size_t fit = start + hex_run_header + hex_run_entry <= max_bytes
+                          ? (max_bytes - start - hex_run_header) / hex_run_entry
+                          : std::size_t{start == 0};
+    fit = std::min<std::size_t>(fit, std::numeric_limits<uint32_t>::max());
     uint32_t n = 0;
-    for (;;) {
-      std::size_t fit = start + hex_run_header + (std::size_t(n) + 1) * hex_run_entry <= max_bytes
-                            ? (max_bytes - start - hex_run_header) / hex_run_entry - n
-                            : std::size_t{start == 0 && n == 0};
-      fit = std::min({fit, batch, std::size_t{std::numeric_limits<uint32_t>::max() - n}});
-      if (fit == 0) break;
-      const std::size_t k = in.next_hex(values, counts, fit);
+    while (n < fit) {
+      const std::size_t k = in.next_hex(values, counts, std::min(batch, fit - n));
       if (k == 0) break;
       room(start + hex_run_header + (std::size_t(n) + k) * hex_run_entry);
       char* p = out.data() + start + hex_run_header + std::size_t(n) * hex_run_entry;
@@ -313,10 +315,10 @@ expected<std::vector<char>> next_count_chunk(count_stream& in, std::size_t max_b
       continue;
     }
     if (!in.next(s, c)) break;
-    if (s.size() >= hex_run_mark)
+    if (s.size() > max_chunk_string_bytes)
       return make_error(errc::invalid_argument,
                         "a string of " + std::to_string(s.size()) + " bytes is too long for a count chunk (at most " +
-                            std::to_string(hex_run_mark - 1) + ")");
+                            std::to_string(max_chunk_string_bytes) + ")");
     const std::size_t need = used + record_overhead + s.size();
     room(need);
     const uint16_t len = static_cast<uint16_t>(s.size());

@@ -13,6 +13,7 @@
 // instead of 18, and next_hex() lets a merge compare them as integers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,10 @@
 #include "schemas/error.hpp"
 
 namespace hetflow::kernels::preprocess {
+
+// The longest string a count chunk carries (0xffff marks a hex run): the
+// upper bound of the jobs' max_field_bytes.
+constexpr std::size_t max_chunk_string_bytes = 0xfffe;
 
 class count_stream {
 public:

@@ -122,14 +122,16 @@ template <class Keep, class Assign>
 expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& inputs, uint64_t min_count,
                                               Keep&& keep, Assign&& assign) {
   column_merge_stats st;
-  auto take = [&](std::string_view s, uint64_t c, int32_t& id) -> status {
+  // One merged entry: its id (-1: rarer than min_count). `spell` gives its
+  // string, asked for only when it is kept.
+  auto take = [&](auto&& spell, uint64_t c, int32_t& id) -> status {
     ++st.distinct;
     id = -1;
     if (c >= min_count) {
       if (st.kept >= static_cast<uint64_t>(INT32_MAX))
         return make_error(errc::out_of_memory, "a column has more than 2^31-1 kept strings; use hash mode");
       id = static_cast<int32_t>(st.kept++);
-      keep(s, c);
+      keep(spell(), c);
     }
     return {};
   };
@@ -199,16 +201,8 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
           total += cur[i].count;
           from[k++] = i;
         }
-      // As take() (the heap path's), but the string is spelled out only for
-      // a kept entry (keep()).
-      ++st.distinct;
-      int32_t id = -1;
-      if (total >= min_count) {
-        if (st.kept >= static_cast<uint64_t>(INT32_MAX))
-          return make_error(errc::out_of_memory, "a column has more than 2^31-1 kept strings; use hash mode");
-        id = static_cast<int32_t>(st.kept++);
-        keep(text(cur[m]), total);
-      }
+      int32_t id;
+      if (auto e = take([&] { return text(cur[m]); }, total, id); !e.ok()) return e;
       for (std::size_t j = 0; j < k; ++j) {
         assign(from[j], id);
         advance(from[j]);
@@ -255,7 +249,7 @@ expected<column_merge_stats> merge_column_ids(const std::vector<count_stream*>& 
         advance(j);
       }
       int32_t id;
-      if (auto e = take(out, total, id); !e.ok()) return e;
+      if (auto e = take([&] { return std::string_view(out); }, total, id); !e.ok()) return e;
       for (std::size_t j : from) assign(j, id);
     }
   }

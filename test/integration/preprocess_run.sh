@@ -82,6 +82,17 @@ json_get "$S/vocab-spill.json" 'all(s["spills"] > 0 for s in d["shards"])' | gre
 ls -A "$S/vocab-spill-out" | grep -q spill && fail "spill files left behind"
 pass "memory_cap 1MiB: counts spill to disk, same bytes"
 
+# None of the clean multi-node runs stalled: no node held at its end by an
+# actor still referenced (the 1 s shutdown watchdog; 4 of 10 two-node runs
+# before the nodes waited for their actors), none joined late (a fixed 3 s
+# wait for a lost challenge; 2 of 24 runs).
+for r in vocab-2 hash-2 vocab-3 vocab-spill; do
+  grep -q "did not shut down" "$S/$r.log" && { cat "$S/$r.log"; fail "$r: a node hit the shutdown watchdog"; }
+  json_get "$S/$r.json" 'max(n["timings"]["join_s"] for n in d["nodes"]) < 2.5' | grep -q True ||
+    { cat "$S/$r.log"; fail "$r: a node took 2.5 s or more to join"; }
+done
+pass "multi-node runs: no stall at the start or the end"
+
 # Malformed lines: a copy of b.tsv with bad lines at known places.
 {
   head -n 10 "$S/b.tsv"

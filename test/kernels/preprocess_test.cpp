@@ -858,25 +858,34 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(count_chunks)
 
+// `src`'s count chunks, each at most max_bytes (only a first chunk may be
+// larger: one entry that does not fit).
+std::vector<std::vector<char>> chunks_of(pp::count_stream& src, std::size_t max_bytes) {
+  std::vector<std::vector<char>> chunks;
+  for (;;) {
+    auto c = pp::next_count_chunk(src, max_bytes);
+    BOOST_REQUIRE(c.has_value());
+    if (c->empty()) return chunks;
+    BOOST_CHECK(c->size() <= max_bytes || chunks.empty());
+    chunks.push_back(std::move(*c));
+  }
+}
+
+// A chunk stream over `chunks`, then the empty chunk that ends it.
+std::unique_ptr<pp::count_stream> stream_over(std::vector<std::vector<char>> chunks, std::string who = "test") {
+  return pp::chunk_stream(
+      [chunks = std::move(chunks), next = std::size_t{0}]() mutable -> hetflow::expected<std::vector<char>> {
+        return next < chunks.size() ? chunks[next++] : std::vector<char>{};
+      },
+      std::move(who));
+}
+
 BOOST_AUTO_TEST_CASE(chunks_are_bounded_and_round_trip) {
   pp::count_entries e;
   for (int i = 0; i < 5000; ++i) e.emplace_back("key" + std::to_string(100000 + i), i + 1);
-  auto src = pp::memory_stream(e);
-  std::vector<std::vector<char>> chunks;
-  for (;;) {
-    auto c = pp::next_count_chunk(*src, 4096);
-    BOOST_REQUIRE(c.has_value());
-    if (c->empty()) break;
-    BOOST_CHECK_LE(c->size(), 4096u);
-    chunks.push_back(std::move(*c));
-  }
+  auto chunks = chunks_of(*pp::memory_stream(e), 4096);
   BOOST_CHECK_GT(chunks.size(), 10u);
-  std::size_t next = 0;
-  auto in = pp::chunk_stream(
-      [&]() -> hetflow::expected<std::vector<char>> {
-        return next < chunks.size() ? chunks[next++] : std::vector<char>{};
-      },
-      "test");
+  auto in = stream_over(chunks);
   std::string_view s;
   uint64_t n;
   std::size_t i = 0;
@@ -892,14 +901,7 @@ BOOST_AUTO_TEST_CASE(chunks_are_bounded_and_round_trip) {
 
 BOOST_AUTO_TEST_CASE(corrupt_chunks_are_errors_not_crashes) {
   std::vector<char> bad = {5, 0, 'a', 'b'};  // says 5 bytes, has 2, no count
-  bool once = false;
-  auto in = pp::chunk_stream(
-      [&]() -> hetflow::expected<std::vector<char>> {
-        if (once) return std::vector<char>{};
-        once = true;
-        return bad;
-      },
-      "node 'n1'");
+  auto in = stream_over({bad}, "node 'n1'");
   std::string_view s;
   uint64_t n;
   BOOST_CHECK(!in->next(s, n));
@@ -907,16 +909,7 @@ BOOST_AUTO_TEST_CASE(corrupt_chunks_are_errors_not_crashes) {
   BOOST_CHECK_NE(in->error().message().find("node 'n1'"), std::string::npos);
   // Out of order is corrupt too.
   pp::count_entries e = {{"b", 1}, {"a", 1}};
-  std::vector<char> chunk = *pp::next_count_chunk(*pp::memory_stream(e), 1 << 20);
-  once = false;
-  bad = chunk;
-  auto in2 = pp::chunk_stream(
-      [&]() -> hetflow::expected<std::vector<char>> {
-        if (once) return std::vector<char>{};
-        once = true;
-        return bad;
-      },
-      "x");
+  auto in2 = stream_over({*pp::next_count_chunk(*pp::memory_stream(e), 1 << 20)});
   BOOST_CHECK(in2->next(s, n));
   BOOST_CHECK(!in2->next(s, n));
   BOOST_CHECK(in2->error().code() == hetflow::errc::wire_corrupt);
@@ -994,25 +987,12 @@ BOOST_AUTO_TEST_CASE(hex_runs_round_trip_mixed_with_strings) {
   e.emplace_back("ffffffff", 9);
   std::sort(e.begin(), e.end());
   for (std::size_t max : {std::size_t{20}, std::size_t{64}, std::size_t{4096}}) {
-    auto src = pp::memory_stream(e);
-    std::vector<std::vector<char>> chunks;
-    std::size_t run_bytes = 0;
-    for (;;) {
-      auto c = pp::next_count_chunk(*src, max);
-      BOOST_REQUIRE(c.has_value());
-      if (c->empty()) break;
-      BOOST_CHECK(c->size() <= max || chunks.empty());
-      run_bytes += c->size();
-      chunks.push_back(std::move(*c));
-    }
+    auto chunks = chunks_of(*pp::memory_stream(e), max);
+    std::size_t bytes = 0;
+    for (auto& c : chunks) bytes += c.size();
     // Most entries are hex: 12 bytes each, not 18 (in chunks that hold runs).
-    if (max == 4096) BOOST_CHECK_LT(run_bytes, e.size() * 13);
-    std::size_t next = 0;
-    auto in = pp::chunk_stream(
-        [&]() -> hetflow::expected<std::vector<char>> {
-          return next < chunks.size() ? chunks[next++] : std::vector<char>{};
-        },
-        "test");
+    if (max == 4096) BOOST_CHECK_LT(bytes, e.size() * 13);
+    auto in = stream_over(chunks);
     // Alternate next_hex (3 at a time) and next.
     std::vector<std::pair<std::string, uint64_t>> got;
     uint32_t vals[3];
@@ -1052,14 +1032,7 @@ BOOST_AUTO_TEST_CASE(corrupt_hex_runs_are_errors) {
     return c;
   };
   auto drain = [](std::vector<char> chunk, bool batch) {
-    bool once = false;
-    auto in = pp::chunk_stream(
-        [&]() -> hetflow::expected<std::vector<char>> {
-          if (once) return std::vector<char>{};
-          once = true;
-          return chunk;
-        },
-        "node 'n1'");
+    auto in = stream_over({std::move(chunk)}, "node 'n1'");
     uint32_t v[8];
     uint64_t c[8];
     std::string_view s;
