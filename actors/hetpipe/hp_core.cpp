@@ -175,13 +175,34 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
     return make_error(errc::internal, "hetpipe stage: rebase with " + std::to_string(included_below.size()) +
                                           " wave marks for " + std::to_string(local_.size()) + " tensors");
   kernels::device_context& ctx = slots_[0].context();  // a device stage: local_ and the deltas live on its stream
+  if (device_) {  // G (host values: a copy each; device ones: one launch), then each kept wave's deltas (a launch each)
+    auto& cc = static_cast<kernels::cuda::context&>(ctx);
+    std::vector<kernels::tensor_view> from;
+    std::vector<kernels::mutable_tensor_view> to;
+    for (std::size_t i = 0; i < local_.size(); ++i) {
+      if (values[i].where() == ctx.where()) {
+        from.push_back(values[i]);
+        to.push_back(local_[i].value.mutable_view());
+      } else {
+        HF_RETURN_IF_ERROR(ctx.copy(values[i], local_[i].value.mutable_view()));
+      }
+    }
+    HF_RETURN_IF_ERROR(cc.copy_many(from, to));
+    // In wave order, as the cpu path adds them (one launch holds each tensor once).
+    const int64_t low = included_below.empty() ? 0 : *std::min_element(included_below.begin(), included_below.end());
+    for (auto it = delta_.lower_bound(low); it != delta_.end(); ++it) {
+      std::vector<kernels::mutable_tensor_view> ys;
+      std::vector<kernels::tensor_view> as;
+      for (std::size_t i = 0; i < local_.size(); ++i) {
+        if (it->first < included_below[i]) continue;
+        ys.push_back(local_[i].value.mutable_view());
+        as.push_back(it->second[i].view());
+      }
+      HF_RETURN_IF_ERROR(cc.accumulate_many(ys, as, {}));
+    }
+  }
   for (std::size_t i = 0; i < local_.size(); ++i) {
-    if (device_) {
-      auto& cc = static_cast<kernels::cuda::context&>(ctx);
-      HF_RETURN_IF_ERROR(ctx.copy(values[i], local_[i].value.mutable_view()));
-      for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
-        HF_RETURN_IF_ERROR(cc.accumulate(local_[i].value.mutable_view(), it->second[i].view()));
-    } else {
+    if (!device_) {
       float* dst = local_[i].value.f32();
       copy_floats(dst, values[i].f32(), local_[i].value.numel());
       for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
@@ -230,6 +251,17 @@ expected<std::vector<kernels::tensor_view>> stage_core::wave_delta(int64_t t) {
     at += d.numel();
   }
   return v;
+}
+
+expected<stage_core::device_delta> stage_core::wave_delta_on_device(int64_t t) {
+  auto it = delta_.find(t);
+  if (it == delta_.end())
+    return make_error(errc::internal, "hetpipe stage: no local updates of wave " + std::to_string(t) + " kept");
+  if (!device_) return make_error(errc::internal, "hetpipe stage: wave_delta_on_device() on the host");
+  device_delta d;
+  for (auto& x : it->second) d.update.push_back(x.view());
+  HF_ASSIGN_OR_RETURN(d.ready, static_cast<kernels::cuda::context&>(slots_[0].context()).record_point());
+  return d;
 }
 
 // `v` in `buf` on slot s's device (a copy; buf reallocated when its shape
@@ -286,11 +318,17 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
   slot_mb_[s] = p;
   if (overlap_nm_ > 0) {  // weight stashing: p's forward and backward use the local weights of now
     auto ps = slots_[s].parameters();
+    if (device_) {  // on slot 0's stream, after the local copy's last step (slot s is idle: its update synchronized it)
+      std::vector<kernels::tensor_view> from;
+      std::vector<kernels::mutable_tensor_view> to;
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        from.push_back(local_[i].value.view());
+        to.push_back(ps[i]->value.mutable_view());
+      }
+      HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
+    }
     for (std::size_t i = 0; i < ps.size(); ++i) {
-      if (device_)  // on slot 0's stream, after the local copy's last step (slot s is idle: its update synchronized it)
-        HF_RETURN_IF_ERROR(slots_[0].context().copy(local_[i].value.view(), ps[i]->value.mutable_view()));
-      else
-        copy_floats(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.numel());
+      if (!device_) copy_floats(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.numel());
       ++ps[i]->version;
     }
     // ... and done before slot s's stream runs the forward.
@@ -383,15 +421,25 @@ status stage_core::local_update(int64_t p, double lr) {
   // optimizer live on slot 0's. Slot s's backward must be complete before
   // slot 0's stream copies its gradients (then copy and step are ordered).
   if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[s].context().synchronize());
-  for (std::size_t i = 0; i < local_.size(); ++i) {
-    HF_RETURN_IF_ERROR(slots_[0].context().copy(ps[i]->grad.view(), local_[i].grad.mutable_view()));
-    targets.push_back(&local_[i]);
+  for (std::size_t i = 0; i < local_.size(); ++i) targets.push_back(&local_[i]);
+  if (device_) {  // slot s's gradients, and (overlapped) the weights before the step, in one launch
+    std::vector<kernels::tensor_view> from;
+    std::vector<kernels::mutable_tensor_view> to;
+    for (std::size_t i = 0; i < local_.size(); ++i) {
+      from.push_back(ps[i]->grad.view());
+      to.push_back(local_[i].grad.mutable_view());
+      if (overlap_nm_ == 0) continue;
+      from.push_back(local_[i].value.view());
+      to.push_back(before_[i].mutable_view());
+    }
+    HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
+  } else {
+    for (std::size_t i = 0; i < local_.size(); ++i)
+      HF_RETURN_IF_ERROR(slots_[0].context().copy(ps[i]->grad.view(), local_[i].grad.mutable_view()));
   }
   if (overlap_nm_ > 0 && device_) {  // the step, summed into its wave's delta, all on slot 0's stream
     kernels::device_context& c0 = slots_[0].context();
     auto& cc = static_cast<kernels::cuda::context&>(c0);
-    for (std::size_t i = 0; i < local_.size(); ++i)
-      HF_RETURN_IF_ERROR(c0.copy(local_[i].value.view(), before_[i].mutable_view()));
     HF_RETURN_IF_ERROR(opt_->step(targets, lr));
     auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
     if (fresh) {
@@ -410,11 +458,16 @@ status stage_core::local_update(int64_t p, double lr) {
         }
       }
     }
+    // A fresh delta starts as local - before (0 + (a - b), the cpu path's rounding).
+    std::vector<kernels::mutable_tensor_view> ys;
+    std::vector<kernels::tensor_view> as, bs;
     for (std::size_t i = 0; i < local_.size(); ++i) {
-      // A fresh delta starts as local - before (0 + (a - b), the cpu path's rounding).
-      HF_RETURN_IF_ERROR(cc.accumulate(it->second[i].mutable_view(), local_[i].value.view(), before_[i].view(), !fresh));
+      ys.push_back(it->second[i].mutable_view());
+      as.push_back(local_[i].value.view());
+      bs.push_back(before_[i].view());
       ++local_[i].version;
     }
+    HF_RETURN_IF_ERROR(cc.accumulate_many(ys, as, bs, !fresh));
   } else if (overlap_nm_ > 0) {  // the step, summed into its wave's delta
     for (std::size_t i = 0; i < local_.size(); ++i)
       copy_floats(before_[i].f32(), local_[i].value.f32(), local_[i].value.numel());

@@ -135,6 +135,16 @@ public:
   // next rebase or wave_delta (a device stage keeps the sums on the device
   // and returns host copies of them).
   expected<std::vector<kernels::tensor_view>> wave_delta(int64_t t);
+  // A device stage's wave sums where they are (overlapped waves), for a
+  // copy on another stream: `ready`, a point on the stage's stream after
+  // the sums (cuda::context::record_point), is what that stream waits for.
+  // The host does not wait. Valid until a rebase drops wave t, i.e. until
+  // its shards hold the push made from them.
+  struct device_delta {
+    std::vector<kernels::tensor_view> update;
+    std::shared_ptr<void> ready;
+  };
+  expected<device_delta> wave_delta_on_device(int64_t t);
   bool overlapped() const noexcept { return overlap_nm_ > 0; }
   bool on_device() const noexcept { return device_; }  // slots on a cuda device
   std::size_t kept_deltas() const noexcept { return delta_.size(); }

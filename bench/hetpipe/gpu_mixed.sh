@@ -29,6 +29,7 @@ py=${PYTHON:-python3}
 "$hetflow" devices 2>&1 | grep -q "^cuda 0:" || { echo "gpu_mixed.sh: no CUDA GPU for hetflow here" >&2; exit 2; }
 scratch=$(mktemp -d /tmp/hetflow-gpu-hp.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
+[[ -n ${KEEP:-} ]] && mkdir -p "$KEEP"
 status=0
 port=9700
 cuda_dev='{ kind = "cuda", index = 0 }'

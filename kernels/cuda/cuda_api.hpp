@@ -103,6 +103,22 @@ public:
   // sum each local step into its wave's update and add the kept updates to
   // a pulled G.
   virtual status accumulate(mutable_tensor_view y, tensor_view a, tensor_view b = {}, bool add_to_y = true) = 0;
+  // accumulate() of every k (y[k], a[k], b[k]; b empty: no b, else one per
+  // y, an empty b[k] counting as 0), and copy() of every k from src[k] to
+  // dst[k], all f32 on this device, in a launch per 64 tensors rather than
+  // one each (a HetPipe stage's per-parameter steps: dozens of small
+  // tensors per minibatch, where the launches cost more than the work). The
+  // destinations must not overlap.
+  virtual status accumulate_many(std::span<const mutable_tensor_view> y, std::span<const tensor_view> a,
+                                 std::span<const tensor_view> b, bool add_to_y = true) = 0;
+  virtual status copy_many(std::span<const tensor_view> src, std::span<const mutable_tensor_view> dst) = 0;
+  // A point in this context's stream, after everything queued on it so far
+  // (an event; freed with the last copy of the pointer), and a wait for
+  // such a point, of any context of this device, queued on this stream:
+  // what is queued here afterwards runs once the point has passed. Neither
+  // makes the host wait.
+  virtual expected<std::shared_ptr<void>> record_point() = 0;
+  virtual status wait_for(const std::shared_ptr<void>& point) = 0;
 
   // The cuda counterpart of cpu::make_unit: same specs, same checks, same
   // parameter names, layouts and initialisation draws from `init`.

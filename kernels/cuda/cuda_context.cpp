@@ -252,6 +252,65 @@ status context_impl::accumulate(mutable_tensor_view y, tensor_view a, tensor_vie
   return {};
 }
 
+status context_impl::accumulate_many(std::span<const mutable_tensor_view> y, std::span<const tensor_view> a,
+                                     std::span<const tensor_view> b, bool add_to_y) {
+  if (a.size() != y.size() || (!b.empty() && b.size() != y.size()))
+    return make_error(errc::invalid_argument, "cuda accumulate_many: " + std::to_string(y.size()) + " sums, " +
+                                                  std::to_string(a.size()) + " a and " + std::to_string(b.size()) + " b");
+  std::vector<ops::batch_entry> entries;
+  entries.reserve(y.size());
+  for (std::size_t k = 0; k < y.size(); ++k) {
+    const tensor_view bk = b.empty() ? tensor_view{} : b[k];
+    HF_RETURN_IF_ERROR(check_here(y[k], "accumulated tensor"));
+    HF_RETURN_IF_ERROR(check_here(a[k], "accumulate's a"));
+    if (!bk.empty()) HF_RETURN_IF_ERROR(check_here(bk, "accumulate's b"));
+    if (y[k].type() != dtype::f32 || a[k].type() != dtype::f32 || (!bk.empty() && bk.type() != dtype::f32) ||
+        a[k].numel() != y[k].numel() || (!bk.empty() && bk.numel() != y[k].numel()))
+      return make_error(errc::invalid_argument, "cuda accumulate_many: y, a and b of sum " + std::to_string(k) +
+                                                    " must be f32 of " + std::to_string(y[k].numel()) + " elements");
+    entries.push_back({y[k].f32(), a[k].f32(), bk.empty() ? nullptr : bk.f32(), y[k].numel()});
+  }
+  HF_RETURN_IF_ERROR(activate());
+  HF_CUDA_CHECK(ops::batch_apply(entries.data(), int(entries.size()), /*copy=*/false, add_to_y, stream()));
+  return {};
+}
+
+status context_impl::copy_many(std::span<const tensor_view> src, std::span<const mutable_tensor_view> dst) {
+  if (src.size() != dst.size())
+    return make_error(errc::invalid_argument, "cuda copy_many: " + std::to_string(src.size()) + " sources for " +
+                                                  std::to_string(dst.size()) + " destinations");
+  std::vector<ops::batch_entry> entries;
+  entries.reserve(src.size());
+  for (std::size_t k = 0; k < src.size(); ++k) {
+    HF_RETURN_IF_ERROR(check_here(src[k], "copy_many's source"));
+    HF_RETURN_IF_ERROR(check_here(dst[k], "copy_many's destination"));
+    if (src[k].type() != dtype::f32 || dst[k].type() != dtype::f32 || src[k].numel() != dst[k].numel())
+      return make_error(errc::invalid_argument, "cuda copy_many: source " + std::to_string(k) + " " +
+                                                    src[k].shape().to_string() + " does not fit destination " +
+                                                    dst[k].shape().to_string() + " (both f32 of one size)");
+    entries.push_back({dst[k].f32(), src[k].f32(), nullptr, dst[k].numel()});
+  }
+  HF_RETURN_IF_ERROR(activate());
+  HF_CUDA_CHECK(ops::batch_apply(entries.data(), int(entries.size()), /*copy=*/true, false, stream()));
+  return {};
+}
+
+expected<std::shared_ptr<void>> context_impl::record_point() {
+  HF_RETURN_IF_ERROR(activate());
+  cudaEvent_t e = nullptr;
+  HF_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  std::shared_ptr<void> point(e, [](void* x) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(x)); });
+  HF_CUDA_CHECK(cudaEventRecord(e, stream()));
+  return point;
+}
+
+status context_impl::wait_for(const std::shared_ptr<void>& point) {
+  if (!point) return make_error(errc::invalid_argument, "cuda wait_for: no point to wait for");
+  HF_RETURN_IF_ERROR(activate());
+  HF_CUDA_CHECK(cudaStreamWaitEvent(stream(), static_cast<cudaEvent_t>(point.get()), 0));
+  return {};
+}
+
 expected<bool> context_impl::scale_gradients(std::span<parameter* const> params, float factor) {
   HF_RETURN_IF_ERROR(activate());
   // totals_ holds 16 bytes; its first int is the flag.

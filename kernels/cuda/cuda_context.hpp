@@ -72,6 +72,11 @@ public:
   expected<bool> scale_gradients(std::span<parameter* const> params, float factor) override;
   status scale(mutable_tensor_view t, float factor) override;
   status accumulate(mutable_tensor_view y, tensor_view a, tensor_view b, bool add_to_y) override;
+  status accumulate_many(std::span<const mutable_tensor_view> y, std::span<const tensor_view> a,
+                         std::span<const tensor_view> b, bool add_to_y) override;
+  status copy_many(std::span<const tensor_view> src, std::span<const mutable_tensor_view> dst) override;
+  expected<std::shared_ptr<void>> record_point() override;
+  status wait_for(const std::shared_ptr<void>& point) override;
   expected<built_unit> make_unit(const layer_spec& spec, const shape& sample_input, rng& init,
                                  const std::string& prefix) override;
   expected<loss_result> softmax_cross_entropy(tensor_view logits, std::span<const int32_t> labels,

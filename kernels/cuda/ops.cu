@@ -78,6 +78,22 @@ __global__ void accumulate_k(float* y, const float* a, const float* b, int64_t n
   HF_GRID_STRIDE(i, n) y[i] = (add_to_y ? y[i] : 0.0f) + (b ? a[i] - b[i] : a[i]);
 }
 
+// Kernel parameters (2 KiB, under the 4 KiB every architecture takes):
+// block row blockIdx.y serves entry blockIdx.y.
+struct batch_args {
+  batch_entry e[batch_max];
+  int count;
+  bool copy;
+  bool add_to_y;
+};
+__global__ void batch_k(const batch_args args) {
+  const batch_entry x = args.e[blockIdx.y];
+  HF_GRID_STRIDE(i, x.n) {
+    if (args.copy) x.y[i] = x.a[i];
+    else x.y[i] = (args.add_to_y ? x.y[i] : 0.0f) + (x.b ? x.a[i] - x.b[i] : x.a[i]);
+  }
+}
+
 __global__ void mul_k(const float* a, const float* b, float* out, int64_t n) {
   HF_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
 }
@@ -371,6 +387,27 @@ cudaError_t add(const float* a, const float* b, float* out, int64_t n, bool relu
 
 cudaError_t accumulate(float* y, const float* a, const float* b, int64_t n, bool add_to_y, cudaStream_t s) {
   HF_LAUNCH(accumulate_k, n, y, a, b, n, add_to_y);
+}
+
+cudaError_t batch_apply(const batch_entry* entries, int count, bool copy, bool add_to_y, cudaStream_t s) {
+  for (int k = 0; k < count;) {
+    batch_args args{};
+    args.copy = copy;
+    args.add_to_y = add_to_y;
+    int64_t most = 0;
+    for (; k < count && args.count < batch_max; ++k) {
+      if (entries[k].n <= 0) continue;
+      args.e[args.count++] = entries[k];
+      most = std::max(most, entries[k].n);
+    }
+    if (args.count == 0) break;
+    // Enough blocks per entry for the largest to stream; fewer than one
+    // tensor's launch would take, as every row of the grid gets as many.
+    const int per = std::min(blocks_for(most), 1024);
+    batch_k<<<dim3(unsigned(per), unsigned(args.count)), block, 0, s>>>(args);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t multiply(const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {

@@ -36,6 +36,19 @@ cudaError_t relu_backward(const float* dy, const float* y, float* dx, int64_t n,
 cudaError_t add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s);
 // y = (add_to_y ? y : 0) + (a - b) (b null: a).
 cudaError_t accumulate(float* y, const float* a, const float* b, int64_t n, bool add_to_y, cudaStream_t s);
+// Many of accumulate's sums, or plain copies, in one launch per
+// batch_max entries: entry k: y = (add_to_y ? y : 0) + (a - b) (b null: a);
+// with `copy`, y = a (b and add_to_y unused). The entries' ranges must not
+// overlap each other's y. HetPipe's per-parameter steps (a few dozen small
+// tensors per minibatch) pay one launch instead of one per tensor.
+struct batch_entry {
+  float* y;
+  const float* a;
+  const float* b;
+  int64_t n;
+};
+constexpr int batch_max = 64;
+cudaError_t batch_apply(const batch_entry* entries, int count, bool copy, bool add_to_y, cudaStream_t s);
 // out = a * b.
 cudaError_t multiply(const float* a, const float* b, float* out, int64_t n, cudaStream_t s);
 // dst[r * dst_ld + j] += src[r * src_ld + j] for r < rows, j < cols.

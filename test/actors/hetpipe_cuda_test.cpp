@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <random>
@@ -140,6 +141,89 @@ BOOST_AUTO_TEST_CASE(accumulate_on_the_device) {
   BOOST_CHECK(!cc.accumulate(dy->mutable_view(), small->view()).ok());
 }
 
+// accumulate_many and copy_many: the per-tensor results, bit for bit, over
+// more tensors than one launch takes (64), empty ones among them; bad
+// arguments refused. record_point / wait_for: a second stream's copy waits
+// for the first stream's long sum.
+BOOST_AUTO_TEST_CASE(batched_sums_and_copies) {
+  auto c = kernels::make_cuda_context(0);
+  BOOST_REQUIRE(c.has_value());
+  auto& cc = **c;
+  const int count = 150;
+  std::vector<kernels::tensor> hy, ha, hb, dy, da, db, dz;
+  for (int k = 0; k < count; ++k) {
+    const int64_t n = k % 37 == 5 ? 0 : (k * 7919) % 5000 + (k % 3 == 0 ? 70000 : 1);
+    hy.push_back(random_tensor({n}, 10 + uint64_t(k)));
+    ha.push_back(random_tensor({n}, 1000 + uint64_t(k)));
+    hb.push_back(random_tensor({n}, 5000 + uint64_t(k)));
+    for (auto* p : {&hy, &ha, &hb}) {
+      auto d = kernels::copy_to_device(cc, p->back().view());
+      BOOST_REQUIRE(d.has_value());
+      (p == &hy ? dy : p == &ha ? da : db).push_back(std::move(*d));
+    }
+    auto z = kernels::copy_to_device(cc, kernels::tensor::zeros({n}).view());
+    BOOST_REQUIRE(z.has_value());
+    dz.push_back(std::move(*z));
+  }
+  std::vector<kernels::mutable_tensor_view> ys, zs;
+  std::vector<kernels::tensor_view> as, bs;
+  for (int k = 0; k < count; ++k) {
+    ys.push_back(dy[k].mutable_view());
+    zs.push_back(dz[k].mutable_view());
+    as.push_back(da[k].view());
+    bs.push_back(db[k].view());
+  }
+  auto host = [&](const kernels::tensor& t) {
+    auto h = kernels::copy_to_host(cc, t.view());
+    BOOST_REQUIRE(h.has_value());
+    return std::move(*h);
+  };
+  BOOST_REQUIRE(cc.accumulate_many(ys, as, bs).ok());  // y += a - b
+  for (int k = 0; k < count; ++k) {
+    auto h = host(dy[k]);
+    for (int64_t i = 0; i < h.numel(); ++i)
+      BOOST_REQUIRE_EQUAL(h.f32()[i], hy[k].f32()[i] + (ha[k].f32()[i] - hb[k].f32()[i]));
+  }
+  BOOST_REQUIRE(cc.accumulate_many(ys, as, {}, false).ok());  // y = a
+  BOOST_REQUIRE(cc.accumulate_many(ys, as, {}).ok());         // y += a
+  BOOST_REQUIRE(cc.copy_many(as, zs).ok());                   // z = a
+  for (int k = 0; k < count; ++k) {
+    auto h = host(dy[k]), z = host(dz[k]);
+    for (int64_t i = 0; i < h.numel(); ++i) {
+      BOOST_REQUIRE_EQUAL(h.f32()[i], ha[k].f32()[i] + ha[k].f32()[i]);
+      BOOST_REQUIRE_EQUAL(z.f32()[i], ha[k].f32()[i]);
+    }
+  }
+  // Counts that differ, a host tensor, sizes that differ: refused.
+  BOOST_CHECK(!cc.accumulate_many(ys, std::span(as).first(3), {}).ok());
+  BOOST_CHECK(!cc.copy_many(as, std::span(zs).first(3)).ok());
+  std::vector<kernels::tensor_view> with_host = as;
+  with_host[1] = ha[1].view();
+  BOOST_CHECK(!cc.copy_many(with_host, zs).ok());
+  std::vector<kernels::tensor_view> shifted(as.begin() + 1, as.end());
+  shifted.push_back(as[0]);
+  BOOST_CHECK(!cc.copy_many(shifted, zs).ok());
+
+  // Stream A: 40 sums into 32M floats (several ms); stream B waits for A's
+  // point, then copies to the host: it must see all 40.
+  const int64_t big = int64_t(1) << 25;
+  auto ones = kernels::copy_to_device(cc, kernels::tensor::filled({big}, 1.0f).view());
+  auto acc = kernels::copy_to_device(cc, kernels::tensor::zeros({big}).view());
+  BOOST_REQUIRE(ones && acc);
+  BOOST_REQUIRE(cc.synchronize().ok());
+  for (int r = 0; r < 40; ++r) BOOST_REQUIRE(cc.accumulate(acc->mutable_view(), ones->view()).ok());
+  auto point = cc.record_point();
+  BOOST_REQUIRE(point.has_value());
+  auto other = kernels::make_cuda_context(0);
+  BOOST_REQUIRE(other.has_value());
+  BOOST_REQUIRE((*other)->wait_for(*point).ok());
+  auto seen = kernels::copy_to_host(**other, acc->view());
+  BOOST_REQUIRE(seen.has_value());
+  BOOST_CHECK_EQUAL(seen->f32()[0], 40.0f);
+  BOOST_CHECK_EQUAL(seen->f32()[big - 1], 40.0f);
+  BOOST_CHECK(!(*other)->wait_for(nullptr).ok());
+}
+
 // Two stages of LeNet-5 (units 0-3 | 4-end), Nm = 3, overlapped waves, one
 // VW, as the runtime runs them (strict 1F1B; a rebase at each wave's first
 // forward onto G = init + every wave <= w - 2). Stage 0 on cuda:0 and
@@ -179,12 +263,43 @@ BOOST_AUTO_TEST_CASE(overlapped_cuda_stage_matches_cpu) {
       for (auto& [t, d] : pushed)
         if (t <= w - 2) add_into(G, d);
       const int64_t x = std::max<int64_t>(0, w - 1);
-      BOOST_REQUIRE(s.rebase(views(G), std::vector<int64_t>(G.size(), x)).ok());
+      if (!s.on_device() || w % 2 == 1) {  // G from the host (one copy per tensor)
+        BOOST_REQUIRE(s.rebase(views(G), std::vector<int64_t>(G.size(), x)).ok());
+        return;
+      }
+      // ... or already on the device, as the uploader leaves it (one launch for all)
+      std::vector<kernels::tensor> dG;
+      for (auto& t : G) {
+        auto d = kernels::copy_to_device(s.slot(0).context(), t.view());
+        BOOST_REQUIRE(d.has_value());
+        dG.push_back(std::move(*d));
+      }
+      BOOST_REQUIRE(s.rebase(views(dG), std::vector<int64_t>(G.size(), x)).ok());
     };
     auto update = [&](stage_core& s, std::map<int64_t, std::vector<kernels::tensor>>& pushed, int64_t p) {
       BOOST_REQUIRE(s.local_update(p, 0.05).ok());
       const int64_t w = p / nm;
       if (p + 1 == steps || (p + 1) % nm == 0) {
+        if (s.on_device()) {  // as the push thread takes them: on a stream of its own, after the point
+          auto dd = s.wave_delta_on_device(w);
+          BOOST_REQUIRE_MESSAGE(dd.has_value(), dd.error().to_string());
+          auto other = kernels::make_cuda_context(0);
+          BOOST_REQUIRE(other.has_value());
+          BOOST_REQUIRE((*other)->wait_for(dd->ready).ok());
+          std::vector<kernels::tensor> got;
+          for (auto& v : dd->update) {
+            auto h = kernels::copy_to_host(**other, v);
+            BOOST_REQUIRE(h.has_value());
+            got.push_back(std::move(*h));
+          }
+          auto d = s.wave_delta(w);  // the host copies, on the stage's stream: the same bits
+          BOOST_REQUIRE_MESSAGE(d.has_value(), d.error().to_string());
+          BOOST_REQUIRE_EQUAL(d->size(), got.size());
+          for (std::size_t i = 0; i < got.size(); ++i)
+            BOOST_REQUIRE(std::memcmp(got[i].f32(), (*d)[i].f32(), (*d)[i].byte_size()) == 0);
+          pushed[w] = std::move(got);
+          return;
+        }
         auto d = s.wave_delta(w);
         BOOST_REQUIRE_MESSAGE(d.has_value(), d.error().to_string());
         pushed[w] = copies(*d);
