@@ -81,7 +81,7 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
     }
     HF_RETURN_IF_ERROR(ctx.copy(p->value.view(), q.value.mutable_view()));
     HF_ASSIGN_OR_RETURN(kernels::tensor base, kernels::copy_to_host(ctx, p->value.view()));
-    if (overlap_nm > 0) {
+    if (overlap_nm > 0 && slots.size() > 1) {  // one slot: the slot holds them (local_update)
       try {
         sc->before_.push_back(sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
                                           : kernels::tensor::empty(p->value.shape()));
@@ -303,7 +303,7 @@ expected<kernels::tensor_view> stage_core::forward(int64_t p, kernels::tensor_vi
 
 // forward's checks and the forward itself; the output stays on the slot's
 // device (the last stage's logits go to its loss there).
-expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::tensor_view input) {
+expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::tensor_view input, bool borrow) {
   const std::size_t s = std::size_t(p % int64_t(slots_.size()));
   if (slot_mb_[s] >= 0)
     return make_error(errc::internal, "hetpipe stage: minibatch " + std::to_string(p) + " needs slot " +
@@ -334,22 +334,28 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
     // ... and done before slot s's stream runs the forward.
     if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[0].context().synchronize());
   }
-  return forward_on_device(s, input);
+  return forward_on_device(s, input, borrow);
 }
 
 // The slot keeps its own copy of the input (on its device): units may keep
 // a view of it for the backward pass, and the caller's buffer (a batch, a
-// message) moves on. The output stays on the slot's device.
-expected<kernels::tensor_view> stage_core::forward_on_device(std::size_t s, kernels::tensor_view input) {
+// message) moves on - unless the caller lends it until the backward
+// (`borrow`, an input already on the slot's device). The output stays on
+// the slot's device.
+expected<kernels::tensor_view> stage_core::forward_on_device(std::size_t s, kernels::tensor_view input, bool borrow) {
   kernels::tensor& in = slot_in_[s];
   kernels::device_context& ctx = slots_[s].context();
-  HF_RETURN_IF_ERROR(slot_buffer(s, in, input.shape(), "an input"));
-  HF_RETURN_IF_ERROR(ctx.copy(input, in.mutable_view()));
-  if (state_.empty()) return slots_[s].forward(in.view(), kernels::mode::train);
+  kernels::tensor_view x = input;
+  if (!borrow || input.where() != slots_[s].where()) {
+    HF_RETURN_IF_ERROR(slot_buffer(s, in, input.shape(), "an input"));
+    HF_RETURN_IF_ERROR(ctx.copy(input, in.mutable_view()));
+    x = in.view();
+  }
+  if (state_.empty()) return slots_[s].forward(x, kernels::mode::train);
   // The running statistics move on from the stage's copy, in forward order.
   auto st = slots_[s].state();
   for (std::size_t i = 0; i < st.size(); ++i) HF_RETURN_IF_ERROR(ctx.copy(state_[i].value.view(), st[i]->value.mutable_view()));
-  HF_ASSIGN_OR_RETURN(kernels::tensor_view out, slots_[s].forward(in.view(), kernels::mode::train));
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view out, slots_[s].forward(x, kernels::mode::train));
   for (std::size_t i = 0; i < st.size(); ++i) HF_RETURN_IF_ERROR(ctx.copy(st[i]->value.view(), state_[i].value.mutable_view()));
   if (device_) HF_RETURN_IF_ERROR(ctx.synchronize());  // the next forward may be another slot's stream
   return out;
@@ -383,7 +389,7 @@ expected<stage_core::last_result> stage_core::forward_backward_last(int64_t p, k
                                                                     bool need_input_grad) {
   if (!last_) return make_error(errc::internal, "hetpipe stage: the loss belongs to the last stage");
   const std::size_t s = std::size_t(p % int64_t(slots_.size()));
-  HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, forward_in_slot(p, input));
+  HF_ASSIGN_OR_RETURN(kernels::tensor_view logits, forward_in_slot(p, input, /*borrow=*/true));
   // One gradient buffer per slot: on a device, a slot's backward may still
   // read it (on the slot's stream) when the next slot's loss is computed.
   kernels::tensor& loss_grad = loss_grad_[s];
@@ -419,28 +425,41 @@ status stage_core::local_update(int64_t p, double lr) {
   std::vector<kernels::parameter*> targets;
   // On a device each slot has its own stream; the local copy and its
   // optimizer live on slot 0's. Slot s's backward must be complete before
-  // slot 0's stream copies its gradients (then copy and step are ordered).
+  // slot 0's stream reads its gradients.
   if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[s].context().synchronize());
   for (std::size_t i = 0; i < local_.size(); ++i) targets.push_back(&local_[i]);
-  if (device_) {  // slot s's gradients, and (overlapped) the weights before the step, in one launch
-    std::vector<kernels::tensor_view> from;
-    std::vector<kernels::mutable_tensor_view> to;
-    for (std::size_t i = 0; i < local_.size(); ++i) {
-      from.push_back(ps[i]->grad.view());
-      to.push_back(local_[i].grad.mutable_view());
-      if (overlap_nm_ == 0) continue;
-      from.push_back(local_[i].value.view());
-      to.push_back(before_[i].mutable_view());
+  // Overlapped waves sum each step into its wave's update: local - before.
+  // With one slot, the slot holds the local weights of p's forward, which
+  // no update has changed since: they are `before`. Else a copy.
+  const bool one_slot = slots_.size() == 1;
+  if (overlap_nm_ > 0 && !one_slot) {
+    if (device_) {
+      std::vector<kernels::tensor_view> from;
+      std::vector<kernels::mutable_tensor_view> to;
+      for (std::size_t i = 0; i < local_.size(); ++i) {
+        from.push_back(local_[i].value.view());
+        to.push_back(before_[i].mutable_view());
+      }
+      HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
+    } else {
+      for (std::size_t i = 0; i < local_.size(); ++i)
+        copy_floats(before_[i].f32(), local_[i].value.f32(), local_[i].value.numel());
     }
-    HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
-  } else {
-    for (std::size_t i = 0; i < local_.size(); ++i)
-      HF_RETURN_IF_ERROR(slots_[0].context().copy(ps[i]->grad.view(), local_[i].grad.mutable_view()));
   }
+  auto before = [&](std::size_t i) { return one_slot ? ps[i]->value.view() : before_[i].view(); };
+  // The step reads slot s's gradients in place: lent to the local weights
+  // for it (the optimizers read each parameter's grad when they step), not
+  // copied.
+  auto step = [&]() -> status {
+    for (std::size_t i = 0; i < local_.size(); ++i) std::swap(local_[i].grad, ps[i]->grad);
+    status st = opt_->step(targets, lr);
+    for (std::size_t i = 0; i < local_.size(); ++i) std::swap(local_[i].grad, ps[i]->grad);
+    return st;
+  };
   if (overlap_nm_ > 0 && device_) {  // the step, summed into its wave's delta, all on slot 0's stream
     kernels::device_context& c0 = slots_[0].context();
     auto& cc = static_cast<kernels::cuda::context&>(c0);
-    HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+    HF_RETURN_IF_ERROR(step());
     auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
     if (fresh) {
       if (spare_.size() == local_.size()) {
@@ -464,29 +483,27 @@ status stage_core::local_update(int64_t p, double lr) {
     for (std::size_t i = 0; i < local_.size(); ++i) {
       ys.push_back(it->second[i].mutable_view());
       as.push_back(local_[i].value.view());
-      bs.push_back(before_[i].view());
+      bs.push_back(before(i));
       ++local_[i].version;
     }
     HF_RETURN_IF_ERROR(cc.accumulate_many(ys, as, bs, !fresh));
   } else if (overlap_nm_ > 0) {  // the step, summed into its wave's delta
-    for (std::size_t i = 0; i < local_.size(); ++i)
-      copy_floats(before_[i].f32(), local_[i].value.f32(), local_[i].value.numel());
-    HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+    HF_RETURN_IF_ERROR(step());
     auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
     for (std::size_t i = 0; i < local_.size(); ++i) {
       if (fresh) it->second.push_back(kernels::tensor::zeros(local_[i].value.shape()));
       float* d = it->second[i].f32();
       const float* a = local_[i].value.f32();
-      const float* b = before_[i].f32();
+      const float* b = before(i).f32();
       const int64_t n = local_[i].value.numel();
       add_difference(d, a, b, n);
       ++local_[i].version;
     }
   } else {
-    HF_RETURN_IF_ERROR(opt_->step(targets, lr));
+    HF_RETURN_IF_ERROR(step());
   }
   // ... and slot s's next backward (on its stream) must not overwrite its
-  // gradients before slot 0's stream has copied them.
+  // gradients before slot 0's stream has read them.
   if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[0].context().synchronize());
   slot_mb_[s] = -1;
   ++next_update_;

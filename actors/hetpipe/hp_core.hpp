@@ -192,8 +192,10 @@ public:
 
 private:
   stage_core() = default;
-  expected<kernels::tensor_view> forward_in_slot(int64_t p, kernels::tensor_view input);
-  expected<kernels::tensor_view> forward_on_device(std::size_t s, kernels::tensor_view input);
+  // `borrow`: the caller keeps `input` alive until p's backward is done
+  // (forward_backward_last), so a slot on its device reads it in place.
+  expected<kernels::tensor_view> forward_in_slot(int64_t p, kernels::tensor_view input, bool borrow = false);
+  expected<kernels::tensor_view> forward_on_device(std::size_t s, kernels::tensor_view input, bool borrow = false);
   expected<kernels::tensor_view> on_slot_device(std::size_t s, kernels::tensor_view v, kernels::tensor& buf);
   status slot_buffer(std::size_t s, kernels::tensor& buf, const kernels::shape& shape, const char* what);
   expected<kernels::tensor_view> to_host(std::size_t s, kernels::tensor_view v, kernels::tensor& buf);
@@ -211,7 +213,7 @@ private:
   int overlap_nm_ = 0;
   std::vector<kernels::state_tensor> state_;  // the stage's running statistics (on the slots' device)
   std::map<int64_t, std::vector<kernels::tensor>> delta_;  // overlapped: wave -> sum of its local steps
-  std::vector<kernels::tensor> before_;                    // overlapped: the local weights before a step
+  std::vector<kernels::tensor> before_;                    // overlapped, 2+ slots: the local weights before a step
   std::vector<kernels::tensor> spare_;                     // overlapped, device: a dropped wave's delta, for reuse
   kernels::tensor delta_host_;                             // overlapped, device: wave_delta's host copies, one buffer
   bool delta_host_pinned_ = false;                         // ... page-locked (unlocked by the destructor)
