@@ -174,6 +174,11 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
   if (included_below.size() != local_.size())
     return make_error(errc::internal, "hetpipe stage: rebase with " + std::to_string(included_below.size()) +
                                           " wave marks for " + std::to_string(local_.size()) + " tensors");
+  // A one-slot stage's update takes the weights before its step from the
+  // slot (local_update): they must still be the local weights.
+  if (slots_.size() == 1 && slot_mb_[0] >= 0)
+    return make_error(errc::internal, "hetpipe stage: rebase of a one-slot stage while minibatch " +
+                                          std::to_string(slot_mb_[0]) + " is between forward and update");
   kernels::device_context& ctx = slots_[0].context();  // a device stage: local_ and the deltas live on its stream
   if (device_) {  // G (host values: a copy each; device ones: one launch), then each kept wave's deltas (a launch each)
     auto& cc = static_cast<kernels::cuda::context&>(ctx);
@@ -340,13 +345,15 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
 // The slot keeps its own copy of the input (on its device): units may keep
 // a view of it for the backward pass, and the caller's buffer (a batch, a
 // message) moves on - unless the caller lends it until the backward
-// (`borrow`, an input already on the slot's device). The output stays on
-// the slot's device.
+// (`borrow`: forward_backward_last on a cpu stage, whose backward is done
+// when it returns). The output stays on the slot's device.
 expected<kernels::tensor_view> stage_core::forward_on_device(std::size_t s, kernels::tensor_view input, bool borrow) {
   kernels::tensor& in = slot_in_[s];
   kernels::device_context& ctx = slots_[s].context();
   kernels::tensor_view x = input;
-  if (!borrow || input.where() != slots_[s].where()) {
+  // Only host inputs on a host slot: a device slot's backward would read a
+  // borrowed input asynchronously, after the call that lent it returned.
+  if (!borrow || device_ || input.where().kind != kernels::device_kind::cpu) {
     HF_RETURN_IF_ERROR(slot_buffer(s, in, input.shape(), "an input"));
     HF_RETURN_IF_ERROR(ctx.copy(input, in.mutable_view()));
     x = in.view();
@@ -451,10 +458,16 @@ status stage_core::local_update(int64_t p, double lr) {
   // for it (the optimizers read each parameter's grad when they step), not
   // copied.
   auto step = [&]() -> status {
-    for (std::size_t i = 0; i < local_.size(); ++i) std::swap(local_[i].grad, ps[i]->grad);
-    status st = opt_->step(targets, lr);
-    for (std::size_t i = 0; i < local_.size(); ++i) std::swap(local_[i].grad, ps[i]->grad);
-    return st;
+    struct lent {  // swapped back however the step ends
+      std::vector<kernels::parameter>& local;
+      std::vector<kernels::parameter*>& slot;
+      void swap() {
+        for (std::size_t i = 0; i < local.size(); ++i) std::swap(local[i].grad, slot[i]->grad);
+      }
+      ~lent() { swap(); }
+    } grads{local_, ps};
+    grads.swap();
+    return opt_->step(targets, lr);
   };
   if (overlap_nm_ > 0 && device_) {  // the step, summed into its wave's delta, all on slot 0's stream
     kernels::device_context& c0 = slots_[0].context();

@@ -128,7 +128,9 @@ public:
   // Overlapped waves: the pulled G (one per parameter, in order; on the
   // host, or on the stage's device) and, per parameter, X: G holds this
   // worker's waves < X. local = G + the kept
-  // wave deltas of waves >= X (those below X are dropped).
+  // wave deltas of waves >= X (those below X are dropped). A one-slot
+  // stage rebases only with its slot free (between an update and the next
+  // forward): its update reads the weights before the step from the slot.
   status rebase(std::span<const kernels::tensor_view> values, std::span<const int64_t> included_below);
   // Overlapped waves: the sum of the local steps of wave t's minibatches
   // (one per parameter; t must have updates), on the host. Valid until the
@@ -156,7 +158,8 @@ public:
   // on the device (one copy to the host per wave, for the push).
   expected<kernels::tensor_view> forward(int64_t p, kernels::tensor_view input);
   // Last stage: forward, loss and backward of p at once; returns the loss
-  // and dL/d(input) (empty for a one-stage VW).
+  // and dL/d(input) (empty for a one-stage VW). A cpu stage reads a host
+  // `input` in place (no copy into the slot): valid through the call.
   struct last_result {
     kernels::loss_result loss;
     kernels::tensor_view input_grad;
@@ -193,7 +196,7 @@ public:
 private:
   stage_core() = default;
   // `borrow`: the caller keeps `input` alive until p's backward is done
-  // (forward_backward_last), so a slot on its device reads it in place.
+  // (forward_backward_last), so a cpu slot reads a host input in place.
   expected<kernels::tensor_view> forward_in_slot(int64_t p, kernels::tensor_view input, bool borrow = false);
   expected<kernels::tensor_view> forward_on_device(std::size_t s, kernels::tensor_view input, bool borrow = false);
   expected<kernels::tensor_view> on_slot_device(std::size_t s, kernels::tensor_view v, kernels::tensor& buf);
@@ -216,6 +219,7 @@ private:
   std::vector<kernels::tensor> before_;                    // overlapped, 2+ slots: the local weights before a step
   std::vector<kernels::tensor> spare_;                     // overlapped, device: a dropped wave's delta, for reuse
   kernels::tensor delta_host_;                             // overlapped, device: wave_delta's host copies, one buffer
+                                                           // (the runtime's pushes copy on their own stream instead)
   bool delta_host_pinned_ = false;                         // ... page-locked (unlocked by the destructor)
   status check_values(std::span<const kernels::tensor_view> values) const;
 };

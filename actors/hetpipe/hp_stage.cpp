@@ -120,9 +120,10 @@ struct epoch_stats {
 // update each, tens of MB for a large stage) and a cuda stage's upload of
 // its pulled weights, while the stage's minibatches go on. submit() first
 // waits for the job before it, so what a job reads stays valid until the
-// next submit() or wait() returns (a cpu stage's wave sums are dropped by
-// a rebase only once its shards hold them, i.e. after this push; a cuda
-// stage's host copies are reused by the next wave_delta, which waits). The
+// next submit() or wait() returns (a stage's wave sums, on the host or on
+// its device, are dropped by a rebase only once its shards hold them, i.e.
+// after this push; the host copies a cuda stage's push makes are reused by
+// the next push, which waits). The
 // first error is kept: later jobs are skipped and every wait returns it.
 template <class Job> class side_thread {
 public:

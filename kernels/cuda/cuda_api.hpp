@@ -107,8 +107,8 @@ public:
   // y, an empty b[k] counting as 0), and copy() of every k from src[k] to
   // dst[k], all f32 on this device, in a launch per 64 tensors rather than
   // one each (a HetPipe stage's per-parameter steps: dozens of small
-  // tensors per minibatch, where the launches cost more than the work). The
-  // destinations must not overlap.
+  // tensors per minibatch, where the launches cost more than the work). No
+  // destination may overlap another entry's destination or sources.
   virtual status accumulate_many(std::span<const mutable_tensor_view> y, std::span<const tensor_view> a,
                                  std::span<const tensor_view> b, bool add_to_y = true) = 0;
   virtual status copy_many(std::span<const tensor_view> src, std::span<const mutable_tensor_view> dst) = 0;

@@ -38,8 +38,8 @@ cudaError_t add(const float* a, const float* b, float* out, int64_t n, bool relu
 cudaError_t accumulate(float* y, const float* a, const float* b, int64_t n, bool add_to_y, cudaStream_t s);
 // Many of accumulate's sums, or plain copies, in one launch per
 // batch_max entries: entry k: y = (add_to_y ? y : 0) + (a - b) (b null: a);
-// with `copy`, y = a (b and add_to_y unused). The entries' ranges must not
-// overlap each other's y. HetPipe's per-parameter steps (a few dozen small
+// with `copy`, y = a (b and add_to_y unused). No entry's y may overlap
+// another entry's y, a or b (one launch runs them in any order). HetPipe's per-parameter steps (a few dozen small
 // tensors per minibatch) pay one launch instead of one per tensor.
 struct batch_entry {
   float* y;

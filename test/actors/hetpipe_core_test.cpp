@@ -822,6 +822,13 @@ BOOST_AUTO_TEST_CASE(overlapped_one_stage_nm1_is_plain_training) {
   few.pop_back();
   BOOST_CHECK(!stage->rebase(few, std::vector<int64_t>(few.size(), 0)).ok());
   BOOST_CHECK(!stage->wave_delta(99).has_value());
+  // A one-slot stage rebases only with its slot free (its update takes the
+  // weights before its step from the slot): refused between forward and update.
+  auto open = make_stage(ref, 0, 3, 1, false, 1);
+  BOOST_REQUIRE(open->rebase(views_of(shard), std::vector<int64_t>(shard.size(), 0)).ok());
+  auto b0 = make_batch(0);
+  open->slot(0).context().run([&] { BOOST_REQUIRE(open->forward(0, b0.images.view()).has_value()); });
+  BOOST_CHECK(!open->rebase(views_of(shard), std::vector<int64_t>(shard.size(), 0)).ok());
 }
 
 // Weight stashing: two minibatches in flight; the update of 0 before the

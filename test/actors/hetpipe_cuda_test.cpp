@@ -105,13 +105,6 @@ std::vector<kernels::tensor_view> views(const std::vector<kernels::tensor>& ts) 
   return v;
 }
 
-void add_into(std::vector<kernels::tensor>& dst, const std::vector<kernels::tensor>& src) {
-  for (std::size_t i = 0; i < dst.size(); ++i) {
-    float* d = dst[i].f32();
-    const float* s = src[i].f32();
-    for (int64_t k = 0; k < dst[i].numel(); ++k) d[k] += s[k];
-  }
-}
 
 }  // namespace
 
@@ -204,23 +197,26 @@ BOOST_AUTO_TEST_CASE(batched_sums_and_copies) {
   shifted.push_back(as[0]);
   BOOST_CHECK(!cc.copy_many(shifted, zs).ok());
 
-  // Stream A: 40 sums into 32M floats (several ms); stream B waits for A's
-  // point, then copies to the host: it must see all 40.
+  // Stream A: 200 sums into 32M floats (tens of ms of device time, queued
+  // in well under that); stream B, made beforehand, waits for A's point and
+  // copies to the host at once: it must see all 200 (without the wait it
+  // would copy while A is still summing).
   const int64_t big = int64_t(1) << 25;
+  const int rounds = 200;
+  auto other = kernels::make_cuda_context(0);
+  BOOST_REQUIRE(other.has_value());
   auto ones = kernels::copy_to_device(cc, kernels::tensor::filled({big}, 1.0f).view());
   auto acc = kernels::copy_to_device(cc, kernels::tensor::zeros({big}).view());
   BOOST_REQUIRE(ones && acc);
   BOOST_REQUIRE(cc.synchronize().ok());
-  for (int r = 0; r < 40; ++r) BOOST_REQUIRE(cc.accumulate(acc->mutable_view(), ones->view()).ok());
+  for (int r = 0; r < rounds; ++r) BOOST_REQUIRE(cc.accumulate(acc->mutable_view(), ones->view()).ok());
   auto point = cc.record_point();
   BOOST_REQUIRE(point.has_value());
-  auto other = kernels::make_cuda_context(0);
-  BOOST_REQUIRE(other.has_value());
   BOOST_REQUIRE((*other)->wait_for(*point).ok());
   auto seen = kernels::copy_to_host(**other, acc->view());
   BOOST_REQUIRE(seen.has_value());
-  BOOST_CHECK_EQUAL(seen->f32()[0], 40.0f);
-  BOOST_CHECK_EQUAL(seen->f32()[big - 1], 40.0f);
+  BOOST_CHECK_EQUAL(seen->f32()[0], float(rounds));
+  BOOST_CHECK_EQUAL(seen->f32()[big - 1], float(rounds));
   BOOST_CHECK(!(*other)->wait_for(nullptr).ok());
 }
 
@@ -252,19 +248,26 @@ BOOST_AUTO_TEST_CASE(overlapped_cuda_stage_matches_cpu) {
     return v;
   };
   const auto g0 = init(0, cut), g1 = init(cut + 1, units - 1);
-  auto run = [&](kernels::device d0) {
+  auto run = [&](kernels::device d0, kernels::device d1) {
     pipe P;
     P.s0 = make_stage(whole, ref.sample_shape(0), 0, cut, 2, false, nm, d0);
-    P.s1 = make_stage(whole, ref.sample_shape(cut + 1), cut + 1, units - 1, 1, true, nm, kernels::device::cpu());
+    P.s1 = make_stage(whole, ref.sample_shape(cut + 1), cut + 1, units - 1, 1, true, nm, d1);
     auto rebase = [&](stage_core& s, const std::vector<kernels::tensor>& g0v,
                       std::map<int64_t, std::vector<kernels::tensor>>& pushed, int64_t w) {
+      // G holds the waves <= w - 2 (mark w - 1); odd tensors one wave fewer
+      // (mark w - 2: the stage adds that wave's kept sum itself).
       std::vector<kernels::tensor> G;
-      for (auto& t : g0v) G.push_back(kernels::tensor::from(t.view()));
-      for (auto& [t, d] : pushed)
-        if (t <= w - 2) add_into(G, d);
-      const int64_t x = std::max<int64_t>(0, w - 1);
+      std::vector<int64_t> marks;
+      for (std::size_t i = 0; i < g0v.size(); ++i) {
+        const int64_t x = std::max<int64_t>(0, i % 2 == 1 ? w - 2 : w - 1);
+        G.push_back(kernels::tensor::from(g0v[i].view()));
+        for (auto& [t, d] : pushed)
+          if (t < x)
+            for (int64_t k = 0; k < G[i].numel(); ++k) G[i].f32()[k] += d[i].f32()[k];
+        marks.push_back(x);
+      }
       if (!s.on_device() || w % 2 == 1) {  // G from the host (one copy per tensor)
-        BOOST_REQUIRE(s.rebase(views(G), std::vector<int64_t>(G.size(), x)).ok());
+        BOOST_REQUIRE(s.rebase(views(G), marks).ok());
         return;
       }
       // ... or already on the device, as the uploader leaves it (one launch for all)
@@ -274,7 +277,7 @@ BOOST_AUTO_TEST_CASE(overlapped_cuda_stage_matches_cpu) {
         BOOST_REQUIRE(d.has_value());
         dG.push_back(std::move(*d));
       }
-      BOOST_REQUIRE(s.rebase(views(dG), std::vector<int64_t>(G.size(), x)).ok());
+      BOOST_REQUIRE(s.rebase(views(dG), marks).ok());
     };
     auto update = [&](stage_core& s, std::map<int64_t, std::vector<kernels::tensor>>& pushed, int64_t p) {
       BOOST_REQUIRE(s.local_update(p, 0.05).ok());
@@ -344,19 +347,26 @@ BOOST_AUTO_TEST_CASE(overlapped_cuda_stage_matches_cpu) {
     while (!waiting.empty()) finish_oldest();
     return P;
   };
-  pipe cpu = run(kernels::device::cpu());
-  pipe gpu = run(kernels::device::cuda(0));
-  BOOST_REQUIRE_EQUAL(cpu.losses.size(), gpu.losses.size());
-  for (std::size_t p = 0; p < cpu.losses.size(); ++p) {
-    BOOST_TEST_MESSAGE("minibatch " << p << ": loss cpu " << cpu.losses[p] << " cuda stage 0 " << gpu.losses[p]);
-    BOOST_CHECK_CLOSE(gpu.losses[p], cpu.losses[p], 0.05);  // percent
-  }
-  BOOST_REQUIRE_EQUAL(cpu.pushed0.size(), gpu.pushed0.size());
-  for (auto& [w, d] : cpu.pushed0)
-    for (std::size_t i = 0; i < d.size(); ++i) {
-      const double e = worst(gpu.pushed0.at(w)[i].f32_span(), d[i].f32_span());
-      BOOST_CHECK_MESSAGE(e <= 1e-3, "wave " << w << " sum of tensor " << i << " differs by " << e);
+  pipe cpu = run(kernels::device::cpu(), kernels::device::cpu());
+  // Stage 0 on the device (two slots), then both (stage 1: one slot, whose
+  // update takes the weights before its step from the slot).
+  for (const bool both : {false, true}) {
+    pipe gpu = run(kernels::device::cuda(0), both ? kernels::device::cuda(0) : kernels::device::cpu());
+    const char* which = both ? "cuda stages 0 and 1" : "cuda stage 0";
+    BOOST_REQUIRE_EQUAL(cpu.losses.size(), gpu.losses.size());
+    for (std::size_t p = 0; p < cpu.losses.size(); ++p) {
+      BOOST_TEST_MESSAGE("minibatch " << p << ": loss cpu " << cpu.losses[p] << " " << which << " " << gpu.losses[p]);
+      BOOST_CHECK_CLOSE(gpu.losses[p], cpu.losses[p], 0.05);  // percent
     }
-  // A stage with deltas kept reports them; a wave without updates is refused.
-  BOOST_CHECK(!gpu.s0->wave_delta(99).has_value());
+    for (auto side : {&pipe::pushed0, &pipe::pushed1}) {
+      BOOST_REQUIRE_EQUAL((cpu.*side).size(), (gpu.*side).size());
+      for (auto& [w, d] : cpu.*side)
+        for (std::size_t i = 0; i < d.size(); ++i) {
+          const double e = worst((gpu.*side).at(w)[i].f32_span(), d[i].f32_span());
+          BOOST_CHECK_MESSAGE(e <= 1e-3, which << ": stage " << (side == &pipe::pushed0 ? 0 : 1) << " wave " << w
+                                               << " sum of tensor " << i << " differs by " << e);
+        }
+    }
+    if (!both) BOOST_CHECK(!gpu.s0->wave_delta(99).has_value());
+  }
 }
