@@ -29,6 +29,9 @@ function(hetflow_add_script_test name)
     set(T_TIMEOUT 300)
   endif()
   add_test(NAME ${name} COMMAND bash ${T_SCRIPT})
-  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+  # Script tests start nodes on fixed local ports, and the scripts' ranges
+  # overlap (preprocess_run and train_dp both use 7900-7960): one at a time,
+  # even under `ctest -j` (a -j2 run saw it_preprocess_run fail).
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} RESOURCE_LOCK hetflow_node_ports
     ENVIRONMENT "HETFLOW=$<TARGET_FILE:hetflow>;HETFLOW_SRC=${PROJECT_SOURCE_DIR};HETFLOW_SCRATCH=${CMAKE_BINARY_DIR}/test-scratch/${name}")
 endfunction()
