@@ -501,6 +501,15 @@ private:
                           "UCX rejected network devices '" + options_.net_devices + "': " + ucs_text(s));
       }
     }
+    // Mode peer: messages up to 1 MiB go eager (UCX 1.13's threshold is
+    // ~8 KiB over TCP). Its rendezvous already copies in this mode, and each
+    // of its handshake steps needs the sender's progress thread on a core:
+    // on a node whose one CPU computes (a HetPipe stage) that thread waits a
+    // time slice per step, and a 221 KB activation took 2.5 ms. Eager up to
+    // 1 MiB: HetPipe LeNet-5 1 VW +4%, the capped VGG pair +5% (2-core VM;
+    // bench/RESULTS.md). UCX_RNDV_THRESH in the environment wins.
+    if (options_.error_mode == ucx_error_mode::peer && std::getenv("UCX_RNDV_THRESH") == nullptr)
+      (void)ucp_config_modify(config, "RNDV_THRESH", "1m");
     if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr && options_.keepalive_interval.count() > 0) {
       std::string ka = std::to_string(options_.keepalive_interval.count()) + "ms";
       (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", ka.c_str());
