@@ -83,8 +83,8 @@ commands:
   help
       print this text
 
-not implemented yet: strategy "auto" weighing ps and ralp; hetpipe on cuda
-  devices (README.md, "Not done yet")
+not implemented yet: NCCL (cuda replicas and stages exchange through the
+  host); see README.md, "Not done yet"
 
 exit codes: 0 ok, 1 job failed, 2 bad usage or topology, 3 a peer node failed,
             130 interrupted
