@@ -107,9 +107,9 @@ void context_impl::run(const std::function<void()>& fn) {
   fn();
 }
 
-status context_impl::check_here(tensor_view v, const std::string& who) const {
+status context_impl::check_here(tensor_view v, std::string_view who) const {
   if (v.where() == where()) return {};
-  return make_error(errc::invalid_argument, who + ": tensor " + v.shape().to_string() + " lives on " +
+  return make_error(errc::invalid_argument, std::string(who) + ": tensor " + v.shape().to_string() + " lives on " +
                                                 v.where().to_string() + " but this runs on " + where().to_string() +
                                                 "; copy it there with device_context::copy");
 }

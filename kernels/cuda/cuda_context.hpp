@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -109,7 +110,9 @@ public:
   // n ones (for bias gradients by gemv); grows at prepare time.
   expected<const float*> ones(int64_t n);
   // errc::invalid_argument unless v lives on this device.
-  status check_here(tensor_view v, const std::string& who) const;
+  // `who` a literal, spelled out only in the error: copy_many and
+  // accumulate_many check every tensor of every call.
+  status check_here(tensor_view v, std::string_view who) const;
   // Host -> device copy of a small host array into `dst` (resized), ordered
   // on the stream; the host data may be reused when it returns.
   status upload(const void* host, std::size_t bytes, tensor& dst, dtype t, int64_t count);

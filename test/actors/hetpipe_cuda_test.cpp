@@ -105,7 +105,6 @@ std::vector<kernels::tensor_view> views(const std::vector<kernels::tensor>& ts) 
   return v;
 }
 
-
 }  // namespace
 
 // accumulate: y += a - b, y = a - b, y += a.
