@@ -3,6 +3,7 @@
 //
 //   pp_profile FILE OUT_DIR [--mode vocab|hash] [--min-count N] [--range N]
 //              [--shards N] [--threads N] [--repeat N] [--staged-memory-max BYTES]
+//              [--block-bytes BYTES]
 //   pp_profile --gen ROWS SEED FILE     (= hetflow gen-criteo, without the app)
 //
 // Runs preprocess_local (vocab: count_shard, merge_column_ids, finish_shard;
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
     else if (k == "--shards") shards = std::atoi(v.c_str());
     else if (k == "--threads") opt.parallelism = std::atoi(v.c_str());
     else if (k == "--repeat") repeat = std::atoi(v.c_str());
+    else if (k == "--block-bytes") opt.block_bytes = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--staged-memory-max") opt.staged_memory_max = std::strtoull(v.c_str(), nullptr, 10);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());

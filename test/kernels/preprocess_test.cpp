@@ -708,6 +708,50 @@ BOOST_AUTO_TEST_CASE(fast_line_parser_agrees_with_the_generic_one) {
   BOOST_CHECK_LT(fast_taken, tried * 2 / 3);  // the mutations reach the generic path too
 }
 
+BOOST_AUTO_TEST_CASE(fast_line_parser_decimal_fields_of_every_length) {
+  // The label and I5 with 0..20 characters: digits, an optional '-', and
+  // each position in turn replaced by a byte next to the digits ('/', ':')
+  // or another separator-free byte; the fast path must agree with the
+  // generic parser on every one (accept or refuse, and the values).
+  uint64_t seed = 23;
+  std::string base;
+  pp::synthetic_criteo_line(9, 1, base);
+  base.pop_back();
+  const std::size_t max_field = 64;
+  const std::size_t bound = pp::fast_parse_read_bound(max_field);
+  std::size_t accepted = 0, checked = 0;
+  for (int field : {0, 5})
+    for (std::size_t len = 0; len <= 20; ++len)
+      for (int neg = 0; neg < 2; ++neg)
+        for (std::size_t bad = 0; bad <= len; ++bad) {  // bad == len: no bad byte
+          std::string f = neg ? "-" : "";
+          for (std::size_t k = 0; k < len; ++k) f += static_cast<char>('0' + next_random(seed) % 10);
+          if (bad < len) f[neg + bad] = "/:a \r+"[next_random(seed) % 6];
+          std::string line = base;
+          std::size_t at = 0;
+          for (int k = 0; k < field; ++k) at = line.find('\t', at) + 1;
+          line.replace(at, line.find('\t', at) - at, f);
+          std::string buf = line + "\n" + std::string(bound, '9');
+          pp::parsed_line fast{}, slow{};
+          const char* next = pp::parse_criteo_line_fast(buf.data(), max_field, fast);
+          auto e = pp::parse_criteo_line(line, max_field, slow);
+          ++checked;
+          BOOST_TEST_CONTEXT("field " << field << " = \"" << f << "\"") {
+            BOOST_REQUIRE_EQUAL(next != nullptr, !e);  // every line here is ASCII: the fast path refuses only bad ones
+            if (!next) continue;
+            ++accepted;
+            BOOST_REQUIRE_EQUAL(next - buf.data(), static_cast<std::ptrdiff_t>(line.size() + 1));
+            BOOST_REQUIRE_EQUAL(fast.label, slow.label);
+            for (int j = 0; j < 13; ++j) {
+              BOOST_REQUIRE_EQUAL(fast.dense[j], slow.dense[j]);
+              BOOST_REQUIRE_EQUAL(fast.dense_missing[j], slow.dense_missing[j]);
+            }
+          }
+        }
+  BOOST_TEST_MESSAGE("decimal fields: " << accepted << " of " << checked << " accepted");
+  BOOST_CHECK_GT(accepted, 30u);  // every length 1..18 in I5 at least, and small labels
+}
+
 BOOST_AUTO_TEST_CASE(fast_line_parser_reads_within_its_bound) {
   // The line starts exactly fast_parse_read_bound bytes before a page that
   // may not be read; adversarial lines (no tabs, endless digits, no '\n')
@@ -744,11 +788,23 @@ BOOST_AUTO_TEST_CASE(fast_line_parser_reads_within_its_bound) {
       pp::parsed_line pl;
       BOOST_CHECK(pp::parse_criteo_line_fast(p, max_field, pl) == nullptr);
     }
-    // A good line at the very end of the readable bytes parses.
+    // A good line at the very end of the readable bytes parses, and so does
+    // the longest good line there is (the label -2^31, 13 fields of '-' and
+    // 18 digits, 26 of max_field bytes).
     std::memset(p, 'z', bound);
     std::memcpy(p, good.data(), good.size());
     pp::parsed_line pl;
     BOOST_CHECK(pp::parse_criteo_line_fast(p, max_field, pl) == p + good.size());
+    std::string longest = "-2147483648";  // the longest label
+    for (int i = 0; i < 13; ++i) longest += "\t-123456789012345678";
+    for (int i = 0; i < 26; ++i) longest += "\t" + std::string(max_field, 'q');
+    longest += '\n';
+    BOOST_REQUIRE_LE(longest.size(), bound);
+    std::memset(p, 'z', bound);
+    std::memcpy(p, longest.data(), longest.size());
+    BOOST_CHECK(pp::parse_criteo_line_fast(p, max_field, pl) == p + longest.size());
+    BOOST_CHECK_EQUAL(pl.label, INT32_MIN);
+    BOOST_CHECK_EQUAL(pl.dense[12], -123456789012345678);
     ::munmap(m, room + page);
   }
 }
