@@ -102,7 +102,9 @@ inline uint64_t not_digits(uint64_t w) noexcept {
 // (0 only without the '-': the empty field). Reads at most 8 bytes past the
 // field; s[0] is readable even when n is 0 (it is the separator). The
 // common field (at most 8 digits) takes no branch on its bytes.
-inline bool decimal(const char* s, std::size_t n, int64_t& v, bool& missing) noexcept {
+// Inlined: as a call (gcc did not inline it) the parse alone took 135 ns a
+// row instead of 120 (1M generated rows, 2-core VM).
+[[gnu::always_inline]] inline bool decimal(const char* s, std::size_t n, int64_t& v, bool& missing) noexcept {
   const bool neg = *s == '-';
   s += neg;
   n -= neg;
