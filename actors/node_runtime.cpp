@@ -258,7 +258,7 @@ public:
     return it == sh_->actor_index.end() ? std::string{} : sh_->actors[it->second].node;
   }
 
-  status send_wire(std::string_view target, wire_buffer_ref msg) override {
+  status send_wire(std::string_view target, wire_buffer_ref msg, std::chrono::microseconds linger) override {
     auto it = sh_->actor_index.find(target);
     if (it == sh_->actor_index.end())
       return make_error(errc::not_found, "no actor named '" + std::string(target) + "' in this job");
@@ -286,8 +286,22 @@ public:
     }
     // Per message: capture only a weak pointer and the node index; the
     // node's name is looked up when a send fails.
-    return sh_->dp->send(static_cast<dataplane::peer_id>(node), it->second, std::move(msg),
-                         [weak = std::weak_ptr<node_shared>(sh_), node](status s) {
+    // linger: the completion (on the progress thread, or at once) says so.
+    struct sent_flag {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+    };
+    auto sent = linger.count() > 0 ? std::make_shared<sent_flag>() : nullptr;
+    status posted = sh_->dp->send(static_cast<dataplane::peer_id>(node), it->second, std::move(msg),
+                         [weak = std::weak_ptr<node_shared>(sh_), node, sent](status s) {
+                           if (sent) {
+                             {
+                               std::lock_guard<std::mutex> g(sent->mu);
+                               sent->done = true;
+                             }
+                             sent->cv.notify_one();
+                           }
                            if (s.ok() || s.code() == errc::cancelled) return;
                            if (auto sh = weak.lock())
                              caf::anon_send(sh->node_actor, dperr_atom::value, int32_t{node},
@@ -295,6 +309,11 @@ public:
                                                 sh->cluster.nodes[node].name +
                                                 "' failed: " + s.to_string());
                          });
+    if (sent && posted.ok()) {
+      std::unique_lock<std::mutex> lk(sent->mu);
+      sent->cv.wait_for(lk, linger, [&] { return sent->done; });
+    }
+    return posted;
   }
 
   bool node_lost(std::string_view node) const override {

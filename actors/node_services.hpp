@@ -16,6 +16,7 @@
 #include <caf/fwd.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -42,8 +43,15 @@ public:
 
   // Sends one wire message to a named actor (see above). Errors for an unknown
   // target come back at once; transfer errors stop the job with a message
-  // naming the peer.
-  virtual status send_wire(std::string_view target, wire_buffer_ref msg) = 0;
+  // naming the peer. `linger`: for a target on another node, wait up to this
+  // long for the bytes to leave (the data plane's send completion) before
+  // returning. For a thread that computes right after a send the next node
+  // waits for (a pipeline stage's activations): blocked, it leaves its core
+  // to the data plane's progress thread, which on a node with as many busy
+  // threads as cores otherwise waited for the end of the sender's time slice
+  // and held the message up to 2.5 ms (bench/RESULTS.md, HetPipe).
+  virtual status send_wire(std::string_view target, wire_buffer_ref msg,
+                           std::chrono::microseconds linger = std::chrono::microseconds{0}) = 0;
 
   // True once node `node` went down and the job goes on without it (only
   // nodes whose loss the job survives: registry.hpp's expendable_nodes; the

@@ -69,6 +69,7 @@
 // slot models, inside their device context (the caller's job).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -82,6 +83,7 @@
 #include "kernels/model.hpp"
 #include "kernels/optimizer.hpp"
 #include "schemas/error.hpp"
+#include "topology/cluster.hpp"
 
 namespace hetflow::hetpipe {
 
@@ -329,5 +331,17 @@ private:
   bool ready(const ps::pull_ticket& t) const;
   bool advance_exact();
 };
+
+// How long node `node`'s sends of activations and gradients wait for their
+// bytes to leave (node_services::send_wire's linger; hp_inbox). Only where
+// compute threads take every core the node's data-plane progress thread
+// could run on: the node's own `cpus` when it is pinned, else the
+// `host_cores` shared by every unpinned node on its host (a cpu device
+// counts its threads, all the node's cpus or host_cores when unset; a cuda
+// device one). There the progress thread waited for the sender's time slice
+// to end (LeNet-5, 1 VW over 2 one-thread nodes on 2 cores: 27.5-29.1k
+// samples/s without, 29.2-31.2k with; bench/RESULTS.md); elsewhere it has a
+// core of its own and a wait would only hold the stage up. 0: no wait.
+std::chrono::microseconds pipeline_send_linger(const topology::cluster& c, std::string_view node, int host_cores);
 
 }  // namespace hetflow::hetpipe

@@ -27,6 +27,11 @@ namespace hetflow::actors::hp_job {
 
 class inbox {
 public:
+  // How long a send of activations or gradients waits, at most, for its bytes
+  // to leave (see send()); 0: not at all. hp_stage sets it where the host's
+  // cores are all taken by compute threads (hp_core.hpp, pipeline_send_linger).
+  std::chrono::microseconds activation_linger{0};
+
   inbox(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me)
       : self_(self),
         svc_(std::move(svc)),
@@ -45,7 +50,10 @@ public:
     // MB) come from recycled buffers: a fresh one costs a page fault per page.
     auto msg = ralp::make_message(kind, me_, target, info, ts, labels, text, &allocate_);
     bytes_sent.fetch_add(int64_t(msg->size()), std::memory_order_relaxed);
-    auto s = svc_->send_wire(target, std::move(msg));
+    // The next stage waits for activations and gradients: they leave before
+    // this stage computes on (node_services::send_wire's linger).
+    const bool pipeline = kind == kind_forward || kind == kind_backward;
+    auto s = svc_->send_wire(target, std::move(msg), pipeline ? activation_linger : std::chrono::microseconds{0});
     if (!s.ok()) return make_error(s.code(), me_ + ": cannot send to '" + target + "': " + s.message());
     return {};
   }

@@ -1073,6 +1073,8 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   auto r = parse_role(me, kv);
   if (!r) return svc->report_done(me, false, r.error().to_string(), {});
   ib.stash_stream = ib.stash_stream && r->stage == 0;  // no stream batch comes to the others
+  ib.activation_linger =
+      hetpipe::pipeline_send_linger(env.cluster, env.spec.node, int(std::max(1u, std::thread::hardware_concurrency())));
   auto cfg = builtin::train_config_of(env.cluster, env.spec.node, std::size_t(env.spec.args.get_int("device", 0)));
   if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
   const auto t0 = clock_type::now();

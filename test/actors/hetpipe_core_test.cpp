@@ -1025,3 +1025,44 @@ BOOST_AUTO_TEST_CASE(ps_overlapped_staleness1) {
   BOOST_CHECK_EQUAL(ps.take_ready().size(), 1u);
   BOOST_CHECK_EQUAL(ps.included_below(1), 1);
 }
+
+// Where the pipeline's sends wait for their bytes to leave: only where compute
+// threads take every core the node's progress thread could use.
+BOOST_AUTO_TEST_CASE(pipeline_send_linger_where_cores_are_all_busy) {
+  using topology::device_kind;
+  auto node = [](std::string name, std::string host, std::vector<topology::device_spec> devs, std::vector<int> cpus = {}) {
+    topology::node_spec n;
+    n.name = std::move(name);
+    n.host = std::move(host);
+    n.devices = std::move(devs);
+    n.cpus = std::move(cpus);
+    return n;
+  };
+  auto cpu = [](int threads) {
+    topology::device_spec d;
+    d.threads = threads;
+    return d;
+  };
+  topology::device_spec gpu;
+  gpu.kind = device_kind::cuda;
+  const auto none = std::chrono::microseconds{0};
+  topology::cluster c;
+  // Two one-thread nodes on a 2-core host: every core computes.
+  c.nodes = {node("n0", "h", {cpu(1)}), node("n1", "h", {cpu(1)})};
+  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n0", 2).count(), 0);
+  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n1", 2).count(), 0);
+  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n0", 3) == none);  // a core to spare
+  // The same nodes on two hosts of 2 cores: each host has one free.
+  c.nodes[1].host = "h2";
+  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n0", 2) == none);
+  // A cpu device without threads takes every core; a cuda device one thread.
+  c.nodes = {node("n0", "h", {cpu(0)}), node("n1", "h", {gpu})};
+  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n1", 16).count(), 0);
+  c.nodes = {node("n0", "h", {cpu(8)}), node("n1", "h", {gpu})};  // the GPU machine's mixed VW
+  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n1", 16) == none);
+  // A pinned node counts its own cpus only.
+  c.nodes = {node("n0", "h", {cpu(1)}, {0}), node("n1", "h", {cpu(4)}, {1, 2, 3, 4, 5})};
+  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n0", 64).count(), 0);
+  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n1", 2) == none);
+  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "nobody", 2) == none);
+}
