@@ -798,28 +798,28 @@ status ps_core::restore(std::map<std::size_t, std::vector<kernels::tensor>> unit
   return {};
 }
 
-std::chrono::microseconds pipeline_send_linger(const topology::cluster& c, std::string_view node, int host_cores) {
+std::chrono::microseconds pipeline_send_linger(const topology::cluster& c, std::string_view node, int cpus,
+                                               bool pinned) {
   const topology::node_spec* me = c.find_node(node);
   if (!me) return {};
-  host_cores = std::max(1, host_cores);
+  cpus = std::max(1, cpus);
   auto busy = [&](const topology::node_spec& n) {
     int t = 0;
     for (const auto& d : n.devices)
       t += d.kind == topology::device_kind::cuda ? 1
            : d.threads > 0                      ? d.threads
            : !n.cpus.empty()                    ? int(n.cpus.size())
-                                                : host_cores;
+                                                : cpus;
     return t;
   };
-  int threads = 0, cores = host_cores;
-  if (!me->cpus.empty()) {
+  int threads = 0;
+  if (pinned) {
     threads = busy(*me);
-    cores = int(me->cpus.size());
   } else {
     for (const auto& n : c.nodes)
       if (n.host == me->host && n.cpus.empty()) threads += busy(n);
   }
-  return threads >= cores ? std::chrono::microseconds{2000} : std::chrono::microseconds{0};
+  return threads >= cpus ? std::chrono::microseconds{2000} : std::chrono::microseconds{0};
 }
 
 }  // namespace hetflow::hetpipe

@@ -333,15 +333,18 @@ private:
 };
 
 // How long node `node`'s sends of activations and gradients wait for their
-// bytes to leave (node_services::send_wire's linger; hp_inbox). Only where
-// compute threads take every core the node's data-plane progress thread
-// could run on: the node's own `cpus` when it is pinned, else the
-// `host_cores` shared by every unpinned node on its host (a cpu device
-// counts its threads, all the node's cpus or host_cores when unset; a cuda
-// device one). There the progress thread waited for the sender's time slice
-// to end (LeNet-5, 1 VW over 2 one-thread nodes on 2 cores: 27.5-29.1k
-// samples/s without, 29.2-31.2k with; bench/RESULTS.md); elsewhere it has a
-// core of its own and a wait would only hold the stage up. 0: no wait.
-std::chrono::microseconds pipeline_send_linger(const topology::cluster& c, std::string_view node, int host_cores);
+// bytes to go (node_services::send_wire's linger; hp_inbox). Only where
+// compute threads take every CPU the node's data-plane progress thread may
+// run on: `cpus` is the size of this node process's CPU mask, `pinned` says
+// it is narrower than the machine (the node's `cpus`, `hetflow run`'s
+// pinning of local nodes, taskset). Pinned, the node's own compute threads
+// are counted; unpinned, those of every unpinned node on its host. A cpu
+// device counts its threads (all its node's CPUs when unset), a cuda device
+// one. There the progress thread waited for the sender's time slice to end
+// (LeNet-5, 1 VW over 2 one-thread nodes on 2 cores: 27.5-29.1k samples/s
+// without, 29.2-31.2k with; bench/RESULTS.md); elsewhere it has a CPU of its
+// own and a wait would only hold the stage up. 0: no wait.
+std::chrono::microseconds pipeline_send_linger(const topology::cluster& c, std::string_view node, int cpus,
+                                               bool pinned);
 
 }  // namespace hetflow::hetpipe

@@ -45,6 +45,7 @@
 #include "actors/json.hpp"
 #include "actors/log.hpp"
 #include "actors/metrics.hpp"
+#include "actors/node_runtime.hpp"
 #include "actors/ps/clock_gauges.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
 #include "kernels/cpu/parallel.hpp"
@@ -1073,8 +1074,11 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   auto r = parse_role(me, kv);
   if (!r) return svc->report_done(me, false, r.error().to_string(), {});
   ib.stash_stream = ib.stash_stream && r->stage == 0;  // no stream batch comes to the others
-  ib.activation_linger =
-      hetpipe::pipeline_send_linger(env.cluster, env.spec.node, int(std::max(1u, std::thread::hardware_concurrency())));
+  {
+    const int cpus = int(usable_cpus().size());
+    const bool pinned = cpus < int(std::max(1u, std::thread::hardware_concurrency()));
+    ib.activation_linger = hetpipe::pipeline_send_linger(env.cluster, env.spec.node, cpus, pinned);
+  }
   auto cfg = builtin::train_config_of(env.cluster, env.spec.node, std::size_t(env.spec.args.get_int("device", 0)));
   if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
   const auto t0 = clock_type::now();

@@ -132,7 +132,7 @@ inline uint64_t not_digits(uint64_t w) noexcept {
       x = x * 10 + d;
     }
   }
-  v = neg ? -static_cast<int64_t>(x) : static_cast<int64_t>(x);
+  v = static_cast<int64_t>(neg ? 0 - x : x);  // x is arbitrary when !ok: no signed overflow then either
   return ok & !(missing & neg);
 }
 
@@ -183,9 +183,11 @@ inline const char* parse_criteo_line_fast(const char* p, std::size_t max_field_b
     }
     const std::size_t k = static_cast<std::size_t>(__builtin_popcountll(sep));
     if (cnt + k > criteo_fields) return nullptr;
-    for (std::size_t i = cnt; sep; i += 8)  // 8 offsets a step; those past the last are overwritten or unused
+    // 8 offsets a step; those past the last are overwritten or unused (the
+    // top bit keeps ctz defined once sep is used up: 0 has no lowest bit).
+    for (std::size_t i = cnt; sep; i += 8)
       for (int u = 0; u < 8; ++u) {
-        pos[i + u] = base + static_cast<uint32_t>(__builtin_ctzll(sep));
+        pos[i + u] = base + static_cast<uint32_t>(__builtin_ctzll(sep | (uint64_t{1} << 63)));
         sep &= sep - 1;
       }
     cnt += k;

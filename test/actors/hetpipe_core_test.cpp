@@ -1046,23 +1046,37 @@ BOOST_AUTO_TEST_CASE(pipeline_send_linger_where_cores_are_all_busy) {
   topology::device_spec gpu;
   gpu.kind = device_kind::cuda;
   const auto none = std::chrono::microseconds{0};
+  auto linger = [](const topology::cluster& c, const char* n, int cpus, bool pinned) {
+    return hetpipe::pipeline_send_linger(c, n, cpus, pinned);
+  };
   topology::cluster c;
-  // Two one-thread nodes on a 2-core host: every core computes.
+  // Unpinned: two one-thread nodes on a 2-CPU host take every CPU; on 3 CPUs
+  // or on two hosts one is free.
   c.nodes = {node("n0", "h", {cpu(1)}), node("n1", "h", {cpu(1)})};
-  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n0", 2).count(), 0);
-  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n1", 2).count(), 0);
-  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n0", 3) == none);  // a core to spare
-  // The same nodes on two hosts of 2 cores: each host has one free.
+  BOOST_CHECK_GT(linger(c, "n0", 2, false).count(), 0);
+  BOOST_CHECK_GT(linger(c, "n1", 2, false).count(), 0);
+  BOOST_CHECK(linger(c, "n0", 3, false) == none);
   c.nodes[1].host = "h2";
-  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n0", 2) == none);
-  // A cpu device without threads takes every core; a cuda device one thread.
-  c.nodes = {node("n0", "h", {cpu(0)}), node("n1", "h", {gpu})};
-  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n1", 16).count(), 0);
-  c.nodes = {node("n0", "h", {cpu(8)}), node("n1", "h", {gpu})};  // the GPU machine's mixed VW
-  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n1", 16) == none);
-  // A pinned node counts its own cpus only.
+  BOOST_CHECK(linger(c, "n0", 2, false) == none);
+  // Pinned (hetflow run gives each local node its share): a node counts its
+  // own threads against its own CPUs. Three one-thread nodes on 4 CPUs get
+  // one CPU each.
+  c.nodes = {node("n0", "h", {cpu(1)}), node("n1", "h", {cpu(1)}), node("n2", "h", {cpu(1)})};
+  BOOST_CHECK_GT(linger(c, "n0", 1, true).count(), 0);
+  BOOST_CHECK(linger(c, "n0", 4, false) == none);
+  // cpu(2) with 3 CPUs has one to spare; a cpu device without threads uses
+  // all of its node's.
+  c.nodes = {node("n0", "h", {cpu(2)}), node("n1", "h", {cpu(0)})};
+  BOOST_CHECK(linger(c, "n0", 3, true) == none);
+  BOOST_CHECK_GT(linger(c, "n1", 5, true).count(), 0);
+  BOOST_CHECK_GT(linger(c, "n1", 16, false).count(), 0);
+  // A cuda device counts one thread: the GPU machine's mixed VW has CPUs to spare.
+  c.nodes = {node("n0", "h", {cpu(8)}), node("n1", "h", {gpu})};
+  BOOST_CHECK(linger(c, "n1", 16, false) == none);
+  BOOST_CHECK(linger(c, "n0", 16, false) == none);
+  // A node pinned by its `cpus`.
   c.nodes = {node("n0", "h", {cpu(1)}, {0}), node("n1", "h", {cpu(4)}, {1, 2, 3, 4, 5})};
-  BOOST_CHECK_GT(hetpipe::pipeline_send_linger(c, "n0", 64).count(), 0);
-  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "n1", 2) == none);
-  BOOST_CHECK(hetpipe::pipeline_send_linger(c, "nobody", 2) == none);
+  BOOST_CHECK_GT(linger(c, "n0", 1, true).count(), 0);
+  BOOST_CHECK(linger(c, "n1", 5, true) == none);
+  BOOST_CHECK(linger(c, "nobody", 2, false) == none);
 }
