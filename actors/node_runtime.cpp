@@ -30,6 +30,7 @@
 #include "actors/caf_types.hpp"
 #include "actors/cluster_auth.hpp"
 #include "actors/dataplane/net_devices.hpp"
+#include "actors/dataplane/send_and_wait.hpp"
 #include "actors/dataplane/ucx_data_plane.hpp"
 #include "actors/json.hpp"
 #include "actors/metrics.hpp"
@@ -286,34 +287,16 @@ public:
     }
     // Per message: capture only a weak pointer and the node index; the
     // node's name is looked up when a send fails.
-    // linger: the completion (on the progress thread, or at once) says so.
-    struct sent_flag {
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-    };
-    auto sent = linger.count() > 0 ? std::make_shared<sent_flag>() : nullptr;
-    status posted = sh_->dp->send(static_cast<dataplane::peer_id>(node), it->second, std::move(msg),
-                         [weak = std::weak_ptr<node_shared>(sh_), node, sent](status s) {
-                           if (sent) {
-                             {
-                               std::lock_guard<std::mutex> g(sent->mu);
-                               sent->done = true;
-                             }
-                             sent->cv.notify_one();
-                           }
+    return dataplane::send_and_wait(*sh_->dp, static_cast<dataplane::peer_id>(node), it->second, std::move(msg),
+                         [weak = std::weak_ptr<node_shared>(sh_), node](status s) {
                            if (s.ok() || s.code() == errc::cancelled) return;
                            if (auto sh = weak.lock())
                              caf::anon_send(sh->node_actor, dperr_atom::value, int32_t{node},
                                             "data plane send to node '" +
                                                 sh->cluster.nodes[node].name +
                                                 "' failed: " + s.to_string());
-                         });
-    if (sent && posted.ok()) {
-      std::unique_lock<std::mutex> lk(sent->mu);
-      sent->cv.wait_for(lk, linger, [&] { return sent->done; });
-    }
-    return posted;
+                         },
+                         linger);
   }
 
   bool node_lost(std::string_view node) const override {

@@ -1,12 +1,15 @@
-// What only the fake data plane does: fault injection and its bookkeeping.
-// (The data_plane contract itself is in data_plane_contract_test.cpp.)
+// What only the fake data plane does: fault injection and its bookkeeping;
+// and send_and_wait over it and over stub planes. (The data_plane contract
+// itself is in data_plane_contract_test.cpp.)
 #define BOOST_TEST_MODULE fake_data_plane
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <set>
 #include <stdexcept>
 #include <thread>
 
+#include "actors/dataplane/send_and_wait.hpp"
 #include "test/dataplane/data_plane_test_util.hpp"
 
 using namespace hetflow;
@@ -126,6 +129,74 @@ BOOST_AUTO_TEST_CASE(max_message_bytes_is_per_peer) {
   BOOST_CHECK_EQUAL(a->send(1, 1, make_payload(11, 1)).code(), errc::wire_too_large);
   BOOST_CHECK(b->send(0, 1, make_payload(11, 1)).ok());
   BOOST_CHECK(in_a.wait_for(1, 5s));
+}
+
+
+// send_and_wait (node_services::send_wire's linger) over planes that complete
+// at once, on their own thread, never, or refuse the send.
+namespace {
+struct stub_plane final : data_plane {
+  enum class mode { at_once, never, refuse } how = mode::never;
+  send_completion kept;  // mode never: held, not run
+  std::string name() const override { return "stub"; }
+  std::vector<char> local_address() const override { return {}; }
+  status connect(peer_id, std::span<const char>) override { return {}; }
+  void set_receive_handler(receive_handler) override {}
+  status send(peer_id, channel_id, wire_buffer_ref, send_completion done) override {
+    if (how == mode::refuse) return make_error(errc::not_found, "no such peer");
+    if (how == mode::at_once) done(status{});
+    else kept = std::move(done);
+    return {};
+  }
+  uint64_t max_message_bytes() const override { return 1 << 20; }
+  data_plane_stats stats() const override { return {}; }
+  void shutdown() override {}
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(send_and_wait_returns_with_the_completion_or_after_the_linger) {
+  using clock = std::chrono::steady_clock;
+  auto timed = [](auto&& f) {
+    auto t0 = clock::now();
+    f();
+    return clock::now() - t0;
+  };
+  int ran = 0;
+  auto count = [&ran](status) { ++ran; };
+  // Completed inside send(): no wait at all.
+  stub_plane s;
+  s.how = stub_plane::mode::at_once;
+  auto d = timed([&] { BOOST_CHECK(send_and_wait(s, 1, 1, make_payload(8, 1), count, 2s).ok()); });
+  BOOST_CHECK_EQUAL(ran, 1);
+  BOOST_CHECK(d < 1s);
+  // Never completed: back after the linger, and the completion still works later.
+  s.how = stub_plane::mode::never;
+  d = timed([&] { BOOST_CHECK(send_and_wait(s, 1, 1, make_payload(8, 1), count, 50ms).ok()); });
+  BOOST_CHECK(d >= 50ms);
+  BOOST_CHECK(d < 2s);
+  BOOST_REQUIRE(s.kept);
+  s.kept(status{});
+  BOOST_CHECK_EQUAL(ran, 2);
+  // Refused: the error at once, no completion.
+  s.how = stub_plane::mode::refuse;
+  d = timed([&] { BOOST_CHECK_EQUAL(send_and_wait(s, 1, 1, make_payload(8, 1), count, 2s).code(), errc::not_found); });
+  BOOST_CHECK_EQUAL(ran, 2);
+  BOOST_CHECK(d < 1s);
+  // The fake plane completes on its own thread once delivered (here after a
+  // delay of up to 30 ms): the call returns when it has, well before a 5 s
+  // linger; with no linger it returns at once.
+  auto p = make_connected_pair("fake");
+  inbox in;
+  in.install(*p.b);
+  p.fabric->set_delay(std::chrono::microseconds(30000), 3);
+  std::atomic<int> fake_done{0};
+  d = timed([&] {
+    BOOST_CHECK(send_and_wait(*p.a, 1, 1, make_payload(64, 2), [&](status st) { fake_done += st.ok(); }, 5s).ok());
+  });
+  BOOST_CHECK_EQUAL(fake_done.load(), 1);
+  BOOST_CHECK(d < 2s);
+  BOOST_CHECK(send_and_wait(*p.a, 1, 1, make_payload(64, 3), {}, std::chrono::microseconds{0}).ok());
+  BOOST_CHECK(in.wait_for(2, 5s));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
