@@ -45,14 +45,9 @@ public:
   // target come back at once; transfer errors stop the job with a message
   // naming the peer. `linger`: for a target on another node, wait up to this
   // long for the data plane's send completion before returning (the bytes
-  // have left; for a message above UCX's rendezvous size, the receiver has
-  // taken them). For a thread that computes right after a send the next node
-  // waits for (a pipeline stage's activations): blocked, it leaves its core
-  // to the data plane's progress thread, which on a node with as many busy
-  // threads as cores otherwise waited for the end of the sender's time slice
-  // and held the message up to 2.5 ms (bench/RESULTS.md, HetPipe). Never
-  // with a linger from the data plane's own thread (a receive handler): the
-  // completion runs there, so the call would wait the whole linger.
+  // have left; above UCX's rendezvous size, the receiver has taken them):
+  // dataplane::send_and_wait, which says when that helps and where not to
+  // use it.
   virtual status send_wire(std::string_view target, wire_buffer_ref msg,
                            std::chrono::microseconds linger = std::chrono::microseconds{0}) = 0;
 

@@ -12,6 +12,12 @@ const char* to_string(device_kind k) noexcept {
   return "unknown";
 }
 
+int cpu_device_threads(const node_spec& n, const device_spec& d, int machine_cpus) {
+  if (d.threads > 0) return d.threads;
+  if (!n.cpus.empty()) return int(n.cpus.size());
+  return machine_cpus > 0 ? machine_cpus : 1;
+}
+
 const node_spec* cluster::find_node(std::string_view name) const {
   const int i = node_index(name);
   return i < 0 ? nullptr : &nodes[static_cast<size_t>(i)];

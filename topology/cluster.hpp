@@ -94,6 +94,10 @@ std::string format_cpu_list(const std::vector<int>& cpus);
 // Empty when they ask for more than there are.
 std::vector<std::size_t> local_cpu_shares(const std::vector<std::size_t>& want, std::size_t cpus);
 
+// A cpu device's thread count: its `threads`, else its node's `cpus`, else
+// `machine_cpus` (every CPU the node may use).
+int cpu_device_threads(const node_spec& n, const device_spec& d, int machine_cpus);
+
 struct cluster {
   std::string name;
   std::filesystem::path file;      // absolute path of the topology file

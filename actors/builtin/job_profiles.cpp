@@ -67,9 +67,7 @@ expected<kernels::model_spec> train_model_spec(const topology::cluster& c) {
 }
 
 int cpu_threads(const topology::node_spec& n, const topology::device_spec& d) {
-  if (d.threads > 0) return d.threads;
-  if (!n.cpus.empty()) return int(n.cpus.size());
-  return int(std::max(1u, std::thread::hardware_concurrency()));
+  return topology::cpu_device_threads(n, d, int(std::thread::hardware_concurrency()));
 }
 
 expected<double> time_update(const topology::cluster& c, kernels::model& m) {

@@ -1,7 +1,10 @@
 // send_and_wait: a data_plane send whose caller waits, at most `linger`, for
-// the send's completion (node_services::send_wire's linger: a thread that
-// computes right after a send the next node waits for leaves its core to the
-// progress thread that moves the bytes).
+// the send's completion (node_services::send_wire's linger). For a thread
+// that computes right after a send the next node waits for (a pipeline
+// stage's activations): blocked, it leaves its core to the data plane's
+// progress thread, which on a node with as many busy threads as cores
+// otherwise waited for the end of the sender's time slice and held the
+// message up to 2.5 ms (bench/RESULTS.md, HetPipe).
 #pragma once
 
 #include <chrono>

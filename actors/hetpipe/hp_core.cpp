@@ -806,10 +806,7 @@ std::chrono::microseconds pipeline_send_linger(const topology::cluster& c, std::
   auto busy = [&](const topology::node_spec& n) {
     int t = 0;
     for (const auto& d : n.devices)
-      t += d.kind == topology::device_kind::cuda ? 1
-           : d.threads > 0                      ? d.threads
-           : !n.cpus.empty()                    ? int(n.cpus.size())
-                                                : cpus;
+      t += d.kind == topology::device_kind::cuda ? 1 : topology::cpu_device_threads(n, d, cpus);
     return t;
   };
   int threads = 0;

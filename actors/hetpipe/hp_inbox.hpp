@@ -28,8 +28,8 @@ namespace hetflow::actors::hp_job {
 class inbox {
 public:
   // How long a send of activations or gradients waits, at most, for its bytes
-  // to leave (see send()); 0: not at all. hp_stage sets it where the host's
-  // cores are all taken by compute threads (hp_core.hpp, pipeline_send_linger).
+  // to leave (see send()); 0: not at all. hp_stage sets it where compute
+  // threads take every CPU the node may use (hp_core.hpp, pipeline_send_linger).
   std::chrono::microseconds activation_linger{0};
 
   inbox(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me)

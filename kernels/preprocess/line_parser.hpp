@@ -47,8 +47,9 @@ bool valid_utf8(std::string_view s) noexcept;
 // still be good). What it accepts, it parses exactly as parse_criteo_line
 // would. It reads up to fast_parse_read_bound(max_field_bytes) bytes from p,
 // possibly past the line's '\n' (64 bytes at a time; the longest good line
-// plus 63 is under the bound): the caller checks that they are mapped. Needs max_field_bytes >= fast_parse_min_field (the longest
-// good decimal field), else use parse_criteo_line alone.
+// plus 63 is under the bound): the caller checks that they are mapped.
+// Needs max_field_bytes >= fast_parse_min_field (the longest good decimal
+// field), else use parse_criteo_line alone.
 inline constexpr std::size_t fast_parse_min_field = 19;
 constexpr std::size_t fast_parse_read_bound(std::size_t max_field_bytes) noexcept {
   return 14 * 21 + 26 * (max_field_bytes + 9) + 16;
