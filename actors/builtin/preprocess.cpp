@@ -65,8 +65,10 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "actors/builtin/job_actor.hpp"
@@ -88,6 +90,8 @@ using clock_type = std::chrono::steady_clock;
 using pp_counted_atom = caf::atom_constant<caf::atom("ppcounted")>;
 using pp_pull_atom = caf::atom_constant<caf::atom("pppull")>;
 using pp_ids_atom = caf::atom_constant<caf::atom("ppids")>;
+using pp_hpush_atom = caf::atom_constant<caf::atom("pphpush")>;
+using pp_hids_atom = caf::atom_constant<caf::atom("pphids")>;
 using pp_go_atom = caf::atom_constant<caf::atom("ppgo")>;
 using pp_merge_atom = caf::atom_constant<caf::atom("ppmerge")>;
 using pp_column_atom = caf::atom_constant<caf::atom("ppcolumn")>;
@@ -173,10 +177,59 @@ private:
 // column's size in every shard) and sends each node a mask of its columns.
 bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
 
+// The counts other nodes push to this one for the columns it merges by
+// hashing: as soon as the merge starts, every node sends the entries of its
+// shards' hashed columns to the node merging each (pphpush, chunk by chunk,
+// in column order), so a merger never waits on a request's round trip to a
+// node whose core is busy merging too. Filled by the shard actor, taken by
+// the merger.
+class pushed_counts {
+public:
+  // A chunk of shard i's column c (the last one: `last`); false if corrupt
+  // or after the last.
+  bool add(int i, int c, const std::vector<char>& chunk, bool last) {
+    std::lock_guard<std::mutex> l(m_);
+    auto& e = entries_[{i, c}];
+    if (e.done || !pp::add_hex_column_chunk(e.col, chunk)) return false;
+    if (last) {
+      e.done = true;
+      cv_.notify_all();
+    }
+    return true;
+  }
+  // Shard i's column c once whole; an error past `timeout` or on `stop`.
+  expected<pp::hex_column> take(int i, int c, std::chrono::milliseconds timeout, const std::atomic<bool>& stop) {
+    const auto deadline = clock_type::now() + timeout;
+    std::unique_lock<std::mutex> l(m_);
+    for (;;) {
+      if (auto it = entries_.find({i, c}); it != entries_.end() && it->second.done) {
+        pp::hex_column col = std::move(it->second.col);
+        entries_.erase(it);
+        return col;
+      }
+      if (stop.load()) return make_error(errc::cancelled, "stopped");
+      if (clock_type::now() >= deadline)
+        return make_error(errc::timeout, "no counts after " + std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s");
+      cv_.wait_for(l, std::chrono::milliseconds(50));
+    }
+  }
+
+private:
+  struct entry {
+    pp::hex_column col;
+    bool done = false;
+  };
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::map<std::pair<int, int>, entry> entries_;
+};
+
 struct merge_plan {
   job_config cfg;
   int index = 0;                      // this node (its shard actor's index)
   uint32_t columns = 0;               // bit c: merge column c here
+  uint32_t hashed = 0;                // bit c: column c merges by hashing (every shard's is hashable)
+  std::shared_ptr<pushed_counts> inbox;  // the hashed columns' counts from the other nodes
   std::vector<caf::actor> shards;     // the actor holding each shard (slot), in shard order
   std::vector<std::string> shard_nodes;
   caf::actor vocab;
@@ -237,16 +290,23 @@ public:
               });
     return r;
   }
-  // The first pull of column c from every shard held elsewhere.
+  // The first pull of column c from every shard held elsewhere (none for a
+  // hashed column: its counts are pushed).
   std::vector<std::optional<handle>> first_pulls(int c) {
     std::vector<std::optional<handle>> v(static_cast<std::size_t>(p_.cfg.shards));
+    if (in_mask(p_.hashed, c)) return v;
     for (int i = 0; i < p_.cfg.shards; ++i)
       if (!p_.local_of(i)) v[std::size_t(i)].emplace(pull(i, c));
     return v;
   }
+  std::chrono::milliseconds timeout() const { return timeout_; }
   void send_ids(int i, int c, int32_t oov, std::vector<char> chunk) {
-    late_.push_back({i, c, true, blocking_->request(p_.shards[i], timeout_, pp_ids_atom::value, static_cast<uint32_t>(i),
-                                                     static_cast<uint32_t>(c), oov, std::move(chunk))});
+    const auto ui = static_cast<uint32_t>(i);
+    const auto uc = static_cast<uint32_t>(c);
+    late_.push_back({i, c, true,
+                     in_mask(p_.hashed, c)
+                         ? blocking_->request(p_.shards[i], timeout_, pp_hids_atom::value, ui, uc, oov, std::move(chunk))
+                         : blocking_->request(p_.shards[i], timeout_, pp_ids_atom::value, ui, uc, oov, std::move(chunk))});
   }
   // A pull made past a stream's end: its (empty) reply is collected late.
   void drop_late(int i, int c, handle h) { late_.push_back({i, c, false, h}); }
@@ -281,6 +341,64 @@ private:
   std::vector<late> late_;
 };
 
+// Merges one column by hashing (merge_plan::hashed): the other shards'
+// entries (local ones exported here, remote ones as pushed to the inbox) go
+// into the table of the first shard held here (shard_counts::merge_hashed),
+// which writes vocab-CC.tsv through `keep` and says which id each entry got;
+// the ids go back in each shard's table order.
+std::string merge_one_hashed(const merge_plan& p, int c, remote_requests& rq, column_outcome& out) {
+  const auto& cfg = p.cfg;
+  pp::shard_counts* base = p.local.begin()->second;
+  const int base_index = p.local.begin()->first;
+  std::vector<pp::hex_column> cols;
+  std::vector<int> from;  // cols[k] is shard from[k]'s
+  for (int i = 0; i < cfg.shards; ++i) {
+    if (i == base_index) continue;
+    from.push_back(i);
+    if (auto* l = p.local_of(i)) {
+      auto e = l->export_column(c);
+      if (!e) return e.error().message();
+      cols.push_back(std::move(*e));
+      continue;
+    }
+    auto e = p.inbox->take(i, c, rq.timeout(), p.svc->stopping());
+    if (!e) return "column " + std::to_string(c) + " counts from " + rq.who(i) + ": " + e.error().message();
+    cols.push_back(std::move(*e));
+  }
+  std::vector<const pp::hex_column*> others;
+  for (auto& h : cols) others.push_back(&h);
+  auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
+  if (!file) return file.error().message();
+  std::vector<std::vector<int32_t>> ids;
+  auto stats = base->merge_hashed(
+      c, others, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); }, ids);
+  if (!stats) return stats.error().message();
+  if (auto s = file->close(); !s.ok()) return s.message();
+  cols.clear();
+  const auto oov = static_cast<int32_t>(stats->kept);
+  for (std::size_t k = 0; k < from.size(); ++k) {
+    const int i = from[k];
+    if (auto* l = p.local_of(i)) {
+      l->add_column_ids(c, ids[k].data(), ids[k].size());
+      l->set_oov_id(c, oov);
+      continue;
+    }
+    // At least one chunk (it carries the OOV id), each at most chunk_bytes.
+    const std::size_t per_chunk = std::max<std::size_t>(1, cfg.chunk_bytes / 4);
+    std::size_t at = 0;
+    do {
+      const std::size_t n = std::min(per_chunk, ids[k].size() - at);
+      std::vector<char> chunk;
+      pp::append_plain_ids(chunk, ids[k].data() + at, n);
+      rq.send_ids(i, c, oov, std::move(chunk));
+      at += n;
+    } while (at < ids[k].size());
+  }
+  out.distinct = stats->distinct;
+  out.kept = stats->kept;
+  return {};
+}
+
 // Merges one column: pulls every shard's sorted counts chunk by chunk (the
 // k-way merge), writes vocab-CC.tsv, sends each shard the ids of its entries
 // (their acks, like the pull each remote stream makes past its end, are
@@ -293,6 +411,7 @@ std::string merge_one(const merge_plan& p, int c, kernels::trace::track_id tk, r
   // chunks) and the ids sent back.
   kernels::trace::scope t_column("merge column", tk, "column", c + 1);
   kernels::waits::progress();
+  if (in_mask(p.hashed, c)) return merge_one_hashed(p, c, rq, out);
   std::vector<std::unique_ptr<pp::count_stream>> streams;
   std::vector<pp::count_stream*> raw;
   // A remote shard's counts come one request ahead: the next chunk is served
@@ -461,6 +580,7 @@ struct shard_state {
   // Pass 1 done, waiting for the vocabularies (watchdog and trace).
   std::optional<kernels::waits::scope> vocab_wait;
   std::thread merging;  // this node's column merger (merger()), if it has columns
+  std::shared_ptr<pushed_counts> inbox = std::make_shared<pushed_counts>();
 
   slot* find(uint32_t shard) {
     for (auto& s : slots)
@@ -489,6 +609,7 @@ pp::preprocess_options shard_options(shard_state& st, const slot& sl) {
   // One node, one shard: no other counts can join its own (a job of more
   // nodes keeps every string, even after a failover left one node).
   if (st.cfg.shards == 1) o.drop_below = o.min_count;
+  else o.defer_sort = true;  // columns may merge by hashing (merge_one_hashed)
   o.stop = &st.svc->stopping();
   o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(sl.index);
   auto printer = std::make_shared<progress_printer>("shard " + std::to_string(sl.index) + " (" +
@@ -629,11 +750,16 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
     shard_fail(self, st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
     return false;
   }
-  std::vector<char> sizes(pp::sparse_columns * 8);  // u64 per column: what merging it costs
+  // u64 per column: what merging it costs; then u32: the columns that can
+  // merge by hashing (shard_counts::hashable).
+  std::vector<char> sizes(pp::sparse_columns * 8 + 4);
+  uint32_t hashable = 0;
   for (int c = 0; c < pp::sparse_columns; ++c) {
     uint64_t n = sl.counts->column_size(c);
     std::memcpy(sizes.data() + 8 * c, &n, 8);
+    if (sl.counts->hashable(c)) hashable |= 1u << c;
   }
+  std::memcpy(sizes.data() + pp::sparse_columns * 8, &hashable, 4);
   self->send(v, pp_counted_atom::value, static_cast<uint32_t>(sl.index), static_cast<uint32_t>(st.index),
              sl.counts->rows, std::move(sizes));
   if (!st.vocab_wait)
@@ -706,6 +832,27 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       }
       return std::move(*chunk);
     },
+    // Shard i's entries of a column this node merges by hashing.
+    [self, st](pp_hpush_atom, uint32_t shard, uint32_t column, const std::vector<char>& chunk, bool last) {
+      if (shard >= static_cast<uint32_t>(st->cfg.shards) || column >= static_cast<uint32_t>(pp::sparse_columns) ||
+          !st->inbox->add(static_cast<int>(shard), static_cast<int>(column), chunk, last))
+        shard_fail(self, *st, "corrupt count chunk of column " + std::to_string(column) + " from shard " +
+                                  std::to_string(shard));
+    },
+    [self, st](pp_hids_atom, uint32_t shard, uint32_t column, int32_t oov_id,
+               const std::vector<char>& chunk) -> caf::result<bool> {
+      kernels::trace::scope t_ids("merge: take id chunk", st->tk, "column", int64_t(column));
+      st->ids.clear();
+      slot* sl = st->find(shard);
+      if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 ||
+          !pp::decode_plain_ids(chunk, st->ids)) {
+        shard_fail(self, *st, "corrupt id chunk for shard " + std::to_string(shard) + " column " + std::to_string(column));
+        return caf::make_error(caf::sec::invalid_argument, "corrupt id chunk");
+      }
+      sl->counts->add_column_ids(static_cast<int>(column), st->ids.data(), st->ids.size());
+      sl->counts->set_oov_id(static_cast<int>(column), oov_id);
+      return true;
+    },
     [self, st](pp_ids_atom, uint32_t shard, uint32_t column, int32_t oov_id,
                const std::vector<char>& chunk) -> caf::result<bool> {
       kernels::trace::scope t_ids("merge: take id chunk", st->tk, "column", int64_t(column));
@@ -720,22 +867,32 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       sl->counts->set_oov_id(static_cast<int>(column), oov_id);
       return true;
     },
-    [self, st](pp_merge_atom, uint32_t columns, const std::vector<char>& holders) {
+    [self, st](pp_merge_atom, uint32_t hashed, const std::vector<char>& holders, const std::vector<char>& assign) {
       // Every shard has counted: merge this node's columns on a merger of
-      // their own, so this actor stays free to serve pulls and ids.
-      // `holders`: u32 per shard, the node (shard actor) that holds it.
+      // their own, so this actor stays free to serve pulls and ids; push
+      // the hashed columns that other nodes merge to them. `holders`: u32
+      // per shard, the node (shard actor) that holds it; `assign`: u32 per
+      // column, the node that merges it.
       merge_plan p;
       p.cfg = st->cfg;
       p.index = st->index;
-      p.columns = columns;
+      p.hashed = hashed;
+      p.inbox = st->inbox;
       for (auto& s : st->slots)
         if (s->counts) p.local[s->index] = &*s->counts;
       p.svc = st->svc;
       p.vocab = st->svc->find_actor(vocab_actor);
       if (!p.vocab) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
-      if (columns == 0 || columns >> pp::sparse_columns ||
-          holders.size() != static_cast<std::size_t>(st->cfg.shards) * 4)
-        return shard_fail(self, *st, "bad merge request (column mask " + std::to_string(columns) + ")");
+      if (hashed >> pp::sparse_columns || p.local.empty() ||
+          holders.size() != static_cast<std::size_t>(st->cfg.shards) * 4 || assign.size() != pp::sparse_columns * 4)
+        return shard_fail(self, *st, "bad merge request");
+      std::array<uint32_t, pp::sparse_columns> merger_of{};
+      std::memcpy(merger_of.data(), assign.data(), assign.size());
+      for (int c = 0; c < pp::sparse_columns; ++c) {
+        if (merger_of[std::size_t(c)] >= static_cast<uint32_t>(st->cfg.shards))
+          return shard_fail(self, *st, "bad merge request (column node)");
+        if (merger_of[std::size_t(c)] == static_cast<uint32_t>(st->index)) p.columns |= 1u << c;
+      }
       for (int i = 0; i < st->cfg.shards; ++i) {
         uint32_t h;
         std::memcpy(&h, holders.data() + 4 * i, 4);
@@ -747,7 +904,28 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         p.shard_nodes.push_back(node.empty() ? "?" : node);
       }
       if (st->merging.joinable()) return log_warn("shard " + std::to_string(st->index) + ": a second merge request, ignored");
-      st->merging = std::thread([&sys = self->system(), p = std::move(p)]() mutable { merger(sys, std::move(p)); });
+      // The merger first: it starts on this node's columns while the pushes
+      // below go out (the two touch different columns of the counts).
+      if (p.columns)
+        st->merging = std::thread([&sys = self->system(), p = std::move(p)]() mutable { merger(sys, std::move(p)); });
+      for (int c = 0; c < pp::sparse_columns; ++c) {
+        const auto m = static_cast<int>(merger_of[std::size_t(c)]);
+        if (!in_mask(hashed, c) || m == st->index) continue;
+        auto to = st->svc->find_actor(shard_actor(m));
+        if (!to) return shard_fail(self, *st, "no actor " + shard_actor(m));
+        for (auto& sl : st->slots) {
+          if (!sl->counts) continue;
+          kernels::trace::scope t_push("merge: push counts", st->tk, "column", int64_t(c));
+          auto e = sl->counts->export_column(c);
+          if (!e) return shard_fail(self, *st, "shard " + std::to_string(sl->index) + ": " + e.error().message());
+          std::size_t next = 0;
+          do {
+            auto chunk = pp::next_hex_column_chunk(*e, next, st->cfg.chunk_bytes);
+            self->send(to, pp_hpush_atom::value, static_cast<uint32_t>(sl->index), static_cast<uint32_t>(c),
+                       std::move(chunk), next >= e->entries());
+          } while (next < e->entries());
+        }
+      }
     },
     [self, st](pp_go_atom) { run_pass2(self, *st); },
     [self, st](pp_finish_atom) { shard_finish(self, *st); },
@@ -772,6 +950,8 @@ struct vocab_state {
   std::set<uint32_t> counted;
   std::array<uint64_t, pp::sparse_columns> cost{};  // entries per column over the shards
   std::vector<std::array<uint64_t, pp::sparse_columns>> sizes;  // per shard, for a recount
+  std::vector<uint32_t> hashable;                                // per shard: its hashable columns
+  std::vector<uint64_t> rows;                                    // per shard: rows counted
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
   bool merging = false;
   clock_type::time_point merge_t0;
@@ -853,21 +1033,31 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
   for (int n = 0; n < st.cfg.shards; ++n)
     if (!st.lost.count(n)) alive.push_back(n);
   auto pick = pp::assign_merge_columns(st.cost, static_cast<int>(alive.size()));
-  std::vector<uint32_t> mask(static_cast<std::size_t>(st.cfg.shards), 0);
-  for (int c = 0; c < pp::sparse_columns; ++c) {
-    st.merger[std::size_t(c)] = alive[std::size_t(pick[std::size_t(c)])];
-    mask[std::size_t(st.merger[std::size_t(c)])] |= 1u << c;
+  for (int c = 0; c < pp::sparse_columns; ++c) st.merger[std::size_t(c)] = alive[std::size_t(pick[std::size_t(c)])];
+  // A column merges by hashing when every shard can (Criteo's hex ids, no
+  // spill) and no count can pass 32 bits (the table's counters).
+  uint32_t hashed = (1u << pp::sparse_columns) - 1;
+  uint64_t rows = 0;
+  for (int i = 0; i < st.cfg.shards; ++i) {
+    hashed &= st.hashable[std::size_t(i)];
+    rows += st.rows[std::size_t(i)];
   }
+  if (rows > UINT32_MAX) hashed = 0;
   std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
   for (int i = 0; i < st.cfg.shards; ++i) {
     uint32_t h = static_cast<uint32_t>(st.holder[std::size_t(i)]);
     std::memcpy(holders.data() + 4 * i, &h, 4);
   }
-  for (int n : alive) {
-    if (mask[std::size_t(n)] == 0) continue;
+  std::vector<char> assign(pp::sparse_columns * 4);
+  for (int c = 0; c < pp::sparse_columns; ++c) {
+    const auto m = static_cast<uint32_t>(st.merger[std::size_t(c)]);
+    std::memcpy(assign.data() + 4 * c, &m, 4);
+  }
+  // Every node holding a shard, merging or not: it pushes hashed columns.
+  for (int n : std::set<int>(st.holder.begin(), st.holder.end())) {
     auto a = st.svc->find_actor(shard_actor(n));
     if (!a) return vocab_fail(self, st, "no actor " + shard_actor(n));
-    self->send(a, pp_merge_atom::value, mask[std::size_t(n)], holders);
+    self->send(a, pp_merge_atom::value, hashed, holders, assign);
   }
 }
 
@@ -922,6 +1112,8 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   for (auto& n : env.cluster.nodes) st->shard_nodes.push_back(n.name);
   for (int i = 0; i < st->cfg.shards; ++i) st->holder.push_back(i);
   st->sizes.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->hashable.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
@@ -940,8 +1132,8 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       if (!st->done) self->delayed_send(self, std::chrono::milliseconds(20), pp_tick_atom::value);
     },
     [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& sizes) {
-      (void)rows;
-      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8 || st->merging)
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8 + 4 ||
+          st->merging)
         return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index));
       // A report from a node that no longer holds the shard (sent just
       // before its loss was noticed): the new holder counts it again.
@@ -953,6 +1145,8 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
         st->cost[std::size_t(c)] += n;
         st->sizes[shard_index][std::size_t(c)] = n;
       }
+      std::memcpy(&st->hashable[shard_index], sizes.data() + pp::sparse_columns * 8, 4);
+      st->rows[shard_index] = rows;
       if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) start_merge(self, *st);
     },
     [self, st](pp_column_atom, uint32_t column, uint64_t distinct, uint64_t kept, uint32_t node, uint32_t threads) {

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string_view>
@@ -103,7 +104,7 @@ public:
     uint32_t key;
     uint32_t local_plus1;  // 0: empty
     uint32_t count;
-    uint32_t unused;
+    uint32_t spare;        // 0 when inserted; merge_hashed keeps an id + 1 here
   };
 
   // Counts one more sight of key and returns its local id; when absent,
@@ -184,6 +185,66 @@ public:
   void prefetch(uint32_t key) const noexcept {
     if (!slots_.empty()) __builtin_prefetch(&slots_[index(key)], 1);
   }
+
+  // The local_plus1 of an entry add_run() inserted: counted by another
+  // shard, with no local id here.
+  static constexpr uint32_t foreign = ~uint32_t{0};
+  // Adds pairs[2k + 1] sights of pairs[2k] (value, count pairs), each value
+  // inserted as `foreign` when absent, and puts its slot index in slot_of[k]. A count past
+  // 2^32 - 1 stops it: false. Slot indices stay valid until the table grows;
+  // if it grew during the run (regrown), only find() gives them.
+  bool add_run(const uint32_t* pairs, std::size_t n, uint32_t* slot_of, bool& regrown) {
+    constexpr std::size_t ahead = 16;
+    std::size_t k = 0;
+    while (k < n) {
+      if (size_ >= limit_) {
+        grow();
+        regrown = true;
+      }
+      // A stretch that cannot outgrow the table: no size check per key.
+      const std::size_t stop = k + std::min(n - k, limit_ - size_);
+      slot* s = &slots_[0];
+      const std::size_t mask = mask_, shift = shift_;
+      for (; k < stop; ++k) {
+        if (k + ahead < n) __builtin_prefetch(&s[hash_index(pairs[2 * (k + ahead)], shift)], 1);
+        const uint32_t key = pairs[2 * k], count = pairs[2 * k + 1];
+        std::size_t i = hash_index(key, shift);
+        for (;;) {
+          slot& sl = s[i];
+          if (sl.local_plus1 == 0) {
+            sl = slot{key, foreign, count, 0};
+            ++size_;
+            break;
+          }
+          if (sl.key == key) {
+            if (sl.count > ~uint32_t{0} - count) return false;
+            sl.count += count;
+            break;
+          }
+          i = (i + 1) & mask;
+        }
+        slot_of[k] = static_cast<uint32_t>(i);
+      }
+    }
+    return true;
+  }
+  // The slot index of each value of n (value, count) pairs, all present.
+  void find_run(const uint32_t* pairs, std::size_t n, uint32_t* slot_of) const {
+    for (std::size_t k = 0; k < n; ++k) {
+      const uint32_t key = pairs[2 * k];
+      std::size_t i = index(key);
+      while (slots_[i].key != key || slots_[i].local_plus1 == 0) i = (i + 1) & mask_;
+      slot_of[k] = static_cast<uint32_t>(i);
+    }
+  }
+  // Room for n entries without growing (one rehash now, if any).
+  void reserve(std::size_t n) {
+    std::size_t cap = slots_.empty() ? 1024 : slots_.size();
+    while (cap / 10 * 7 < n) cap *= 2;
+    if (cap != slots_.size()) grow_to(cap);
+  }
+  slot* slot_data() noexcept { return slots_.empty() ? nullptr : &slots_[0]; }
+  std::size_t capacity() const noexcept { return slots_.size(); }
   std::size_t size() const noexcept { return size_; }
   std::size_t memory_bytes() const noexcept { return slots_.size() * sizeof(slot); }
   // Visits every (key, local id, count); order unspecified.
@@ -204,8 +265,8 @@ private:
     return static_cast<std::size_t>((static_cast<uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> shift);
   }
   std::size_t index(uint32_t key) const noexcept { return hash_index(key, shift_); }
-  void grow() {
-    const std::size_t cap = slots_.empty() ? 1024 : slots_.size() * 2;
+  void grow() { grow_to(slots_.empty() ? 1024 : slots_.size() * 2); }
+  void grow_to(std::size_t cap) {
     slot_array old(cap);
     std::swap(old, slots_);
     mask_ = cap - 1;

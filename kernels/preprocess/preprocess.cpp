@@ -696,6 +696,7 @@ struct shard_counts::impl {
   std::array<std::vector<std::string>, sparse_columns> runs;  // spilled run files
   std::array<std::unique_ptr<table_source>, sparse_columns> sorted;  // tables, sorted at the end
   std::array<column_ids, sparse_columns> ids;
+  std::array<bool, sparse_columns> handed{};  // column_stream, export_column or merge_hashed took the column
   std::string spill_dir;
   int spill_seq = 0;
   // Staged pass 1: the records go to staged_path + ".tmp", through `mem`
@@ -786,6 +787,7 @@ std::unique_ptr<count_stream> shard_counts::column_stream(int c) {
     parts.push_back(std::make_unique<table_source>(impl_->tables[c]));
   }
   impl_->tables[c].clear_and_release();
+  impl_->handed[c] = true;
   // A local id the stream does not note was dropped (finish_shard() checks
   // that exactly ids.dropped are).
   ids.owner.assign(impl_->next_local[c], dropped_owner);
@@ -803,6 +805,167 @@ uint64_t shard_counts::column_size(int c) const {
 }
 
 void shard_counts::set_oov_id(int c, int32_t oov_id) { impl_->ids[c].oov = oov_id; }
+
+bool shard_counts::hashable(int c) const {
+  if (!impl_ || c < 0 || c >= sparse_columns) return false;
+  const auto& im = *impl_;
+  return !im.handed[c] && im.runs[c].empty() && !im.sorted[c] && im.tables[c].strings.size() == 0;
+}
+
+expected<hex_column> shard_counts::export_column(int c) {
+  if (!hashable(c)) return make_error(errc::internal, "column C" + std::to_string(c + 1) + " cannot merge by hashing");
+  auto& im = *impl_;
+  column_table& t = im.tables[c];
+  auto& ci = im.ids[c];
+  hex_column out;
+  ci.owner.assign(im.next_local[c], dropped_owner);
+  if (t.empty_local != no_local) {
+    out.has_empty = true;
+    out.empty_count = t.empty_count;
+    ci.owner[t.empty_local] = 0;
+  }
+  out.pairs.resize(2 * t.hex.size());
+  uint32_t* w = out.pairs.data();
+  uint32_t e = out.has_empty ? 1 : 0;
+  t.hex.for_each([&](uint32_t key, uint32_t local, uint32_t count) {
+    *w++ = key;
+    *w++ = count;
+    ci.owner[local] = e++;
+  });
+  ci.entries = e;
+  ci.dropped = 0;
+  ci.streamed = true;
+  t.clear_and_release();
+  im.handed[c] = true;
+  return out;
+}
+
+namespace {
+
+// Sorts (value << 32 | slot) entries by value (LSD radix on the top 32 bits,
+// 11 bits a pass; values are distinct).
+void sort_by_value(std::vector<uint64_t>& v) {
+  if (v.size() < 4096) {
+    std::sort(v.begin(), v.end());
+    return;
+  }
+  std::vector<uint64_t> tmp(v.size());
+  std::vector<uint32_t> hist(3 * 2048, 0);
+  for (uint64_t e : v)
+    for (int k = 0; k < 3; ++k) ++hist[std::size_t(k) * 2048 + ((e >> (32 + 11 * k)) & 0x7ff)];
+  for (int k = 0; k < 3; ++k) {
+    uint32_t* h = hist.data() + std::size_t(k) * 2048;
+    uint32_t sum = 0;
+    for (int b = 0; b < 2048; ++b) sum += std::exchange(h[b], sum);
+    const int shift = 32 + 11 * k;
+    for (uint64_t e : v) tmp[h[(e >> shift) & 0x7ff]++] = e;
+    v.swap(tmp);
+  }
+}
+
+}  // namespace
+
+expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector<const hex_column*>& others,
+                                                        uint64_t min_count,
+                                                        const std::function<void(std::string_view, uint64_t)>& keep,
+                                                        std::vector<std::vector<int32_t>>& other_ids) {
+  const std::string col = "column C" + std::to_string(c + 1);
+  if (!hashable(c)) return make_error(errc::internal, col + " cannot merge by hashing");
+  auto& im = *impl_;
+  column_table& t = im.tables[c];
+  hex_table& h = t.hex;
+  im.handed[c] = true;
+  // The other shards' entries, added to this table; where[k][j]: the slot of
+  // others[k]'s j-th value.
+  // Grown once up front when the others' entries would take the table well
+  // past its limit: growing midway rehashes it and then looks every added
+  // entry up again. (Each entry added may be new: the bound. Shards share
+  // many strings, so when the bound passes the limit by little, the table
+  // may never need to grow: it is left to add_run.)
+  std::size_t bound = h.size();
+  for (const hex_column* o : others) bound += o->values();
+  if (bound > h.capacity() / 10 * 8) h.reserve(bound);
+  std::vector<std::vector<uint32_t>> where(others.size());
+  bool regrown = false;
+  for (std::size_t k = 0; k < others.size(); ++k) {
+    const hex_column& o = *others[k];
+    where[k].resize(o.values());
+    if (!h.add_run(o.pairs.data(), o.values(), where[k].data(), regrown))
+      return make_error(errc::out_of_memory, col + ": a string counted 2^32 times or more; merge by sorting");
+  }
+  if (regrown)
+    for (std::size_t k = 0; k < others.size(); ++k) h.find_run(others[k]->pairs.data(), others[k]->values(), where[k].data());
+  bool empty_seen = t.empty_local != no_local;
+  uint64_t empty_total = empty_seen ? t.empty_count : 0;
+  for (const hex_column* o : others)
+    if (o->has_empty) {
+      empty_seen = true;
+      empty_total += o->empty_count;
+    }
+  // The kept values in byte order (= numeric order); the empty string sorts
+  // before them. An entry's id + 1 goes in its slot's spare word (0, as
+  // every slot starts: OOV).
+  hex_table::slot* sl = h.slot_data();
+  const std::size_t cap = h.capacity();
+  std::vector<uint64_t> kept;
+  column_merge_stats st;
+  st.distinct = empty_seen ? 1 : 0;
+  for (std::size_t i = 0; i < cap; ++i) {
+    if (!sl[i].local_plus1) continue;
+    ++st.distinct;
+    if (sl[i].count >= min_count) kept.push_back(uint64_t{sl[i].key} << 32 | i);
+  }
+  const bool empty_kept = empty_seen && empty_total >= min_count;
+  if (kept.size() + empty_kept > static_cast<uint64_t>(INT32_MAX))
+    return make_error(errc::out_of_memory, "a column has more than 2^31-1 kept strings; use hash mode");
+  sort_by_value(kept);
+  int32_t next = 0, empty_id = -1;
+  if (empty_kept) {
+    empty_id = next++;
+    keep(std::string_view(), empty_total);
+  }
+  char buf[8];
+  for (uint64_t e : kept) {
+    hex_table::slot& s = sl[static_cast<uint32_t>(e)];
+    s.spare = static_cast<uint32_t>(++next);
+    hex8_chars(s.key, buf);
+    keep(std::string_view(buf, 8), s.count);
+  }
+  st.kept = static_cast<uint64_t>(next);
+  // This shard's ids: entry = local id.
+  auto& ci = im.ids[c];
+  const uint32_t locals = im.next_local[c];
+  ci.owner.resize(locals);
+  ci.ids.assign(locals, 0);
+  uint64_t covered = 0;
+  for (std::size_t i = 0; i < cap; ++i) {
+    const uint32_t lp = sl[i].local_plus1;
+    if (lp == 0 || lp == hex_table::foreign) continue;
+    ci.ids[lp - 1] = static_cast<int32_t>(sl[i].spare) - 1;
+    ++covered;
+  }
+  if (t.empty_local != no_local) {
+    ci.ids[t.empty_local] = empty_id;
+    ++covered;
+  }
+  if (covered != locals)
+    return make_error(errc::internal, col + ": " + std::to_string(covered) + " entries for " +
+                                          std::to_string(locals) + " local ids");
+  for (uint32_t l = 0; l < locals; ++l) ci.owner[l] = l;
+  ci.entries = locals;
+  ci.dropped = 0;
+  ci.streamed = true;
+  ci.oov = next;
+  other_ids.assign(others.size(), {});
+  for (std::size_t k = 0; k < others.size(); ++k) {
+    auto& ids = other_ids[k];
+    ids.reserve(others[k]->entries());
+    if (others[k]->has_empty) ids.push_back(empty_id);
+    for (uint32_t w : where[k]) ids.push_back(static_cast<int32_t>(sl[w].spare) - 1);
+  }
+  t.clear_and_release();
+  return st;
+}
 
 namespace {
 
@@ -1086,8 +1249,9 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       opt.on_progress(p);
     }
   }
-  // Sort every column's table now, in parallel (the merge then only streams).
-  {
+  // Sort every column's table now, in parallel (the merge then only streams),
+  // unless the merge may hash them (defer_sort).
+  if (!opt.defer_sort) {
     tbb::task_arena arena(gov.update());
     arena.execute([&] {
       tbb::parallel_for(0, sparse_columns, [&](int c) {
@@ -1445,6 +1609,7 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
     for (std::size_t i = 0; i < plan.size(); ++i) {
       preprocess_options opt = opt_in;
       if (plan.size() == 1) opt.drop_below = opt_in.min_count;  // nothing to add to its counts
+      else opt.defer_sort = opt_in.hash_merge;
       if (opt.spill_dir.empty()) opt.spill_dir = output_dir + "/.spill";
       opt.spill_dir += "/shard-" + std::to_string(i);
       auto c = count_shard(*in, plan[i], opt, output_dir + "/" + part_file_name(static_cast<int>(i)));
@@ -1452,7 +1617,35 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
       counts.push_back(std::move(*c));
     }
     std::vector<std::vector<int32_t>> ids(plan.size());
+    uint64_t rows = 0;
+    for (auto& sc : counts) rows += sc.rows;
     for (int c = 0; c < sparse_columns; ++c) {
+      bool hashed = plan.size() > 1 && opt_in.hash_merge && rows <= UINT32_MAX;
+      for (auto& sc : counts) hashed = hashed && sc.hashable(c);
+      if (hashed) {
+        // Shard 0's table takes the others' entries.
+        std::vector<hex_column> cols;
+        for (std::size_t i = 1; i < plan.size(); ++i) {
+          auto e = counts[i].export_column(c);
+          if (!e) return e.error();
+          cols.push_back(std::move(*e));
+        }
+        std::vector<const hex_column*> others;
+        for (auto& h : cols) others.push_back(&h);
+        auto w = vocab_file_writer::open(output_dir, c);
+        if (!w) return w.error();
+        std::vector<std::vector<int32_t>> other_ids;
+        auto st = counts[0].merge_hashed(
+            c, others, opt_in.min_count, [&](std::string_view s, uint64_t n) { w->add(s, n); }, other_ids);
+        if (!st) return st.error();
+        if (auto s = w->close(); !s.ok()) return s;
+        for (std::size_t i = 1; i < plan.size(); ++i) {
+          counts[i].add_column_ids(c, other_ids[i - 1].data(), other_ids[i - 1].size());
+          counts[i].set_oov_id(c, static_cast<int32_t>(st->kept));
+        }
+        out.columns[c] = *st;
+        continue;
+      }
       std::vector<std::unique_ptr<count_stream>> streams;
       std::vector<count_stream*> raw;
       for (auto& sc : counts) {

@@ -85,6 +85,15 @@ struct preprocess_options {
   // local ids map straight to the OOV id. 0 = stream every string (always,
   // when another shard's counts are merged with this one's).
   uint64_t drop_below = 0;
+  // Vocab pass 1: leave the count tables unsorted at the end (a column is
+  // sorted when its stream is made), so that a column can merge by hashing
+  // (shard_counts::merge_hashed) and never be sorted whole. For a job of
+  // several shards (with one, drop_below makes the sort small anyway).
+  bool defer_sort = false;
+  // preprocess_local with several shards: merge the columns every shard can
+  // (shard_counts::hashable) by hashing, the rest as sorted streams; false:
+  // all as sorted streams (tests compare the two).
+  bool hash_merge = true;
   // Vocab pass 1: the most bytes of staged records written through a shared
   // mapping of the part's .tmp file (pass 2 remaps them in place there);
   // beyond, by write() (pass 2 reads them back); 0 = always by write().
@@ -121,6 +130,27 @@ public:
   // finish_shard() checks that every entry of every column got one.
   void add_column_ids(int c, const int32_t* ids, std::size_t n);
   void set_oov_id(int c, int32_t oov_id);
+
+  // Merging by hashing instead of sorted streams (a job of several shards,
+  // pass 1 with preprocess_options::defer_sort). hashable(c): column c's
+  // counts are all in its table (never spilled, no stream made) and its
+  // strings are 8-hex-digit ids or the empty string (Criteo's columns).
+  bool hashable(int c) const;
+  // A hashable column's entries in table order, for another shard's
+  // merge_hashed; its ids come back in that order (add_column_ids). Hands
+  // over the column's memory, like column_stream (call one of them, once).
+  expected<hex_column> export_column(int c);
+  // Merges a hashable column: adds the other shards' entries (export_column)
+  // into this shard's table, then gives the kept strings (total count >=
+  // min_count) contiguous ids in byte order - the same ids as
+  // merge_column_ids over sorted streams - calls keep(s, total) for each in
+  // id order, sets this shard's own ids and OOV id, and puts the id of each
+  // of others[k]'s entries (-1 = OOV) in other_ids[k]. Only the kept strings
+  // are sorted. Fails when a total passes 2^32 - 1 (the caller keeps jobs
+  // of more rows off this path).
+  expected<column_merge_stats> merge_hashed(int c, const std::vector<const hex_column*>& others, uint64_t min_count,
+                                            const std::function<void(std::string_view, uint64_t)>& keep,
+                                            std::vector<std::vector<int32_t>>& other_ids);
 
   // Distinct strings of column c in this shard (its stream's length, within
   // the local ids of spilled runs): what merging the column costs.

@@ -1,5 +1,6 @@
 #include "kernels/preprocess/vocabulary.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -42,12 +43,9 @@ void append_vocab_record(std::vector<char>& chunk, std::string_view s) {
   std::memcpy(chunk.data() + at + 2, s.data(), s.size());
 }
 
-void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept) {
-  uint32_t v = 0;
-  if (id >= 0) {
-    v = static_cast<uint32_t>(id - prev_kept);
-    prev_kept = id;
-  }
+namespace {
+
+void append_leb(std::vector<char>& chunk, uint32_t v) {
   do {
     uint8_t b = v & 0x7f;
     v >>= 7;
@@ -55,19 +53,34 @@ void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept) {
   } while (v);
 }
 
+// The LEB128 value at pos (at most 32 bits); false past the chunk's end.
+bool read_leb(const std::vector<char>& chunk, std::size_t& pos, uint64_t& v) {
+  const auto* p = reinterpret_cast<const unsigned char*>(chunk.data());
+  v = 0;
+  for (int shift = 0;; shift += 7) {
+    if (pos >= chunk.size() || shift > 28) return false;
+    unsigned char b = p[pos++];
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return true;
+  }
+}
+
+}  // namespace
+
+void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept) {
+  uint32_t v = 0;
+  if (id >= 0) {
+    v = static_cast<uint32_t>(id - prev_kept);
+    prev_kept = id;
+  }
+  append_leb(chunk, v);
+}
+
 bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<int32_t>& out) {
   std::size_t pos = 0;
-  const auto* p = reinterpret_cast<const unsigned char*>(chunk.data());
   while (pos < chunk.size()) {
-    uint64_t v = 0;
-    int shift = 0;
-    for (;;) {
-      if (pos >= chunk.size() || shift > 28) return false;
-      unsigned char b = p[pos++];
-      v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      shift += 7;
-      if (!(b & 0x80)) break;
-    }
+    uint64_t v;
+    if (!read_leb(chunk, pos, v)) return false;
     if (v == 0) {
       out.push_back(-1);
       continue;
@@ -75,6 +88,74 @@ bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<
     if (prev_kept < -1 || static_cast<int64_t>(prev_kept) + static_cast<int64_t>(v) > INT32_MAX) return false;
     prev_kept = static_cast<int32_t>(static_cast<int64_t>(prev_kept) + static_cast<int64_t>(v));
     out.push_back(prev_kept);
+  }
+  return true;
+}
+
+void append_plain_ids(std::vector<char>& chunk, const int32_t* ids, std::size_t n) {
+  const std::size_t at = chunk.size();
+  chunk.resize(at + 4 * n);
+  std::memcpy(chunk.data() + at, ids, 4 * n);
+}
+
+bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out) {
+  if (chunk.size() % 4) return false;
+  const std::size_t at = out.size(), n = chunk.size() / 4;
+  out.resize(at + n);
+  std::memcpy(out.data() + at, chunk.data(), chunk.size());
+  for (std::size_t k = at; k < at + n; ++k)
+    if (out[k] < -1) return false;
+  return true;
+}
+
+namespace {
+constexpr uint8_t hex_chunk_empty = 1;  // u8 | u64 count
+constexpr uint8_t hex_chunk_run = 2;    // u8 | u32 n | n x (u32 value | u32 count)
+}  // namespace
+
+std::vector<char> next_hex_column_chunk(const hex_column& h, std::size_t& next, std::size_t max_bytes) {
+  std::vector<char> chunk;
+  if (next >= h.entries()) return chunk;
+  if (h.has_empty && next == 0) {
+    chunk.resize(9);
+    chunk[0] = static_cast<char>(hex_chunk_empty);
+    std::memcpy(chunk.data() + 1, &h.empty_count, 8);
+    ++next;
+  }
+  const std::size_t first = next - (h.has_empty ? 1 : 0);  // into the values
+  if (first >= h.values()) return chunk;
+  const std::size_t room = max_bytes > chunk.size() + 5 + 8 ? (max_bytes - chunk.size() - 5) / 8 : 1;
+  const uint32_t n = static_cast<uint32_t>(std::min({room, h.values() - first, std::size_t{UINT32_MAX}}));
+  const std::size_t at = chunk.size();
+  chunk.resize(at + 5 + std::size_t{8} * n);
+  chunk[at] = static_cast<char>(hex_chunk_run);
+  std::memcpy(chunk.data() + at + 1, &n, 4);
+  std::memcpy(chunk.data() + at + 5, h.pairs.data() + 2 * first, std::size_t{8} * n);
+  next += n;
+  return chunk;
+}
+
+bool add_hex_column_chunk(hex_column& h, const std::vector<char>& chunk) {
+  std::size_t pos = 0;
+  while (pos < chunk.size()) {
+    const auto tag = static_cast<uint8_t>(chunk[pos++]);
+    if (tag == hex_chunk_empty) {
+      // Once, before any value.
+      if (h.has_empty || !h.pairs.empty() || chunk.size() - pos < 8) return false;
+      std::memcpy(&h.empty_count, chunk.data() + pos, 8);
+      h.has_empty = true;
+      pos += 8;
+      continue;
+    }
+    uint32_t n;
+    if (tag != hex_chunk_run || chunk.size() - pos < 4) return false;
+    std::memcpy(&n, chunk.data() + pos, 4);
+    pos += 4;
+    if ((chunk.size() - pos) / 8 < n) return false;
+    const std::size_t at = h.pairs.size();
+    h.pairs.resize(at + std::size_t{2} * n);
+    std::memcpy(h.pairs.data() + at, chunk.data() + pos, std::size_t{8} * n);
+    pos += std::size_t{8} * n;
   }
   return true;
 }

@@ -268,6 +268,31 @@ void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept);
 // Appends a chunk's ids to `out`; false if it is corrupt.
 bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<int32_t>& out);
 
+// A column's counts in one shard's table order (unsorted), for a merge by
+// hashing (shard_counts::export_column, merge_hashed): a column whose strings
+// are all 8-hex-digit ids (as their values, hex_key.hpp) or the empty
+// string - Criteo's. Entry order: the empty string first (when present),
+// then keys[k]; the merge's ids come back in that order.
+struct hex_column {
+  bool has_empty = false;
+  uint64_t empty_count = 0;
+  std::vector<uint32_t> pairs;  // value, count, value, count, ...
+  std::size_t values() const noexcept { return pairs.size() / 2; }
+  std::size_t entries() const noexcept { return values() + (has_empty ? 1 : 0); }
+};
+// The next wire chunk of h from entry `next` (advanced), at most max_bytes
+// (and at least one entry); empty once every entry is out. Records,
+// little-endian: u8 1 | u64 count (the empty string: first, at most once);
+// u8 2 | u32 n | n x (u32 value | u32 count).
+std::vector<char> next_hex_column_chunk(const hex_column& h, std::size_t& next, std::size_t max_bytes);
+// Appends a chunk's entries to h; false if it is corrupt.
+bool add_hex_column_chunk(hex_column& h, const std::vector<char>& chunk);
+// The ids of a hex_column's entries on the wire, in entry order (no order
+// to delta-code them by): little-endian int32, OOV as -1.
+void append_plain_ids(std::vector<char>& chunk, const int32_t* ids, std::size_t n);
+// Appends a chunk's ids; false if it is corrupt (its size, an id below -1).
+bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out);
+
 // Which node merges each column: longest first onto the node with the least
 // work so far (ties: the lower column, the lower node), so one node with the
 // big columns does not hold up the rest. cost[c] = column c's entries over

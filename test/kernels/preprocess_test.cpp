@@ -266,13 +266,17 @@ BOOST_AUTO_TEST_CASE(matches_reference_all_shards_and_modes) {
     BOOST_REQUIRE_EQUAL(ref.records.size(), (12000 + 7001) * 160u);
     for (int shards : {1, 2, 4}) {
       for (std::size_t block : {std::size_t{1} << 20, std::size_t{4096}}) {
+        // Several shards: columns merged by hashing (the default) or all as
+        // sorted streams; block 4096 takes the latter.
+        const bool hash_merge = block != 4096;
         BOOST_TEST_CONTEXT("vocab " << m.vocab << " min_count " << m.min_count << " range " << m.range
-                                    << " shards " << shards << " block " << block) {
+                                    << " shards " << shards << " block " << block << " hash_merge " << hash_merge) {
           pp::preprocess_options o;
           o.mode = m.vocab ? pp::categorical_mode::vocab : pp::categorical_mode::hash;
           o.min_count = m.min_count;
           o.hash_range = m.range;
           o.block_bytes = block;
+          o.hash_merge = hash_merge;
           o.parallelism = 2;
           fs::path out = scratch("out");
           auto r = pp::preprocess_local(in.files, out.string(), shards, o);
@@ -1032,6 +1036,74 @@ public:
 private:
   std::unique_ptr<pp::count_stream> in_;
 };
+
+BOOST_AUTO_TEST_CASE(hex_column_chunks_and_plain_ids_round_trip_and_refuse_corruption) {
+  // A hashed merge's counts on the wire: with and without the empty string,
+  // cut at many sizes (a chunk always holds at least one entry).
+  for (bool with_empty : {false, true}) {
+    pp::hex_column h;
+    h.has_empty = with_empty;
+    h.empty_count = with_empty ? 12345678901ull : 0;
+    for (uint32_t v = 0; v < 1000; ++v) h.pairs.insert(h.pairs.end(), {v * 2654435761u, v % 7 + 1});
+    for (std::size_t max : {std::size_t{1}, std::size_t{20}, std::size_t{100}, std::size_t{1} << 20}) {
+      BOOST_TEST_CONTEXT("empty " << with_empty << " max " << max) {
+        pp::hex_column got;
+        std::size_t next = 0, chunks = 0;
+        for (;;) {
+          auto c = pp::next_hex_column_chunk(h, next, max);
+          if (c.empty()) break;
+          ++chunks;
+          if (max >= 32) BOOST_CHECK_LE(c.size(), max);
+          BOOST_REQUIRE(pp::add_hex_column_chunk(got, c));
+        }
+        BOOST_CHECK_EQUAL(next, h.entries());
+        BOOST_CHECK(got.has_empty == h.has_empty && got.empty_count == h.empty_count && got.pairs == h.pairs);
+        if (max == 20) BOOST_CHECK_GE(chunks, 1000u / 2);
+      }
+    }
+  }
+  // Corrupt chunks: truncated, an unknown tag, the empty string after values
+  // or twice, a run longer than its bytes.
+  pp::hex_column h;
+  h.has_empty = true;
+  h.empty_count = 4;
+  h.pairs = {1, 2, 3, 4};
+  std::size_t next = 0;
+  auto good = pp::next_hex_column_chunk(h, next, 1 << 20);
+  {
+    pp::hex_column g;
+    BOOST_CHECK(pp::add_hex_column_chunk(g, good));
+    BOOST_CHECK(!pp::add_hex_column_chunk(g, good));  // a second empty string
+  }
+  for (std::size_t cut = 1; cut < good.size(); ++cut) {
+    pp::hex_column g;
+    BOOST_CHECK_MESSAGE(!pp::add_hex_column_chunk(g, std::vector<char>(good.begin(), good.begin() + cut)) ||
+                            cut == 9,  // the empty string's record alone is whole
+                        "cut at " << cut);
+  }
+  {
+    auto bad = good;
+    bad[0] = 3;
+    pp::hex_column g;
+    BOOST_CHECK(!pp::add_hex_column_chunk(g, bad));
+    std::vector<char> run(good.begin() + 9, good.end());
+    BOOST_CHECK(pp::add_hex_column_chunk(g, run));
+    BOOST_CHECK(!pp::add_hex_column_chunk(g, std::vector<char>(good.begin(), good.begin() + 9)));  // empty after values
+    uint32_t huge = 1u << 30;
+    std::memcpy(run.data() + 1, &huge, 4);
+    BOOST_CHECK(!pp::add_hex_column_chunk(g, run));
+  }
+  // Ids: int32 each, -1 for OOV; a ragged size or an id below -1 is refused.
+  std::vector<int32_t> ids = {-1, 0, 5, 2147483647, -1};
+  std::vector<char> c;
+  pp::append_plain_ids(c, ids.data(), ids.size());
+  std::vector<int32_t> back;
+  BOOST_CHECK(pp::decode_plain_ids(c, back) && back == ids);
+  BOOST_CHECK(!pp::decode_plain_ids(std::vector<char>(c.begin(), c.end() - 1), back));
+  int32_t minus2 = -2;
+  std::memcpy(c.data() + 4, &minus2, 4);
+  BOOST_CHECK(!pp::decode_plain_ids(c, back));
+}
 
 BOOST_AUTO_TEST_CASE(hex_runs_round_trip_mixed_with_strings) {
   // Strings around and between 8-hex-digit ones: "", upper case, 7 and 9
