@@ -23,18 +23,28 @@
 //   vocab mode
 //   pp_shard_i            pp_vocab (head)          pp_merge_k (node k, its columns)
 //     start: pass 1 (count_shard)
-//     -- (ppcounted, i, holder, rows, sizes) --> waits for all N; assigns the
-//                            columns to nodes by size (assign_merge_columns)
-//                            -- (ppmerge, mask, holders) --> pp_merge_k
+//     -- (ppcounted, i, holder, rows, sizes+hashable) --> waits for all N;
+//                            assigns the columns to nodes by size
+//                            (assign_merge_columns); a column is hashed when
+//                            every shard can hash it (shard_counts::hashable)
+//     <-- (ppmerge, hashed, holders, assign) -- to every node holding a shard
+//     hashed columns merged elsewhere, at once:
+//     -- (pphpush, i, c, chunk, last) ---------------------> inbox of node k
+//     starts pp_merge_k for its columns (assign[c] == k)
+//     sorted columns:
 //     <-- request (pppull, i, c, max) -------------  k-way merge of the N sorted
 //     --- chunk (<= chunk_bytes) ------------------>  count streams, pulled chunk by
 //         ... until an empty chunk (and one more     chunk, one request ahead (and
-//         pull past it: another empty chunk)         the next column's first); kept
-//     <-- request (ppids, i, c, K, chunk) ---------  strings -> vocab-CC.tsv on node
-//     --- ack ------------------------------------>  k; the id of each of shard i's
-//                                                     entries (K = the OOV id), all
-//                                                     chunks sent at once, acks
-//                                                     collected after the last column
+//         pull past it: another empty chunk)         the next column's first)
+//     hashed columns:                                 every other shard's entries
+//                                                     (pushed, or exported here)
+//                                                     added to a local shard's table
+//                                                     (shard_counts::merge_hashed)
+//     both: kept strings -> vocab-CC.tsv on node k; the id of each of shard i's
+//     entries (K = the OOV id), all chunks sent at once, acks collected after
+//     the last column:
+//     <-- request (ppids or pphids, i, c, K, chunk)
+//     --- ack ------------------------------------>
 //                            <-- (ppcolumn, c, distinct, kept, k, threads) per column,
 //                                once every ack of the node's columns is in
 //                            after all 26 columns (every id chunk acked):
@@ -50,9 +60,9 @@
 //   hash mode: every shard runs pass 2 at start, then ppdone / ppfinish.
 //
 // Wire: atoms, integers and std::vector<char> only (CAF built-in types); every
-// chunk is bounded by chunk_bytes (plus one record), every request has a
-// finite timeout (request_timeout), so a dead or hung node is an error naming
-// it, never a hang. Shards and the vocabulary actor are detached and mergers
+// chunk is bounded by chunk_bytes (plus one record), every request and every
+// wait for pushed counts has a finite timeout (request_timeout), so a dead or
+// hung node is an error naming it, never a hang. Shards and the vocabulary actor are detached and mergers
 // are threads: passes and merges block for minutes and must not hold a CAF
 // scheduler thread; they poll node_services::stopping.
 #include "actors/builtin/preprocess.hpp"
@@ -904,10 +914,9 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         p.shard_nodes.push_back(node.empty() ? "?" : node);
       }
       if (st->merging.joinable()) return log_warn("shard " + std::to_string(st->index) + ": a second merge request, ignored");
-      // The merger first: it starts on this node's columns while the pushes
-      // below go out (the two touch different columns of the counts).
-      if (p.columns)
-        st->merging = std::thread([&sys = self->system(), p = std::move(p)]() mutable { merger(sys, std::move(p)); });
+      // The pushes first: the other nodes' mergers wait for them, and this
+      // node's merger would share its cores with them (they touch
+      // different columns of the counts).
       for (int c = 0; c < pp::sparse_columns; ++c) {
         const auto m = static_cast<int>(merger_of[std::size_t(c)]);
         if (!in_mask(hashed, c) || m == st->index) continue;
@@ -926,6 +935,8 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
           } while (next < e->entries());
         }
       }
+      if (p.columns)
+        st->merging = std::thread([&sys = self->system(), p = std::move(p)]() mutable { merger(sys, std::move(p)); });
     },
     [self, st](pp_go_atom) { run_pass2(self, *st); },
     [self, st](pp_finish_atom) { shard_finish(self, *st); },
@@ -953,6 +964,7 @@ struct vocab_state {
   std::vector<uint32_t> hashable;                                // per shard: its hashable columns
   std::vector<uint64_t> rows;                                    // per shard: rows counted
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
+  uint32_t hashed = 0;                               // the columns merged by hashing
   bool merging = false;
   clock_type::time_point merge_t0;
   std::array<column_outcome, pp::sparse_columns> columns;
@@ -985,6 +997,7 @@ void finish_merge(caf::event_based_actor* self, vocab_state& st) {
     const auto& o = st.columns[std::size_t(c)];
     w.begin_object().field("column", "C" + std::to_string(c + 1)).field("distinct", o.distinct);
     w.field("kept", o.kept).field("oov_id", o.kept).field("node", st.shard_nodes[std::size_t(st.merger[std::size_t(c)])]);
+    w.field("merge", in_mask(st.hashed, c) ? "hash" : "sort");
     w.end_object();
     kept_total += o.kept;
     distinct_total += o.distinct;
@@ -1043,6 +1056,7 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
     rows += st.rows[std::size_t(i)];
   }
   if (rows > UINT32_MAX) hashed = 0;
+  st.hashed = hashed;
   std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
   for (int i = 0; i < st.cfg.shards; ++i) {
     uint32_t h = static_cast<uint32_t>(st.holder[std::size_t(i)]);

@@ -2,7 +2,9 @@
 //
 //   vocab mode:  pass 1  count_shard()      per shard, parallel inside (oneTBB):
 //                                           counts, and writes staged records
-//                merge   merge_column_ids() across shards (vocabulary.hpp)
+//                merge   across shards: shard_counts::merge_hashed() for columns
+//                        of hex ids (most of Criteo's), else merge_column_ids()
+//                        over sorted streams (vocabulary.hpp)
 //                pass 2  finish_shard()     maps the staged records' ids in place
 //   hash mode:   apply_shard() only (one pass)
 //

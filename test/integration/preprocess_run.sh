@@ -47,6 +47,9 @@ for mode in vocab hash; do
     # Both nodes merged columns (pp_vocab spreads them by size).
     json_get "$S/$mode-2.json" 'd["vocabulary"]["merge_nodes"] == 2 and {c["node"] for c in d["vocabulary"]["columns"]} == {"n0", "n1"}' |
       grep -q True || { cat "$S/$mode-2.json"; fail "vocab: the merge was not spread over both nodes"; }
+    # Generated data has hex ids (and empty fields) only: every column merges by hashing.
+    json_get "$S/$mode-2.json" 'all(c["merge"] == "hash" for c in d["vocabulary"]["columns"])' |
+      grep -q True || { cat "$S/$mode-2.json"; fail "vocab: not every column merged by hashing"; }
   fi
   grep -Eq "rows/s \| parallelism [0-9]+ \| rss [0-9]+ MiB" "$S/$mode-2.log" ||
     { cat "$S/$mode-2.log"; fail "$mode: no progress line"; }
@@ -79,8 +82,11 @@ cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/vocab-spill-out"/part-*.bin) ||
   fail "vocab with spilling differs from the 1-node run"
 json_get "$S/vocab-spill.json" 'all(s["spills"] > 0 for s in d["shards"])' | grep -q True ||
   { cat "$S/vocab-spill.json"; fail "memory_cap 1MiB: no spills"; }
+# Spilled columns merge as sorted streams, the others by hashing, in one job.
+json_get "$S/vocab-spill.json" '{c["merge"] for c in d["vocabulary"]["columns"]} == {"hash", "sort"}' | grep -q True ||
+  { cat "$S/vocab-spill.json"; fail "memory_cap 1MiB: want both hashed and sorted columns"; }
 ls -A "$S/vocab-spill-out" | grep -q spill && fail "spill files left behind"
-pass "memory_cap 1MiB: counts spill to disk, same bytes"
+pass "memory_cap 1MiB: counts spill to disk (those columns merge sorted, the rest hashed), same bytes"
 
 # None of the clean multi-node runs stalled: no node held at its end by an
 # actor still referenced (the 1 s shutdown watchdog; 4 of 10 two-node runs
