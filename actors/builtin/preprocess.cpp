@@ -195,10 +195,12 @@ bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
 // the merger.
 class pushed_counts {
 public:
-  // A chunk of shard i's column c (the last one: `last`); false if corrupt
-  // or after the last.
+  // A chunk of shard i's column c (the last one: `last`); false if corrupt,
+  // after the last, or for a column already taken.
   bool add(int i, int c, const std::vector<char>& chunk, bool last) {
     std::lock_guard<std::mutex> l(m_);
+    last_chunk_ = clock_type::now();
+    if (taken_.count({i, c})) return false;
     auto& e = entries_[{i, c}];
     if (e.done || !pp::add_hex_column_chunk(e.col, chunk)) return false;
     if (last) {
@@ -207,19 +209,24 @@ public:
     }
     return true;
   }
-  // Shard i's column c once whole; an error past `timeout` or on `stop`.
+  // Shard i's column c once whole; an error on `stop`, or when no chunk of
+  // any column has come for `timeout` (the pushes of every column queue up
+  // on the senders' connections: a column may wait behind others for longer
+  // than that, but never with nothing arriving).
   expected<pp::hex_column> take(int i, int c, std::chrono::milliseconds timeout, const std::atomic<bool>& stop) {
-    const auto deadline = clock_type::now() + timeout;
+    const auto since = clock_type::now();
     std::unique_lock<std::mutex> l(m_);
     for (;;) {
       if (auto it = entries_.find({i, c}); it != entries_.end() && it->second.done) {
         pp::hex_column col = std::move(it->second.col);
         entries_.erase(it);
+        taken_.insert({i, c});
         return col;
       }
       if (stop.load()) return make_error(errc::cancelled, "stopped");
-      if (clock_type::now() >= deadline)
-        return make_error(errc::timeout, "no counts after " + std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s");
+      if (clock_type::now() - std::max(since, last_chunk_) >= timeout)
+        return make_error(errc::timeout, "no counts pushed for " +
+                                             std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s");
       cv_.wait_for(l, std::chrono::milliseconds(50));
     }
   }
@@ -232,6 +239,8 @@ private:
   std::mutex m_;
   std::condition_variable cv_;
   std::map<std::pair<int, int>, entry> entries_;
+  std::set<std::pair<int, int>> taken_;
+  clock_type::time_point last_chunk_{};
 };
 
 struct merge_plan {
@@ -590,6 +599,7 @@ struct shard_state {
   // Pass 1 done, waiting for the vocabularies (watchdog and trace).
   std::optional<kernels::waits::scope> vocab_wait;
   std::thread merging;  // this node's column merger (merger()), if it has columns
+  bool merge_started = false;
   std::shared_ptr<pushed_counts> inbox = std::make_shared<pushed_counts>();
 
   slot* find(uint32_t shard) {
@@ -913,7 +923,8 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         std::string node = st->svc->node_of(shard_actor(static_cast<int>(h)));
         p.shard_nodes.push_back(node.empty() ? "?" : node);
       }
-      if (st->merging.joinable()) return log_warn("shard " + std::to_string(st->index) + ": a second merge request, ignored");
+      if (st->merge_started) return log_warn("shard " + std::to_string(st->index) + ": a second merge request, ignored");
+      st->merge_started = true;
       // The pushes first: the other nodes' mergers wait for them, and this
       // node's merger would share its cores with them (they touch
       // different columns of the counts).

@@ -882,9 +882,11 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   // entry up again. (Each entry added may be new: the bound. Shards share
   // many strings, so when the bound passes the limit by little, the table
   // may never need to grow: it is left to add_run.)
+  // With more than one other shard the bound (no two shards sharing a
+  // string) can be many times the union: add_run grows as needed then.
   std::size_t bound = h.size();
   for (const hex_column* o : others) bound += o->values();
-  if (bound > h.capacity() / 10 * 8) h.reserve(bound);
+  if (others.size() == 1 && bound > h.capacity() / 10 * 8) h.reserve(bound);
   std::vector<std::vector<uint32_t>> where(others.size());
   bool regrown = false;
   for (std::size_t k = 0; k < others.size(); ++k) {
@@ -893,6 +895,9 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
     if (!h.add_run(o.pairs.data(), o.values(), where[k].data(), regrown))
       return make_error(errc::out_of_memory, col + ": a string counted 2^32 times or more; merge by sorting");
   }
+  // Slot indices are 32 bits here (where, and the kept entries' low word).
+  if (h.capacity() > (std::size_t{1} << 32))
+    return make_error(errc::out_of_memory, col + ": more than 2^32 table slots; merge by sorting");
   if (regrown)
     for (std::size_t k = 0; k < others.size(); ++k) h.find_run(others[k]->pairs.data(), others[k]->values(), where[k].data());
   bool empty_seen = t.empty_local != no_local;
@@ -1249,12 +1254,14 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       opt.on_progress(p);
     }
   }
-  // Sort every column's table now, in parallel (the merge then only streams),
-  // unless the merge may hash them (defer_sort).
-  if (!opt.defer_sort) {
+  // Sort every column's table now, in parallel (the merge then only streams);
+  // with defer_sort, only those that cannot merge by hashing (spilled, or
+  // holding strings other than hex ids and the empty one).
+  {
     tbb::task_arena arena(gov.update());
     arena.execute([&] {
       tbb::parallel_for(0, sparse_columns, [&](int c) {
+        if (opt.defer_sort && im.runs[c].empty() && im.tables[c].strings.size() == 0) return;
         // A spilled column's table holds part of its counts: nothing may be dropped.
         im.sorted[c] = std::make_unique<table_source>(im.tables[c], im.runs[c].empty() ? opt.drop_below : 0);
         im.tables[c].clear_and_release();

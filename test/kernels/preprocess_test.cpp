@@ -1073,7 +1073,24 @@ BOOST_AUTO_TEST_CASE(hex_column_chunks_and_plain_ids_round_trip_and_refuse_corru
   {
     pp::hex_column g;
     BOOST_CHECK(pp::add_hex_column_chunk(g, good));
-    BOOST_CHECK(!pp::add_hex_column_chunk(g, good));  // a second empty string
+    BOOST_CHECK(!pp::add_hex_column_chunk(g, good));  // the empty string after values
+    // The empty string twice, with no values between.
+    const std::vector<char> empty_only(good.begin(), good.begin() + 9);
+    pp::hex_column twice;
+    BOOST_CHECK(pp::add_hex_column_chunk(twice, empty_only));
+    BOOST_CHECK(!pp::add_hex_column_chunk(twice, empty_only));
+    // A column with no entries at all, and one with only the empty string.
+    pp::hex_column none, only_empty;
+    only_empty.has_empty = true;
+    only_empty.empty_count = 7;
+    std::size_t at = 0;
+    BOOST_CHECK(pp::next_hex_column_chunk(none, at, 64).empty());
+    at = 0;
+    auto c1 = pp::next_hex_column_chunk(only_empty, at, 64);
+    BOOST_CHECK_EQUAL(at, 1u);
+    BOOST_CHECK(pp::next_hex_column_chunk(only_empty, at, 64).empty());
+    pp::hex_column back;
+    BOOST_CHECK(pp::add_hex_column_chunk(back, c1) && back.has_empty && back.empty_count == 7 && back.pairs.empty());
   }
   for (std::size_t cut = 1; cut < good.size(); ++cut) {
     pp::hex_column g;
