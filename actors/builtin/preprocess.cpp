@@ -365,7 +365,8 @@ private:
 // into the table of the first shard held here (shard_counts::merge_hashed),
 // which writes vocab-CC.tsv through `keep` and says which id each entry got;
 // the ids go back in each shard's table order.
-std::string merge_one_hashed(const merge_plan& p, int c, remote_requests& rq, column_outcome& out) {
+std::string merge_one_hashed(const merge_plan& p, int c, kernels::trace::track_id tk, remote_requests& rq,
+                             column_outcome& out) {
   const auto& cfg = p.cfg;
   pp::shard_counts* base = p.local.begin()->second;
   const int base_index = p.local.begin()->first;
@@ -380,7 +381,16 @@ std::string merge_one_hashed(const merge_plan& p, int c, remote_requests& rq, co
       cols.push_back(std::move(*e));
       continue;
     }
-    auto e = p.inbox->take(i, c, rq.timeout(), p.svc->stopping());
+    // The watchdog's and the trace's view of the wait (the pushes of a
+    // busy node's earlier columns may be ahead of this one's).
+    auto e = [&] {
+      const auto w = kernels::waits::begin("pp_merge_" + std::to_string(p.index), rq.who(i),
+                                           "its counts of column C" + std::to_string(c + 1) + " (pushed)");
+      kernels::trace::scope t("wait: pushed counts", tk, "column", c + 1);
+      auto r = p.inbox->take(i, c, rq.timeout(), p.svc->stopping());
+      kernels::waits::end(w);
+      return r;
+    }();
     if (!e) return "column " + std::to_string(c) + " counts from " + rq.who(i) + ": " + e.error().message();
     cols.push_back(std::move(*e));
   }
@@ -430,7 +440,7 @@ std::string merge_one(const merge_plan& p, int c, kernels::trace::track_id tk, r
   // chunks) and the ids sent back.
   kernels::trace::scope t_column("merge column", tk, "column", c + 1);
   kernels::waits::progress();
-  if (in_mask(p.hashed, c)) return merge_one_hashed(p, c, rq, out);
+  if (in_mask(p.hashed, c)) return merge_one_hashed(p, c, tk, rq, out);
   std::vector<std::unique_ptr<pp::count_stream>> streams;
   std::vector<pp::count_stream*> raw;
   // A remote shard's counts come one request ahead: the next chunk is served
