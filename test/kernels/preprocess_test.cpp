@@ -836,6 +836,67 @@ BOOST_AUTO_TEST_CASE(vocab_file_lines_are_string_tab_count) {
   BOOST_CHECK(read_all(d / pp::vocab_file_name(3)) == want);
 }
 
+BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
+  // Hex ids from small pools, so a string's count crosses min_count only
+  // when the shards' counts are added; the empty string in the first rows
+  // only (so in some shards and not others); a last shard of a few rows.
+  // Merging by hashing and as sorted streams give the same bytes, and the
+  // same vocabularies, for 2, 3 and 5 shards and min_count 1, 2 and 5.
+  fs::path d = scratch("hashed");
+  uint64_t seed = 11;
+  std::string text;
+  const int rows = 4003;
+  for (int row = 0; row < rows; ++row) {
+    std::string line;
+    pp::synthetic_criteo_line(5, static_cast<uint64_t>(row), line);
+    line.pop_back();
+    std::vector<std::string> f;
+    std::size_t at = 0;
+    for (;;) {
+      std::size_t tab = line.find('\t', at);
+      f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
+      if (tab == std::string::npos) break;
+      at = tab + 1;
+    }
+    for (int c = 14; c < 40; ++c) {
+      const uint64_t pool = c % 3 == 0 ? 7 : c % 3 == 1 ? 300 : 5000;  // few, some, many distinct
+      char buf[9];
+      std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>((next_random(seed) % pool) * 2654435761u));
+      f[c] = buf;
+      if (row < 40 && c % 2 == 0) f[c].clear();
+    }
+    line.clear();
+    for (std::size_t i = 0; i < f.size(); ++i) line += (i ? "\t" : "") + f[i];
+    text += line + "\n";
+  }
+  write_all(d / "skewed.tsv", text);
+  const std::vector<std::string> files = {(d / "skewed.tsv").string()};
+  for (uint64_t min_count : {uint64_t{1}, uint64_t{2}, uint64_t{5}})
+    for (int shards : {2, 3, 5}) {
+      BOOST_TEST_CONTEXT("min_count " << min_count << " shards " << shards) {
+        std::string bytes[2];
+        std::vector<std::string> vocab[2];
+        for (int hashed = 0; hashed < 2; ++hashed) {
+          pp::preprocess_options o;
+          o.min_count = min_count;
+          o.parallelism = 2;
+          o.block_bytes = 16 << 10;
+          o.hash_merge = hashed == 1;
+          fs::path out = scratch("hashed-out");
+          auto r = pp::preprocess_local(files, out.string(), shards, o);
+          BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().to_string()));
+          BOOST_REQUIRE_EQUAL(r->rows, static_cast<uint64_t>(rows));
+          bytes[hashed] = concat_parts(out, shards);
+          for (int c = 0; c < 26; ++c) vocab[hashed].push_back(read_all(out / pp::vocab_file_name(c)));
+        }
+        BOOST_CHECK_MESSAGE(bytes[0] == bytes[1], "records differ: " + first_difference(bytes[1], bytes[0]));
+        for (int c = 0; c < 26; ++c) BOOST_CHECK_MESSAGE(vocab[0][c] == vocab[1][c], "vocabulary of column " << c);
+        // The empty string is kept (id 0) where it was counted often enough.
+        BOOST_CHECK_EQUAL(vocab[1][0].rfind("\t", 0) == 0, min_count <= 40);
+      }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(mixed_strings_get_ids_in_byte_order) {
   // Hex ids next to strings that are not (upper case, 7 and 9 digits, long
   // strings, control and high bytes, strings sorting between hex ids), the
