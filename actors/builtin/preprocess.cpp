@@ -799,6 +799,23 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
   return true;
 }
 
+// A chunk of a column's ids for shard `shard` held here, decoded into
+// st.ids by decode(slot) (false: corrupt), then handed to its counts.
+template <class Decode>
+caf::result<bool> take_ids(caf::event_based_actor* self, shard_state& st, uint32_t shard, uint32_t column,
+                           int32_t oov_id, Decode&& decode) {
+  kernels::trace::scope t_ids("merge: take id chunk", st.tk, "column", int64_t(column));
+  st.ids.clear();
+  slot* sl = st.find(shard);
+  if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 || !decode(*sl)) {
+    shard_fail(self, st, "corrupt id chunk for shard " + std::to_string(shard) + " column " + std::to_string(column));
+    return caf::make_error(caf::sec::invalid_argument, "corrupt id chunk");
+  }
+  sl->counts->add_column_ids(static_cast<int>(column), st.ids.data(), st.ids.size());
+  sl->counts->set_oov_id(static_cast<int>(column), oov_id);
+  return true;
+}
+
 caf::behavior shard(caf::event_based_actor* self, actor_env env) {
   auto st = std::make_shared<shard_state>();
   st->svc = env.services;
@@ -869,33 +886,16 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         shard_fail(self, *st, "corrupt count chunk of column " + std::to_string(column) + " from shard " +
                                   std::to_string(shard));
     },
+    // A column's ids for one of this node's shards: in its table order
+    // (hashed columns, plain int32) or in its stream's order (delta-coded).
     [self, st](pp_hids_atom, uint32_t shard, uint32_t column, int32_t oov_id,
                const std::vector<char>& chunk) -> caf::result<bool> {
-      kernels::trace::scope t_ids("merge: take id chunk", st->tk, "column", int64_t(column));
-      st->ids.clear();
-      slot* sl = st->find(shard);
-      if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 ||
-          !pp::decode_plain_ids(chunk, st->ids)) {
-        shard_fail(self, *st, "corrupt id chunk for shard " + std::to_string(shard) + " column " + std::to_string(column));
-        return caf::make_error(caf::sec::invalid_argument, "corrupt id chunk");
-      }
-      sl->counts->add_column_ids(static_cast<int>(column), st->ids.data(), st->ids.size());
-      sl->counts->set_oov_id(static_cast<int>(column), oov_id);
-      return true;
+      return take_ids(self, *st, shard, column, oov_id, [&](slot&) { return pp::decode_plain_ids(chunk, st->ids); });
     },
     [self, st](pp_ids_atom, uint32_t shard, uint32_t column, int32_t oov_id,
                const std::vector<char>& chunk) -> caf::result<bool> {
-      kernels::trace::scope t_ids("merge: take id chunk", st->tk, "column", int64_t(column));
-      st->ids.clear();
-      slot* sl = st->find(shard);
-      if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 ||
-          !pp::decode_ids(chunk, sl->prev_kept[column], st->ids)) {
-        shard_fail(self, *st, "corrupt id chunk for shard " + std::to_string(shard) + " column " + std::to_string(column));
-        return caf::make_error(caf::sec::invalid_argument, "corrupt id chunk");
-      }
-      sl->counts->add_column_ids(static_cast<int>(column), st->ids.data(), st->ids.size());
-      sl->counts->set_oov_id(static_cast<int>(column), oov_id);
-      return true;
+      return take_ids(self, *st, shard, column, oov_id,
+                      [&](slot& sl) { return pp::decode_ids(chunk, sl.prev_kept[column], st->ids); });
     },
     [self, st](pp_merge_atom, uint32_t hashed, const std::vector<char>& holders, const std::vector<char>& assign) {
       // Every shard has counted: merge this node's columns on a merger of

@@ -850,14 +850,7 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
     std::string line;
     pp::synthetic_criteo_line(5, static_cast<uint64_t>(row), line);
     line.pop_back();
-    std::vector<std::string> f;
-    std::size_t at = 0;
-    for (;;) {
-      std::size_t tab = line.find('\t', at);
-      f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
-      if (tab == std::string::npos) break;
-      at = tab + 1;
-    }
+    std::vector<std::string> f = split_tabs(line);
     for (int c = 14; c < 40; ++c) {
       const uint64_t pool = c % 3 == 0 ? 7 : c % 3 == 1 ? 300 : 5000;  // few, some, many distinct
       char buf[9];
@@ -916,15 +909,8 @@ BOOST_AUTO_TEST_CASE(mixed_strings_get_ids_in_byte_order) {
     pp::synthetic_criteo_line(9, row, line);
     // Replace some sparse fields with the odd strings or with hex ids from a
     // small pool (so that some repeat).
-    std::vector<std::string> f;
-    std::size_t at = 0;
     line.pop_back();
-    for (;;) {
-      std::size_t tab = line.find('\t', at);
-      f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
-      if (tab == std::string::npos) break;
-      at = tab + 1;
-    }
+    std::vector<std::string> f = split_tabs(line);
     for (int c = 14; c < 40; ++c) {
       uint64_t r = next_random(seed) % 8;
       if (r == 0) f[c] = odd[next_random(seed) % odd.size()];
