@@ -927,7 +927,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   int32_t next = 0, empty_id = -1;
   if (empty_kept) {
     empty_id = next++;
-    keep(std::string_view(), empty_total);
+    keep(std::string_view("", 0), empty_total);  // a non-null pointer: add() memcpys it
   }
   char buf[8];
   for (uint64_t e : kept) {
