@@ -694,7 +694,9 @@ struct shard_counts::impl {
   std::array<uint32_t, sparse_columns> next_local{};
   std::array<uint64_t, sparse_columns> rows_in_table{};  // rows counted since the last spill
   std::array<std::vector<std::string>, sparse_columns> runs;  // spilled run files
-  std::array<std::unique_ptr<table_source>, sparse_columns> sorted;  // tables, sorted at the end
+  // Tables sorted at the end of pass 1 (with defer_sort, only those that
+  // cannot merge by hashing).
+  std::array<std::unique_ptr<table_source>, sparse_columns> sorted;
   std::array<column_ids, sparse_columns> ids;
   std::array<bool, sparse_columns> handed{};  // column_stream, export_column or merge_hashed took the column
   std::string spill_dir;

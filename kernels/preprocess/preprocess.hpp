@@ -36,8 +36,8 @@
 // (and records are staged in memory only while they fit beside them);
 // when they grow past it, the largest columns are sorted and spilled to run
 // files (u16 length | bytes | u64 count | u32 local id) until half the cap is
-// free. At the end each column is one merged sorted stream (spilled runs +
-// what is left in memory), so cardinality costs disk, not memory. The cap is
+// free. At the end a spilled column is one merged sorted stream (spilled
+// runs + what is left in memory), so cardinality costs disk, not memory. The cap is
 // soft by about the size of the column being spilled (sorting copies its
 // entries). Outside the cap: 4 bytes per local id and per distinct string
 // (the id map of pass 2), and staged records past the cap live in the page
