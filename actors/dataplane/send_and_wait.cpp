@@ -17,13 +17,15 @@ status send_and_wait(data_plane& dp, peer_id peer, channel_id channel, wire_buff
     bool done = false;
   };
   auto sent = std::make_shared<flag>();
+  // The caller's completion first: the call returns once it has run (its
+  // effects visible to the caller), not merely once it has begun.
   status posted = dp.send(peer, channel, std::move(msg), [sent, done = std::move(done)](status s) {
+    if (done) done(std::move(s));
     {
       std::lock_guard<std::mutex> g(sent->mu);
       sent->done = true;
     }
     sent->cv.notify_one();
-    if (done) done(std::move(s));
   });
   if (posted.ok()) {
     std::unique_lock<std::mutex> lk(sent->mu);
