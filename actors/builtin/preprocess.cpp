@@ -225,8 +225,9 @@ public:
       }
       if (stop.load()) return make_error(errc::cancelled, "stopped");
       if (clock_type::now() - std::max(since, last_chunk_) >= timeout)
-        return make_error(errc::timeout, "no counts pushed for " +
-                                             std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s");
+        return make_error(errc::timeout, "no counts pushed to this node for " +
+                                             std::to_string(timeout.count() / 1000.0).substr(0, 5) +
+                                             " s (is that node down or hung? [job] request_timeout sets the wait)");
       cv_.wait_for(l, std::chrono::milliseconds(50));
     }
   }
@@ -391,7 +392,7 @@ std::string merge_one_hashed(const merge_plan& p, int c, kernels::trace::track_i
       kernels::waits::end(w);
       return r;
     }();
-    if (!e) return "column " + std::to_string(c) + " counts from " + rq.who(i) + ": " + e.error().message();
+    if (!e) return "column C" + std::to_string(c + 1) + " counts from " + rq.who(i) + ": " + e.error().message();
     cols.push_back(std::move(*e));
   }
   std::vector<const pp::hex_column*> others;
@@ -808,7 +809,9 @@ caf::result<bool> take_ids(caf::event_based_actor* self, shard_state& st, uint32
   st.ids.clear();
   slot* sl = st.find(shard);
   if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns) || oov_id < 0 || !decode(*sl)) {
-    shard_fail(self, st, "corrupt id chunk for shard " + std::to_string(shard) + " column " + std::to_string(column));
+    shard_fail(self, st,
+               "corrupt id chunk for shard " + std::to_string(shard) + " column C" +
+                   std::to_string(uint64_t{column} + 1) + " (nodes running different hetflow builds?)");
     return caf::make_error(caf::sec::invalid_argument, "corrupt id chunk");
   }
   sl->counts->add_column_ids(static_cast<int>(column), st.ids.data(), st.ids.size());
@@ -883,8 +886,9 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
     [self, st](pp_hpush_atom, uint32_t shard, uint32_t column, const std::vector<char>& chunk, bool last) {
       if (shard >= static_cast<uint32_t>(st->cfg.shards) || column >= static_cast<uint32_t>(pp::sparse_columns) ||
           !st->inbox->add(static_cast<int>(shard), static_cast<int>(column), chunk, last))
-        shard_fail(self, *st, "corrupt count chunk of column " + std::to_string(column) + " from shard " +
-                                  std::to_string(shard));
+        shard_fail(self, *st,
+                   "corrupt or unexpected count chunk of column C" + std::to_string(uint64_t{column} + 1) +
+                       " from shard " + std::to_string(shard) + " (nodes running different hetflow builds?)");
     },
     // A column's ids for one of this node's shards: in its table order
     // (hashed columns, plain int32) or in its stream's order (delta-coded).
@@ -915,7 +919,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       if (!p.vocab) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
       if (hashed >> pp::sparse_columns || p.local.empty() ||
           holders.size() != static_cast<std::size_t>(st->cfg.shards) * 4 || assign.size() != pp::sparse_columns * 4)
-        return shard_fail(self, *st, "bad merge request");
+        return shard_fail(self, *st, "bad merge request (nodes running different hetflow builds?)");
       std::array<uint32_t, pp::sparse_columns> merger_of{};
       std::memcpy(merger_of.data(), assign.data(), assign.size());
       for (int c = 0; c < pp::sparse_columns; ++c) {
@@ -945,7 +949,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         if (!to) return shard_fail(self, *st, "no actor " + shard_actor(m));
         for (auto& sl : st->slots) {
           if (!sl->counts) continue;
-          kernels::trace::scope t_push("merge: push counts", st->tk, "column", int64_t(c));
+          kernels::trace::scope t_push("merge: push counts", st->tk, "column", c + 1);
           auto e = sl->counts->export_column(c);
           if (!e) return shard_fail(self, *st, "shard " + std::to_string(sl->index) + ": " + e.error().message());
           std::size_t next = 0;
@@ -1076,7 +1080,7 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
     hashed &= st.hashable[std::size_t(i)];
     rows += st.rows[std::size_t(i)];
   }
-  if (rows > UINT32_MAX) hashed = 0;
+  if (rows > pp::hashed_merge_max_rows) hashed = 0;
   st.hashed = hashed;
   std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
   for (int i = 0; i < st.cfg.shards; ++i) {
@@ -1186,7 +1190,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
     },
     [self, st](pp_column_atom, uint32_t column, uint64_t distinct, uint64_t kept, uint32_t node, uint32_t threads) {
       if (column >= static_cast<uint32_t>(pp::sparse_columns) || st->merger[column] != static_cast<int>(node))
-        return vocab_fail(self, *st, "column report C" + std::to_string(column + 1) + " from node index " +
+        return vocab_fail(self, *st, "column report C" + std::to_string(uint64_t{column} + 1) + " from node index " +
                                          std::to_string(node) + ", which does not merge it");
       st->columns[column].distinct = distinct;
       st->columns[column].kept = kept;

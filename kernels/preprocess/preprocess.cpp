@@ -1263,7 +1263,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
     tbb::task_arena arena(gov.update());
     arena.execute([&] {
       tbb::parallel_for(0, sparse_columns, [&](int c) {
-        if (opt.defer_sort && im.runs[c].empty() && im.tables[c].strings.size() == 0) return;
+        if (opt.defer_sort && out.hashable(c)) return;
         // A spilled column's table holds part of its counts: nothing may be dropped.
         im.sorted[c] = std::make_unique<table_source>(im.tables[c], im.runs[c].empty() ? opt.drop_below : 0);
         im.tables[c].clear_and_release();
@@ -1629,7 +1629,7 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
     uint64_t rows = 0;
     for (auto& sc : counts) rows += sc.rows;
     for (int c = 0; c < sparse_columns; ++c) {
-      bool hashed = plan.size() > 1 && opt_in.hash_merge && rows <= UINT32_MAX;
+      bool hashed = plan.size() > 1 && opt_in.hash_merge && rows <= hashed_merge_max_rows;
       for (auto& sc : counts) hashed = hashed && sc.hashable(c);
       if (hashed) {
         // Shard 0's table takes the others' entries.

@@ -114,6 +114,10 @@ struct input_set {
   std::vector<uint64_t> sizes() const;
 };
 
+// The most rows a job may have for its columns to merge by hashing
+// (shard_counts::merge_hashed counts in 32 bits).
+constexpr uint64_t hashed_merge_max_rows = UINT32_MAX;
+
 // Pass-1 result of one shard.
 class shard_counts {
 public:
@@ -138,6 +142,8 @@ public:
   // counts are all in its table (never spilled, no stream made) and its
   // strings are 8-hex-digit ids or the empty string (Criteo's columns).
   bool hashable(int c) const;
+  // (The caller also keeps jobs of more than hashed_merge_max_rows rows off
+  // this path: a table's counters are 32 bits.)
   // A hashable column's entries in table order, for another shard's
   // merge_hashed; its ids come back in that order (add_column_ids). Hands
   // over the column's memory, like column_stream (call one of them, once).
