@@ -515,6 +515,9 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
   j["step_ms"] = est->step_ms;
   j["compute_ms"] = est->compute_ms;
   j["allreduce_ms"] = est->allreduce_ms;
+  if (!est->allreduce_model.empty()) j["allreduce_model"] = est->allreduce_model;
+  if (db->links.host_ring_gbps > 0)
+    j["host_ring"] = json{{"gbps", db->links.host_ring_gbps}, {"latency_us", db->links.host_ring_latency_us}};
   j["global_batch"] = est->global_batch;
   json reps = json::array();
   for (std::size_t i = 0; i < est->replicas.size(); ++i)
@@ -534,8 +537,8 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     std::printf("  replica %zu: %s dev%zu (%s), %lld rows\n", i, est->replicas[i].node.c_str(),
                 est->replicas[i].device, est->replicas[i].kind.c_str(), static_cast<long long>(est->rows[i]));
   for (const auto& l : est->left_out) std::printf("  left out: %s\n", l.c_str());
-  std::printf("  step %.3f ms = compute %.3f ms + all-reduce %.3f ms\n", est->step_ms, est->compute_ms,
-              est->allreduce_ms);
+  std::printf("  step %.3f ms = compute %.3f ms + all-reduce %.3f ms%s\n", est->step_ms, est->compute_ms,
+              est->allreduce_ms, est->allreduce_model.empty() ? "" : (" (" + est->allreduce_model + ")").c_str());
   std::printf("simulated: %.1f samples/s\n", est->samples_per_s);
   return 0;
 }

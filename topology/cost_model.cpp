@@ -68,11 +68,22 @@ expected<dp_estimate> estimate_dp(const std::vector<plan_device>& devices, const
   const std::size_t N = e.replicas.size();
   if (N > 1) {
     std::set<int> nodes;
-    for (const auto& d : e.replicas) nodes.insert(d.node_index);
-    const double gbps = nodes.size() > 1 ? db.links.inter_node_gbps : db.links.intra_node_gbps;
+    std::set<std::string> hosts;
+    for (const auto& d : e.replicas) {
+      nodes.insert(d.node_index);
+      hosts.insert(d.host);
+    }
+    double gbps = nodes.size() > 1 ? db.links.inter_node_gbps : db.links.intra_node_gbps;
+    double latency_us = db.links.latency_us;
+    e.allreduce_model = nodes.size() > 1 ? "inter-node links" : "intra-node links";
+    if (hosts.size() == 1 && db.links.host_ring_gbps > 0) {
+      gbps = db.links.host_ring_gbps;
+      latency_us = db.links.host_ring_latency_us;
+      e.allreduce_model = "host ring (shared memory)";
+    }
     const double bytes = double(db.params_bytes(0, n - 1));
     const double per_ms = gbps * 1e9 / 8 / 1e3;
-    e.allreduce_ms = 2.0 * double(N - 1) / double(N) * bytes / per_ms + 2.0 * double(N - 1) * db.links.latency_us / 1e3;
+    e.allreduce_ms = 2.0 * double(N - 1) / double(N) * bytes / per_ms + 2.0 * double(N - 1) * latency_us / 1e3;
   }
   e.step_ms = e.compute_ms + e.allreduce_ms;
   e.samples_per_s = e.step_ms > 0 ? double(e.global_batch) * 1e3 / e.step_ms : 0.0;

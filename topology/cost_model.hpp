@@ -10,7 +10,9 @@
 // out (and the split redone). The ring then sums the gradients:
 //   allreduce_ms = 2 (N-1)/N * params / bw + 2 (N-1) * latency
 // with bw the slowest link the ring crosses (inter-node when the replicas
-// span nodes). No overlap of the sum with backward is assumed (hetflow's
+// span nodes). Replicas all on one host sum through shared memory: when the
+// profile has that measured (links.host_ring_gbps, host_ring_latency_us)
+// those replace the links. No overlap of the sum with backward is assumed (hetflow's
 // buckets overlap it for large models: this is an upper bound on step time).
 // Single device: the fastest device that holds the model, alone.
 #pragma once
@@ -32,6 +34,7 @@ struct dp_estimate {
   int64_t global_batch = 0;
   double compute_ms = 0.0;               // slowest replica's fwd + bwd
   double allreduce_ms = 0.0;
+  std::string allreduce_model;           // what priced it: "host ring (shared memory)", "inter-node links", ...
   double step_ms = 0.0;
   double samples_per_s = 0.0;
 };

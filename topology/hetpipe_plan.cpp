@@ -191,6 +191,7 @@ expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_
       }
       plan_device p;
       p.node = node.name;
+      p.host = node.host;
       p.node_index = int(n);
       p.device = d;
       p.kind = dev.profile;

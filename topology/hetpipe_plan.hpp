@@ -47,6 +47,7 @@ namespace hetflow::topology {
 // One device the planner may use.
 struct plan_device {
   std::string node;
+  std::string host;          // the node's host (devices of one host share memory)
   int node_index = 0;
   std::size_t device = 0;    // index into the node's devices
   std::string kind;          // profile kind (the device's `profile`)

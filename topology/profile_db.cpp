@@ -142,13 +142,19 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
   if (links != doc.end()) {
     if (!links->is_object()) return r.err("links", "must be an object");
     for (auto& [k, v] : links->items())
-      if (k != "intra_node_gbps" && k != "inter_node_gbps" && k != "latency_us")
-        return r.err("links." + k, "unknown key (expected intra_node_gbps, inter_node_gbps, latency_us)");
+      if (k != "intra_node_gbps" && k != "inter_node_gbps" && k != "latency_us" && k != "host_ring_gbps" &&
+          k != "host_ring_latency_us")
+        return r.err("links." + k, "unknown key (expected intra_node_gbps, inter_node_gbps, latency_us, "
+                                   "host_ring_gbps, host_ring_latency_us)");
     HF_ASSIGN_OR_RETURN(db.links.intra_node_gbps,
                         r.number(*links, "intra_node_gbps", "links", false, db.links.intra_node_gbps));
     HF_ASSIGN_OR_RETURN(db.links.inter_node_gbps,
                         r.number(*links, "inter_node_gbps", "links", false, db.links.inter_node_gbps));
     HF_ASSIGN_OR_RETURN(db.links.latency_us, r.number(*links, "latency_us", "links", false, db.links.latency_us));
+    HF_ASSIGN_OR_RETURN(db.links.host_ring_gbps, r.number(*links, "host_ring_gbps", "links", false, 0.0));
+    HF_ASSIGN_OR_RETURN(db.links.host_ring_latency_us, r.number(*links, "host_ring_latency_us", "links", false, 0.0));
+    if (db.links.host_ring_gbps < 0) return r.err("links.host_ring_gbps", "must be >= 0 (0: not measured)");
+    if (db.links.host_ring_latency_us < 0) return r.err("links.host_ring_latency_us", "must be >= 0");
     if (db.links.intra_node_gbps <= 0) return r.err("links.intra_node_gbps", "must be > 0");
     if (db.links.inter_node_gbps <= 0) return r.err("links.inter_node_gbps", "must be > 0");
   }
@@ -229,6 +235,10 @@ std::string to_json(const profile_db& db) {
   doc["links"] = json{{"intra_node_gbps", db.links.intra_node_gbps},
                       {"inter_node_gbps", db.links.inter_node_gbps},
                       {"latency_us", db.links.latency_us}};
+  if (db.links.host_ring_gbps > 0) {
+    doc["links"]["host_ring_gbps"] = db.links.host_ring_gbps;
+    doc["links"]["host_ring_latency_us"] = db.links.host_ring_latency_us;
+  }
   return doc.dump(1);
 }
 

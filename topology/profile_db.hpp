@@ -10,7 +10,8 @@
 //    "devices": {"titan-v": {"memory_bytes": 12884901888,
 //                            "update_ms": 0.5}},              // optional
 //    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56,
-//              "latency_us": 5}}                         // optional
+//              "latency_us": 5,                          // optional
+//              "host_ring_gbps": 46, "host_ring_latency_us": 0}}  // optional: dp on one host
 //
 // Defaults: output_bytes (what crosses a stage boundary, each way) =
 // activation_bytes; update_ms (one optimizer step over every parameter; a
@@ -52,6 +53,11 @@ struct link_profile {
   double intra_node_gbps = 100.0;  // gigabits/s between devices of one node (and a device and its host)
   double inter_node_gbps = 10.0;   // gigabits/s between nodes
   double latency_us = 5.0;         // added to every transfer
+  // Data parallelism's gradient sums when every replica is on one host (the
+  // ring members' shared-memory path): fitted to the ring model of
+  // cost_model.hpp. 0 = not measured (the links above price it).
+  double host_ring_gbps = 0.0;
+  double host_ring_latency_us = 0.0;
 };
 
 struct profile_db {

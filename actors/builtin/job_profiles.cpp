@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <thread>
 #include <vector>
 
+#include "actors/ring/host_ring_probe.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/profile.hpp"
@@ -149,7 +151,35 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
                       "[job] has no profile_file and the topology has no device whose profile could be measured "
                       "here: set profile_file to a JSON profile of the devices' kinds (README, \"HetPipe planner and "
                       "simulator\")");
+  // dp's gradient sums between replicas of one host go through shared
+  // memory (ring members' shm path): measured here rather than priced by the
+  // assumed links above.
+  const std::string strategy = c.job.params.get_string("strategy", "single");
+  const uint32_t members = dp_replicas_per_host(c);
+  if ((strategy == "dp" || strategy == "auto") && members >= 2) {
+    auto ring = ring::measure_host_ring(members, db.params_bytes(0, db.units.size() - 1));
+    if (ring) {
+      db.links.host_ring_gbps = ring->gbps;
+      db.links.host_ring_latency_us = 0.0;
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "; host ring measured here: %.3f ms for %.2f MB, %u members", ring->ms,
+                    double(ring->bytes) / 1e6, members);
+      db.source += buf;
+    } else {
+      db.source += "; host ring not measured (" + ring.error().message() + "): assumed links";
+    }
+  }
   return db;
+}
+
+uint32_t dp_replicas_per_host(const topology::cluster& c) {
+  const auto nodes = c.job.params.get_strings("dp_nodes");
+  std::map<std::string, uint32_t> per_host;
+  uint32_t most = 0;
+  for (const auto& n : c.nodes)
+    if (nodes.empty() || std::find(nodes.begin(), nodes.end(), n.name) != nodes.end())
+      most = std::max(most, per_host[n.host] += uint32_t(std::max<std::size_t>(1, n.devices.size())));
+  return most;
 }
 
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch) {

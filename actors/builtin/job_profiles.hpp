@@ -34,8 +34,14 @@ expected<double> time_update(const topology::cluster& c, kernels::model& m);
 
 // Every distinct cpu kind (by threads) of `c` measured at `batch`; cpu
 // devices without a `profile` get "cpu-tN" in `c`. cuda devices need a
-// profile_file.
+// profile_file. Strategy dp or auto with 2 or more replicas on one host:
+// the host's shared-memory all-reduce is measured too (links.host_ring_*,
+// actors/ring/host_ring_probe.hpp) at the model's parameter bytes.
 expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch);
+
+// The most dp replicas (devices of the job's dp_nodes, else of every node)
+// that share one host.
+uint32_t dp_replicas_per_host(const topology::cluster& c);
 
 // The job's profile_file when it names one, else measured_profiles.
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch);

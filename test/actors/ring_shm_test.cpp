@@ -22,6 +22,7 @@
 #include <random>
 #include <thread>
 
+#include "actors/ring/host_ring_probe.hpp"
 #include "actors/ring/shm_group.hpp"
 
 using namespace hetflow::actors::ring;
@@ -348,4 +349,26 @@ BOOST_AUTO_TEST_CASE(stale_names_of_dead_creators_are_removed) {
   shm_group::remove_stale_segments(std::chrono::seconds(0));
   BOOST_TEST(names_with(stale) == 0);
   BOOST_TEST(names_with((*live)->name()) == 1);
+}
+
+// The host ring probe (host_ring_probe.hpp) times real collectives: a larger
+// vector takes longer, and the bandwidth it reports gives back the time.
+BOOST_AUTO_TEST_CASE(host_ring_probe_times_collectives_of_the_given_size) {
+  auto small = measure_host_ring(2, 4096, 1, 5);
+  BOOST_REQUIRE_MESSAGE(small.has_value(), small.error().to_string());
+  auto big = measure_host_ring(2, uint64_t{16} << 20, 1, 5);
+  BOOST_REQUIRE_MESSAGE(big.has_value(), big.error().to_string());
+  BOOST_TEST(small->members == 2u);
+  BOOST_TEST(big->bytes == uint64_t{16} << 20);
+  BOOST_TEST(small->ms > 0.0);
+  BOOST_TEST(big->ms > small->ms);  // 4096x the bytes: noise cannot hide that
+  // t = 2 (N-1)/N * bytes / bw
+  const double ms = double(big->bytes) / (big->gbps * 1e9 / 8) * 1e3;
+  BOOST_TEST(std::abs(ms - big->ms) < 1e-6 * big->ms);
+  auto three = measure_host_ring(3, 100000, 1, 3);
+  BOOST_REQUIRE_MESSAGE(three.has_value(), three.error().to_string());
+  BOOST_TEST(three->members == 3u);
+  auto one = measure_host_ring(1, 4096);
+  BOOST_REQUIRE(!one.has_value());
+  BOOST_CHECK(one.error().code() == errc::invalid_argument);
 }

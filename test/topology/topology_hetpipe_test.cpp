@@ -524,4 +524,47 @@ BOOST_AUTO_TEST_CASE(ring_and_memory) {
   BOOST_TEST(f->allreduce_ms == 0.0);
 }
 
+BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
+  auto db = uniform_db(2, {{"a", 1.0}}, 1000, 100);
+  db.links.inter_node_gbps = 8;
+  db.links.host_ring_gbps = 16;  // 2000 B -> 0.001 ms, plus 2 steps of 5 us
+  db.links.host_ring_latency_us = 5;
+  auto on = [](int node, std::string host) {
+    auto d = dev(node, 0, "a");
+    d.host = std::move(host);
+    return d;
+  };
+  auto same = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
+  BOOST_REQUIRE(same.has_value());
+  BOOST_TEST(std::abs(same->allreduce_ms - 0.011) < 1e-9);
+  BOOST_TEST(same->allreduce_model == "host ring (shared memory)");
+  // Two hosts: the links, as before.
+  auto two = estimate_dp({on(0, "h"), on(1, "g")}, db, 0);
+  BOOST_REQUIRE(two.has_value());
+  BOOST_TEST(std::abs(two->allreduce_ms - 0.002) < 1e-9);
+  BOOST_TEST(two->allreduce_model == "inter-node links");
+  // Not measured: the links price one host too.
+  db.links.host_ring_gbps = 0;
+  auto unmeasured = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
+  BOOST_REQUIRE(unmeasured.has_value());
+  BOOST_TEST(std::abs(unmeasured->allreduce_ms - 0.002) < 1e-9);
+}
+
+BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
+  const std::string units = R"("units": [{"name": "u", "params_bytes": 10, "activation_bytes": 20,
+    "devices": {"k": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}])";
+  auto db = parse_profile_db("{\"batch\": 8, " + units + R"(, "links": {"host_ring_gbps": 40, "host_ring_latency_us": 3}})",
+                             "p.json");
+  BOOST_REQUIRE_MESSAGE(db.has_value(), (db ? std::string() : db.error().message()));
+  BOOST_TEST(db->links.host_ring_gbps == 40.0);
+  BOOST_TEST(db->links.host_ring_latency_us == 3.0);
+  auto again = parse_profile_db(to_json(*db), "again.json");
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->links.host_ring_gbps == 40.0);
+  BOOST_TEST(again->links.host_ring_latency_us == 3.0);
+  auto bad = parse_profile_db("{\"batch\": 8, " + units + R"(, "links": {"host_ring_gbps": -1}})", "p.json");
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(bad.error().message().find("links.host_ring_gbps") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,150 @@
+#include "actors/ring/host_ring_probe.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/ring/shm_group.hpp"
+
+namespace hetflow::actors::ring {
+namespace {
+
+// A member's worker thread: ring_member runs each shared-memory collective
+// on one, handed over by the member and finished with a completion the
+// caller waits for. The probe times that hand-over too.
+class worker {
+public:
+  worker() : t_([this] { loop(); }) {}
+  ~worker() {
+    {
+      std::lock_guard lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    t_.join();
+  }
+  std::future<status> run(std::function<status()> f) {
+    std::packaged_task<status()> task(std::move(f));
+    auto fut = task.get_future();
+    {
+      std::lock_guard lk(m_);
+      task_ = std::move(task);
+      has_ = true;
+    }
+    cv_.notify_one();
+    return fut;
+  }
+
+private:
+  void loop() {
+    std::unique_lock lk(m_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || has_; });
+      if (stop_) return;
+      auto task = std::move(task_);
+      has_ = false;
+      lk.unlock();
+      task();
+      lk.lock();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::packaged_task<status()> task_;
+  bool has_ = false;
+  bool stop_ = false;
+  std::thread t_;
+};
+
+// Median ms of `iterations` collectives of `bytes` (f32) over `g`: one
+// caller thread per member hands each collective to its worker and waits;
+// member 0's times (all members end each collective together).
+expected<double> time_size(std::vector<std::unique_ptr<shm_group>>& g, uint64_t bytes, int warmup, int iterations,
+                           uint64_t& next_id) {
+  const auto n = static_cast<uint32_t>(g.size());
+  const std::size_t len = std::max<uint64_t>(1, bytes / sizeof(float));
+  std::vector<std::vector<float>> v(n, std::vector<float>(len));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (auto& m : v)
+    for (auto& x : m) x = d(rng);
+  std::atomic<bool> abort{false};
+  std::vector<status> st(n);
+  std::vector<double> times;
+  const uint64_t first_id = next_id;
+  next_id += uint64_t(warmup + iterations);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      worker w;
+      for (int it = 0; it < warmup + iterations; ++it) {
+        const auto t0 = std::chrono::steady_clock::now();
+        status s = w.run([&, r, it] {
+                      fused_buffer buf(ring_dtype::f32, {std::as_writable_bytes(std::span<float>(v[r]))});
+                      return g[r]->all_reduce(buf, reduce_op::average, first_id + uint64_t(it), 10.0, abort);
+                    })
+                       .get();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (!s.ok()) {
+          st[r] = s;
+          abort = true;
+          return;
+        }
+        if (r == 0 && it >= warmup) times.push_back(ms);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& s : st)
+    if (!s.ok()) return s;
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int warmup, int iterations) {
+  if (members < 2 || members > shm_group::max_members)
+    return make_error(errc::invalid_argument, "host ring probe: members must be 2.." +
+                                                  std::to_string(shm_group::max_members));
+  if (iterations <= 0 || warmup < 0) return make_error(errc::invalid_argument, "host ring probe: iterations must be > 0");
+  bytes = std::clamp<uint64_t>(bytes, 4096, max_probe_bytes);
+  std::mt19937_64 seed(std::random_device{}());
+  const uint64_t nonce = seed();
+  std::vector<std::unique_ptr<shm_group>> g;
+  HF_ASSIGN_OR_RETURN(auto first, shm_group::create(members, nonce, {}));
+  g.push_back(std::move(first));
+  for (uint32_t r = 1; r < members; ++r) {
+    HF_ASSIGN_OR_RETURN(auto o, shm_group::open(g[0]->name(), members, r, nonce));
+    g.push_back(std::move(o));
+  }
+  {
+    std::atomic<bool> abort{false};
+    std::vector<status> st(members);
+    std::vector<std::thread> t;
+    for (uint32_t r = 0; r < members; ++r) t.emplace_back([&, r] { st[r] = g[r]->check_in(10.0, abort); });
+    for (auto& x : t) x.join();
+    for (auto& s : st)
+      if (!s.ok()) return s.with_context("host ring probe");
+  }
+  uint64_t id = 1;
+  host_ring_cost c;
+  c.members = members;
+  c.bytes = bytes;
+  HF_ASSIGN_OR_RETURN(c.ms, time_size(g, bytes, warmup, iterations, id));
+  // t = 2 (N-1)/N * bytes / bw  =>  bw = 2 (N-1)/N * bytes / t
+  const double N = members;
+  c.gbps = 2.0 * (N - 1) / N * double(bytes) / std::max(1e-6, c.ms) * 1e3 * 8 / 1e9;
+  return c;
+}
+
+}  // namespace hetflow::actors::ring
