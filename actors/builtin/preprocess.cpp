@@ -82,6 +82,7 @@
 #include <set>
 
 #include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/pushed_counts.hpp"
 #include "actors/json.hpp"
 #include "actors/metrics.hpp"
 #include "actors/log.hpp"
@@ -186,63 +187,6 @@ private:
 // 1M rows). pp_vocab picks the columns (pp::assign_merge_columns, from each
 // column's size in every shard) and sends each node a mask of its columns.
 bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
-
-// The counts other nodes push to this one for the columns it merges by
-// hashing: as soon as the merge starts, every node sends the entries of its
-// shards' hashed columns to the node merging each (pphpush, chunk by chunk,
-// in column order), so a merger never waits on a request's round trip to a
-// node whose core is busy merging too. Filled by the shard actor, taken by
-// the merger.
-class pushed_counts {
-public:
-  // A chunk of shard i's column c (the last one: `last`); false if corrupt,
-  // after the last, or for a column already taken.
-  bool add(int i, int c, const std::vector<char>& chunk, bool last) {
-    std::lock_guard<std::mutex> l(m_);
-    last_chunk_ = clock_type::now();
-    if (taken_.count({i, c})) return false;
-    auto& e = entries_[{i, c}];
-    if (e.done || !pp::add_hex_column_chunk(e.col, chunk)) return false;
-    if (last) {
-      e.done = true;
-      cv_.notify_all();
-    }
-    return true;
-  }
-  // Shard i's column c once whole; an error on `stop`, or when no chunk of
-  // any column has come for `timeout` (the pushes of every column queue up
-  // on the senders' connections: a column may wait behind others for longer
-  // than that, but never with nothing arriving).
-  expected<pp::hex_column> take(int i, int c, std::chrono::milliseconds timeout, const std::atomic<bool>& stop) {
-    const auto since = clock_type::now();
-    std::unique_lock<std::mutex> l(m_);
-    for (;;) {
-      if (auto it = entries_.find({i, c}); it != entries_.end() && it->second.done) {
-        pp::hex_column col = std::move(it->second.col);
-        entries_.erase(it);
-        taken_.insert({i, c});
-        return col;
-      }
-      if (stop.load()) return make_error(errc::cancelled, "stopped");
-      if (clock_type::now() - std::max(since, last_chunk_) >= timeout)
-        return make_error(errc::timeout, "no counts pushed to this node for " +
-                                             std::to_string(timeout.count() / 1000.0).substr(0, 5) +
-                                             " s (is that node down or hung? [job] request_timeout sets the wait)");
-      cv_.wait_for(l, std::chrono::milliseconds(50));
-    }
-  }
-
-private:
-  struct entry {
-    pp::hex_column col;
-    bool done = false;
-  };
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::map<std::pair<int, int>, entry> entries_;
-  std::set<std::pair<int, int>> taken_;
-  clock_type::time_point last_chunk_{};
-};
 
 struct merge_plan {
   job_config cfg;
