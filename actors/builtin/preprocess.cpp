@@ -142,6 +142,7 @@ job_config config_of(const topology::cluster& c) {
   j.opt.max_field_bytes = static_cast<std::size_t>(p.get_int("max_field_bytes", 64));
   j.opt.memory_cap = static_cast<uint64_t>(p.get_int("memory_cap", 0));
   j.opt.parallelism = static_cast<int>(p.get_int("parallelism", 0));
+  j.opt.hash_merge = p.get_bool("hash_merge", true);
   j.chunk_bytes = static_cast<uint64_t>(p.get_int("chunk_bytes", 1 << 20));
   j.request_timeout_s = p.get_number("request_timeout", 60.0);
   j.shards = static_cast<int>(c.nodes.size());
@@ -584,7 +585,7 @@ pp::preprocess_options shard_options(shard_state& st, const slot& sl) {
   // One node, one shard: no other counts can join its own (a job of more
   // nodes keeps every string, even after a failover left one node).
   if (st.cfg.shards == 1) o.drop_below = o.min_count;
-  else o.defer_sort = true;  // columns may merge by hashing (merge_one_hashed)
+  else o.defer_sort = o.hash_merge;  // columns may merge by hashing (merge_one_hashed)
   o.stop = &st.svc->stopping();
   o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(sl.index);
   auto printer = std::make_shared<progress_printer>("shard " + std::to_string(sl.index) + " (" +
@@ -726,8 +727,9 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
     return false;
   }
   // u64 per column: what merging it costs; then u32: the columns that can
-  // merge by hashing (shard_counts::hashable).
-  std::vector<char> sizes(pp::sparse_columns * 8 + 4);
+  // merge by hashing (shard_counts::hashable); then u64: the memory cap
+  // pass 1 kept to (what the counts pushed to this node must fit).
+  std::vector<char> sizes(pp::sparse_columns * 8 + 4 + 8);
   uint32_t hashable = 0;
   for (int c = 0; c < pp::sparse_columns; ++c) {
     uint64_t n = sl.counts->column_size(c);
@@ -735,6 +737,7 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
     if (sl.counts->hashable(c)) hashable |= 1u << c;
   }
   std::memcpy(sizes.data() + pp::sparse_columns * 8, &hashable, 4);
+  std::memcpy(sizes.data() + pp::sparse_columns * 8 + 4, &sl.counts->memory_cap, 8);
   self->send(v, pp_counted_atom::value, static_cast<uint32_t>(sl.index), static_cast<uint32_t>(st.index),
              sl.counts->rows, std::move(sizes));
   if (!st.vocab_wait)
@@ -932,6 +935,7 @@ struct vocab_state {
   std::vector<std::array<uint64_t, pp::sparse_columns>> sizes;  // per shard, for a recount
   std::vector<uint32_t> hashable;                                // per shard: its hashable columns
   std::vector<uint64_t> rows;                                    // per shard: rows counted
+  std::vector<uint64_t> caps;                                    // per shard: pass 1's memory cap
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
   uint32_t hashed = 0;                               // the columns merged by hashing
   bool merging = false;
@@ -1024,7 +1028,21 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
     hashed &= st.hashable[std::size_t(i)];
     rows += st.rows[std::size_t(i)];
   }
-  if (rows > pp::hashed_merge_max_rows) hashed = 0;
+  if (rows > pp::hashed_merge_max_rows || !st.cfg.opt.hash_merge) hashed = 0;
+  // ... and when the counts pushed to its merging node fit that node's cap
+  // (the smallest of its shards' pass-1 caps).
+  std::vector<uint64_t> node_cap(static_cast<std::size_t>(st.cfg.shards), 0);
+  for (int i = 0; i < st.cfg.shards; ++i) {
+    uint64_t& n = node_cap[std::size_t(st.holder[std::size_t(i)])];
+    n = n == 0 ? st.caps[std::size_t(i)] : std::min(n, st.caps[std::size_t(i)]);
+  }
+  const uint32_t fits = pp::fit_hashed_merge(hashed, st.sizes, st.holder, st.merger, node_cap);
+  for (int c = 0; c < pp::sparse_columns; ++c)
+    if (in_mask(hashed & ~fits, c))
+      log_warn("column C" + std::to_string(c + 1) + " merges as sorted streams: the other shards' counts pushed to "
+               "node '" + st.shard_nodes[std::size_t(st.merger[std::size_t(c)])] + "' for merging by hashing "
+               "would not fit its memory cap (" + mib(node_cap[std::size_t(st.merger[std::size_t(c)])]) + ")");
+  hashed = fits;
   st.hashed = hashed;
   std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
   for (int i = 0; i < st.cfg.shards; ++i) {
@@ -1097,6 +1115,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   st->sizes.resize(static_cast<std::size_t>(st->cfg.shards));
   st->hashable.resize(static_cast<std::size_t>(st->cfg.shards));
   st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->caps.resize(static_cast<std::size_t>(st->cfg.shards));
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
@@ -1115,7 +1134,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       if (!st->done) self->delayed_send(self, std::chrono::milliseconds(20), pp_tick_atom::value);
     },
     [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& sizes) {
-      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8 + 4 ||
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8 + 4 + 8 ||
           st->merging)
         return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index));
       // A report from a node that no longer holds the shard (sent just
@@ -1129,6 +1148,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
         st->sizes[shard_index][std::size_t(c)] = n;
       }
       std::memcpy(&st->hashable[shard_index], sizes.data() + pp::sparse_columns * 8, 4);
+      std::memcpy(&st->caps[shard_index], sizes.data() + pp::sparse_columns * 8 + 4, 8);
       st->rows[shard_index] = rows;
       if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) start_merge(self, *st);
     },
@@ -1248,6 +1268,10 @@ void add_preprocess(registry& reg) {
       "largest count / vocabulary message between nodes", 4096.0, double(64 << 20));
   key("request_timeout", key_type::duration, false, 60.0, "how long a node waits for a peer's reply", 0.1,
       3600.0);
+  key("hash_merge", key_type::boolean, false, true,
+      "vocab mode, several shards: columns of 8-hex-digit ids that no shard spilled merge by adding counts into "
+      "hash tables (the node merging a column gets the other shards' counts pushed); false: every column merges "
+      "as sorted streams");
   key("shard_failover", key_type::boolean, false, true,
       "a node other than the first that goes down: its shards go to the other nodes (hash mode: any time before "
       "its part is written; vocab mode: before the merge begins); false: the loss stops the job");

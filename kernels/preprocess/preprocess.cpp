@@ -1104,6 +1104,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
 
   uint64_t cap = opt.memory_cap;
   if (cap == 0) cap = std::max<uint64_t>(uint64_t{64} << 20, probe_resources().free_memory() / 2);
+  out.memory_cap = cap;
   // Staged records go through a shared mapping of the .tmp (up to
   // staged_memory_max): pass 2 then remaps them in place, neither reading
   // them back nor writing them twice.

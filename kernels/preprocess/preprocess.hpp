@@ -167,6 +167,7 @@ public:
   uint64_t rows = 0;         // good lines counted
   uint64_t spills = 0;       // run files written
   uint64_t peak_table_bytes = 0;
+  uint64_t memory_cap = 0;   // the cap pass 1 kept its tables under (resolved from preprocess_options)
   double seconds = 0;
 
   struct impl;

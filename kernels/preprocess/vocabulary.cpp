@@ -29,6 +29,33 @@ std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, 
   return node;
 }
 
+uint32_t fit_hashed_merge(uint32_t hashed, const std::vector<std::array<uint64_t, sparse_columns>>& sizes,
+                          const std::vector<int>& holder, const std::array<int, sparse_columns>& merger,
+                          const std::vector<uint64_t>& cap) {
+  std::array<uint64_t, sparse_columns> pushed{};
+  for (int c = 0; c < sparse_columns; ++c)
+    for (std::size_t i = 0; i < sizes.size() && i < holder.size(); ++i)
+      if (holder[i] != merger[std::size_t(c)]) pushed[std::size_t(c)] += sizes[i][std::size_t(c)];
+  for (std::size_t m = 0; m < cap.size(); ++m) {
+    if (cap[m] == 0) continue;
+    for (;;) {
+      uint64_t sum = 0, most = 0;
+      int largest = -1;
+      for (int c = 0; c < sparse_columns; ++c) {
+        if (!((hashed >> c) & 1u) || merger[std::size_t(c)] != static_cast<int>(m)) continue;
+        sum += pushed[std::size_t(c)] * pushed_entry_bytes;
+        if (largest < 0 || pushed[std::size_t(c)] > most) {
+          most = pushed[std::size_t(c)];
+          largest = c;
+        }
+      }
+      if (largest < 0 || sum + most * merge_entry_bytes <= cap[m]) break;
+      hashed &= ~(1u << largest);
+    }
+  }
+  return hashed;
+}
+
 std::string vocab_file_name(int column) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "vocab-%02d.tsv", column);

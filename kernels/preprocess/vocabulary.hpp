@@ -300,6 +300,24 @@ bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out)
 // nodes >= 1. The same inputs give the same plan on every node.
 std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, sparse_columns>& cost, int nodes);
 
+// The hashed columns (bit c of `hashed`) that keep merging by hashing when
+// the counts pushed to each merging node must fit that node's memory cap;
+// the others merge as sorted streams (pulled in chunks). A node holds every
+// column pushed to it until it merges it (pushed_entry_bytes an entry) and,
+// while it merges one, that column's added table slots and id arrays
+// (merge_entry_bytes an entry): for node m,
+//   sum over its hashed columns of pushed(c) * pushed_entry_bytes
+//     + max over them of pushed(c) * merge_entry_bytes  <=  cap[m],
+// pushed(c) = the entries of column c in shards held by other nodes.
+// Columns are dropped largest first. sizes[i][c]: shard i's entries of
+// column c; holder[i]: the node holding shard i; merger[c]: the node
+// merging column c; cap[n]: node n's cap (0: no limit).
+inline constexpr uint64_t pushed_entry_bytes = 8;
+inline constexpr uint64_t merge_entry_bytes = 32;
+uint32_t fit_hashed_merge(uint32_t hashed, const std::vector<std::array<uint64_t, sparse_columns>>& sizes,
+                          const std::vector<int>& holder, const std::array<int, sparse_columns>& merger,
+                          const std::vector<uint64_t>& cap);
+
 std::string vocab_file_name(int column);  // "vocab-00.tsv" .. "vocab-25.tsv"
 
 // Kept strings in id order as wire chunks: records `u16 length | bytes`.

@@ -75,6 +75,19 @@ json_get "$S/vocab-3.json" 'd["vocabulary"]["merge_nodes"] == 3 and {c["node"] f
   grep -q True || { cat "$S/vocab-3.json"; fail "vocab, 3 nodes: the merge was not spread over the nodes"; }
 pass "vocab: 3 nodes == 1 node byte for byte, the columns merged on all 3"
 
+# hash_merge = false: every column merges as sorted streams (and pass 1
+# sorts every table), the same bytes.
+run vocab-sorted 2 7925 'categorical = { mode = "vocab", min_count = 3 }' 'hash_merge = false' 'chunk_bytes = "64KiB"' ||
+  { cat "$S/vocab-sorted.log"; fail "vocab: 2-node run with hash_merge = false"; }
+cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/vocab-sorted-out"/part-*.bin) ||
+  fail "vocab, hash_merge = false: records differ from the 1-node run"
+for c in $(seq -w 0 25); do
+  cmp -s "$S/vocab-1-out/vocab-$c.tsv" "$S/vocab-sorted-out/vocab-$c.tsv" || fail "hash_merge = false: vocab-$c.tsv differs"
+done
+json_get "$S/vocab-sorted.json" 'all(c["merge"] == "sort" for c in d["vocabulary"]["columns"])' | grep -q True ||
+  { cat "$S/vocab-sorted.json"; fail "hash_merge = false: a column merged by hashing"; }
+pass "vocab: hash_merge = false merges every column as sorted streams, same bytes"
+
 # A tiny memory cap: the count tables spill to disk, the output is the same.
 run vocab-spill 2 7920 'categorical = { mode = "vocab", min_count = 3 }' 'memory_cap = "1MiB"' ||
   { cat "$S/vocab-spill.log"; fail "vocab: 2-node run with memory_cap 1MiB"; }

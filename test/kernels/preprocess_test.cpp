@@ -1456,6 +1456,48 @@ BOOST_AUTO_TEST_CASE(merge_columns_are_spread_by_size) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(hashed_merge_keeps_the_pushed_counts_under_each_nodes_cap) {
+  // 3 shards: 0 and 1 on node 0, 2 on node 1. Node 0 merges columns 0-12,
+  // node 1 columns 13-25; every shard has 1000 entries of each column, 50k
+  // of column 3 (node 0's) and 40k of column 20 (node 1's).
+  std::vector<std::array<uint64_t, pp::sparse_columns>> sizes(3);
+  for (auto& s : sizes) {
+    s.fill(1000);
+    s[3] = 50000;
+    s[20] = 40000;
+  }
+  const std::vector<int> holder{0, 0, 1};
+  std::array<int, pp::sparse_columns> merger{};
+  for (int c = 0; c < pp::sparse_columns; ++c) merger[std::size_t(c)] = c < 13 ? 0 : 1;
+  const uint32_t all = (1u << pp::sparse_columns) - 1;
+  // Node 0 gets shard 2's entries of its 13 columns (12 x 1000 + 50000);
+  // node 1 gets shards 0 and 1's of its 13 (12 x 2000 + 80000).
+  const uint64_t e = pp::pushed_entry_bytes, m = pp::merge_entry_bytes;
+  const uint64_t need0 = (12 * 1000 + 50000) * e + 50000 * m, need1 = (12 * 2000 + 80000) * e + 80000 * m;
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {need0, need1}), all);
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {0, 0}), all);  // no limit
+  // A byte less on node 1: its biggest column (20) goes to the sorted merge,
+  // and the rest fits (12 x 2000 x (e) + 2000 x m).
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {need0, need1 - 1}), all & ~(1u << 20));
+  // Node 0 a byte short too: column 3 as well.
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {need0 - 1, need1 - 1}),
+                    all & ~(1u << 20) & ~(1u << 3));
+  // A cap too small for any pushed column: none merge by hashing on that
+  // node; the other node keeps all of its.
+  uint32_t node1 = 0;
+  for (int c = 13; c < pp::sparse_columns; ++c) node1 |= 1u << c;
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {1, need1}), node1);
+  // Columns that were not hashable stay that way and cost nothing.
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all & ~(1u << 20), sizes, holder, merger, {need0, 12 * 2000 * e + 2000 * m}),
+                    all & ~(1u << 20));
+  // A column whose every shard is on its merging node pushes nothing.
+  const std::vector<int> one_node{0, 0, 0};
+  std::array<int, pp::sparse_columns> on_node0{};
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, one_node, on_node0, {1, 1}), all);
+  // ... but one merging on a node that holds no shard gets every shard's.
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, one_node, merger, {1, 1}), all & ~node1);
+}
+
 BOOST_AUTO_TEST_CASE(range_reducer_is_the_modulo) {
   uint64_t x = 12345;
   auto next = [&] {
