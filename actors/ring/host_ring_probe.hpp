@@ -7,7 +7,8 @@
 // of `bytes` (the model's gradients), run collectives through one shm_group
 // as ring members do: each handed to the member's worker thread and waited
 // for (without the actor message around that). The median of `iterations`
-// after `warmup` is read as the bandwidth of the ring model the cost model
+// after `warmup`, in each of probe_rounds rounds of fresh threads, and the
+// median of those, is read as the bandwidth of the ring model the cost model
 // uses (topology/cost_model.hpp), t = 2 (N-1)/N * bytes / bw, with no
 // latency term: exact at `bytes`, linear in the size elsewhere (the time is
 // not: a vector that fits the caches sums faster). Sizes are clamped to
@@ -29,7 +30,8 @@ struct host_ring_cost {
 };
 
 inline constexpr uint64_t max_probe_bytes = uint64_t{64} << 20;
+inline constexpr int probe_rounds = 5;
 
-expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int warmup = 5, int iterations = 31);
+expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int warmup = 3, int iterations = 11);
 
 }  // namespace hetflow::actors::ring
