@@ -62,15 +62,21 @@ for mode in vocab hash; do
   pass "$mode: 2 nodes == 1 node byte for byte; report $(json_get "$S/$mode-2.json" 'int(d["rows_per_s"])') rows/s"
 done
 
+# Run NAME's parts and vocabularies are the 1-node vocab run's, byte for byte.
+same_as_vocab_1() {
+  local name=$1 what=$2
+  cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/$name-out"/part-*.bin) ||
+    fail "$what: records differ from the 1-node run"
+  for c in $(seq -w 0 25); do
+    cmp -s "$S/vocab-1-out/vocab-$c.tsv" "$S/$name-out/vocab-$c.tsv" || fail "$what: vocab-$c.tsv differs"
+  done
+}
+
 # 3 nodes (26 columns do not divide by 3): the same bytes again, and every
 # node merges some of the columns.
 run vocab-3 3 7985 'categorical = { mode = "vocab", min_count = 3 }' 'chunk_bytes = "64KiB"' ||
   { cat "$S/vocab-3.log"; fail "vocab: 3-node run"; }
-cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/vocab-3-out"/part-*.bin) ||
-  fail "vocab: 3-node records differ from the 1-node run"
-for c in $(seq -w 0 25); do
-  cmp -s "$S/vocab-1-out/vocab-$c.tsv" "$S/vocab-3-out/vocab-$c.tsv" || fail "3 nodes: vocab-$c.tsv differs"
-done
+same_as_vocab_1 vocab-3 "vocab, 3 nodes"
 json_get "$S/vocab-3.json" 'd["vocabulary"]["merge_nodes"] == 3 and {c["node"] for c in d["vocabulary"]["columns"]} == {"n0", "n1", "n2"}' |
   grep -q True || { cat "$S/vocab-3.json"; fail "vocab, 3 nodes: the merge was not spread over the nodes"; }
 pass "vocab: 3 nodes == 1 node byte for byte, the columns merged on all 3"
@@ -79,11 +85,7 @@ pass "vocab: 3 nodes == 1 node byte for byte, the columns merged on all 3"
 # sorts every table), the same bytes.
 run vocab-sorted 2 7925 'categorical = { mode = "vocab", min_count = 3 }' 'hash_merge = false' 'chunk_bytes = "64KiB"' ||
   { cat "$S/vocab-sorted.log"; fail "vocab: 2-node run with hash_merge = false"; }
-cmp <(cat "$S/vocab-1-out"/part-*.bin) <(cat "$S/vocab-sorted-out"/part-*.bin) ||
-  fail "vocab, hash_merge = false: records differ from the 1-node run"
-for c in $(seq -w 0 25); do
-  cmp -s "$S/vocab-1-out/vocab-$c.tsv" "$S/vocab-sorted-out/vocab-$c.tsv" || fail "hash_merge = false: vocab-$c.tsv differs"
-done
+same_as_vocab_1 vocab-sorted "vocab, hash_merge = false"
 json_get "$S/vocab-sorted.json" 'all(c["merge"] == "sort" for c in d["vocabulary"]["columns"])' | grep -q True ||
   { cat "$S/vocab-sorted.json"; fail "hash_merge = false: a column merged by hashing"; }
 pass "vocab: hash_merge = false merges every column as sorted streams, same bytes"
