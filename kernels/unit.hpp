@@ -14,6 +14,10 @@
 //    gradient for that batch (no accumulation; callers that aggregate several
 //    microbatches sum the grads themselves) and returns dL/dx (an empty view
 //    when need_input_grad is false: the first unit skips that work).
+//    Both must be linear in dy (as the chain rule makes them: no clipping or
+//    normalising of gradients inside a unit): a data-parallel replica scales
+//    the loss gradient by its share of the global batch instead of every
+//    parameter gradient afterwards (kernels/trainer.cpp).
 //  - Not thread-safe: one thread drives a unit (see cpu_context).
 //
 // Parameters use PyTorch's canonical layouts (linear (out, in), conv

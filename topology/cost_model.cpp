@@ -76,7 +76,10 @@ expected<dp_estimate> estimate_dp(const std::vector<plan_device>& devices, const
     double gbps = nodes.size() > 1 ? db.links.inter_node_gbps : db.links.intra_node_gbps;
     double latency_us = db.links.latency_us;
     e.allreduce_model = nodes.size() > 1 ? "inter-node links" : "intra-node links";
-    if (hosts.size() == 1 && db.links.host_ring_gbps > 0) {
+    // As ring_member decides: every replica on one (named) host; the
+    // measured ring of as many members, or one measured for any (0).
+    if (hosts.size() == 1 && !hosts.begin()->empty() && db.links.host_ring_gbps > 0 &&
+        (db.links.host_ring_members == 0 || db.links.host_ring_members == int(N))) {
       gbps = db.links.host_ring_gbps;
       latency_us = db.links.host_ring_latency_us;
       e.allreduce_model = "host ring (shared memory)";

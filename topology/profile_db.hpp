@@ -58,6 +58,9 @@ struct link_profile {
   // cost_model.hpp. 0 = not measured (the links above price it).
   double host_ring_gbps = 0.0;
   double host_ring_latency_us = 0.0;
+  // The replicas it was measured with (0: any; a measured profile's sum of
+  // a different number of replicas is priced by the links).
+  int host_ring_members = 0;
 };
 
 struct profile_db {

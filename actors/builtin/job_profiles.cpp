@@ -156,11 +156,13 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
   // assumed links above.
   const std::string strategy = c.job.params.get_string("strategy", "single");
   const uint32_t members = dp_replicas_per_host(c);
-  if ((strategy == "dp" || strategy == "auto") && members >= 2) {
+  // (shm = "off": the ring sums by messages, priced by the links.)
+  if ((strategy == "dp" || strategy == "auto") && members >= 2 && c.job.params.get_string("shm", "auto") == "auto") {
     auto ring = ring::measure_host_ring(members, db.params_bytes(0, db.units.size() - 1));
     if (ring) {
       db.links.host_ring_gbps = ring->gbps;
       db.links.host_ring_latency_us = 0.0;
+      db.links.host_ring_members = int(members);
       char buf[128];
       std::snprintf(buf, sizeof buf, "; host ring measured here: %.3f ms for %.2f MB, %u members", ring->ms,
                     double(ring->bytes) / 1e6, members);

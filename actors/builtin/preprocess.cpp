@@ -189,6 +189,14 @@ private:
 // column's size in every shard) and sends each node a mask of its columns.
 bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
 
+// How many columns a node's merger takes at once: its parallelism (the free
+// cores when the job's is 0).
+int merge_in_flight(const job_config& cfg) { return std::max(1, pp::parallelism_governor(cfg.opt.parallelism, 0).current()); }
+
+// The ppcounted report's bytes (shard_counted): 26 x u64 sizes, u32 hashable
+// columns, u64 memory cap, u64 count-table bytes, u32 merge columns at once.
+constexpr std::size_t counted_bytes = pp::sparse_columns * 8 + 4 + 8 + 8 + 4;
+
 struct merge_plan {
   job_config cfg;
   int index = 0;                      // this node (its shard actor's index)
@@ -460,8 +468,7 @@ void merger(caf::actor_system& sys, merge_plan p) {
   std::vector<int> mine;
   for (int c = 0; c < pp::sparse_columns; ++c)
     if (in_mask(p.columns, c)) mine.push_back(c);
-  const int in_flight =
-      std::clamp(pp::parallelism_governor(p.cfg.opt.parallelism, 0).current(), 1, static_cast<int>(mine.size()));
+  const int in_flight = std::clamp(merge_in_flight(p.cfg), 1, static_cast<int>(mine.size()));
   std::vector<column_outcome> outcome(mine.size());
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
@@ -727,9 +734,11 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
     return false;
   }
   // u64 per column: what merging it costs; then u32: the columns that can
-  // merge by hashing (shard_counts::hashable); then u64: the memory cap
-  // pass 1 kept to (what the counts pushed to this node must fit).
-  std::vector<char> sizes(pp::sparse_columns * 8 + 4 + 8);
+  // merge by hashing (shard_counts::hashable); then what this node's merge
+  // by hashing must fit (pp::fit_hashed_merge): u64 the memory cap pass 1
+  // kept to, u64 its count tables' bytes, u32 the columns its merger takes
+  // at once.
+  std::vector<char> sizes(counted_bytes);
   uint32_t hashable = 0;
   for (int c = 0; c < pp::sparse_columns; ++c) {
     uint64_t n = sl.counts->column_size(c);
@@ -738,6 +747,9 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
   }
   std::memcpy(sizes.data() + pp::sparse_columns * 8, &hashable, 4);
   std::memcpy(sizes.data() + pp::sparse_columns * 8 + 4, &sl.counts->memory_cap, 8);
+  std::memcpy(sizes.data() + pp::sparse_columns * 8 + 12, &sl.peak_table_bytes, 8);
+  const auto in_flight = static_cast<uint32_t>(merge_in_flight(st.cfg));
+  std::memcpy(sizes.data() + pp::sparse_columns * 8 + 20, &in_flight, 4);
   self->send(v, pp_counted_atom::value, static_cast<uint32_t>(sl.index), static_cast<uint32_t>(st.index),
              sl.counts->rows, std::move(sizes));
   if (!st.vocab_wait)
@@ -886,6 +898,11 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       }
       if (st->merge_started) return log_warn("shard " + std::to_string(st->index) + ": a second merge request, ignored");
       st->merge_started = true;
+      // Columns pass 1 left unsorted for a merge by hashing that merge as
+      // sorted streams instead (pp::fit_hashed_merge): sorted now, in
+      // parallel, before the first pull.
+      for (auto& sl : st->slots)
+        if (sl->counts) sl->counts->sort_deferred(~hashed, merge_in_flight(st->cfg));
       // The pushes first: the other nodes' mergers wait for them, and this
       // node's merger would share its cores with them (they touch
       // different columns of the counts).
@@ -936,6 +953,8 @@ struct vocab_state {
   std::vector<uint32_t> hashable;                                // per shard: its hashable columns
   std::vector<uint64_t> rows;                                    // per shard: rows counted
   std::vector<uint64_t> caps;                                    // per shard: pass 1's memory cap
+  std::vector<uint64_t> held;                                    // per shard: its count tables' bytes
+  std::vector<uint32_t> in_flight;                               // per shard: its node's merger's columns at once
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
   uint32_t hashed = 0;                               // the columns merged by hashing
   bool merging = false;
@@ -1029,19 +1048,27 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
     rows += st.rows[std::size_t(i)];
   }
   if (rows > pp::hashed_merge_max_rows || !st.cfg.opt.hash_merge) hashed = 0;
-  // ... and when the counts pushed to its merging node fit that node's cap
-  // (the smallest of its shards' pass-1 caps).
-  std::vector<uint64_t> node_cap(static_cast<std::size_t>(st.cfg.shards), 0);
+  // ... and when what its merging node then holds fits that node's cap (the
+  // smallest of its shards' pass-1 caps): pp::fit_hashed_merge.
+  pp::merge_memory mm;
+  mm.sizes = st.sizes;
+  mm.holder = st.holder;
+  mm.cap.assign(static_cast<std::size_t>(st.cfg.shards), 0);
+  mm.held.assign(static_cast<std::size_t>(st.cfg.shards), 0);
+  mm.in_flight.assign(static_cast<std::size_t>(st.cfg.shards), 1);
   for (int i = 0; i < st.cfg.shards; ++i) {
-    uint64_t& n = node_cap[std::size_t(st.holder[std::size_t(i)])];
-    n = n == 0 ? st.caps[std::size_t(i)] : std::min(n, st.caps[std::size_t(i)]);
+    const auto n = static_cast<std::size_t>(st.holder[std::size_t(i)]);
+    mm.cap[n] = mm.cap[n] == 0 ? st.caps[std::size_t(i)] : std::min(mm.cap[n], st.caps[std::size_t(i)]);
+    mm.held[n] += st.held[std::size_t(i)];
+    mm.in_flight[n] = std::max(mm.in_flight[n], static_cast<int>(st.in_flight[std::size_t(i)]));
   }
-  const uint32_t fits = pp::fit_hashed_merge(hashed, st.sizes, st.holder, st.merger, node_cap);
+  const uint32_t fits = pp::fit_hashed_merge(hashed, mm, st.merger);
   for (int c = 0; c < pp::sparse_columns; ++c)
     if (in_mask(hashed & ~fits, c))
-      log_warn("column C" + std::to_string(c + 1) + " merges as sorted streams: the other shards' counts pushed to "
-               "node '" + st.shard_nodes[std::size_t(st.merger[std::size_t(c)])] + "' for merging by hashing "
-               "would not fit its memory cap (" + mib(node_cap[std::size_t(st.merger[std::size_t(c)])]) + ")");
+      log_warn("column C" + std::to_string(c + 1) + " merges as sorted streams: merging it by hashing, node '" +
+               st.shard_nodes[std::size_t(st.merger[std::size_t(c)])] + "' would pass its memory cap (" +
+               mib(mm.cap[std::size_t(st.merger[std::size_t(c)])]) + ", its count tables " +
+               mib(mm.held[std::size_t(st.merger[std::size_t(c)])]) + ")");
   hashed = fits;
   st.hashed = hashed;
   std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
@@ -1116,6 +1143,8 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   st->hashable.resize(static_cast<std::size_t>(st->cfg.shards));
   st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
   st->caps.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->held.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->in_flight.resize(static_cast<std::size_t>(st->cfg.shards));
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
@@ -1134,7 +1163,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       if (!st->done) self->delayed_send(self, std::chrono::milliseconds(20), pp_tick_atom::value);
     },
     [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& sizes) {
-      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != pp::sparse_columns * 8 + 4 + 8 ||
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != counted_bytes ||
           st->merging)
         return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index));
       // A report from a node that no longer holds the shard (sent just
@@ -1149,6 +1178,8 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       }
       std::memcpy(&st->hashable[shard_index], sizes.data() + pp::sparse_columns * 8, 4);
       std::memcpy(&st->caps[shard_index], sizes.data() + pp::sparse_columns * 8 + 4, 8);
+      std::memcpy(&st->held[shard_index], sizes.data() + pp::sparse_columns * 8 + 12, 8);
+      std::memcpy(&st->in_flight[shard_index], sizes.data() + pp::sparse_columns * 8 + 20, 4);
       st->rows[shard_index] = rows;
       if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) start_merge(self, *st);
     },

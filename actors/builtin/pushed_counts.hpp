@@ -32,7 +32,9 @@ public:
   using hex_column = kernels::preprocess::hex_column;
 
   // A chunk of shard i's column c (the last one: `last`); false if corrupt,
-  // after the last, or for a column already taken.
+  // after the last, or for a column already taken. (Chunks carry no
+  // sequence number: one sent twice before the last would be added twice.
+  // Each node sends a column's chunks once, in order, over one connection.)
   bool add(int i, int c, const std::vector<char>& chunk, bool last) {
     std::lock_guard<std::mutex> l(m_);
     last_chunk_ = clock::now();

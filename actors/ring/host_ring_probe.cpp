@@ -66,46 +66,55 @@ private:
   std::thread t_;
 };
 
-// Median ms of `iterations` collectives of `bytes` (f32) over `g`: one
-// caller thread per member hands each collective to its worker and waits;
-// member 0's times (all members end each collective together).
-expected<double> time_size(std::vector<std::unique_ptr<shm_group>>& g, uint64_t bytes, int warmup, int iterations,
-                           uint64_t& next_id) {
+// Median ms of `iterations` collectives of v[r] (f32, one vector per
+// member) over `g`: one caller thread per member hands each collective to
+// its worker and waits; member 0's times (all members end each collective
+// together). The error is the first member's to fail (the others then stop
+// with "aborted").
+expected<double> time_size(std::vector<std::unique_ptr<shm_group>>& g, std::vector<std::vector<float>>& v,
+                           int warmup, int iterations, uint64_t& next_id) {
   const auto n = static_cast<uint32_t>(g.size());
-  const std::size_t len = std::max<uint64_t>(1, bytes / sizeof(float));
-  std::vector<std::vector<float>> v(n, std::vector<float>(len));
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  for (auto& m : v)
-    for (auto& x : m) x = d(rng);
   std::atomic<bool> abort{false};
+  std::atomic<int> first_failed{-1};
   std::vector<status> st(n);
   std::vector<double> times;
   const uint64_t first_id = next_id;
   next_id += uint64_t(warmup + iterations);
+  auto fail = [&](uint32_t r, status s) {
+    st[r] = std::move(s);
+    int none = -1;
+    first_failed.compare_exchange_strong(none, static_cast<int>(r));
+    abort = true;
+  };
   std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      worker w;
-      for (int it = 0; it < warmup + iterations; ++it) {
-        const auto t0 = std::chrono::steady_clock::now();
-        status s = w.run([&, r, it] {
-                      fused_buffer buf(ring_dtype::f32, {std::as_writable_bytes(std::span<float>(v[r]))});
-                      return g[r]->all_reduce(buf, reduce_op::average, first_id + uint64_t(it), 10.0, abort);
-                    })
-                       .get();
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (!s.ok()) {
-          st[r] = s;
-          abort = true;
-          return;
+  try {
+    for (uint32_t r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          worker w;
+          for (int it = 0; it < warmup + iterations; ++it) {
+            const auto t0 = std::chrono::steady_clock::now();
+            status s = w.run([&, r, it] {
+                          fused_buffer buf(ring_dtype::f32, {std::as_writable_bytes(std::span<float>(v[r]))});
+                          return g[r]->all_reduce(buf, reduce_op::average, first_id + uint64_t(it), 10.0, abort);
+                        })
+                           .get();
+            const double ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            if (!s.ok()) return fail(r, s);
+            if (r == 0 && it >= warmup) times.push_back(ms);
+          }
+        } catch (const std::exception& e) {  // a worker thread that could not start
+          fail(r, make_error(errc::internal, std::string("host ring probe: ") + e.what()));
         }
-        if (r == 0 && it >= warmup) times.push_back(ms);
-      }
-    });
+      });
+  } catch (const std::exception& e) {  // a member thread that could not start: stop the others
+    abort = true;
+    for (auto& t : threads) t.join();
+    return make_error(errc::internal, std::string("host ring probe: ") + e.what());
+  }
   for (auto& t : threads) t.join();
-  for (auto& s : st)
-    if (!s.ok()) return s;
+  if (const int f = first_failed.load(); f >= 0) return st[std::size_t(f)];
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -117,7 +126,18 @@ expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int
     return make_error(errc::invalid_argument, "host ring probe: members must be 2.." +
                                                   std::to_string(shm_group::max_members));
   if (iterations <= 0 || warmup < 0) return make_error(errc::invalid_argument, "host ring probe: iterations must be > 0");
-  bytes = std::clamp<uint64_t>(bytes, 4096, max_probe_bytes);
+  bytes = std::clamp<uint64_t>(bytes, 4096, std::min(max_probe_bytes, max_probe_total_bytes / members));
+  std::vector<std::vector<float>> v;
+  try {
+    v.assign(members, std::vector<float>(bytes / sizeof(float)));
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory, "host ring probe: no memory for " + std::to_string(members) + " x " +
+                                               std::to_string(bytes) + " bytes");
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (auto& m : v)
+    for (auto& x : m) x = d(rng);
   std::mt19937_64 seed(std::random_device{}());
   const uint64_t nonce = seed();
   std::vector<std::unique_ptr<shm_group>> g;
@@ -131,7 +151,13 @@ expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int
     std::atomic<bool> abort{false};
     std::vector<status> st(members);
     std::vector<std::thread> t;
-    for (uint32_t r = 0; r < members; ++r) t.emplace_back([&, r] { st[r] = g[r]->check_in(10.0, abort); });
+    try {
+      for (uint32_t r = 0; r < members; ++r) t.emplace_back([&, r] { st[r] = g[r]->check_in(10.0, abort); });
+    } catch (const std::exception& e) {
+      abort = true;
+      for (auto& x : t) x.join();
+      return make_error(errc::internal, std::string("host ring probe: ") + e.what());
+    }
     for (auto& x : t) x.join();
     for (auto& s : st)
       if (!s.ok()) return s.with_context("host ring probe");
@@ -145,7 +171,7 @@ expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int
   // on the 2-core VM (0.29, 0.39 or 0.75 ms for 2 MB); the median round.
   std::vector<double> rounds;
   for (int r = 0; r < probe_rounds; ++r) {
-    HF_ASSIGN_OR_RETURN(double ms, time_size(g, bytes, warmup, iterations, id));
+    HF_ASSIGN_OR_RETURN(double ms, time_size(g, v, warmup, iterations, id));
     rounds.push_back(ms);
   }
   std::sort(rounds.begin(), rounds.end());

@@ -814,6 +814,19 @@ bool shard_counts::hashable(int c) const {
   return !im.handed[c] && im.runs[c].empty() && !im.sorted[c] && im.tables[c].strings.size() == 0;
 }
 
+void shard_counts::sort_deferred(uint32_t columns, int parallelism) {
+  if (!impl_) return;
+  auto& im = *impl_;
+  tbb::task_arena arena(std::max(1, parallelism));
+  arena.execute([&] {
+    tbb::parallel_for(0, sparse_columns, [&](int c) {
+      if (!((columns >> c) & 1u) || !hashable(c)) return;
+      im.sorted[c] = std::make_unique<table_source>(im.tables[c], 0);  // several shards: nothing dropped
+      im.tables[c].clear_and_release();
+    });
+  });
+}
+
 expected<hex_column> shard_counts::export_column(int c) {
   if (!hashable(c)) return make_error(errc::internal, "column C" + std::to_string(c + 1) + " cannot merge by hashing");
   auto& im = *impl_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 namespace hetflow::kernels::preprocess {
 
@@ -29,27 +30,38 @@ std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, 
   return node;
 }
 
-uint32_t fit_hashed_merge(uint32_t hashed, const std::vector<std::array<uint64_t, sparse_columns>>& sizes,
-                          const std::vector<int>& holder, const std::array<int, sparse_columns>& merger,
-                          const std::vector<uint64_t>& cap) {
-  std::array<uint64_t, sparse_columns> pushed{};
-  for (int c = 0; c < sparse_columns; ++c)
-    for (std::size_t i = 0; i < sizes.size() && i < holder.size(); ++i)
-      if (holder[i] != merger[std::size_t(c)]) pushed[std::size_t(c)] += sizes[i][std::size_t(c)];
-  for (std::size_t m = 0; m < cap.size(); ++m) {
-    if (cap[m] == 0) continue;
+uint32_t fit_hashed_merge(uint32_t hashed, const merge_memory& mm, const std::array<int, sparse_columns>& merger) {
+  const std::size_t shards = std::min(mm.sizes.size(), mm.holder.size());
+  for (std::size_t m = 0; m < mm.cap.size(); ++m) {
+    if (mm.cap[m] == 0) continue;
+    int base = -1;
+    for (std::size_t i = 0; i < shards; ++i)
+      if (mm.holder[i] == static_cast<int>(m)) {
+        base = static_cast<int>(i);
+        break;
+      }
+    std::array<uint64_t, sparse_columns> pushed{}, merged{};
+    for (int c = 0; c < sparse_columns; ++c)
+      for (std::size_t i = 0; i < shards; ++i) {
+        if (mm.holder[i] != static_cast<int>(m)) pushed[std::size_t(c)] += mm.sizes[i][std::size_t(c)];
+        if (static_cast<int>(i) != base) merged[std::size_t(c)] += mm.sizes[i][std::size_t(c)];
+      }
+    const uint64_t held = m < mm.held.size() ? mm.held[m] : 0;
+    const std::size_t k = static_cast<std::size_t>(std::max(1, m < mm.in_flight.size() ? mm.in_flight[m] : 1));
     for (;;) {
-      uint64_t sum = 0, most = 0;
+      std::vector<uint64_t> merging;
+      uint64_t need = held;
       int largest = -1;
       for (int c = 0; c < sparse_columns; ++c) {
         if (!((hashed >> c) & 1u) || merger[std::size_t(c)] != static_cast<int>(m)) continue;
-        sum += pushed[std::size_t(c)] * pushed_entry_bytes;
-        if (largest < 0 || pushed[std::size_t(c)] > most) {
-          most = pushed[std::size_t(c)];
-          largest = c;
-        }
+        need += pushed[std::size_t(c)] * pushed_entry_bytes;
+        merging.push_back(merged[std::size_t(c)]);
+        if (largest < 0 || merged[std::size_t(c)] > merged[std::size_t(largest)]) largest = c;
       }
-      if (largest < 0 || sum + most * merge_entry_bytes <= cap[m]) break;
+      if (largest < 0) break;
+      std::sort(merging.begin(), merging.end(), std::greater<>());
+      for (std::size_t j = 0; j < merging.size() && j < k; ++j) need += merging[j] * merge_entry_bytes;
+      if (need <= mm.cap[m]) break;
       hashed &= ~(1u << largest);
     }
   }

@@ -300,23 +300,30 @@ bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out)
 // nodes >= 1. The same inputs give the same plan on every node.
 std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, sparse_columns>& cost, int nodes);
 
+// What a node holds while it merges columns by hashing, for
+// fit_hashed_merge. Shards and nodes by index; a node merges on the table of
+// the lowest-numbered shard it holds (merge_one_hashed's base).
+struct merge_memory {
+  std::vector<std::array<uint64_t, sparse_columns>> sizes;  // per shard: its entries of each column
+  std::vector<int> holder;                                    // per shard: the node holding it
+  std::vector<uint64_t> cap;                                  // per node: its memory cap (0: no limit)
+  std::vector<uint64_t> held;                                 // per node: its shards' count tables, bytes
+  std::vector<int> in_flight;                                 // per node: columns it merges at once
+};
 // The hashed columns (bit c of `hashed`) that keep merging by hashing when
-// the counts pushed to each merging node must fit that node's memory cap;
-// the others merge as sorted streams (pulled in chunks). A node holds every
-// column pushed to it until it merges it (pushed_entry_bytes an entry) and,
-// while it merges one, that column's added table slots and id arrays
-// (merge_entry_bytes an entry): for node m,
-//   sum over its hashed columns of pushed(c) * pushed_entry_bytes
-//     + max over them of pushed(c) * merge_entry_bytes  <=  cap[m],
-// pushed(c) = the entries of column c in shards held by other nodes.
-// Columns are dropped largest first. sizes[i][c]: shard i's entries of
-// column c; holder[i]: the node holding shard i; merger[c]: the node
-// merging column c; cap[n]: node n's cap (0: no limit).
+// what each merging node holds must fit its cap; the others merge as sorted
+// streams (pulled in chunks). Node m holds its own count tables (held[m]),
+// the counts other nodes pushed it for every hashed column it merges (until
+// it merges that column; pushed_entry_bytes an entry), and, for each of the
+// in_flight[m] columns it merges at once, the table slots and id arrays of
+// every entry of a shard other than its base (merge_entry_bytes an entry):
+//   held[m] + sum_c pushed(c) * pushed_entry_bytes
+//           + (the in_flight[m] largest) merged(c) * merge_entry_bytes  <=  cap[m].
+// Columns are dropped largest (merged entries) first; a node whose own
+// tables already take its cap merges none by hashing.
 inline constexpr uint64_t pushed_entry_bytes = 8;
 inline constexpr uint64_t merge_entry_bytes = 32;
-uint32_t fit_hashed_merge(uint32_t hashed, const std::vector<std::array<uint64_t, sparse_columns>>& sizes,
-                          const std::vector<int>& holder, const std::array<int, sparse_columns>& merger,
-                          const std::vector<uint64_t>& cap);
+uint32_t fit_hashed_merge(uint32_t hashed, const merge_memory& mm, const std::array<int, sparse_columns>& merger);
 
 std::string vocab_file_name(int column);  // "vocab-00.tsv" .. "vocab-25.tsv"
 

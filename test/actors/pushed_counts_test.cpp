@@ -1,7 +1,8 @@
 // The inbox of pushed count tables (actors/builtin/pushed_counts.hpp) that a
 // node's merger takes hashed columns from: whole columns only, a watchdog
-// timeout that only runs while nothing arrives, refusal of duplicate, late
-// and corrupt chunks, and a prompt stop.
+// timeout that only runs while nothing arrives, refusal of chunks after a
+// column's last or after it was taken and of corrupt ones, and a prompt
+// stop.
 #define BOOST_TEST_MODULE actors_pushed_counts
 #include <boost/test/unit_test.hpp>
 
@@ -71,14 +72,16 @@ BOOST_AUTO_TEST_CASE(take_waits_for_the_last_chunk) {
   auto cs = chunks(a, 64);
   BOOST_REQUIRE(cs.size() > 2);
   for (std::size_t k = 0; k + 1 < cs.size(); ++k) BOOST_REQUIRE(in.add(2, 7, cs[k], false));
+  const auto t0 = clk::now();
+  std::atomic<bool> added{false};
   std::thread late([&] {
     std::this_thread::sleep_for(150ms);
-    in.add(2, 7, cs.back(), true);
+    added = in.add(2, 7, cs.back(), true);
   });
-  const auto t0 = clk::now();
-  auto t = in.take(2, 7, 2000ms, stop);
+  auto t = in.take(2, 7, 5000ms, stop);
   const auto waited = clk::now() - t0;
   late.join();
+  BOOST_TEST(added.load());
   BOOST_REQUIRE(t.has_value());
   BOOST_TEST(same(*t, a));
   BOOST_TEST(waited >= 100ms);  // not before the last chunk
@@ -102,25 +105,28 @@ BOOST_AUTO_TEST_CASE(other_columns_arriving_keep_a_column_waiting_past_the_timeo
   // column behind others may take longer than the timeout to arrive.
   pushed_counts in;
   std::atomic<bool> stop{false};
-  const auto busy = column(400, 4, false), want = column(20, 5, true);
+  const auto busy = column(1000, 4, false), want = column(20, 5, true);
+  const auto cs = chunks(busy, 64), ws = chunks(want, 1 << 20);  // 143 chunks of 7 values; 1
+  BOOST_REQUIRE(ws.size() == 1u);
+  std::atomic<int> refused{0};
+  const auto t0 = clk::now();
   std::thread pusher([&] {
-    auto cs = chunks(busy, 64);  // 50 chunks, one every 10 ms: ~500 ms
-    for (std::size_t k = 0; k < cs.size(); ++k) {
-      in.add(1, 2, cs[k], k + 1 == cs.size());
+    for (std::size_t k = 0; k < cs.size(); ++k) {  // one every 10 ms: ~1.4 s
+      refused += !in.add(1, 2, cs[k], k + 1 == cs.size());
       std::this_thread::sleep_for(10ms);
     }
-    push(in, 1, 9, want);
+    refused += !in.add(1, 9, ws[0], true);
   });
-  const auto t0 = clk::now();
-  auto t = in.take(1, 9, 150ms, stop);
+  auto t = in.take(1, 9, 500ms, stop);
   const auto waited = clk::now() - t0;
   pusher.join();
+  BOOST_TEST(refused.load() == 0);
   BOOST_REQUIRE_MESSAGE(t.has_value(), t.error().to_string());
   BOOST_TEST(same(*t, want));
-  BOOST_TEST(waited >= 300ms);  // well past the 150 ms timeout
+  BOOST_TEST(waited >= 1000ms);  // well past the 500 ms timeout
 }
 
-BOOST_AUTO_TEST_CASE(duplicate_late_and_corrupt_chunks_are_refused) {
+BOOST_AUTO_TEST_CASE(chunks_after_the_last_or_the_take_and_corrupt_ones_are_refused) {
   pushed_counts in;
   std::atomic<bool> stop{false};
   const auto a = column(10, 6, false);

@@ -1456,46 +1456,62 @@ BOOST_AUTO_TEST_CASE(merge_columns_are_spread_by_size) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(hashed_merge_keeps_the_pushed_counts_under_each_nodes_cap) {
+BOOST_AUTO_TEST_CASE(hashed_merge_keeps_each_merging_node_under_its_cap) {
   // 3 shards: 0 and 1 on node 0, 2 on node 1. Node 0 merges columns 0-12,
   // node 1 columns 13-25; every shard has 1000 entries of each column, 50k
   // of column 3 (node 0's) and 40k of column 20 (node 1's).
-  std::vector<std::array<uint64_t, pp::sparse_columns>> sizes(3);
-  for (auto& s : sizes) {
+  pp::merge_memory mm;
+  mm.sizes.resize(3);
+  for (auto& s : mm.sizes) {
     s.fill(1000);
     s[3] = 50000;
     s[20] = 40000;
   }
-  const std::vector<int> holder{0, 0, 1};
+  mm.holder = {0, 0, 1};
+  mm.held = {5000, 7000};
+  mm.in_flight = {1, 1};
   std::array<int, pp::sparse_columns> merger{};
   for (int c = 0; c < pp::sparse_columns; ++c) merger[std::size_t(c)] = c < 13 ? 0 : 1;
   const uint32_t all = (1u << pp::sparse_columns) - 1;
-  // Node 0 gets shard 2's entries of its 13 columns (12 x 1000 + 50000);
-  // node 1 gets shards 0 and 1's of its 13 (12 x 2000 + 80000).
-  const uint64_t e = pp::pushed_entry_bytes, m = pp::merge_entry_bytes;
-  const uint64_t need0 = (12 * 1000 + 50000) * e + 50000 * m, need1 = (12 * 2000 + 80000) * e + 80000 * m;
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {need0, need1}), all);
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {0, 0}), all);  // no limit
-  // A byte less on node 1: its biggest column (20) goes to the sorted merge,
-  // and the rest fits (12 x 2000 x (e) + 2000 x m).
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {need0, need1 - 1}), all & ~(1u << 20));
-  // Node 0 a byte short too: column 3 as well.
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {need0 - 1, need1 - 1}),
-                    all & ~(1u << 20) & ~(1u << 3));
-  // A cap too small for any pushed column: none merge by hashing on that
-  // node; the other node keeps all of its.
   uint32_t node1 = 0;
   for (int c = 13; c < pp::sparse_columns; ++c) node1 |= 1u << c;
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, holder, merger, {1, need1}), node1);
+  const uint64_t e = pp::pushed_entry_bytes, m = pp::merge_entry_bytes;
+  // Node 0 merges on shard 0's table: shard 2's entries are pushed to it,
+  // shard 1's (its own) are added too. Node 1 merges on shard 2's: shards 0
+  // and 1's are pushed and added.
+  const uint64_t need0 = 5000 + (12 * 1000 + 50000) * e + 100000 * m;
+  const uint64_t need1 = 7000 + (12 * 2000 + 80000) * e + 80000 * m;
+  auto fit = [&](uint32_t hashed, std::vector<uint64_t> cap) {
+    mm.cap = std::move(cap);
+    return pp::fit_hashed_merge(hashed, mm, merger);
+  };
+  BOOST_CHECK_EQUAL(fit(all, {need0, need1}), all);
+  BOOST_CHECK_EQUAL(fit(all, {0, 0}), all);  // no limit
+  // A byte less on node 1: its biggest column (20) merges sorted, and the
+  // rest fits.
+  BOOST_CHECK_EQUAL(fit(all, {need0, need1 - 1}), all & ~(1u << 20));
+  BOOST_CHECK_EQUAL(fit(all, {need0 - 1, need1 - 1}), all & ~(1u << 20) & ~(1u << 3));
   // Columns that were not hashable stay that way and cost nothing.
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all & ~(1u << 20), sizes, holder, merger, {need0, 12 * 2000 * e + 2000 * m}),
-                    all & ~(1u << 20));
-  // A column whose every shard is on its merging node pushes nothing.
-  const std::vector<int> one_node{0, 0, 0};
+  BOOST_CHECK_EQUAL(fit(all & ~(1u << 20), {need0, 7000 + 12 * 2000 * e + 2000 * m}), all & ~(1u << 20));
+  // Two columns merged at once: the two largest count (column 3 and a small one).
+  mm.in_flight = {2, 1};
+  BOOST_CHECK_EQUAL(fit(all, {need0 + 2000 * m, need1}), all);
+  BOOST_CHECK_EQUAL(fit(all, {need0 + 2000 * m - 1, need1}), all & ~(1u << 3));
+  mm.in_flight = {1, 1};
+  // A node whose own tables take its cap merges nothing by hashing.
+  BOOST_CHECK_EQUAL(fit(all, {5000, need1}), node1);
+  // Every shard on node 0: nothing is pushed, but its other shards' entries
+  // are still added into the base table.
+  mm.holder = {0, 0, 0};
   std::array<int, pp::sparse_columns> on_node0{};
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, one_node, on_node0, {1, 1}), all);
-  // ... but one merging on a node that holds no shard gets every shard's.
-  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, sizes, one_node, merger, {1, 1}), all & ~node1);
+  mm.cap = {5000 + 100000 * m};  // (held: node 0's 5000 only, as reported)
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, mm, on_node0), all);
+  mm.cap = {5000 + 100000 * m - 1};
+  BOOST_CHECK_EQUAL(pp::fit_hashed_merge(all, mm, on_node0), all & ~(1u << 3));
+  // A node merging while holding no shard gets every shard's entries.
+  const uint64_t need_none = 7000 + (12 * 3000 + 120000) * e + 120000 * m;
+  BOOST_CHECK_EQUAL(fit(all, {0, need_none}), all);
+  BOOST_CHECK_EQUAL(fit(all, {0, need_none - 1}), all & ~(1u << 20));
 }
 
 BOOST_AUTO_TEST_CASE(range_reducer_is_the_modulo) {

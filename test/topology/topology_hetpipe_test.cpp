@@ -543,6 +543,17 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
   BOOST_REQUIRE(two.has_value());
   BOOST_TEST(std::abs(two->allreduce_ms - 0.002) < 1e-9);
   BOOST_TEST(two->allreduce_model == "inter-node links");
+  // Measured with 3 members, or hosts without a name (ring_member then
+  // takes no shared memory): the links.
+  db.links.host_ring_members = 3;
+  auto other_n = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
+  BOOST_REQUIRE(other_n.has_value());
+  BOOST_TEST(std::abs(other_n->allreduce_ms - 0.002) < 1e-9);
+  db.links.host_ring_members = 2;
+  auto unnamed = estimate_dp({on(0, ""), on(1, "")}, db, 0);
+  BOOST_REQUIRE(unnamed.has_value());
+  BOOST_TEST(std::abs(unnamed->allreduce_ms - 0.002) < 1e-9);
+  BOOST_TEST(std::abs(estimate_dp({on(0, "h"), on(1, "h")}, db, 0)->allreduce_ms - 0.011) < 1e-9);
   // Not measured: the links price one host too.
   db.links.host_ring_gbps = 0;
   auto unmeasured = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
@@ -553,8 +564,8 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
 BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
   const std::string units = R"("units": [{"name": "u", "params_bytes": 10, "activation_bytes": 20,
     "devices": {"k": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}])";
-  auto db = parse_profile_db("{\"batch\": 8, " + units + R"(, "links": {"host_ring_gbps": 40, "host_ring_latency_us": 3}})",
-                             "p.json");
+  const std::string links = R"("links": {"host_ring_gbps": 40, "host_ring_latency_us": 3, "host_ring_members": 4})";
+  auto db = parse_profile_db("{\"batch\": 8, " + units + ", " + links + "}", "p.json");
   BOOST_REQUIRE_MESSAGE(db.has_value(), (db ? std::string() : db.error().message()));
   BOOST_TEST(db->links.host_ring_gbps == 40.0);
   BOOST_TEST(db->links.host_ring_latency_us == 3.0);
@@ -562,6 +573,10 @@ BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
   BOOST_REQUIRE(again.has_value());
   BOOST_TEST(again->links.host_ring_gbps == 40.0);
   BOOST_TEST(again->links.host_ring_latency_us == 3.0);
+  BOOST_TEST(again->links.host_ring_members == 4);
+  auto half = parse_profile_db("{\"batch\": 8, " + units + R"(, "links": {"host_ring_members": 2.5}})", "p.json");
+  BOOST_REQUIRE(!half.has_value());
+  BOOST_TEST(half.error().message().find("links.host_ring_members") != std::string::npos);
   auto bad = parse_profile_db("{\"batch\": 8, " + units + R"(, "links": {"host_ring_gbps": -1}})", "p.json");
   BOOST_REQUIRE(!bad.has_value());
   BOOST_TEST(bad.error().message().find("links.host_ring_gbps") != std::string::npos);
