@@ -980,7 +980,8 @@ expected<train_report> run(const train_config& c, const progress_callback& progr
     twin.context().run([&] {
       for (int64_t n : sizes) {
         shape xs{n};
-        for (int64_t d : source.sample_shape().dims()) xs.push_back(d);
+        const shape sample = source.sample_shape();  // (a temporary's dims() would dangle in the loop)
+        for (int64_t d : sample.dims()) xs.push_back(d);
         tensor x = tensor::zeros(xs);
         std::vector<int32_t> y(std::size_t(n), 0);
         tensor g;

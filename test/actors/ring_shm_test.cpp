@@ -109,7 +109,7 @@ void check_sum(std::vector<std::unique_ptr<shm_group>>& g, uint64_t len, reduce_
   });
   for (uint32_t r = 0; r < n; ++r) BOOST_REQUIRE_MESSAGE(st[r].ok(), st[r].to_string());
   for (uint32_t r = 1; r < n; ++r)
-    BOOST_REQUIRE(std::memcmp(v[r].data(), v[0].data(), len * sizeof(T)) == 0);  // bit-identical
+    BOOST_REQUIRE(len == 0 || std::memcmp(v[r].data(), v[0].data(), len * sizeof(T)) == 0);  // bit-identical
   for (uint64_t i = 0; i < len; ++i) {
     if constexpr (std::is_floating_point_v<T>) {
       if (std::abs(static_cast<double>(v[0][i]) - want_f[i]) > 1e-4 * n)
