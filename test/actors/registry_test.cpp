@@ -100,7 +100,8 @@ BOOST_AUTO_TEST_CASE(transforms_register_their_keys_and_are_made_in_order) {
   BOOST_TEST((clash.code() == errc::already_exists));
   BOOST_TEST(clash.message().find("[job] key of job kind 'imgjob'") != std::string::npos, clash.message());
   BOOST_TEST((reg.add_transform(entry("bad name", 1.0f)).code() == errc::invalid_argument));
-  const auto* spec = reg.catalog().find_job_kind("imgjob");
+  const auto cat = reg.catalog();  // (catalog() returns a copy: keep it while spec points into it)
+  const auto* spec = cat.find_job_kind("imgjob");
   BOOST_REQUIRE(spec != nullptr);
   int tables = 0;
   for (const auto& k : spec->keys)
