@@ -517,7 +517,9 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
   j["allreduce_ms"] = est->allreduce_ms;
   if (!est->allreduce_model.empty()) j["allreduce_model"] = est->allreduce_model;
   if (db->links.host_ring_gbps > 0)
-    j["host_ring"] = json{{"gbps", db->links.host_ring_gbps}, {"latency_us", db->links.host_ring_latency_us}};
+    j["host_ring"] = json{{"gbps", db->links.host_ring_gbps},
+                          {"latency_us", db->links.host_ring_latency_us},
+                          {"members", db->links.host_ring_members}};
   j["global_batch"] = est->global_batch;
   json reps = json::array();
   for (std::size_t i = 0; i < est->replicas.size(); ++i)

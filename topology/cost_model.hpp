@@ -12,8 +12,9 @@
 // with bw the slowest link the ring crosses (inter-node when the replicas
 // span nodes). Replicas all on one host sum through shared memory: when the
 // profile has that measured (links.host_ring_gbps, host_ring_latency_us,
-// for host_ring_members replicas or any) those replace the links. No overlap of the sum with backward is assumed (hetflow's
-// buckets overlap it for large models: this is an upper bound on step time).
+// for host_ring_members replicas or any) those replace the links. No
+// overlap of the sum with backward is assumed (hetflow's buckets overlap it
+// for large models: this is an upper bound on step time).
 // Single device: the fastest device that holds the model, alone.
 #pragma once
 

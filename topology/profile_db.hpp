@@ -11,7 +11,8 @@
 //                            "update_ms": 0.5}},              // optional
 //    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56,
 //              "latency_us": 5,                          // optional
-//              "host_ring_gbps": 46, "host_ring_latency_us": 0}}  // optional: dp on one host
+//              "host_ring_gbps": 46, "host_ring_latency_us": 0,
+//              "host_ring_members": 2}}                  // optional: dp on one host
 //
 // Defaults: output_bytes (what crosses a stage boundary, each way) =
 // activation_bytes; update_ms (one optimizer step over every parameter; a
@@ -54,8 +55,9 @@ struct link_profile {
   double inter_node_gbps = 10.0;   // gigabits/s between nodes
   double latency_us = 5.0;         // added to every transfer
   // Data parallelism's gradient sums when every replica is on one host (the
-  // ring members' shared-memory path): fitted to the ring model of
-  // cost_model.hpp. 0 = not measured (the links above price it).
+  // ring members' shared-memory path), in the ring model of cost_model.hpp
+  // (measured profiles: host_ring_probe.hpp, latency 0). 0 = not measured
+  // (the links above price it).
   double host_ring_gbps = 0.0;
   double host_ring_latency_us = 0.0;
   // The replicas it was measured with (0: any; a measured profile's sum of

@@ -12,6 +12,7 @@
 #include "kernels/optimizer.hpp"
 #include "kernels/profile.hpp"
 #include "kernels/zoo.hpp"
+#include "topology/data_parallel.hpp"
 
 namespace hetflow::actors {
 
@@ -161,7 +162,6 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
     auto ring = ring::measure_host_ring(members, db.params_bytes(0, db.units.size() - 1));
     if (ring) {
       db.links.host_ring_gbps = ring->gbps;
-      db.links.host_ring_latency_us = 0.0;
       db.links.host_ring_members = int(members);
       char buf[128];
       std::snprintf(buf, sizeof buf, "; host ring measured here: %.3f ms for %.2f MB, %u members", ring->ms,
@@ -175,12 +175,11 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
 }
 
 uint32_t dp_replicas_per_host(const topology::cluster& c) {
-  const auto nodes = c.job.params.get_strings("dp_nodes");
+  auto replicas = topology::dp_replicas(c, c.job.params.get_strings("dp_nodes"));
+  if (!replicas) return 0;  // an unknown dp node: the job's own check names it
   std::map<std::string, uint32_t> per_host;
   uint32_t most = 0;
-  for (const auto& n : c.nodes)
-    if (nodes.empty() || std::find(nodes.begin(), nodes.end(), n.name) != nodes.end())
-      most = std::max(most, per_host[n.host] += uint32_t(std::max<std::size_t>(1, n.devices.size())));
+  for (const auto& r : *replicas) most = std::max(most, ++per_host[r.host]);
   return most;
 }
 

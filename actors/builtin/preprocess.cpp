@@ -193,15 +193,57 @@ bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
 // cores when the job's is 0).
 int merge_in_flight(const job_config& cfg) { return std::max(1, pp::parallelism_governor(cfg.opt.parallelism, 0).current()); }
 
-// The ppcounted report's bytes (shard_counted): 26 x u64 sizes, u32 hashable
-// columns, u64 memory cap, u64 count-table bytes, u32 merge columns at once.
-constexpr std::size_t counted_bytes = pp::sparse_columns * 8 + 4 + 8 + 8 + 4;
+// A shard's report once its pass 1 is done (ppcounted), for pp_vocab: what
+// merging each column costs, which can merge by hashing, and what such a
+// merge on its node must fit (pp::fit_hashed_merge). On the wire, little-
+// endian: 26 x u64 sizes, u32 hashable, u64 cap, u64 table bytes, u32
+// in_flight.
+struct counted_report {
+  std::array<uint64_t, pp::sparse_columns> sizes{};  // entries per column (shard_counts::column_size)
+  uint32_t hashable = 0;                              // bit c: shard_counts::hashable(c)
+  uint64_t cap = 0;                                   // the memory cap pass 1 kept to
+  uint64_t table_bytes = 0;                           // its count tables, at their peak
+  uint32_t in_flight = 1;                             // columns its node's merger takes at once
+
+  static constexpr std::size_t wire_bytes = pp::sparse_columns * 8 + 4 + 8 + 8 + 4;
+  std::vector<char> encode() const {
+    std::vector<char> b(wire_bytes);
+    char* p = b.data();
+    auto put = [&p](const void* v, std::size_t n) {
+      std::memcpy(p, v, n);
+      p += n;
+    };
+    put(sizes.data(), sizeof sizes);
+    put(&hashable, 4);
+    put(&cap, 8);
+    put(&table_bytes, 8);
+    put(&in_flight, 4);
+    return b;
+  }
+  static std::optional<counted_report> decode(const std::vector<char>& b) {
+    if (b.size() != wire_bytes) return std::nullopt;
+    counted_report report;
+    const char* p = b.data();
+    auto get = [&p](void* v, std::size_t n) {
+      std::memcpy(v, p, n);
+      p += n;
+    };
+    get(report.sizes.data(), sizeof report.sizes);
+    get(&report.hashable, 4);
+    get(&report.cap, 8);
+    get(&report.table_bytes, 8);
+    get(&report.in_flight, 4);
+    if (report.in_flight == 0) return std::nullopt;
+    return report;
+  }
+};
 
 struct merge_plan {
   job_config cfg;
   int index = 0;                      // this node (its shard actor's index)
   uint32_t columns = 0;               // bit c: merge column c here
   uint32_t hashed = 0;                // bit c: column c merges by hashing (every shard's is hashable)
+  int in_flight = 1;                  // columns merged at once (as reported in counted_report)
   std::shared_ptr<pushed_counts> inbox;  // the hashed columns' counts from the other nodes
   std::vector<caf::actor> shards;     // the actor holding each shard (slot), in shard order
   std::vector<std::string> shard_nodes;
@@ -468,7 +510,7 @@ void merger(caf::actor_system& sys, merge_plan p) {
   std::vector<int> mine;
   for (int c = 0; c < pp::sparse_columns; ++c)
     if (in_mask(p.columns, c)) mine.push_back(c);
-  const int in_flight = std::clamp(merge_in_flight(p.cfg), 1, static_cast<int>(mine.size()));
+  const int in_flight = std::clamp(p.in_flight, 1, static_cast<int>(mine.size()));
   std::vector<column_outcome> outcome(mine.size());
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
@@ -553,6 +595,7 @@ struct shard_state {
   std::string me;
   int index = 0;  // this node's own shard (the actor's index)
   job_config cfg;
+  int merge_in_flight = 0;  // columns its merger takes at once, fixed by the first count report (0: none yet)
   pp::input_set inputs;
   std::vector<std::unique_ptr<slot>> slots;  // [0]: its own
   std::vector<int32_t> ids;                  // scratch
@@ -733,25 +776,19 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
     shard_fail(self, st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
     return false;
   }
-  // u64 per column: what merging it costs; then u32: the columns that can
-  // merge by hashing (shard_counts::hashable); then what this node's merge
-  // by hashing must fit (pp::fit_hashed_merge): u64 the memory cap pass 1
-  // kept to, u64 its count tables' bytes, u32 the columns its merger takes
-  // at once.
-  std::vector<char> sizes(counted_bytes);
-  uint32_t hashable = 0;
+  counted_report report;
   for (int c = 0; c < pp::sparse_columns; ++c) {
-    uint64_t n = sl.counts->column_size(c);
-    std::memcpy(sizes.data() + 8 * c, &n, 8);
-    if (sl.counts->hashable(c)) hashable |= 1u << c;
+    report.sizes[std::size_t(c)] = sl.counts->column_size(c);
+    if (sl.counts->hashable(c)) report.hashable |= 1u << c;
   }
-  std::memcpy(sizes.data() + pp::sparse_columns * 8, &hashable, 4);
-  std::memcpy(sizes.data() + pp::sparse_columns * 8 + 4, &sl.counts->memory_cap, 8);
-  std::memcpy(sizes.data() + pp::sparse_columns * 8 + 12, &sl.peak_table_bytes, 8);
-  const auto in_flight = static_cast<uint32_t>(merge_in_flight(st.cfg));
-  std::memcpy(sizes.data() + pp::sparse_columns * 8 + 20, &in_flight, 4);
+  report.cap = sl.counts->memory_cap;
+  report.table_bytes = sl.peak_table_bytes;
+  // The merger takes as many columns at once as told here (merge_plan), so
+  // that what pp_vocab fits to the cap is what runs.
+  if (st.merge_in_flight == 0) st.merge_in_flight = merge_in_flight(st.cfg);
+  report.in_flight = static_cast<uint32_t>(st.merge_in_flight);
   self->send(v, pp_counted_atom::value, static_cast<uint32_t>(sl.index), static_cast<uint32_t>(st.index),
-             sl.counts->rows, std::move(sizes));
+             sl.counts->rows, report.encode());
   if (!st.vocab_wait)
     st.vocab_wait.emplace(st.me, std::string(vocab_actor) + " on the head",
                           "the vocabularies' ids (after every shard's pass 1)",
@@ -901,8 +938,9 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       // Columns pass 1 left unsorted for a merge by hashing that merge as
       // sorted streams instead (pp::fit_hashed_merge): sorted now, in
       // parallel, before the first pull.
+      p.in_flight = st->merge_in_flight > 0 ? st->merge_in_flight : merge_in_flight(st->cfg);
       for (auto& sl : st->slots)
-        if (sl->counts) sl->counts->sort_deferred(~hashed, merge_in_flight(st->cfg));
+        if (sl->counts) sl->counts->sort_deferred(~hashed, p.in_flight);
       // The pushes first: the other nodes' mergers wait for them, and this
       // node's merger would share its cores with them (they touch
       // different columns of the counts).
@@ -949,12 +987,8 @@ struct vocab_state {
   std::set<int> lost;                    // lost nodes handled
   std::set<uint32_t> counted;
   std::array<uint64_t, pp::sparse_columns> cost{};  // entries per column over the shards
-  std::vector<std::array<uint64_t, pp::sparse_columns>> sizes;  // per shard, for a recount
-  std::vector<uint32_t> hashable;                                // per shard: its hashable columns
-  std::vector<uint64_t> rows;                                    // per shard: rows counted
-  std::vector<uint64_t> caps;                                    // per shard: pass 1's memory cap
-  std::vector<uint64_t> held;                                    // per shard: its count tables' bytes
-  std::vector<uint32_t> in_flight;                               // per shard: its node's merger's columns at once
+  std::vector<counted_report> reports;  // per shard (its sizes also for a recount)
+  std::vector<uint64_t> rows;           // per shard: rows counted
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
   uint32_t hashed = 0;                               // the columns merged by hashing
   bool merging = false;
@@ -1044,31 +1078,33 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
   uint32_t hashed = (1u << pp::sparse_columns) - 1;
   uint64_t rows = 0;
   for (int i = 0; i < st.cfg.shards; ++i) {
-    hashed &= st.hashable[std::size_t(i)];
+    hashed &= st.reports[std::size_t(i)].hashable;
     rows += st.rows[std::size_t(i)];
   }
   if (rows > pp::hashed_merge_max_rows || !st.cfg.opt.hash_merge) hashed = 0;
   // ... and when what its merging node then holds fits that node's cap (the
   // smallest of its shards' pass-1 caps): pp::fit_hashed_merge.
   pp::merge_memory mm;
-  mm.sizes = st.sizes;
+  for (const auto& r : st.reports) mm.sizes.push_back(r.sizes);
   mm.holder = st.holder;
   mm.cap.assign(static_cast<std::size_t>(st.cfg.shards), 0);
   mm.held.assign(static_cast<std::size_t>(st.cfg.shards), 0);
   mm.in_flight.assign(static_cast<std::size_t>(st.cfg.shards), 1);
   for (int i = 0; i < st.cfg.shards; ++i) {
     const auto n = static_cast<std::size_t>(st.holder[std::size_t(i)]);
-    mm.cap[n] = mm.cap[n] == 0 ? st.caps[std::size_t(i)] : std::min(mm.cap[n], st.caps[std::size_t(i)]);
-    mm.held[n] += st.held[std::size_t(i)];
-    mm.in_flight[n] = std::max(mm.in_flight[n], static_cast<int>(st.in_flight[std::size_t(i)]));
+    const counted_report& r = st.reports[std::size_t(i)];
+    mm.cap[n] = mm.cap[n] == 0 ? r.cap : std::min(mm.cap[n], r.cap);
+    mm.held[n] += r.table_bytes;
+    mm.in_flight[n] = std::max(mm.in_flight[n], static_cast<int>(r.in_flight));
   }
   const uint32_t fits = pp::fit_hashed_merge(hashed, mm, st.merger);
-  for (int c = 0; c < pp::sparse_columns; ++c)
-    if (in_mask(hashed & ~fits, c))
-      log_warn("column C" + std::to_string(c + 1) + " merges as sorted streams: merging it by hashing, node '" +
-               st.shard_nodes[std::size_t(st.merger[std::size_t(c)])] + "' would pass its memory cap (" +
-               mib(mm.cap[std::size_t(st.merger[std::size_t(c)])]) + ", its count tables " +
-               mib(mm.held[std::size_t(st.merger[std::size_t(c)])]) + ")");
+  for (int c = 0; c < pp::sparse_columns; ++c) {
+    if (!in_mask(hashed & ~fits, c)) continue;
+    const auto m = static_cast<std::size_t>(st.merger[std::size_t(c)]);
+    log_warn("column C" + std::to_string(c + 1) + " merges as sorted streams: merging it by hashing, node '" +
+             st.shard_nodes[m] + "' would pass its memory cap (" + mib(mm.cap[m]) + ", its count tables " +
+             mib(mm.held[m]) + "; [job] memory_cap raises it)");
+  }
   hashed = fits;
   st.hashed = hashed;
   std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
@@ -1110,7 +1146,8 @@ void check_lost(caf::event_based_actor* self, vocab_state& st) {
       // the new holder writes it again.
       st.applied.erase(uint32_t(i));
       if (st.vocab_mode && st.counted.erase(uint32_t(i)))
-        for (int c = 0; c < pp::sparse_columns; ++c) st.cost[std::size_t(c)] -= st.sizes[std::size_t(i)][std::size_t(c)];
+        for (int c = 0; c < pp::sparse_columns; ++c)
+          st.cost[std::size_t(c)] -= st.reports[std::size_t(i)].sizes[std::size_t(c)];
       int to = -1;
       std::size_t load = 0;
       for (int m = 0; m < st.cfg.shards; ++m) {
@@ -1139,12 +1176,8 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   st->failover = env.cluster.job.params.get_bool("shard_failover", true);
   for (auto& n : env.cluster.nodes) st->shard_nodes.push_back(n.name);
   for (int i = 0; i < st->cfg.shards; ++i) st->holder.push_back(i);
-  st->sizes.resize(static_cast<std::size_t>(st->cfg.shards));
-  st->hashable.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->reports.resize(static_cast<std::size_t>(st->cfg.shards));
   st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
-  st->caps.resize(static_cast<std::size_t>(st->cfg.shards));
-  st->held.resize(static_cast<std::size_t>(st->cfg.shards));
-  st->in_flight.resize(static_cast<std::size_t>(st->cfg.shards));
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
@@ -1162,24 +1195,17 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       // job's end may wait for. A check is a lookup in a set.
       if (!st->done) self->delayed_send(self, std::chrono::milliseconds(20), pp_tick_atom::value);
     },
-    [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& sizes) {
-      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || sizes.size() != counted_bytes ||
-          st->merging)
-        return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index));
+    [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& wire) {
+      auto r = counted_report::decode(wire);
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || !r || st->merging)
+        return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index) +
+                                         " (nodes running different hetflow builds?)");
       // A report from a node that no longer holds the shard (sent just
       // before its loss was noticed): the new holder counts it again.
       if (static_cast<int>(from) != st->holder[shard_index]) return;
       if (!st->counted.insert(shard_index).second) return;
-      for (int c = 0; c < pp::sparse_columns; ++c) {
-        uint64_t n;
-        std::memcpy(&n, sizes.data() + 8 * c, 8);
-        st->cost[std::size_t(c)] += n;
-        st->sizes[shard_index][std::size_t(c)] = n;
-      }
-      std::memcpy(&st->hashable[shard_index], sizes.data() + pp::sparse_columns * 8, 4);
-      std::memcpy(&st->caps[shard_index], sizes.data() + pp::sparse_columns * 8 + 4, 8);
-      std::memcpy(&st->held[shard_index], sizes.data() + pp::sparse_columns * 8 + 12, 8);
-      std::memcpy(&st->in_flight[shard_index], sizes.data() + pp::sparse_columns * 8 + 20, 4);
+      for (int c = 0; c < pp::sparse_columns; ++c) st->cost[std::size_t(c)] += r->sizes[std::size_t(c)];
+      st->reports[shard_index] = *r;
       st->rows[shard_index] = rows;
       if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) start_merge(self, *st);
     },

@@ -721,6 +721,12 @@ struct shard_counts::impl {
     if (remove_previous.joinable()) remove_previous.join();
   }
 
+  // Column c's table as a sorted stream source, its memory released
+  // (strings counted fewer than drop_below times left out).
+  void sort_table(int c, uint64_t drop_below) {
+    sorted[c] = std::make_unique<table_source>(tables[c], drop_below);
+    tables[c].clear_and_release();
+  }
   uint64_t table_bytes() const {
     uint64_t b = 0;
     for (auto& t : tables) b += t.memory_bytes();
@@ -820,9 +826,7 @@ void shard_counts::sort_deferred(uint32_t columns, int parallelism) {
   tbb::task_arena arena(std::max(1, parallelism));
   arena.execute([&] {
     tbb::parallel_for(0, sparse_columns, [&](int c) {
-      if (!((columns >> c) & 1u) || !hashable(c)) return;
-      im.sorted[c] = std::make_unique<table_source>(im.tables[c], 0);  // several shards: nothing dropped
-      im.tables[c].clear_and_release();
+      if (((columns >> c) & 1u) && hashable(c)) im.sort_table(c, 0);  // several shards: nothing dropped
     });
   });
 }
@@ -1279,8 +1283,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       tbb::parallel_for(0, sparse_columns, [&](int c) {
         if (opt.defer_sort && out.hashable(c)) return;
         // A spilled column's table holds part of its counts: nothing may be dropped.
-        im.sorted[c] = std::make_unique<table_source>(im.tables[c], im.runs[c].empty() ? opt.drop_below : 0);
-        im.tables[c].clear_and_release();
+        im.sort_table(c, im.runs[c].empty() ? opt.drop_below : 0);
       });
     });
   }

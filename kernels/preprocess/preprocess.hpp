@@ -142,13 +142,13 @@ public:
   // counts are all in its table (never spilled, no stream made) and its
   // strings are 8-hex-digit ids or the empty string (Criteo's columns).
   bool hashable(int c) const;
+  // (The caller also keeps jobs of more than hashed_merge_max_rows rows off
+  // this path: a table's counters are 32 bits.)
   // Sorts the tables pass 1 left unsorted (defer_sort) of the columns in
   // `columns` that are to merge as sorted streams after all, on up to
   // `parallelism` threads, as pass 1 does the others (else the first pull
   // of each sorts it, on the shard actor's thread).
   void sort_deferred(uint32_t columns, int parallelism);
-  // (The caller also keeps jobs of more than hashed_merge_max_rows rows off
-  // this path: a table's counters are 32 bits.)
   // A hashable column's entries in table order, for another shard's
   // merge_hashed; its ids come back in that order (add_column_ids). Hands
   // over the column's memory, like column_stream (call one of them, once).
