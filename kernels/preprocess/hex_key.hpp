@@ -104,7 +104,7 @@ public:
     uint32_t key;
     uint32_t local_plus1;  // 0: empty
     uint32_t count;
-    uint32_t spare;        // 0 when inserted; merge_hashed keeps an id + 1 here
+    uint32_t spare;        // 0 when inserted; merge_hashed keeps a kept entry's number + 1 here
   };
 
   // Counts one more sight of key and returns its local id; when absent,
