@@ -41,6 +41,12 @@ std::string gib(uint64_t b) {
   return buf;
 }
 
+std::string fixed2(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
 std::string device_name(const topology::cluster& c, const topology::plan_device& d) {
   const auto& spec = c.nodes[std::size_t(d.node_index)].devices[d.device];
   return std::string(topology::to_string(spec.kind)) + ":" + std::to_string(spec.index);
@@ -519,7 +525,9 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
   if (db->links.host_ring_gbps > 0)
     j["host_ring"] = json{{"gbps", db->links.host_ring_gbps},
                           {"latency_us", db->links.host_ring_latency_us},
-                          {"members", db->links.host_ring_members}};
+                          {"members", db->links.host_ring_members},
+                          {"step_factor", db->links.host_ring_step_factor}};
+  j["step_factor"] = est->step_factor;
   j["global_batch"] = est->global_batch;
   json reps = json::array();
   for (std::size_t i = 0; i < est->replicas.size(); ++i)
@@ -539,7 +547,8 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     std::printf("  replica %zu: %s dev%zu (%s), %lld rows\n", i, est->replicas[i].node.c_str(),
                 est->replicas[i].device, est->replicas[i].kind.c_str(), static_cast<long long>(est->rows[i]));
   for (const auto& l : est->left_out) std::printf("  left out: %s\n", l.c_str());
-  std::printf("  step %.3f ms = compute %.3f ms + all-reduce %.3f ms%s\n", est->step_ms, est->compute_ms,
+  std::printf("  step %.3f ms = compute %.3f ms%s + all-reduce %.3f ms%s\n", est->step_ms, est->compute_ms,
+              est->step_factor > 1 ? (" (x " + fixed2(est->step_factor) + ": replicas computing at once)").c_str() : "",
               est->allreduce_ms, est->allreduce_model.empty() ? "" : (" (" + est->allreduce_model + ")").c_str());
   std::printf("simulated: %.1f samples/s\n", est->samples_per_s);
   return 0;

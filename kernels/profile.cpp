@@ -15,6 +15,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+}  // namespace
+
 tensor random_input(const model& m, int64_t batch, uint64_t seed) {
   shape s{batch};
   for (int64_t d : m.spec().input.dims()) s.push_back(d);
@@ -36,7 +38,6 @@ tensor random_input(const model& m, int64_t batch, uint64_t seed) {
   return x;
 }
 
-}  // namespace
 
 expected<model_profile> profile_model(model& m, const profile_options& o) {
   if (o.batch <= 0 || o.iterations <= 0 || o.warmup < 0)

@@ -44,4 +44,8 @@ struct profile_options {
 // model, or one whose state you do not need).
 expected<model_profile> profile_model(model& m, const profile_options& options = {});
 
+// `batch` rows of random input for m (normal values; a DLRM's sparse columns
+// get valid row indices), on the host.
+tensor random_input(const model& m, int64_t batch, uint64_t seed);
+
 }  // namespace hetflow::kernels

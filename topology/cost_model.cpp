@@ -83,6 +83,12 @@ expected<dp_estimate> estimate_dp(const std::vector<plan_device>& devices, const
       gbps = db.links.host_ring_gbps;
       latency_us = db.links.host_ring_latency_us;
       e.allreduce_model = "host ring (shared memory)";
+      // The replicas share the host while they compute, and each sum waits
+      // for the slowest of them.
+      if (db.links.host_ring_step_factor >= 1) {
+        e.step_factor = db.links.host_ring_step_factor;
+        e.compute_ms *= e.step_factor;
+      }
     }
     const double bytes = double(db.params_bytes(0, n - 1));
     const double per_ms = gbps * 1e9 / 8 / 1e3;

@@ -12,7 +12,9 @@
 // with bw the slowest link the ring crosses (inter-node when the replicas
 // span nodes). Replicas all on one host sum through shared memory: when the
 // profile has that measured (links.host_ring_gbps, host_ring_latency_us,
-// for host_ring_members replicas or any) those replace the links. No
+// for host_ring_members replicas or any) those replace the links, and the
+// compute is multiplied by links.host_ring_step_factor (the slowest of the
+// co-located replicas computing at once, over one alone). No
 // overlap of the sum with backward is assumed (hetflow's buckets overlap it
 // for large models: this is an upper bound on step time).
 // Single device: the fastest device that holds the model, alone.
@@ -33,7 +35,8 @@ struct dp_estimate {
   std::vector<int64_t> rows;             // of the global batch
   std::vector<std::string> left_out;     // "n3 dev0 (rtx-2060): needs 7.1 GiB, has 6.0 GiB"
   int64_t global_batch = 0;
-  double compute_ms = 0.0;               // slowest replica's fwd + bwd
+  double compute_ms = 0.0;               // slowest replica's fwd + bwd + update (x step_factor)
+  double step_factor = 1.0;              // links.host_ring_step_factor where it applied
   double allreduce_ms = 0.0;
   std::string allreduce_model;           // what priced it: "host ring (shared memory)", "inter-node links", ...
   double step_ms = 0.0;

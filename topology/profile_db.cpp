@@ -143,9 +143,9 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
     if (!links->is_object()) return r.err("links", "must be an object");
     for (auto& [k, v] : links->items())
       if (k != "intra_node_gbps" && k != "inter_node_gbps" && k != "latency_us" && k != "host_ring_gbps" &&
-          k != "host_ring_latency_us" && k != "host_ring_members")
+          k != "host_ring_latency_us" && k != "host_ring_members" && k != "host_ring_step_factor")
         return r.err("links." + k, "unknown key (expected intra_node_gbps, inter_node_gbps, latency_us, "
-                                   "host_ring_gbps, host_ring_latency_us, host_ring_members)");
+                                   "host_ring_gbps, host_ring_latency_us, host_ring_members, host_ring_step_factor)");
     HF_ASSIGN_OR_RETURN(db.links.intra_node_gbps,
                         r.number(*links, "intra_node_gbps", "links", false, db.links.intra_node_gbps));
     HF_ASSIGN_OR_RETURN(db.links.inter_node_gbps,
@@ -159,6 +159,10 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
     if (members < 0 || members > 65536 || members != double(int(members)))
       return r.err("links.host_ring_members", "must be a whole number >= 0 (0: any)");
     db.links.host_ring_members = int(members);
+    HF_ASSIGN_OR_RETURN(db.links.host_ring_step_factor,
+                        r.number(*links, "host_ring_step_factor", "links", false, 0.0));
+    if (db.links.host_ring_step_factor != 0 && !(db.links.host_ring_step_factor >= 1))
+      return r.err("links.host_ring_step_factor", "must be >= 1 (0: not measured)");
     if (db.links.intra_node_gbps <= 0) return r.err("links.intra_node_gbps", "must be > 0");
     if (db.links.inter_node_gbps <= 0) return r.err("links.inter_node_gbps", "must be > 0");
   }
@@ -243,6 +247,7 @@ std::string to_json(const profile_db& db) {
     doc["links"]["host_ring_gbps"] = db.links.host_ring_gbps;
     doc["links"]["host_ring_latency_us"] = db.links.host_ring_latency_us;
     if (db.links.host_ring_members > 0) doc["links"]["host_ring_members"] = db.links.host_ring_members;
+    if (db.links.host_ring_step_factor > 0) doc["links"]["host_ring_step_factor"] = db.links.host_ring_step_factor;
   }
   return doc.dump(1);
 }

@@ -12,7 +12,8 @@
 //    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56,
 //              "latency_us": 5,                          // optional
 //              "host_ring_gbps": 46, "host_ring_latency_us": 0,
-//              "host_ring_members": 2}}                  // optional: dp on one host
+//              "host_ring_members": 2,
+//              "host_ring_step_factor": 1.2}}            // optional: dp on one host
 //
 // Defaults: output_bytes (what crosses a stage boundary, each way) =
 // activation_bytes; update_ms (one optimizer step over every parameter; a
@@ -63,6 +64,11 @@ struct link_profile {
   // The replicas it was measured with (0: any; a measured profile's sum of
   // a different number of replicas is priced by the links).
   int host_ring_members = 0;
+  // Those replicas computing at once (measured profiles:
+  // job_profiles.cpp, colocated_step_factor): the slowest one's step
+  // (forward, backward, optimizer) over one replica's alone, >= 1; it
+  // multiplies dp's compute where host_ring_gbps is used. 0 = not measured.
+  double host_ring_step_factor = 0.0;
 };
 
 struct profile_db {

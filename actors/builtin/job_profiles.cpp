@@ -1,6 +1,8 @@
 #include "actors/builtin/job_profiles.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -12,6 +14,7 @@
 #include "kernels/optimizer.hpp"
 #include "kernels/profile.hpp"
 #include "kernels/zoo.hpp"
+#include "topology/cost_model.hpp"
 #include "topology/data_parallel.hpp"
 
 namespace hetflow::actors {
@@ -73,13 +76,28 @@ int cpu_threads(const topology::node_spec& n, const topology::device_spec& d) {
   return topology::cpu_device_threads(n, d, int(std::thread::hardware_concurrency()));
 }
 
-expected<double> time_update(const topology::cluster& c, kernels::model& m) {
+namespace {
+
+kernels::optimizer_config optimizer_config_of(const topology::cluster& c) {
   const auto& p = c.job.params;
   kernels::optimizer_config oc;
   oc.kind = p.get_string("optimizer", "sgd") == "adam" ? kernels::optimizer_kind::adam : kernels::optimizer_kind::sgd;
   oc.lr = p.get_number("lr", 0.05);
   oc.momentum = p.get_number("momentum", 0.9);
   oc.weight_decay = p.get_number("weight_decay", 0.0);
+  return oc;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / double(v.size());
+}
+
+}  // namespace
+
+expected<double> time_update(const topology::cluster& c, kernels::model& m) {
+  const kernels::optimizer_config oc = optimizer_config_of(c);
   // A cuda model's optimizer runs on the device (as a hetpipe stage's
   // does): each step is timed to its end.
   const bool cuda = m.where().kind == kernels::device_kind::cuda;
@@ -99,6 +117,114 @@ expected<double> time_update(const topology::cluster& c, kernels::model& m) {
   HF_RETURN_IF_ERROR(st);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
+                                       uint32_t members, int64_t rows) {
+  if (members < 2) return 1.0;
+  if (rows <= 0) return make_error(errc::invalid_argument, "co-located step: rows must be > 0");
+  const kernels::optimizer_config oc = optimizer_config_of(c);
+  struct replica {
+    kernels::model m;
+    std::unique_ptr<kernels::optimizer> opt;
+    kernels::tensor x, dy;
+    std::vector<double> times;  // seconds of each timed pass
+    status st;
+  };
+  std::vector<std::unique_ptr<replica>> reps;
+  for (uint32_t k = 0; k < members; ++k) {
+    kernels::build_options bo;
+    bo.threads = threads;
+    bo.seed = 1 + k;
+    HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), bo));
+    HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
+    kernels::tensor x = kernels::random_input(m, rows, 7 + k);
+    kernels::shape out{rows};
+    const kernels::shape& sample = m.sample_shape(m.size());
+    for (int64_t d : sample.dims()) out.push_back(d);
+    kernels::tensor dy = kernels::tensor::empty(out);
+    for (float& v : dy.f32_span()) v = 1e-3f;
+    reps.push_back(std::make_unique<replica>(replica{std::move(m), std::move(opt), std::move(x), std::move(dy), {}, {}}));
+  }
+  // One training step as a replica computes it: forward, backward, the
+  // optimizer's step (a tiny learning rate: the weights barely move).
+  auto step = [&oc](replica& r) {
+    using clk = std::chrono::steady_clock;
+    const auto t0 = clk::now();
+    status st;
+    r.m.context().run([&] {
+      auto y = r.m.forward(r.x.view(), kernels::mode::train);
+      if (!y) {
+        st = y.error();
+        return;
+      }
+      auto d = r.m.backward(r.dy.view(), false);
+      if (!d) {
+        st = d.error();
+        return;
+      }
+      auto params = r.m.parameters();
+      st = r.opt->step(params, oc.lr * 1e-6);
+    });
+    r.times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
+    return st;
+  };
+  // Passes per phase: until 0.1 s of one replica's passes, 5..40.
+  replica& first = *reps[0];
+  for (int i = 0; i < 3; ++i) HF_RETURN_IF_ERROR(step(first));  // warm-up
+  first.times.clear();
+  while (first.times.size() < 5 || (first.times.size() < 40 && mean(first.times) * double(first.times.size()) < 0.1))
+    HF_RETURN_IF_ERROR(step(first));
+  const int passes = int(first.times.size());
+  // Rounds of (one replica alone, all at once), alternating against drift;
+  // the factor is the median round's ratio of the slowest replica's mean
+  // pass to the lone one's.
+  std::vector<double> ratios;
+  for (int round = 0; round < 3; ++round) {
+    first.times.clear();
+    for (int i = 0; i < passes; ++i) HF_RETURN_IF_ERROR(step(first));
+    const double alone = mean(first.times);
+    for (auto& r : reps) r->times.clear();
+    std::barrier<> sync{static_cast<std::ptrdiff_t>(members)};
+    std::atomic<bool> failed{false};
+    auto body = [&](replica& r) {
+      for (int i = 0; i < passes + 2; ++i) {  // 2 warm-up passes together
+        sync.arrive_and_wait();
+        if (failed.load()) break;
+        if (r.st = step(r); !r.st.ok()) {
+          failed = true;
+          break;
+        }
+      }
+      sync.arrive_and_drop();
+    };
+    std::vector<std::thread> pool;
+    for (uint32_t k = 0; k < members; ++k) {
+      try {
+        pool.emplace_back(body, std::ref(*reps[k]));
+      } catch (const std::exception& e) {
+        // The threads started wait for members that never come: stand in
+        // for them, and stop.
+        failed = true;
+        for (uint32_t j = k; j < members; ++j) sync.arrive_and_drop();
+        for (auto& t : pool) t.join();
+        return make_error(errc::out_of_memory, std::string("co-located step: cannot start a thread: ") + e.what());
+      }
+    }
+    for (auto& t : pool) t.join();
+    for (auto& r : reps) HF_RETURN_IF_ERROR(r->st);
+    double slowest = 0;
+    for (int i = 2; i < passes + 2; ++i) {
+      double m = 0;
+      for (auto& r : reps) m = std::max(m, r->times[std::size_t(i)]);
+      slowest += m;
+    }
+    slowest /= double(passes);
+    if (alone > 0) ratios.push_back(slowest / alone);
+  }
+  if (ratios.empty()) return make_error(errc::internal, "co-located step: no pass timed");
+  std::sort(ratios.begin(), ratios.end());
+  return std::max(1.0, ratios[ratios.size() / 2]);
 }
 
 expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch) {
@@ -167,6 +293,23 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       std::snprintf(buf, sizeof buf, "; host ring measured here: %.3f ms for %.2f MB, %u members", ring->ms,
                     double(ring->bytes) / 1e6, members);
       db.source += buf;
+      // The replicas' compute side by side (cpu replicas; the first dp
+      // replica's threads), where their copies fit in memory easily.
+      auto reps = topology::dp_replicas(c, c.job.params.get_strings("dp_nodes"));
+      const uint64_t copies = uint64_t(members) * topology::dp_replica_memory(db, batch);
+      if (reps && !reps->empty() && reps->front().spec.kind == topology::device_kind::cpu &&
+          copies <= (uint64_t{2} << 30)) {
+        const auto& rn = *std::find_if(c.nodes.begin(), c.nodes.end(),
+                                       [&](const auto& n) { return n.name == reps->front().node; });
+        auto f = colocated_step_factor(c, spec, cpu_threads(rn, reps->front().spec), members, batch);
+        if (f) {
+          db.links.host_ring_step_factor = *f;
+          std::snprintf(buf, sizeof buf, "; replicas computing at once: x %.3f", *f);
+          db.source += buf;
+        } else {
+          db.source += "; replicas computing at once not measured (" + f.error().message() + ")";
+        }
+      }
     } else {
       db.source += "; host ring not measured (" + ring.error().message() + "): assumed links";
     }

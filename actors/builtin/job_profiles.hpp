@@ -32,11 +32,24 @@ int cpu_threads(const topology::node_spec& n, const topology::device_spec& d);
 // of `m`, whose gradients profile_model left in place. Changes m's weights.
 expected<double> time_update(const topology::cluster& c, kernels::model& m);
 
+// How much longer the slowest of `members` dp replicas on one host takes
+// a training step (forward, backward, the job's optimizer step, on `rows`
+// rows; cpu replicas of `threads` threads, each its own model) when they
+// start each step together, as after a gradient sum, than one replica
+// alone: >= 1. It prices what co-located replicas take from each other
+// (cores, caches, memory bandwidth) and the wait for the slowest each step.
+// Three rounds of (one alone, all at once), the median round's ratio of
+// means; 5..40 passes a phase (until 0.1 s of one replica's passes).
+expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
+                                       uint32_t members, int64_t rows);
+
 // Every distinct cpu kind (by threads) of `c` measured at `batch`; cpu
 // devices without a `profile` get "cpu-tN" in `c`. cuda devices need a
 // profile_file. Strategy dp or auto with 2 or more replicas on one host:
 // the host's shared-memory all-reduce is measured too (links.host_ring_*,
-// actors/ring/host_ring_probe.hpp) at the model's parameter bytes.
+// actors/ring/host_ring_probe.hpp) at the model's parameter bytes, and
+// (cpu replicas whose copies take at most 2 GiB together) the replicas'
+// co-located step (links.host_ring_step_factor, colocated_step_factor).
 expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch);
 
 // The most dp replicas (devices of the job's dp_nodes, else of every node)

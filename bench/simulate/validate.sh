@@ -19,8 +19,8 @@ dir="$src/bench/simulate/validate"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-echo "| config | predicted samples/s | measured samples/s | error |"
-echo "|---|---:|---:|---:|"
+echo "| config | predicted samples/s | measured samples/s | error | dp model |"
+echo "|---|---:|---:|---:|---|"
 for cfg in ${CONFIGS:-lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1vw lenet5-hetpipe-2vw}; do
   f="$dir/$cfg.toml"
   "$hetflow" profile "$f" > "$tmp/$cfg.profile.txt" 2>&1 || true
@@ -31,7 +31,12 @@ for cfg in ${CONFIGS:-lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1
   python3 - "$cfg" "$tmp/$cfg.sim.json" "$tmp/$cfg.report.json" <<'PY'
 import json, sys
 cfg, sim, rep = sys.argv[1:]
-p = json.load(open(sim))["simulated_samples_per_s"]
+sj = json.load(open(sim))
+p = sj["simulated_samples_per_s"]
+# dp: the co-located step factor and the all-reduce's time and model
+note = ""
+if "allreduce_ms" in sj and len(sj.get("replicas", [])) > 1:
+    note = f"compute x {sj.get('step_factor', 1.0):.2f}, all-reduce {sj['allreduce_ms']:.3f} ms ({sj.get('allreduce_model', '')})"
 r = json.load(open(rep))
 # hetpipe: the run's head simulates its own plan (the profiles it measured,
 # the waves as the runtime does them); a separate `simulate` measures its own
@@ -50,7 +55,7 @@ ep = find_epochs(r) or []
 # the last epoch (the first includes start-up and the speed probe)
 m = ep[-1]["samples_per_s"] if ep else float("nan")
 err = (p - m) / m * 100 if m == m and m > 0 else float("nan")
-print(f"| {cfg} | {p:.0f} | {m:.0f} | {err:+.1f}% |")
+print(f"| {cfg} | {p:.0f} | {m:.0f} | {err:+.1f}% | {note} |")
 PY
 done
 echo

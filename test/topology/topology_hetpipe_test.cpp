@@ -554,6 +554,22 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
   BOOST_REQUIRE(unnamed.has_value());
   BOOST_TEST(std::abs(unnamed->allreduce_ms - 0.002) < 1e-9);
   BOOST_TEST(std::abs(estimate_dp({on(0, "h"), on(1, "h")}, db, 0)->allreduce_ms - 0.011) < 1e-9);
+  // The co-located step factor multiplies the compute where the host ring
+  // prices the sum, and nowhere else.
+  const double alone = same->compute_ms;
+  BOOST_TEST(same->step_factor == 1.0);
+  db.links.host_ring_step_factor = 1.25;
+  auto slowed = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
+  BOOST_REQUIRE(slowed.has_value());
+  BOOST_TEST(slowed->step_factor == 1.25);
+  BOOST_TEST(std::abs(slowed->compute_ms - 1.25 * alone) < 1e-9);
+  BOOST_TEST(std::abs(slowed->step_ms - (1.25 * alone + 0.011)) < 1e-9);
+  BOOST_TEST(slowed->samples_per_s < same->samples_per_s);
+  auto apart = estimate_dp({on(0, "h"), on(1, "g")}, db, 0);
+  BOOST_REQUIRE(apart.has_value());
+  BOOST_TEST(apart->step_factor == 1.0);
+  BOOST_TEST(std::abs(apart->compute_ms - alone) < 1e-9);
+  db.links.host_ring_step_factor = 0;
   // Not measured: the links price one host too.
   db.links.host_ring_gbps = 0;
   auto unmeasured = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
@@ -564,7 +580,8 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
 BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
   const std::string units = R"("units": [{"name": "u", "params_bytes": 10, "activation_bytes": 20,
     "devices": {"k": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}])";
-  const std::string links = R"("links": {"host_ring_gbps": 40, "host_ring_latency_us": 3, "host_ring_members": 4})";
+  const std::string links =
+      R"("links": {"host_ring_gbps": 40, "host_ring_latency_us": 3, "host_ring_members": 4, "host_ring_step_factor": 1.5})";
   auto db = parse_profile_db("{\"batch\": 8, " + units + ", " + links + "}", "p.json");
   BOOST_REQUIRE_MESSAGE(db.has_value(), (db ? std::string() : db.error().message()));
   BOOST_TEST(db->links.host_ring_gbps == 40.0);
@@ -574,6 +591,10 @@ BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
   BOOST_TEST(again->links.host_ring_gbps == 40.0);
   BOOST_TEST(again->links.host_ring_latency_us == 3.0);
   BOOST_TEST(again->links.host_ring_members == 4);
+  BOOST_TEST(again->links.host_ring_step_factor == 1.5);
+  auto fast = parse_profile_db("{\"batch\": 8, " + units + R"(, "links": {"host_ring_step_factor": 0.9}})", "p.json");
+  BOOST_REQUIRE(!fast.has_value());
+  BOOST_TEST(fast.error().message().find("links.host_ring_step_factor") != std::string::npos);
   auto half = parse_profile_db("{\"batch\": 8, " + units + R"(, "links": {"host_ring_members": 2.5}})", "p.json");
   BOOST_REQUIRE(!half.has_value());
   BOOST_TEST(half.error().message().find("links.host_ring_members") != std::string::npos);

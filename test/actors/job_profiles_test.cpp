@@ -1,0 +1,98 @@
+// The planners' measured profiles (actors/builtin/job_profiles.hpp): the
+// co-located dp step and where measured_profiles records it.
+#define BOOST_TEST_MODULE actors_job_profiles
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "actors/builtin/job_profiles.hpp"
+#include "actors/registry.hpp"
+#include "topology/parser.hpp"
+
+using namespace hetflow;
+using namespace hetflow::actors;
+
+namespace {
+
+// Two one-thread cpu nodes on one host, a small MLP on synthetic data.
+topology::cluster two_replicas(const std::string& strategy, const std::string& host2 = "127.0.0.1") {
+  registry reg;
+  add_builtin_types(reg);
+  const std::string text = R"(
+[cluster]
+name = "jp"
+[[nodes]]
+name = "a"
+host = "127.0.0.1"
+port = 7400
+devices = [ { kind = "cpu", threads = 1 } ]
+[[nodes]]
+name = "b"
+host = ")" + host2 + R"("
+port = 7401
+devices = [ { kind = "cpu", threads = 1 } ]
+[job]
+kind = "train"
+strategy = ")" + strategy + R"("
+model = "mlp"
+width = 0.25
+dataset = "synthetic"
+input_shape = [1, 8, 8]
+classes = 4
+train_size = 64
+test_size = 16
+)";
+  auto r = topology::parse_topology(text, "test.toml", reg.catalog());
+  for (auto& d : r.errors) BOOST_TEST_MESSAGE(topology::format(d));
+  BOOST_REQUIRE(r.ok());
+  return *r.model;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(one_replica_is_not_slowed_by_itself) {
+  auto c = two_replicas("dp");
+  auto spec = train_model_spec(c);
+  BOOST_REQUIRE(spec.has_value());
+  auto f = colocated_step_factor(c, *spec, 1, 1, 8);
+  BOOST_REQUIRE(f.has_value());
+  BOOST_TEST(*f == 1.0);
+  auto bad = colocated_step_factor(c, *spec, 1, 2, 0);
+  BOOST_TEST(!bad.has_value());
+}
+
+BOOST_AUTO_TEST_CASE(co_located_replicas_are_timed_together) {
+  auto c = two_replicas("dp");
+  auto spec = train_model_spec(c);
+  BOOST_REQUIRE(spec.has_value());
+  // Three replicas on (at most) two cores: each step waits for the slowest,
+  // so the factor is at least 1 and finite; its size depends on the machine.
+  auto f = colocated_step_factor(c, *spec, 1, 3, 16);
+  BOOST_REQUIRE_MESSAGE(f.has_value(), (f ? std::string() : f.error().message()));
+  BOOST_TEST(*f >= 1.0);
+  BOOST_TEST(std::isfinite(*f));
+  BOOST_TEST(*f < 100.0);
+}
+
+BOOST_AUTO_TEST_CASE(measured_profiles_record_the_step_factor_for_dp_on_one_host_only) {
+  auto dp = two_replicas("dp");
+  auto db = measured_profiles(dp, 16);
+  BOOST_REQUIRE_MESSAGE(db.has_value(), (db ? std::string() : db.error().message()));
+  BOOST_TEST(db->links.host_ring_gbps > 0.0);
+  BOOST_TEST(db->links.host_ring_members == 2);
+  BOOST_TEST(db->links.host_ring_step_factor >= 1.0);
+  BOOST_TEST(db->source.find("replicas computing at once") != std::string::npos, db->source);
+
+  auto single = two_replicas("single");
+  auto sdb = measured_profiles(single, 16);
+  BOOST_REQUIRE(sdb.has_value());
+  BOOST_TEST(sdb->links.host_ring_step_factor == 0.0);
+
+  // One replica per host: no host ring, no co-located step.
+  auto apart = two_replicas("dp", "127.0.0.2");
+  auto adb = measured_profiles(apart, 16);
+  BOOST_REQUIRE(adb.has_value());
+  BOOST_TEST(adb->links.host_ring_gbps == 0.0);
+  BOOST_TEST(adb->links.host_ring_step_factor == 0.0);
+}
