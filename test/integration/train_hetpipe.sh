@@ -166,7 +166,9 @@ print("test accuracy ps", p["epochs"][-1]["test_accuracy"], "hetpipe", h["test_a
 for a, b in zip(p["epochs"], vws[0]["epochs"]):
     print(f"epoch {a['epoch']}: loss ps worker 0 {a['loss']} hetpipe VW 0 {b['loss']}")
     assert abs(a["loss"] - b["loss"]) <= 1e-4 * a["loss"], (a["loss"], b["loss"])
-assert abs(p["epochs"][-1]["test_accuracy"] - h["test_accuracy"]) <= 0.0025
+# at most one test sample of 400 apart (0.0025, with room for the float
+# subtraction: 0.27 - 0.2675 is 0.0025000000000000022)
+assert abs(p["epochs"][-1]["test_accuracy"] - h["test_accuracy"]) <= 0.0025 + 1e-9
 assert sum(e["samples"] for e in h["epochs"]) == 3 * 1280
 # each VW's own epochs: 20 minibatches of 32 an epoch
 for v in vws:
