@@ -169,18 +169,18 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     r.times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
     return st;
   };
-  // Passes per phase: until 0.1 s of one replica's passes, 5..40.
+  // Passes per phase: until 0.15 s of one replica's passes, 5..60.
   replica& first = *reps[0];
   for (int i = 0; i < 3; ++i) HF_RETURN_IF_ERROR(step(first));  // warm-up
   first.times.clear();
-  while (first.times.size() < 5 || (first.times.size() < 40 && mean(first.times) * double(first.times.size()) < 0.1))
+  while (first.times.size() < 5 || (first.times.size() < 60 && mean(first.times) * double(first.times.size()) < 0.15))
     HF_RETURN_IF_ERROR(step(first));
   const int passes = int(first.times.size());
   // Rounds of (one replica alone, all at once), alternating against drift;
   // the factor is the median round's ratio of the slowest replica's mean
   // pass to the lone one's.
   std::vector<double> ratios;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 5; ++round) {
     first.times.clear();
     for (int i = 0; i < passes; ++i) HF_RETURN_IF_ERROR(step(first));
     const double alone = mean(first.times);

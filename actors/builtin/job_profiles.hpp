@@ -38,8 +38,8 @@ expected<double> time_update(const topology::cluster& c, kernels::model& m);
 // start each step together, as after a gradient sum, than one replica
 // alone: >= 1. It prices what co-located replicas take from each other
 // (cores, caches, memory bandwidth) and the wait for the slowest each step.
-// Three rounds of (one alone, all at once), the median round's ratio of
-// means; 5..40 passes a phase (until 0.1 s of one replica's passes).
+// Five rounds of (one alone, all at once), the median round's ratio of
+// means; 5..60 passes a phase (until 0.15 s of one replica's passes).
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
                                        uint32_t members, int64_t rows);
 
