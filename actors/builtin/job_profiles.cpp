@@ -191,7 +191,14 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
       for (int i = 0; i < passes + 2; ++i) {  // 2 warm-up passes together
         sync.arrive_and_wait();
         if (failed.load()) break;
-        if (r.st = step(r); !r.st.ok()) {
+        try {
+          r.st = step(r);
+        } catch (const std::exception& e) {  // (bad_alloc, a library's exception): not out of the thread
+          r.st = make_error(errc::internal, std::string("co-located step: ") + e.what());
+        } catch (...) {
+          r.st = make_error(errc::internal, "co-located step: an exception");
+        }
+        if (!r.st.ok()) {
           failed = true;
           break;
         }
@@ -199,6 +206,7 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
       sync.arrive_and_drop();
     };
     std::vector<std::thread> pool;
+    pool.reserve(members);
     for (uint32_t k = 0; k < members; ++k) {
       try {
         pool.emplace_back(body, std::ref(*reps[k]));
@@ -299,9 +307,13 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       const uint64_t copies = uint64_t(members) * topology::dp_replica_memory(db, batch);
       if (reps && !reps->empty() && reps->front().spec.kind == topology::device_kind::cpu &&
           copies <= (uint64_t{2} << 30)) {
+        // (dp_replicas names nodes of c.) Each replica computes its share
+        // of the batch: `batch` already is one for strategy dp (simulate
+        // measures dp at it), not for auto.
         const auto& rn = *std::find_if(c.nodes.begin(), c.nodes.end(),
                                        [&](const auto& n) { return n.name == reps->front().node; });
-        auto f = colocated_step_factor(c, spec, cpu_threads(rn, reps->front().spec), members, batch);
+        const int64_t rows = strategy == "auto" ? std::max<int64_t>(1, batch / int64_t(reps->size())) : batch;
+        auto f = colocated_step_factor(c, spec, cpu_threads(rn, reps->front().spec), members, rows);
         if (f) {
           db.links.host_ring_step_factor = *f;
           std::snprintf(buf, sizeof buf, "; replicas computing at once: x %.3f", *f);

@@ -32,14 +32,18 @@ int cpu_threads(const topology::node_spec& n, const topology::device_spec& d);
 // of `m`, whose gradients profile_model left in place. Changes m's weights.
 expected<double> time_update(const topology::cluster& c, kernels::model& m);
 
-// How much longer the slowest of `members` dp replicas on one host takes
-// a training step (forward, backward, the job's optimizer step, on `rows`
-// rows; cpu replicas of `threads` threads, each its own model) when they
-// start each step together, as after a gradient sum, than one replica
-// alone: >= 1. It prices what co-located replicas take from each other
-// (cores, caches, memory bandwidth) and the wait for the slowest each step.
-// Five rounds of (one alone, all at once), the median round's ratio of
-// means; 5..60 passes a phase (until 0.15 s of one replica's passes).
+// How much longer a training step of `members` dp replicas on one host
+// takes, until the slowest of them is done, when they start each step
+// together, as after a gradient sum, than one replica's alone (forward,
+// backward, the job's optimizer step, on `rows` rows; cpu replicas of
+// `threads` threads, each its own model): >= 1. It prices what co-located
+// replicas take from each other (cores, caches, memory bandwidth) and the
+// wait for the slowest each step. Five rounds, each one replica alone and
+// then all at once; a round's ratio is the mean over passes of the slowest
+// replica's pass over the lone replica's mean pass; the median round's
+// ratio. A phase is 5..60 passes (until 0.15 s of the lone replica's).
+// The replicas are assumed alike (measured_profiles passes the first
+// replica's threads).
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
                                        uint32_t members, int64_t rows);
 

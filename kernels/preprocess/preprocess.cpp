@@ -861,7 +861,7 @@ expected<hex_column> shard_counts::export_column(int c) {
 
 namespace {
 
-// Sorts (value << 32 | slot) entries by value (LSD radix on the top 32 bits,
+// Sorts (value << 32 | number) entries by value (LSD radix on the top 32 bits,
 // 11 bits a pass; values are distinct).
 void sort_by_value(std::vector<uint64_t>& v) {
   if (v.size() < 4096) {
@@ -937,7 +937,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   auto& ci = im.ids[c];
   const uint32_t locals = im.next_local[c];
   ci.owner.resize(locals);
-  ci.ids.assign(locals, 0);
+  ci.ids.assign(locals, -1);  // the empty string's entry (not in the table) is set below
   std::vector<uint64_t> kept;
   std::vector<uint32_t> kept_count;
   column_merge_stats st;
@@ -949,6 +949,8 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
     ++st.distinct;
     int32_t number = -1;
     if (sl[i].count >= min_count) {
+      if (kept.size() >= static_cast<uint64_t>(INT32_MAX) - 1)  // ids, the OOV id and the empty string's fit int32
+        return make_error(errc::out_of_memory, col + ": more than 2^31-2 kept strings; use hash mode");
       number = static_cast<int32_t>(kept.size());
       kept.push_back(uint64_t{sl[i].key} << 32 | static_cast<uint32_t>(kept.size()));
       kept_count.push_back(sl[i].count);
@@ -958,8 +960,6 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
       ci.ids[lp - 1] = number;
       ++covered;
     }
-    if (kept.size() > static_cast<uint64_t>(INT32_MAX) - 1)
-      return make_error(errc::out_of_memory, "a column has more than 2^31-1 kept strings; use hash mode");
   }
   // The kept values in byte order (= numeric order); the empty string sorts
   // before them.

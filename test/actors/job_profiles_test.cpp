@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(measured_profiles_record_the_step_factor_for_dp_on_one_host
   BOOST_TEST(db->links.host_ring_gbps > 0.0);
   BOOST_TEST(db->links.host_ring_members == 2);
   BOOST_TEST(db->links.host_ring_step_factor >= 1.0);
-  BOOST_TEST(db->source.find("replicas computing at once") != std::string::npos, db->source);
+  BOOST_TEST(db->source.find("replicas computing at once: x ") != std::string::npos, db->source);
 
   auto single = two_replicas("single");
   auto sdb = measured_profiles(single, 16);

@@ -841,7 +841,8 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
   // when the shards' counts are added; the empty string in the first rows
   // only (so in some shards and not others); a last shard of a few rows.
   // Merging by hashing and as sorted streams give the same bytes, and the
-  // same vocabularies, for 2, 3 and 5 shards and min_count 1, 2 and 5.
+  // same vocabularies, for 2, 3 and 5 shards and min_count 1, 2, 5 and one
+  // above every count; C3 holds only the empty string.
   fs::path d = scratch("hashed");
   uint64_t seed = 11;
   std::string text;
@@ -857,6 +858,7 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
       std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>((next_random(seed) % pool) * 2654435761u));
       f[c] = buf;
       if (row < 40 && c % 2 == 0) f[c].clear();
+      if (c == 16) f[c].clear();  // C3: the empty string only (a merge that keeps no value)
     }
     line.clear();
     for (std::size_t i = 0; i < f.size(); ++i) line += (i ? "\t" : "") + f[i];
@@ -864,7 +866,8 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
   }
   write_all(d / "skewed.tsv", text);
   const std::vector<std::string> files = {(d / "skewed.tsv").string()};
-  for (uint64_t min_count : {uint64_t{1}, uint64_t{2}, uint64_t{5}})
+  // (100000: no string is kept, the empty one included.)
+  for (uint64_t min_count : {uint64_t{1}, uint64_t{2}, uint64_t{5}, uint64_t{100000}})
     for (int shards : {2, 3, 5}) {
       BOOST_TEST_CONTEXT("min_count " << min_count << " shards " << shards) {
         std::string bytes[2];
@@ -886,6 +889,7 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
         for (int c = 0; c < 26; ++c) BOOST_CHECK_MESSAGE(vocab[0][c] == vocab[1][c], "vocabulary of column " << c);
         // The empty string is kept (id 0) where it was counted often enough.
         BOOST_CHECK_EQUAL(vocab[1][0].rfind("\t", 0) == 0, min_count <= 40);
+        BOOST_CHECK_EQUAL(vocab[1][2], min_count <= rows ? "\t" + std::to_string(rows) + "\n" : std::string());
       }
     }
 }

@@ -569,6 +569,12 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
   BOOST_REQUIRE(apart.has_value());
   BOOST_TEST(apart->step_factor == 1.0);
   BOOST_TEST(std::abs(apart->compute_ms - alone) < 1e-9);
+  db.links.host_ring_members = 3;  // measured for another replica count: neither applies
+  auto other_count = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
+  BOOST_REQUIRE(other_count.has_value());
+  BOOST_TEST(other_count->step_factor == 1.0);
+  BOOST_TEST(other_count->allreduce_model == "inter-node links");
+  db.links.host_ring_members = 2;
   db.links.host_ring_step_factor = 0;
   // Not measured: the links price one host too.
   db.links.host_ring_gbps = 0;
