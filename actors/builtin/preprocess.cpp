@@ -82,6 +82,7 @@
 #include <set>
 
 #include "actors/builtin/job_actor.hpp"
+#include "actors/builtin/counted_report.hpp"
 #include "actors/builtin/pushed_counts.hpp"
 #include "actors/json.hpp"
 #include "actors/metrics.hpp"
@@ -192,51 +193,6 @@ bool in_mask(uint32_t mask, int column) { return (mask >> column) & 1u; }
 // How many columns a node's merger takes at once: its parallelism (the free
 // cores when the job's is 0).
 int merge_in_flight(const job_config& cfg) { return std::max(1, pp::parallelism_governor(cfg.opt.parallelism, 0).current()); }
-
-// A shard's report once its pass 1 is done (ppcounted), for pp_vocab: what
-// merging each column costs, which can merge by hashing, and what such a
-// merge on its node must fit (pp::fit_hashed_merge). On the wire, little-
-// endian: 26 x u64 sizes, u32 hashable, u64 cap, u64 table bytes, u32
-// in_flight.
-struct counted_report {
-  std::array<uint64_t, pp::sparse_columns> sizes{};  // entries per column (shard_counts::column_size)
-  uint32_t hashable = 0;                              // bit c: shard_counts::hashable(c)
-  uint64_t cap = 0;                                   // the memory cap pass 1 kept to
-  uint64_t table_bytes = 0;                           // its count tables, at their peak
-  uint32_t in_flight = 1;                             // columns its node's merger takes at once
-
-  static constexpr std::size_t wire_bytes = pp::sparse_columns * 8 + 4 + 8 + 8 + 4;
-  std::vector<char> encode() const {
-    std::vector<char> b(wire_bytes);
-    char* p = b.data();
-    auto put = [&p](const void* v, std::size_t n) {
-      std::memcpy(p, v, n);
-      p += n;
-    };
-    put(sizes.data(), sizeof sizes);
-    put(&hashable, 4);
-    put(&cap, 8);
-    put(&table_bytes, 8);
-    put(&in_flight, 4);
-    return b;
-  }
-  static std::optional<counted_report> decode(const std::vector<char>& b) {
-    if (b.size() != wire_bytes) return std::nullopt;
-    counted_report report;
-    const char* p = b.data();
-    auto get = [&p](void* v, std::size_t n) {
-      std::memcpy(v, p, n);
-      p += n;
-    };
-    get(report.sizes.data(), sizeof report.sizes);
-    get(&report.hashable, 4);
-    get(&report.cap, 8);
-    get(&report.table_bytes, 8);
-    get(&report.in_flight, 4);
-    if (report.in_flight == 0) return std::nullopt;
-    return report;
-  }
-};
 
 struct merge_plan {
   job_config cfg;

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <thread>
 
+#include "actors/builtin/counted_report.hpp"
 #include "actors/builtin/pushed_counts.hpp"
 
 using namespace hetflow;
+using hetflow::actors::builtin::counted_report;
 using hetflow::actors::builtin::pushed_counts;
 using namespace std::chrono_literals;
 namespace pp = hetflow::kernels::preprocess;
@@ -161,4 +163,37 @@ BOOST_AUTO_TEST_CASE(stop_ends_a_wait_promptly) {
   BOOST_REQUIRE(!t.has_value());
   BOOST_CHECK(t.error().code() == errc::cancelled);
   BOOST_TEST(waited < 1000ms);
+}
+
+// The shard's pass-1 report (ppcounted) survives its wire form, and a
+// message of another length or with impossible fields is refused.
+BOOST_AUTO_TEST_CASE(counted_report_round_trips_and_refuses_bad_bytes) {
+  counted_report r;
+  for (int c = 0; c < counted_report::columns; ++c) r.sizes[std::size_t(c)] = uint64_t(c) * 1000003u + 7;
+  r.hashable = (1u << 26) - 1 - (1u << 3);
+  r.cap = uint64_t{5} << 33;
+  r.table_bytes = 123456789;
+  r.in_flight = 3;
+  const std::vector<char> bytes = r.encode();
+  BOOST_TEST(bytes.size() == counted_report::wire_bytes);
+  auto back = counted_report::decode(bytes);
+  BOOST_REQUIRE(back.has_value());
+  BOOST_TEST(back->sizes == r.sizes);
+  BOOST_TEST(back->hashable == r.hashable);
+  BOOST_TEST(back->cap == r.cap);
+  BOOST_TEST(back->table_bytes == r.table_bytes);
+  BOOST_TEST(back->in_flight == 3u);
+  auto shorter = bytes;
+  shorter.pop_back();
+  BOOST_TEST(!counted_report::decode(shorter).has_value());
+  auto longer = bytes;
+  longer.push_back(0);
+  BOOST_TEST(!counted_report::decode(longer).has_value());
+  BOOST_TEST(!counted_report::decode({}).has_value());
+  counted_report none = r;
+  none.in_flight = 0;
+  BOOST_TEST(!counted_report::decode(none.encode()).has_value());
+  counted_report past = r;
+  past.hashable |= 1u << 26;
+  BOOST_TEST(!counted_report::decode(past.encode()).has_value());
 }
