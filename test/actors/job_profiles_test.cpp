@@ -20,18 +20,9 @@ topology::cluster two_replicas(const std::string& strategy, const std::string& h
   registry reg;
   add_builtin_types(reg);
   const std::string text = R"(
-[cluster]
-name = "jp"
-[[nodes]]
-name = "a"
-host = "127.0.0.1"
-port = 7400
-devices = [ { kind = "cpu", threads = 1 } ]
-[[nodes]]
-name = "b"
-host = ")" + host2 + R"("
-port = 7401
-devices = [ { kind = "cpu", threads = 1 } ]
+cluster = { name = "jp" }
+nodes = [ { name = "a", host = "127.0.0.1", port = 7400, devices = [ { kind = "cpu", threads = 1 } ] },
+          { name = "b", host = ")" + host2 + R"(", port = 7401, devices = [ { kind = "cpu", threads = 1 } ] } ]
 [job]
 kind = "train"
 strategy = ")" + strategy + R"("
