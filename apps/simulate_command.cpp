@@ -41,12 +41,6 @@ std::string gib(uint64_t b) {
   return buf;
 }
 
-std::string fixed2(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
 std::string device_name(const topology::cluster& c, const topology::plan_device& d) {
   const auto& spec = c.nodes[std::size_t(d.node_index)].devices[d.device];
   return std::string(topology::to_string(spec.kind)) + ":" + std::to_string(spec.index);
@@ -547,9 +541,10 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     std::printf("  replica %zu: %s dev%zu (%s), %lld rows\n", i, est->replicas[i].node.c_str(),
                 est->replicas[i].device, est->replicas[i].kind.c_str(), static_cast<long long>(est->rows[i]));
   for (const auto& l : est->left_out) std::printf("  left out: %s\n", l.c_str());
-  std::printf("  step %.3f ms = compute %.3f ms%s + all-reduce %.3f ms%s\n", est->step_ms, est->compute_ms,
-              est->step_factor > 1 ? (" (x " + fixed2(est->step_factor) + ": replicas computing at once)").c_str() : "",
-              est->allreduce_ms, est->allreduce_model.empty() ? "" : (" (" + est->allreduce_model + ")").c_str());
+  std::printf("  step %.3f ms = compute %.3f ms", est->step_ms, est->compute_ms);
+  if (est->step_factor > 1) std::printf(" (x %.2f: replicas computing at once)", est->step_factor);
+  std::printf(" + all-reduce %.3f ms%s\n", est->allreduce_ms,
+              est->allreduce_model.empty() ? "" : (" (" + est->allreduce_model + ")").c_str());
   std::printf("simulated: %.1f samples/s\n", est->samples_per_s);
   return 0;
 }

@@ -38,7 +38,6 @@ tensor random_input(const model& m, int64_t batch, uint64_t seed) {
   return x;
 }
 
-
 expected<model_profile> profile_model(model& m, const profile_options& o) {
   if (o.batch <= 0 || o.iterations <= 0 || o.warmup < 0)
     return make_error(errc::invalid_argument, "profile: batch and iterations must be > 0");

@@ -88,6 +88,14 @@ kernels::optimizer_config optimizer_config_of(const topology::cluster& c) {
   return oc;
 }
 
+// The most replicas that share one host.
+uint32_t most_on_one_host(const std::vector<topology::dp_replica>& replicas) {
+  std::map<std::string, uint32_t> per_host;
+  uint32_t most = 0;
+  for (const auto& r : replicas) most = std::max(most, ++per_host[r.host]);
+  return most;
+}
+
 double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -290,7 +298,9 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
   // memory (ring members' shm path): measured here rather than priced by the
   // assumed links above.
   const std::string strategy = c.job.params.get_string("strategy", "single");
-  const uint32_t members = dp_replicas_per_host(c);
+  // An unknown dp node: no replicas here; the job's own check names it.
+  const auto reps = topology::dp_replicas(c, c.job.params.get_strings("dp_nodes"));
+  const uint32_t members = reps ? most_on_one_host(*reps) : 0;
   // (shm = "off": the ring sums by messages, priced by the links.)
   if ((strategy == "dp" || strategy == "auto") && members >= 2 && c.job.params.get_string("shm", "auto") == "auto") {
     auto ring = ring::measure_host_ring(members, db.params_bytes(0, db.units.size() - 1));
@@ -302,18 +312,15 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
                     double(ring->bytes) / 1e6, members);
       db.source += buf;
       // The replicas' compute side by side (cpu replicas; the first dp
-      // replica's threads), where their copies fit in memory easily.
-      auto reps = topology::dp_replicas(c, c.job.params.get_strings("dp_nodes"));
-      const uint64_t copies = uint64_t(members) * topology::dp_replica_memory(db, batch);
-      if (reps && !reps->empty() && reps->front().spec.kind == topology::device_kind::cpu &&
-          copies <= (uint64_t{2} << 30)) {
-        // (dp_replicas names nodes of c.) Each replica computes its share
-        // of the batch: `batch` already is one for strategy dp (simulate
-        // measures dp at it), not for auto.
-        const auto& rn = *std::find_if(c.nodes.begin(), c.nodes.end(),
-                                       [&](const auto& n) { return n.name == reps->front().node; });
-        const int64_t rows = strategy == "auto" ? std::max<int64_t>(1, batch / int64_t(reps->size())) : batch;
-        auto f = colocated_step_factor(c, spec, cpu_threads(rn, reps->front().spec), members, rows);
+      // replica's threads), where their copies fit in memory easily. Each
+      // replica computes its share of the batch: `batch` already is one for
+      // strategy dp (simulate measures dp at it), not for auto.
+      const topology::dp_replica& first = reps->front();
+      const topology::node_spec* node = c.find_node(first.node);
+      const int64_t rows = strategy == "auto" ? std::max<int64_t>(1, batch / int64_t(reps->size())) : batch;
+      const uint64_t copies = uint64_t(members) * topology::dp_replica_memory(db, rows);
+      if (node != nullptr && first.spec.kind == topology::device_kind::cpu && copies <= (uint64_t{2} << 30)) {
+        auto f = colocated_step_factor(c, spec, cpu_threads(*node, first.spec), members, rows);
         if (f) {
           db.links.host_ring_step_factor = *f;
           std::snprintf(buf, sizeof buf, "; replicas computing at once: x %.3f", *f);
@@ -327,15 +334,6 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
     }
   }
   return db;
-}
-
-uint32_t dp_replicas_per_host(const topology::cluster& c) {
-  auto replicas = topology::dp_replicas(c, c.job.params.get_strings("dp_nodes"));
-  if (!replicas) return 0;  // an unknown dp node: the job's own check names it
-  std::map<std::string, uint32_t> per_host;
-  uint32_t most = 0;
-  for (const auto& r : *replicas) most = std::max(most, ++per_host[r.host]);
-  return most;
 }
 
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch) {

@@ -56,10 +56,6 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
 // co-located step (links.host_ring_step_factor, colocated_step_factor).
 expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch);
 
-// The most dp replicas (devices of the job's dp_nodes, else of every node)
-// that share one host.
-uint32_t dp_replicas_per_host(const topology::cluster& c);
-
 // The job's profile_file when it names one, else measured_profiles.
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch);
 

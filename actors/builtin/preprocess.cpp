@@ -81,8 +81,8 @@
 #include <mutex>
 #include <set>
 
-#include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/counted_report.hpp"
+#include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/pushed_counts.hpp"
 #include "actors/json.hpp"
 #include "actors/metrics.hpp"
