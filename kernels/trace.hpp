@@ -116,12 +116,13 @@ void flow(track_id t, const char* name, int64_t ts_us, uint64_t id, bool start) 
 
 // RAII span: a complete event from construction to destruction (or end()).
 //   trace::scope s("optimizer", tk);
+// A null name records nothing (an optional span without std::optional).
 class scope {
 public:
   explicit scope(const char* name, track_id t = current_track(), const char* arg_name = nullptr,
                  int64_t arg = 0) noexcept
       : name_(name), arg_name_(arg_name), arg_(arg), track_(t) {
-    if (enabled()) t0_ = now_us();
+    if (name != nullptr && enabled()) t0_ = now_us();
   }
   ~scope() { end(); }
   scope(const scope&) = delete;

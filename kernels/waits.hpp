@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,21 +44,20 @@ struct span {
 class scope {
 public:
   scope(std::string actor, std::string on, std::string what, span s = {})
-      : id_(begin(std::move(actor), std::move(on), std::move(what))) {
-    if (s.name != nullptr) span_.emplace(s.name, s.track, s.arg_name, s.arg);
-  }
+      : id_(begin(std::move(actor), std::move(on), std::move(what))), span_(s.name, s.track, s.arg_name, s.arg) {}
   ~scope() { end(); }
   scope(const scope&) = delete;
   scope& operator=(const scope&) = delete;
   void end() noexcept {
     waits::end(id_);
     id_ = 0;
-    span_.reset();
+    span_.end();
   }
 
 private:
   id id_;
-  std::optional<trace::scope> span_;
+  // Not std::optional: GCC 12 warned that its t0_ may be used uninitialized.
+  trace::scope span_;  // a null span name: none
 };
 
 // The name of the actor this thread works for ("" if none): lets kernels

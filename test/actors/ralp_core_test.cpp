@@ -46,7 +46,6 @@ struct batch {
 batch make_batch(const kernels::shape& sample, int w, int64_t c, int64_t rows) {
   std::mt19937_64 r(uint64_t(w) * 7919u + uint64_t(c) * 104729u + 1);
   std::normal_distribution<float> n;
-  kernels::shape s = sample;
   std::vector<int64_t> dims{rows};
   for (int i = 0; i < sample.rank(); ++i) dims.push_back(sample[i]);
   batch b{kernels::tensor::empty(kernels::shape(std::span<const int64_t>(dims))), {}};

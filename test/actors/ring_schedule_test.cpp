@@ -220,7 +220,7 @@ std::vector<std::vector<T>> simulate(uint32_t n, uint64_t len, uint64_t chunk_el
                                 {reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(T)}});
   std::vector<std::deque<sim_msg>> inbox(n);
   received.assign(n, 0);
-  auto make = [&](uint32_t r, int phase, uint32_t g, uint64_t c) {
+  auto make = [&](uint32_t /*from*/, int phase, uint32_t g, uint64_t c) {
     auto rg = chunk_range(segment_range(len, n, g), chunk_elems, c);
     sim_msg m{phase, g, c, std::vector<std::byte>(rg.size() * sizeof(T))};
     return std::pair{m, rg};

@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(inserted_identity_layers_change_nothing) {
   register_once();
   zoo_options plain_o;
   zoo_options o;
-  o.insert_layers = {{"conv1", "test_scale"}, {"fc1", "test_scale"}};
+  o.insert_layers = {{"conv1", "test_scale", {}}, {"fc1", "test_scale", {}}};
   model plain = build(plain_o);
   model m = build(o);
   BOOST_REQUIRE_EQUAL(m.size(), plain.size() + 2);
@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(inserted_identity_layers_change_nothing) {
 BOOST_AUTO_TEST_CASE(the_layer_trains_and_its_gradients_are_right) {
   register_once();
   zoo_options o;
-  o.insert_layers = {{"fc1", "test_scale"}};
+  o.insert_layers = {{"fc1", "test_scale", {}}};
   auto spec = make_model_spec("lenet5", o);
   BOOST_REQUIRE(spec.has_value());
   const auto at = std::find_if(spec->layers.begin(), spec->layers.end(),
@@ -171,11 +171,11 @@ BOOST_AUTO_TEST_CASE(insertion_errors_name_what_is_wrong) {
     BOOST_REQUIRE(!s.has_value());
     return s.error().to_string();
   };
-  auto e1 = err({{"fc1", "tset_scale"}});
+  auto e1 = err({{"fc1", "tset_scale", {}}});
   BOOST_TEST(e1.find("no plugin registered layer 'tset_scale' (registered: test_scale") != std::string::npos, e1);
-  auto e2 = err({{"fc9", "test_scale"}});
+  auto e2 = err({{"fc9", "test_scale", {}}});
   BOOST_TEST(e2.find("lenet5 has no unit 'fc9' (its units: conv1,") != std::string::npos, e2);
-  auto e3 = err({{"fc1", "test_scale"}, {"fc1", "test_scale"}});
+  auto e3 = err({{"fc1", "test_scale", {}}, {"fc1", "test_scale", {}}});
   BOOST_TEST(e3.find("inserted after 'fc1' twice") != std::string::npos, e3);
   // A spec naming an unregistered type fails at build, naming the unit.
   layer_spec ls = layer_spec::custom("odd", "never_registered");
