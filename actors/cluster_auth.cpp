@@ -22,13 +22,13 @@ std::string rstrip(std::string s) {
   return s;
 }
 
-expected<std::string> check_length(std::string s, const std::string& what) {
+status check_length(const std::string& s, const std::string& what) {
   if (s.size() < min_secret_bytes)
     return make_error(errc::invalid_argument,
                       what + " holds " + std::to_string(s.size()) + " bytes; a cluster secret needs at least " +
                           std::to_string(min_secret_bytes) +
                           " (e.g. head -c 32 /dev/urandom | base64)");
-  return s;
+  return {};
 }
 
 }  // namespace
@@ -45,7 +45,9 @@ expected<std::string> load_cluster_secret(const topology::runtime_settings& rt, 
     struct stat st {};
     if (warning && ::stat(path.c_str(), &st) == 0 && (st.st_mode & 077))
       *warning = "the cluster secret file " + path + " can be read by other users (chmod 600 it)";
-    return check_length(rstrip(os.str()), "the cluster secret file " + path);
+    std::string secret = rstrip(os.str());
+    HF_RETURN_IF_ERROR(check_length(secret, "the cluster secret file " + path));
+    return secret;
   }
   if (!rt.secret_env.empty()) {
     const char* v = std::getenv(rt.secret_env.c_str());
@@ -53,7 +55,9 @@ expected<std::string> load_cluster_secret(const topology::runtime_settings& rt, 
       return make_error(errc::invalid_argument,
                         "[cluster] secret_env names the environment variable " + rt.secret_env +
                             ", which is not set (or empty) for this node; export the cluster secret in it");
-    return check_length(rstrip(v), "the environment variable " + rt.secret_env);
+    std::string secret = rstrip(v);
+    HF_RETURN_IF_ERROR(check_length(secret, "the environment variable " + rt.secret_env));
+    return secret;
   }
   return std::string{};
 }
