@@ -1144,7 +1144,8 @@ expected<std::shared_ptr<dataplane::data_plane>> make_data_plane(node_shared& sh
   // Nor for a preprocess job of its own: its actors send only CAF messages
   // (count and id chunks of at most chunk_bytes), and UCX's start and stop
   // were 26 ms of a 2-node job (wall median 0.107 s -> 0.081 s, 1000 rows).
-  const bool no_bulk = sh.cluster.nodes.size() == 1 || (sh.cluster.job.kind == "preprocess" && sh.cluster.actors.empty());
+  const bool no_bulk =
+      sh.cluster.nodes.size() == 1 || (sh.cluster.job.kind == "preprocess" && sh.cluster.actors.empty());
   if (rt.data_plane == "caf" || (rt.data_plane == "auto" && no_bulk)) {
     auto c = std::make_shared<caf_data_plane>(sh.self, rt.max_message_bytes);
     sh.caf_dp = c.get();

@@ -2,7 +2,8 @@
 // node's merger takes hashed columns from: whole columns only, a watchdog
 // timeout that only runs while nothing arrives, refusal of chunks after a
 // column's last or after it was taken and of corrupt ones, and a prompt
-// stop.
+// stop. Also the other wire form of the hashed merge's protocol: a shard's
+// pass-1 report (actors/builtin/counted_report.hpp).
 #define BOOST_TEST_MODULE actors_pushed_counts
 #include <boost/test/unit_test.hpp>
 

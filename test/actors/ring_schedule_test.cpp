@@ -220,7 +220,7 @@ std::vector<std::vector<T>> simulate(uint32_t n, uint64_t len, uint64_t chunk_el
                                 {reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(T)}});
   std::vector<std::deque<sim_msg>> inbox(n);
   received.assign(n, 0);
-  auto make = [&](uint32_t /*from*/, int phase, uint32_t g, uint64_t c) {
+  auto make = [&](int phase, uint32_t g, uint64_t c) {
     auto rg = chunk_range(segment_range(len, n, g), chunk_elems, c);
     sim_msg m{phase, g, c, std::vector<std::byte>(rg.size() * sizeof(T))};
     return std::pair{m, rg};
@@ -228,7 +228,7 @@ std::vector<std::vector<T>> simulate(uint32_t n, uint64_t len, uint64_t chunk_el
   for (uint32_t r = 0; r < n && n > 1; ++r) {
     auto seg = segment_range(len, n, r);
     for (uint64_t c = 0; c < chunk_count(seg, chunk_elems); ++c) {
-      auto [m, rg] = make(r, 0, r, c);
+      auto [m, rg] = make(0, r, c);
       bufs[r].copy_out(rg, m.data.data());
       inbox[(r + 1) % n].push_back(std::move(m));
     }
@@ -248,7 +248,7 @@ std::vector<std::vector<T>> simulate(uint32_t n, uint64_t len, uint64_t chunk_el
     if (in.phase == 0) {
       uint32_t s = *rs_step_of(r, n, in.segment);
       bool final_step = s + 2 >= n;
-      auto [m, rg2] = make(r, final_step ? 1 : 0, in.segment, in.chunk);
+      auto [m, rg2] = make(final_step ? 1 : 0, in.segment, in.chunk);
       if (final_step)
         bufs[r].add_final(rg, in.data.data(), m.data.data(), op, n);
       else

@@ -55,6 +55,10 @@ for mode in vocab hash; do
     { cat "$S/$mode-2.log"; fail "$mode: no progress line"; }
   json_get "$S/$mode-2.json" 'd["rows"] == 150001 and d["malformed"] == 0 and d["seconds"] > 0 and d["rows_per_s"] > 0 and len(d["shards"]) == 2' |
     grep -q True || { cat "$S/$mode-2.json"; fail "$mode: report"; }
+  # data_plane "auto": a preprocess job's actors send CAF messages only, so
+  # its nodes start no UCX (node_runtime's make_data_plane).
+  json_get "$S/$mode-2.json" '[n["data_plane"] for n in d["nodes"]] == ["caf", "caf"]' |
+    grep -q True || { cat "$S/$mode-2.json"; fail "$mode: a preprocess node started the UCX data plane"; }
   # A shard's totals are its parts' (once its seconds lost their last digit,
   # and a short number such as 0.1 became the invalid 0.).
   json_get "$S/$mode-2.json" 'all(a["metrics"]["seconds"] == max(p["seconds"] for p in a["metrics"]["parts"]) and a["metrics"]["rows"] == sum(p["rows"] for p in a["metrics"]["parts"]) for a in d["actors"] if a["name"].startswith("pp_shard"))' |

@@ -84,6 +84,7 @@ BOOST_AUTO_TEST_CASE(a_scope_with_a_span_is_also_the_waits_trace_event) {
   };
   BOOST_TEST(count("\"wait: test batch\"") == 1u, doc);  // once, although end() ran twice
   BOOST_TEST(count("\"shard\":3") == 1u, doc);
+  BOOST_TEST(trace::current_counts().events == 1u, doc);  // the plain scope recorded nothing
   BOOST_TEST(w::snapshot().empty());
   trace::reset();
 }
