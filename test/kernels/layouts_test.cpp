@@ -1,0 +1,178 @@
+// The cpu units that reorder their data into oneDNN's blocked layouts
+// (pooling and batch norm: nChw16c on AVX-512, nChw8c on AVX2, NHWC else;
+// kernels/cpu/pool.cpp, batch_norm.cpp) at channel counts that take those
+// layouts (8, 16, 24, 32) and at ones that cannot (3, 12): the output equals
+// straightforward loops over NCHW, and the gradients pass finite
+// differences. (gradcheck_test's cases use 2-6 channels: plain NCHW only.)
+#define BOOST_TEST_MODULE kernels_layouts
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "gradcheck.hpp"
+#include "kernels/cpu/cpu_context.hpp"
+#include "kernels/cpu/unit_factory.hpp"
+
+using namespace hetflow;
+using namespace hetflow::kernels;
+using namespace hetflow::kernels::testing;
+
+namespace {
+
+cpu::cpu_context& ctx() {
+  static cpu::cpu_context c(2);
+  return c;
+}
+
+std::unique_ptr<unit> build(const layer_spec& s, const shape& sample) {
+  rng init(5);
+  auto b = cpu::make_unit(ctx(), s, sample, init);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
+  return std::move(b->u);
+}
+
+tensor random_input(const shape& s, uint64_t seed = 9) {
+  tensor x = tensor::empty(s);
+  fill_normal(x, seed);
+  return x;
+}
+
+const int64_t channel_counts[] = {3, 8, 12, 16, 24, 32};
+
+// Pooling over NCHW by loops: max ignores the padding, avg divides by k * k.
+tensor reference_pool(const tensor& x, bool max, int64_t k, int64_t stride, int64_t pad) {
+  const shape& s = x.shape();
+  const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
+  tensor y = tensor::empty({n, c, oh, ow});
+  for (int64_t i = 0; i < n * c; ++i)
+    for (int64_t r = 0; r < oh; ++r)
+      for (int64_t q = 0; q < ow; ++q) {
+        float acc = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+        for (int64_t a = 0; a < k; ++a)
+          for (int64_t b = 0; b < k; ++b) {
+            const int64_t ih = r * stride - pad + a, iw = q * stride - pad + b;
+            if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+            const float v = x.f32()[(i * h + ih) * w + iw];
+            acc = max ? std::max(acc, v) : acc + v;
+          }
+        y.f32()[(i * oh + r) * ow + q] = max ? acc : acc / float(k * k);
+      }
+  return y;
+}
+
+// Batch norm over NCHW by loops: batch statistics (biased variance) in
+// training, the given mean and variance in eval; then scale and shift.
+tensor reference_batch_norm(const tensor& x, const float* scale, const float* shift, const float* mean_in,
+                            const float* var_in, bool relu) {
+  const shape& s = x.shape();
+  const int64_t n = s[0], c = s[1], hw = s[2] * s[3];
+  tensor y = tensor::empty(s);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = 0, var = 0;
+    if (mean_in) {
+      mean = mean_in[ch];
+      var = var_in[ch];
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t p = 0; p < hw; ++p) mean += x.f32()[(i * c + ch) * hw + p];
+      mean /= double(n * hw);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t p = 0; p < hw; ++p) {
+          const double d = x.f32()[(i * c + ch) * hw + p] - mean;
+          var += d * d;
+        }
+      var /= double(n * hw);
+    }
+    const double inv = 1.0 / std::sqrt(var + 1e-5);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p) {
+        const int64_t at = (i * c + ch) * hw + p;
+        double v = (x.f32()[at] - mean) * inv * scale[ch] + shift[ch];
+        if (relu) v = std::max(v, 0.0);
+        y.f32()[at] = float(v);
+      }
+  }
+  return y;
+}
+
+void expect_equal(const std::string& what, tensor_view got, const tensor& want, float tol) {
+  BOOST_REQUIRE(got.shape() == want.shape());
+  float worst = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) worst = std::max(worst, std::fabs(got.f32()[i] - want.f32()[i]));
+  BOOST_CHECK_MESSAGE(worst <= tol, what << ": differs from the NCHW loops by " << worst);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(pooling_equals_loops_and_passes_finite_differences) {
+  struct pool_case {
+    const char* name;
+    bool max;
+    int64_t k, stride, pad;
+  };
+  const pool_case cases[] = {{"max 2x2", true, 2, 2, 0}, {"max 3s2p1", true, 3, 2, 1}, {"avg 3s2p1", false, 3, 2, 1}};
+  for (int64_t c : channel_counts)
+    for (const pool_case& pc : cases) {
+      const std::string what = std::string(pc.name) + ", " + std::to_string(c) + " channels";
+      auto spec = pc.max ? layer_spec::max_pool("pool", pc.k, pc.stride, pc.pad)
+                         : layer_spec::avg_pool("pool", pc.k, pc.stride, pc.pad);
+      auto u = build(spec, shape{c, 6, 6});
+      tensor x = random_input({3, c, 6, 6});
+      BOOST_REQUIRE(u->prepare(x.shape()).has_value());
+      auto y = u->forward(x.view(), mode::train);
+      BOOST_REQUIRE_MESSAGE(y.has_value(), what);
+      expect_equal(what, *y, reference_pool(x, pc.max, pc.k, pc.stride, pc.pad), 1e-6f);
+      // Random normal values: ties within a finite-difference step are
+      // unlikely, and a few outliers are allowed for them.
+      fd_options o;
+      o.max_outlier_fraction = 0.02;
+      require_ok(what, check_unit(*u, x, mode::train, o, true), o);
+    }
+  for (int64_t c : channel_counts) {
+    const std::string what = "global avg, " + std::to_string(c) + " channels";
+    auto u = build(layer_spec::global_avg_pool("gap"), shape{c, 4, 5});
+    tensor x = random_input({2, c, 4, 5});
+    auto y = u->forward(x.view(), mode::train);
+    BOOST_REQUIRE_MESSAGE(y.has_value(), what);
+    tensor want = tensor::empty({2, c, 1, 1});
+    for (int64_t i = 0; i < 2 * c; ++i) {
+      double sum = 0;
+      for (int64_t p = 0; p < 20; ++p) sum += x.f32()[i * 20 + p];
+      want.f32()[i] = float(sum / 20);
+    }
+    expect_equal(what, *y, want, 1e-6f);
+    require_ok(what, check_unit(*u, x, mode::train, {}, true), {});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(batch_norm_equals_loops_and_passes_finite_differences) {
+  for (int64_t c : channel_counts)
+    for (mode m : {mode::train, mode::eval})
+      for (bool relu : {false, true}) {
+        const std::string what = std::string(m == mode::train ? "train" : "eval") + (relu ? " + relu" : "") +
+                                 ", " + std::to_string(c) + " channels";
+        auto u = build(layer_spec::batch_norm("bn", relu), shape{c, 5, 5});
+        std::vector<parameter*> ps;
+        u->parameters(ps);
+        fill_normal(ps[0]->value, 21);  // non-trivial scale and shift
+        fill_normal(ps[1]->value, 22);
+        std::vector<state_tensor*> st;
+        u->state(st);
+        fill_normal(st[0]->value, 23, 0.5f);                      // running mean
+        for (float& v : st[1]->value.f32_span()) v = 0.5f + v * v;  // running var > 0
+        tensor mean = tensor::from(st[0]->value.view()), var = tensor::from(st[1]->value.view());
+        tensor x = random_input({4, c, 5, 5});
+        auto y = u->forward(x.view(), m);
+        BOOST_REQUIRE_MESSAGE(y.has_value(), what);
+        const bool eval = m == mode::eval;
+        expect_equal(what, *y,
+                     reference_batch_norm(x, ps[0]->value.f32(), ps[1]->value.f32(), eval ? mean.f32() : nullptr,
+                                          eval ? var.f32() : nullptr, relu),
+                     1e-4f);
+        if (relu) continue;  // finite differences across the ReLU's kink are not reliable (gradcheck_test)
+        require_ok(what, check_unit(*u, x, m, {}, true), {});
+      }
+}
