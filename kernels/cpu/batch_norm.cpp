@@ -16,8 +16,10 @@
 // through the reference loop on AVX2: ResNet-18 at width 0.25 spent 85% of
 // its time there on the 2-core AVX2 VM), so prepare() takes the first of
 // nChw16c, nChw8c, NHWC whose primitives are not the reference ones.
-// TODO(perf): layout propagation between oneDNN units would remove the
-// reorders too.
+// Inside a residual body the activations and gradients flow between this unit
+// and its convolutions in that layout (inner_link, units.hpp); a fused ReLU's
+// derivative is then applied in the layout too.
+// TODO(perf): the same between top-level units.
 #include <cmath>
 #include <string_view>
 #include <utility>
@@ -32,7 +34,7 @@ namespace {
 
 using nflags = dnnl::normalization_flags;
 
-class batch_norm_unit final : public unit {
+class batch_norm_unit final : public unit, public linkable {
 public:
   batch_norm_unit(cpu_context& ctx, const layer_spec& s, int64_t channels, const std::string& prefix)
       : unit(prefix + s.name), ctx_(ctx), c_(channels), eps_(float(s.eps)), momentum_(float(s.momentum)),
@@ -60,6 +62,7 @@ public:
                                                     input.to_string());
     if (prepared_ && input == in_shape_) return input;
     prepared_ = false;
+    link_ = {};
     in_shape_ = input;
     const auto plain = plain_md(input);
     const nflags ss = nflags::use_scale | nflags::use_shift;
@@ -134,8 +137,11 @@ public:
     }
     x_ = x;
     last_mode_ = m;
-    src_.attach(x.raw());
-    HF_RETURN_IF_ERROR(src_.to_inner(ctx_, name(), "input reorder"));
+    if (!link_.input) {
+      src_.attach(x.raw());
+      HF_RETURN_IF_ERROR(src_.to_inner(ctx_, name(), "input reorder"));
+    }
+    const dnnl::memory& src = link_.input ? link_.input->arg() : src_.arg();
     dst_.attach(y_.bytes());
     attach(scale_m_, scale_.value.bytes());
     attach(shift_m_, shift_.value.bytes());
@@ -144,13 +150,13 @@ public:
       attach(var_m_, var_.bytes());
       if (relu_)
         HF_RETURN_IF_ERROR(execute(ctx_, fwd_train_,
-                                   {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_DST, dst_.arg()}, {DNNL_ARG_MEAN, mean_m_},
+                                   {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst_.arg()}, {DNNL_ARG_MEAN, mean_m_},
                                     {DNNL_ARG_VARIANCE, var_m_}, {DNNL_ARG_SCALE, scale_m_},
                                     {DNNL_ARG_SHIFT, shift_m_}, {DNNL_ARG_WORKSPACE, ws_m_}},
                                    name(), "forward"));
       else
         HF_RETURN_IF_ERROR(execute(ctx_, fwd_train_,
-                                   {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_DST, dst_.arg()}, {DNNL_ARG_MEAN, mean_m_},
+                                   {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst_.arg()}, {DNNL_ARG_MEAN, mean_m_},
                                     {DNNL_ARG_VARIANCE, var_m_}, {DNNL_ARG_SCALE, scale_m_},
                                     {DNNL_ARG_SHIFT, shift_m_}},
                                    name(), "forward"));
@@ -159,23 +165,35 @@ public:
       attach(mean_m_, running_mean_.value.bytes());
       attach(var_m_, running_var_.value.bytes());
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_eval_,
-                                 {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_DST, dst_.arg()}, {DNNL_ARG_MEAN, mean_m_},
+                                 {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst_.arg()}, {DNNL_ARG_MEAN, mean_m_},
                                   {DNNL_ARG_VARIANCE, var_m_}, {DNNL_ARG_SCALE, scale_m_},
                                   {DNNL_ARG_SHIFT, shift_m_}},
                                  name(), "forward (eval)"));
     }
-    HF_RETURN_IF_ERROR(dst_.to_plain(ctx_, name(), "output reorder"));
+    if (!link_.output_inner) HF_RETURN_IF_ERROR(dst_.to_plain(ctx_, name(), "output reorder"));
     return y_.view();
   }
 
   expected<tensor_view> backward(tensor_view dy, bool need_input_grad) override {
-    HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("batch_norm", name(), dy, y_, relu_, dpre_));
-    const void* dpre = g.raw();
+    HF_RETURN_IF_ERROR(check_gradient("batch_norm", name(), dy, y_));
     bool train = last_mode_ == mode::train;
-    // src_ still holds this batch's input in md's layout (lockstep contract).
-    if (!src_.staged()) src_.attach(x_.raw());
-    ddst_.attach(dpre);
-    HF_RETURN_IF_ERROR(ddst_.to_inner(ctx_, name(), "gradient reorder"));
+    // src_ (or the linked producer's output) still holds this batch's input
+    // in md's layout (lockstep contract).
+    if (!link_.input && !src_.staged()) src_.attach(x_.raw());
+    const dnnl::memory& src = link_.input ? link_.input->arg() : src_.arg();
+    if (!link_.output_grad) {
+      HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("batch_norm", name(), dy, y_, relu_, dpre_));
+      ddst_.attach(g.raw());
+      HF_RETURN_IF_ERROR(ddst_.to_inner(ctx_, name(), "gradient reorder"));
+    } else if (relu_) {
+      // The ReLU's derivative in the layout: the staged output and gradient
+      // have the same layout (link_units), element by element.
+      const auto* d = static_cast<const float*>(link_.output_grad->arg().get_data_handle());
+      const auto* y = static_cast<const float*>(dst_.arg().get_data_handle());
+      relu_backward(d, y, static_cast<float*>(ddst_.arg().get_data_handle()),
+                    int64_t(ddst_.wanted().get_size() / sizeof(float)));
+    }
+    const dnnl::memory& ddst = link_.output_grad && !relu_ ? link_.output_grad->arg() : ddst_.arg();
     dsrc_.attach(dx_.bytes());
     attach(mean_m_, train ? mean_.bytes() : running_mean_.value.bytes());
     attach(var_m_, train ? var_.bytes() : running_var_.value.bytes());
@@ -186,15 +204,22 @@ public:
     // oneDNN computes diff_src along with the parameter gradients; there is
     // no cheaper weights-only variant.
     HF_RETURN_IF_ERROR(execute(ctx_, train ? bwd_train_ : bwd_eval_,
-                               {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_MEAN, mean_m_}, {DNNL_ARG_VARIANCE, var_m_},
-                                {DNNL_ARG_DIFF_DST, ddst_.arg()}, {DNNL_ARG_SCALE, scale_m_},
+                               {{DNNL_ARG_SRC, src}, {DNNL_ARG_MEAN, mean_m_}, {DNNL_ARG_VARIANCE, var_m_},
+                                {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_SCALE, scale_m_},
                                 {DNNL_ARG_SHIFT, shift_m_}, {DNNL_ARG_DIFF_SRC, dsrc_.arg()}, {DNNL_ARG_DIFF_SCALE, dscale_m_},
                                 {DNNL_ARG_DIFF_SHIFT, dshift_m_}},
                                name(), "backward"));
     if (!need_input_grad) return tensor_view{};
-    HF_RETURN_IF_ERROR(dsrc_.to_plain(ctx_, name(), "input gradient reorder"));
+    if (!link_.input_grad_inner) HF_RETURN_IF_ERROR(dsrc_.to_plain(ctx_, name(), "input gradient reorder"));
     return dx_.view();
   }
+
+  // linkable: every side (a fused ReLU's derivative is applied in the layout).
+  const staged_memory* link_output() const override { return &dst_; }
+  const staged_memory* link_output_grad() const override { return &ddst_; }
+  const staged_memory* link_input() const override { return &src_; }
+  const staged_memory* link_input_grad() const override { return &dsrc_; }
+  void set_link(const inner_link& l) override { link_ = l; }
 
   void parameters(std::vector<parameter*>& out) override {
     out.push_back(&scale_);
@@ -238,6 +263,7 @@ private:
   dnnl::batch_normalization_forward fwd_train_, fwd_eval_;
   dnnl::batch_normalization_backward bwd_train_, bwd_eval_;
   staged_memory src_, dst_, dsrc_, ddst_;
+  inner_link link_;
   dnnl::memory mean_m_, var_m_, scale_m_, shift_m_, dscale_m_, dshift_m_,
       ws_m_;
 };

@@ -8,8 +8,9 @@
 // in PyTorch's (out, in, kh, kw) layout: staged_memory reorders at the edges
 // (weights only when their version changed).
 //
-// TODO(perf): let blocked activations flow between adjacent oneDNN units
-// (conv -> pool -> conv) instead of reordering at every unit boundary.
+// Inside a residual body the activations and gradients flow between this unit
+// and a batch norm in the blocked layout (inner_link, units.hpp).
+// TODO(perf): the same between top-level units (conv -> pool -> conv).
 #include <cmath>
 #include <optional>
 
@@ -20,7 +21,7 @@
 namespace hetflow::kernels::cpu {
 namespace {
 
-class conv2d_unit final : public unit {
+class conv2d_unit final : public unit, public linkable {
 public:
   conv2d_unit(cpu_context& ctx, const layer_spec& s, int64_t in_c, rng& init, const std::string& prefix)
       : unit(prefix + s.name), ctx_(ctx), in_c_(in_c), out_c_(s.out), k_(s.kernel), stride_(s.stride),
@@ -56,6 +57,7 @@ public:
     shape out_shape{input[0], out_c_, oh, ow};
     if (prepared_ && input == in_shape_) return out_shape;
     prepared_ = false;
+    link_ = {};
     in_shape_ = input;
     const auto src_plain = plain_md(input);
     const auto dst_plain = plain_md(out_shape);
@@ -124,60 +126,68 @@ public:
       HF_RETURN_IF_ERROR(w_fwd_.to_inner(ctx_, name(), "weight reorder"));
       weights_version_ = weight_.version;
     }
-    src_.attach(x.raw());
-    HF_RETURN_IF_ERROR(src_.to_inner(ctx_, name(), "input reorder"));
+    if (!link_.input) {
+      src_.attach(x.raw());
+      HF_RETURN_IF_ERROR(src_.to_inner(ctx_, name(), "input reorder"));
+    }
+    const dnnl::memory& src = link_.input ? link_.input->arg() : src_.arg();
     dst_.attach(y_.bytes());
     if (has_bias_) {
       attach(b_m_, bias_.value.bytes());
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_,
-                                 {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_WEIGHTS, w_fwd_.arg()},
+                                 {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w_fwd_.arg()},
                                   {DNNL_ARG_BIAS, b_m_}, {DNNL_ARG_DST, dst_.arg()}},
                                  name(), "forward"));
     } else {
       HF_RETURN_IF_ERROR(execute(ctx_, fwd_,
-                                 {{DNNL_ARG_SRC, src_.arg()}, {DNNL_ARG_WEIGHTS, w_fwd_.arg()},
+                                 {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w_fwd_.arg()},
                                   {DNNL_ARG_DST, dst_.arg()}},
                                  name(), "forward"));
     }
-    HF_RETURN_IF_ERROR(dst_.to_plain(ctx_, name(), "output reorder"));
+    if (!link_.output_inner) HF_RETURN_IF_ERROR(dst_.to_plain(ctx_, name(), "output reorder"));
     return y_.view();
   }
 
   expected<tensor_view> backward(tensor_view dy, bool need_input_grad) override {
-    HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("conv2d", name(), dy, y_, relu_, dpre_));
-    const void* dpre = g.raw();
-    ddst_bw_.attach(dpre);
-    HF_RETURN_IF_ERROR(ddst_bw_.to_inner(ctx_, name(), "gradient reorder"));
+    HF_RETURN_IF_ERROR(check_gradient("conv2d", name(), dy, y_));
+    const void* dpre = nullptr;
+    if (!link_.output_grad) {  // linked: no ReLU (link_output), the gradient is staged already
+      HF_ASSIGN_OR_RETURN(tensor_view g, gradient_before_relu("conv2d", name(), dy, y_, relu_, dpre_));
+      dpre = g.raw();
+      ddst_bw_.attach(dpre);
+      HF_RETURN_IF_ERROR(ddst_bw_.to_inner(ctx_, name(), "gradient reorder"));
+    }
+    const dnnl::memory& ddst_m = link_.output_grad ? link_.output_grad->arg() : ddst_bw_.arg();
     // The forward's staged input is still valid (lockstep contract).
-    const staged_memory* src = &src_;
-    if (!src_bw_same_) {
+    const staged_memory* src = link_.input ? link_.input : &src_;  // linked: src_bw_same_ (link_input)
+    if (!link_.input && !src_bw_same_) {
       src_bw_.attach(x_.raw());
       HF_RETURN_IF_ERROR(src_bw_.to_inner(ctx_, name(), "input reorder"));
       src = &src_bw_;
-    } else if (!src_.staged()) {
+    } else if (!link_.input && !src_.staged()) {
       src_.attach(x_.raw());
     }
     dw_.attach(weight_.grad.bytes());
     if (has_bias_) {
       attach(db_m_, bias_.grad.bytes());
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_weights_,
-                                 {{DNNL_ARG_SRC, src->arg()}, {DNNL_ARG_DIFF_DST, ddst_bw_.arg()},
+                                 {{DNNL_ARG_SRC, src->arg()}, {DNNL_ARG_DIFF_DST, ddst_m},
                                   {DNNL_ARG_DIFF_WEIGHTS, dw_.arg()}, {DNNL_ARG_DIFF_BIAS, db_m_}},
                                  name(), "backward weights"));
     } else {
       HF_RETURN_IF_ERROR(execute(ctx_, bwd_weights_,
-                                 {{DNNL_ARG_SRC, src->arg()}, {DNNL_ARG_DIFF_DST, ddst_bw_.arg()},
+                                 {{DNNL_ARG_SRC, src->arg()}, {DNNL_ARG_DIFF_DST, ddst_m},
                                   {DNNL_ARG_DIFF_WEIGHTS, dw_.arg()}},
                                  name(), "backward weights"));
     }
     HF_RETURN_IF_ERROR(dw_.to_plain(ctx_, name(), "weight gradient reorder"));
     if (!need_input_grad) return tensor_view{};
 
-    const staged_memory* ddst = &ddst_bw_;
-    if (!ddst_bd_same_) {
+    const dnnl::memory* ddst = &ddst_m;
+    if (!ddst_bd_same_) {  // never linked (link_output)
       ddst_bd_.attach(dpre);
       HF_RETURN_IF_ERROR(ddst_bd_.to_inner(ctx_, name(), "gradient reorder"));
-      ddst = &ddst_bd_;
+      ddst = &ddst_bd_.arg();
     }
     const staged_memory* w = &w_fwd_;  // reordered by this batch's forward
     if (!w_bd_same_) {
@@ -189,12 +199,22 @@ public:
     }
     dsrc_.attach(dx_.bytes());
     HF_RETURN_IF_ERROR(execute(ctx_, bwd_data_,
-                               {{DNNL_ARG_DIFF_DST, ddst->arg()}, {DNNL_ARG_WEIGHTS, w->arg()},
+                               {{DNNL_ARG_DIFF_DST, *ddst}, {DNNL_ARG_WEIGHTS, w->arg()},
                                 {DNNL_ARG_DIFF_SRC, dsrc_.arg()}},
                                name(), "backward data"));
-    HF_RETURN_IF_ERROR(dsrc_.to_plain(ctx_, name(), "input gradient reorder"));
+    if (!link_.input_grad_inner) HF_RETURN_IF_ERROR(dsrc_.to_plain(ctx_, name(), "input gradient reorder"));
     return dx_.view();
   }
+
+  // linkable: an output with a fused ReLU is not handed on (its backward masks
+  // the plain gradient by the plain output), nor one whose two backward
+  // primitives want the gradient in different layouts; an input whose weight
+  // gradient wants another layout than the forward's is not taken.
+  const staged_memory* link_output() const override { return relu_ || !ddst_bd_same_ ? nullptr : &dst_; }
+  const staged_memory* link_output_grad() const override { return &ddst_bw_; }
+  const staged_memory* link_input() const override { return src_bw_same_ ? &src_ : nullptr; }
+  const staged_memory* link_input_grad() const override { return &dsrc_; }
+  void set_link(const inner_link& l) override { link_ = l; }
 
   void parameters(std::vector<parameter*>& out) override {
     out.push_back(&weight_);
@@ -222,6 +242,7 @@ private:
   bool src_bw_same_ = true, ddst_bd_same_ = true, w_bd_same_ = true;
   dnnl::memory b_m_, db_m_;
   std::optional<uint64_t> weights_version_;
+  inner_link link_;
 };
 
 }  // namespace

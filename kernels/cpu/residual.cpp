@@ -1,5 +1,7 @@
 // residual: y = relu?(body(x) + shortcut(x)), a composite unit (ResNet's basic
-// and bottleneck blocks). An empty shortcut is the identity.
+// and bottleneck blocks). An empty shortcut is the identity. Within the body
+// and within the shortcut, adjacent oneDNN units hand their data on in their
+// primitives' layout (link_units).
 #include "kernels/cpu/fused_relu.hpp"
 #include "kernels/cpu/units.hpp"
 
@@ -29,6 +31,8 @@ public:
     if (!(b == s))
       return make_error(errc::invalid_argument, "residual " + name() + ": body output " + b.to_string() +
                                                     " != shortcut output " + s.to_string());
+    link_units(body_);
+    link_units(shortcut_);
     in_shape_ = input;
     y_.resize(b);
     dpre_.resize(b);
@@ -104,6 +108,34 @@ private:
 };
 
 }  // namespace
+
+void link_units(const std::vector<std::unique_ptr<unit>>& chain) {
+  std::vector<linkable*> l(chain.size());
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    l[i] = dynamic_cast<linkable*>(chain[i].get());
+    if (l[i]) l[i]->set_link({});
+  }
+  std::vector<inner_link> links(chain.size());
+  for (std::size_t i = 1; i < chain.size(); ++i) {
+    linkable* a = l[i - 1];
+    linkable* b = l[i];
+    if (!a || !b) continue;
+    const staged_memory* out = a->link_output();
+    const staged_memory* out_grad = a->link_output_grad();
+    const staged_memory* in = b->link_input();
+    const staged_memory* in_grad = b->link_input_grad();
+    if (!out || !out_grad || !in || !in_grad) continue;
+    // Both sides reorder today (else there is nothing to save), to the same layouts.
+    if (!out->staged() || !out_grad->staged() || !in->staged() || !in_grad->staged()) continue;
+    if (out->wanted() != in->wanted() || in_grad->wanted() != out_grad->wanted()) continue;
+    links[i - 1].output_inner = true;
+    links[i - 1].output_grad = in_grad;
+    links[i].input = out;
+    links[i].input_grad_inner = true;
+  }
+  for (std::size_t i = 0; i < chain.size(); ++i)
+    if (l[i]) l[i]->set_link(links[i]);
+}
 
 expected<built_unit> make_residual(cpu_context& ctx, const layer_spec& s, const shape& in, rng& init,
                                    const std::string& prefix) {

@@ -102,7 +102,7 @@ void expect_equal(const std::string& what, tensor_view got, const tensor& want, 
   BOOST_REQUIRE(got.shape() == want.shape());
   float worst = 0;
   for (int64_t i = 0; i < want.numel(); ++i) worst = std::max(worst, std::fabs(got.f32()[i] - want.f32()[i]));
-  BOOST_CHECK_MESSAGE(worst <= tol, what << ": differs from the NCHW loops by " << worst);
+  BOOST_CHECK_MESSAGE(worst <= tol, what << ": differs from the reference by " << worst);
 }
 
 }  // namespace
@@ -175,4 +175,128 @@ BOOST_AUTO_TEST_CASE(batch_norm_equals_loops_and_passes_finite_differences) {
         if (relu) continue;  // finite differences across the ReLU's kink are not reliable (gradcheck_test)
         require_ok(what, check_unit(*u, x, m, {}, true), {});
       }
+}
+
+namespace {
+
+// A residual block built as one unit (its body's and shortcut's units hand
+// data on in the blocked layout, units.hpp's link_units) and the same units
+// built one by one and run in sequence by hand (each reorders at its edges):
+// the same output, input gradient and parameter gradients, bit for bit (a
+// reorder is a copy).
+void check_residual_equals_units(const std::string& what, const layer_spec& block, const shape& sample) {
+  rng init(7);
+  auto built = cpu::make_unit(ctx(), block, sample, init);
+  BOOST_REQUIRE_MESSAGE(built.has_value(), built.error().to_string());
+  unit& res = *built->u;
+  auto chain = [&](const std::vector<layer_spec>& specs) {
+    std::vector<std::unique_ptr<unit>> out;
+    shape cur = sample;
+    rng other(99);
+    for (const layer_spec& s : specs) {
+      auto b = cpu::make_unit(ctx(), s, cur, other);
+      BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
+      out.push_back(std::move(b->u));
+      cur = b->sample_output;
+    }
+    return out;
+  };
+  auto body = chain(block.body), shortcut = chain(block.shortcut);
+  std::vector<parameter*> rp, up;
+  res.parameters(rp);
+  for (auto& u : body) u->parameters(up);
+  for (auto& u : shortcut) u->parameters(up);
+  BOOST_REQUIRE_EQUAL(rp.size(), up.size());
+  for (std::size_t i = 0; i < rp.size(); ++i) {
+    fill_normal(rp[i]->value, 30 + i, 0.5f);
+    up[i]->value = rp[i]->value.clone();
+    ++rp[i]->version;
+    ++up[i]->version;
+  }
+  tensor x = random_input(shape{4, sample[0], sample[1], sample[2]}, 41);
+  auto run_chain = [&](std::vector<std::unique_ptr<unit>>& c) {
+    tensor_view v = x.view();
+    for (auto& u : c) {
+      auto r = u->forward(v, mode::train);
+      BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+      v = *r;
+    }
+    return tensor::from(v);
+  };
+  for (int round = 0; round < 2; ++round) {  // twice: the links hold from one batch to the next
+    auto y = res.forward(x.view(), mode::train);
+    BOOST_REQUIRE_MESSAGE(y.has_value(), y.error().to_string());
+    tensor b = run_chain(body), s = run_chain(shortcut);
+    tensor want = tensor::empty(b.shape());
+    for (int64_t i = 0; i < b.numel(); ++i) want.f32()[i] = std::max(b.f32()[i] + s.f32()[i], 0.0f);
+    expect_equal(what + ": output", *y, want, 0.0f);
+    tensor dy = random_input(want.shape(), 43 + round);
+    auto dx = res.backward(dy.view(), true);
+    BOOST_REQUIRE_MESSAGE(dx.has_value(), dx.error().to_string());
+    tensor dpre = tensor::empty(want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i) dpre.f32()[i] = want.f32()[i] > 0 ? dy.f32()[i] : 0.0f;
+    auto back = [&](std::vector<std::unique_ptr<unit>>& c) {
+      tensor_view d = dpre.view();
+      for (std::size_t i = c.size(); i-- > 0;) {
+        auto r = c[i]->backward(d, true);
+        BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+        d = *r;
+      }
+      return tensor::from(d);
+    };
+    tensor db = back(body), ds = back(shortcut);
+    tensor dx_want = tensor::empty(x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) dx_want.f32()[i] = db.f32()[i] + ds.f32()[i];
+    expect_equal(what + ": input gradient", *dx, dx_want, 0.0f);
+    for (std::size_t i = 0; i < rp.size(); ++i) expect_equal(what + ": " + rp[i]->name, rp[i]->grad.view(), up[i]->grad, 0.0f);
+    // The eval forward too (batch norm's running statistics).
+    auto ye = res.forward(x.view(), mode::eval);
+    BOOST_REQUIRE(ye.has_value());
+    tensor ye_copy = tensor::from(*ye);
+    tensor_view v = x.view();
+    for (auto& u : body) v = *u->forward(v, mode::eval);
+    tensor be = tensor::from(v);
+    v = x.view();
+    for (auto& u : shortcut) v = *u->forward(v, mode::eval);
+    for (int64_t i = 0; i < be.numel(); ++i) be.f32()[i] = std::max(be.f32()[i] + v.f32()[i], 0.0f);
+    expect_equal(what + ": eval output", ye_copy.view(), be, 0.0f);
+  }
+}
+
+std::vector<layer_spec> conv_bn(const std::string& n, int64_t out, int64_t k, int64_t stride, int64_t pad,
+                                bool relu) {
+  return {layer_spec::conv2d(n, out, k, stride, pad, false, false), layer_spec::batch_norm(n + "_bn", relu)};
+}
+
+std::vector<layer_spec> cat(std::vector<layer_spec> a, const std::vector<layer_spec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(residual_blocks_hand_data_on_in_the_layout_bit_for_bit) {
+  for (int64_t c : {8, 12, 16}) {
+    const std::string n = std::to_string(c) + " channels";
+    // basic block, identity shortcut
+    check_residual_equals_units(
+        "basic, " + n,
+        layer_spec::residual("b", cat(conv_bn("c1", c, 3, 1, 1, true), conv_bn("c2", c, 3, 1, 1, false)), {}, true),
+        shape{c, 6, 6});
+    // basic block, stride 2 and a downsample shortcut
+    check_residual_equals_units("basic downsample, " + n,
+                                layer_spec::residual("d",
+                                                     cat(conv_bn("c1", 2 * c, 3, 2, 1, true),
+                                                         conv_bn("c2", 2 * c, 3, 1, 1, false)),
+                                                     conv_bn("down", 2 * c, 1, 2, 0, false), true),
+                                shape{c, 6, 6});
+    // bottleneck
+    check_residual_equals_units("bottleneck, " + n,
+                                layer_spec::residual("t",
+                                                     cat(cat(conv_bn("c1", c, 1, 1, 0, true),
+                                                             conv_bn("c2", c, 3, 1, 1, true)),
+                                                         conv_bn("c3", 4 * c, 1, 1, 0, false)),
+                                                     conv_bn("down", 4 * c, 1, 1, 0, false), true),
+                                shape{c, 5, 5});
+  }
 }
