@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--model") c.model = next();
+    else if (a == "--width") c.width = std::atof(next());
     else if (a == "--batch") c.batch_size = std::atoll(next());
     else if (a == "--threads") c.threads = std::atoi(next());
     else if (a == "--epochs") c.epochs = std::atoi(next());
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
     else if (a == "--data") c.data.path = next();
     else if (a == "--json") json = true;
     else {
-      std::fprintf(stderr, "usage: %s [--model NAME] [--batch N] [--threads N] [--epochs N] [--max-steps N] "
+      std::fprintf(stderr, "usage: %s [--model NAME] [--width X] [--batch N] [--threads N] [--epochs N] [--max-steps N] "
                            "[--lr X] [--seed N] [--data DIR] [--json]\n", argv[0]);
       return 2;
     }
