@@ -1,6 +1,7 @@
 // The cpu units that reorder their data into oneDNN's blocked layouts
 // (pooling and batch norm: nChw16c on AVX-512, nChw8c on AVX2, NHWC else;
-// kernels/cpu/pool.cpp, batch_norm.cpp) at channel counts that take those
+// kernels/cpu/pool.cpp, batch_norm.cpp; and pool.cpp's own max pooling over
+// non-overlapping windows) at channel counts that take those
 // layouts (8, 16, 24, 32) and at ones that cannot (3, 12): the output equals
 // straightforward loops over NCHW, and the gradients pass finite
 // differences. (gradcheck_test's cases use 2-6 channels: plain NCHW only.)
@@ -113,14 +114,18 @@ BOOST_AUTO_TEST_CASE(pooling_equals_loops_and_passes_finite_differences) {
     bool max;
     int64_t k, stride, pad;
   };
-  const pool_case cases[] = {{"max 2x2", true, 2, 2, 0}, {"max 3s2p1", true, 3, 2, 1}, {"avg 3s2p1", false, 3, 2, 1}};
+  // Non-overlapping max windows (2x2/2, 3x3/3) run pool.cpp's own loop, on
+  // 7x7 with a row and a column left over.
+  const pool_case cases[] = {{"max 2x2", true, 2, 2, 0},   {"max 3x3/3", true, 3, 3, 0},
+                             {"max 3s2p1", true, 3, 2, 1}, {"avg 3s2p1", false, 3, 2, 1}};
   for (int64_t c : channel_counts)
     for (const pool_case& pc : cases) {
       const std::string what = std::string(pc.name) + ", " + std::to_string(c) + " channels";
       auto spec = pc.max ? layer_spec::max_pool("pool", pc.k, pc.stride, pc.pad)
                          : layer_spec::avg_pool("pool", pc.k, pc.stride, pc.pad);
-      auto u = build(spec, shape{c, 6, 6});
-      tensor x = random_input({3, c, 6, 6});
+      const int64_t side = pc.k == pc.stride ? 7 : 6;
+      auto u = build(spec, shape{c, side, side});
+      tensor x = random_input({3, c, side, side});
       BOOST_REQUIRE(u->prepare(x.shape()).has_value());
       auto y = u->forward(x.view(), mode::train);
       BOOST_REQUIRE_MESSAGE(y.has_value(), what);
@@ -131,6 +136,22 @@ BOOST_AUTO_TEST_CASE(pooling_equals_loops_and_passes_finite_differences) {
       o.max_outlier_fraction = 0.02;
       require_ok(what, check_unit(*u, x, mode::train, o, true), o);
     }
+  {
+    // Ties go to the window's first maximum (row-major), NaN wins: PyTorch's rule.
+    auto u = build(layer_spec::max_pool("pool", 2, 2), shape{1, 2, 4});
+    tensor x = tensor::zeros({1, 1, 2, 4});
+    x.f32()[2] = std::nanf("");  // the second window: NaN at its first place
+    x.f32()[7] = 1.0f;
+    auto y = u->forward(x.view(), mode::train);
+    BOOST_REQUIRE(y.has_value());
+    BOOST_CHECK_EQUAL(y->f32()[0], 0.0f);
+    BOOST_CHECK(std::isnan(y->f32()[1]));
+    tensor dy = tensor::filled({1, 1, 1, 2}, 1.0f);
+    auto dx = u->backward(dy.view(), true);
+    BOOST_REQUIRE(dx.has_value());
+    const float want[] = {1, 0, 1, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 8; ++i) BOOST_CHECK_MESSAGE(dx->f32()[i] == want[i], "dx[" << i << "] = " << dx->f32()[i]);
+  }
   for (int64_t c : channel_counts) {
     const std::string what = "global avg, " + std::to_string(c) + " channels";
     auto u = build(layer_spec::global_avg_pool("gap"), shape{c, 4, 5});
