@@ -15,7 +15,8 @@
 // on the CPU: nChw16c on AVX-512, nChw8c on AVX2 (oneDNN 2.6 runs nChw16c
 // through the reference loop on AVX2: ResNet-18 at width 0.25 spent 85% of
 // its time there on the 2-core AVX2 VM), so prepare() takes the first of
-// nChw16c, nChw8c, NHWC whose primitives are not the reference ones.
+// nChw16c and nChw8c (where the channels are a multiple of the block) whose
+// primitives are not the reference ones, else NHWC.
 // Inside a residual body the activations and gradients flow between this unit
 // and its convolutions in that layout (inner_link, units.hpp); a fused ReLU's
 // derivative is then applied in the layout too.

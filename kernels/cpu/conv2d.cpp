@@ -4,9 +4,10 @@
 // Primitives are created with `any` layouts for activations and weights so
 // oneDNN picks its fastest (blocked, jit) kernels; with plain NCHW it falls
 // back to im2col + gemm whose bias/ReLU epilogue is a scalar loop, 2-3x
-// slower on LeNet's layers. Units still exchange plain NCHW and weights stay
-// in PyTorch's (out, in, kh, kw) layout: staged_memory reorders at the edges
-// (weights only when their version changed).
+// slower on LeNet's layers. Units exchange plain NCHW (except inside a
+// residual block, below) and weights stay in PyTorch's (out, in, kh, kw)
+// layout: staged_memory reorders at the edges (weights only when their
+// version changed).
 //
 // Inside a residual body the activations and gradients flow between this unit
 // and a batch norm in the blocked layout (inner_link, units.hpp).

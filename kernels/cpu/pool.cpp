@@ -11,9 +11,10 @@
 // Max pooling with non-overlapping windows (kernel == stride, no padding:
 // VGG's 2x2/2) does not use oneDNN at all: its jit kernel took 2.6 ms for a
 // forward of 64x16x28x28 on that VM (1.6 GB/s, plus the two reorders), and
-// the loop below reads NCHW directly. Ties go to the first maximum in the
-// window's row-major order and NaN propagates, as in PyTorch; backward
-// scatters each gradient to its window's argmax (windows do not overlap).
+// the loop below reads NCHW directly. As in PyTorch, ties go to the first
+// maximum in the window's row-major order and a NaN wins (the last NaN, if
+// several); backward scatters each gradient to its window's argmax (windows
+// do not overlap).
 #include <cmath>
 #include <cstring>
 #include <string_view>
@@ -54,7 +55,7 @@ public:
     if (prepared_ && input == in_shape_) return out_shape;
     prepared_ = false;
     in_shape_ = input;
-    direct_ = kind_ == layer_kind::max_pool && kh == sh && kw == sw && p == 0 && kh * kw <= 255;
+    direct_ = kind_ == layer_kind::max_pool && kh == sh && kw == sw && p == 0 && kh * kw <= 256;
     if (direct_) {
       argmax_.assign(std::size_t(out_shape.numel()), 0);
       y_.resize(out_shape);
@@ -170,8 +171,8 @@ private:
   bool direct_ = false;          // max pooling over non-overlapping windows, without oneDNN
   std::vector<uint8_t> argmax_;  // direct_: each output's position in its window (row-major)
 
-  // Windows of a plane per chunk so that a chunk holds at least
-  // serial_elements inputs (parallel_range runs small ones inline).
+  // Planes per chunk: about serial_elements inputs each (parallel_range runs
+  // fewer inline).
   int64_t plane_grain() const { return std::max<int64_t>(1, serial_elements / (in_shape_[2] * in_shape_[3])); }
 
   void direct_forward(const float* x) {
@@ -191,7 +192,7 @@ private:
               float m = r0[2 * q];
               uint8_t best = 0;
               auto take = [&](float v, uint8_t at) {
-                const bool g = v > m || (v != v && m == m);  // v != v: NaN
+                const bool g = v > m || v != v;  // v != v: NaN
                 m = g ? v : m;
                 best = g ? at : best;
               };
@@ -212,7 +213,7 @@ private:
             for (int64_t a = 0; a < k; ++a)
               for (int64_t b = 0; b < k; ++b) {
                 const float v = win[a * w + b];
-                if (v > m || (std::isnan(v) && !std::isnan(m))) {
+                if (v > m || std::isnan(v)) {
                   m = v;
                   best = int(a * k + b);
                 }

@@ -1,7 +1,7 @@
 // residual: y = relu?(body(x) + shortcut(x)), a composite unit (ResNet's basic
 // and bottleneck blocks). An empty shortcut is the identity. Within the body
-// and within the shortcut, adjacent oneDNN units hand their data on in their
-// primitives' layout (link_units).
+// and within the shortcut, adjacent conv2d and batch-norm units hand their
+// data on in their primitives' layout (link_units).
 #include "kernels/cpu/fused_relu.hpp"
 #include "kernels/cpu/units.hpp"
 
@@ -17,6 +17,10 @@ public:
   layer_kind kind() const noexcept override { return layer_kind::residual; }
 
   expected<shape> prepare(const shape& input) override {
+    // Until every unit is prepared and linked anew: a failure midway leaves
+    // some units re-planned (their links cleared) and others still linked,
+    // so the next forward must prepare and link them all again.
+    in_shape_ = shape{};
     shape b = input, s = input;
     for (auto& u : body_) {
       auto r = u->prepare(b);
