@@ -12,9 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_context.hpp"
+#include "kernels/cpu/unit_factory.hpp"
 #include "kernels/random.hpp"
 #include "kernels/tensor.hpp"
 #include "kernels/unit.hpp"
@@ -135,6 +138,26 @@ inline fd_stats check_unit(unit& u, tensor& x, mode m, const fd_options& o = {},
     compare(p->name, p->value.f32(), grads[k].f32(), p->value.numel(), run_loss, [p] { ++p->version; }, o, st);
   }
   return st;
+}
+
+// The cpu units under test: built on one 2-thread context, inputs drawn
+// from N(0, 1).
+inline cpu::cpu_context& test_context() {
+  static cpu::cpu_context c(2);
+  return c;
+}
+
+inline std::unique_ptr<unit> build_cpu_unit(const layer_spec& s, const shape& sample, uint64_t seed = 5) {
+  rng init(seed);
+  auto b = cpu::make_unit(test_context(), s, sample, init);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
+  return std::move(b->u);
+}
+
+inline tensor random_input(const shape& s, uint64_t seed = 9) {
+  tensor x = tensor::empty(s);
+  fill_normal(x, seed);
+  return x;
 }
 
 }  // namespace hetflow::kernels::testing

@@ -6,10 +6,8 @@
 #include <numeric>
 
 #include "gradcheck.hpp"
-#include "kernels/cpu/cpu_context.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/interaction.hpp"
-#include "kernels/cpu/unit_factory.hpp"
 #include "kernels/loss.hpp"
 
 using namespace hetflow;
@@ -17,24 +15,6 @@ using namespace hetflow::kernels;
 using namespace hetflow::kernels::testing;
 
 namespace {
-
-cpu::cpu_context& ctx() {
-  static cpu::cpu_context c(2);
-  return c;
-}
-
-std::unique_ptr<unit> build(const layer_spec& s, const shape& sample, uint64_t seed = 5) {
-  rng init(seed);
-  auto b = cpu::make_unit(ctx(), s, sample, init);
-  BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
-  return std::move(b->u);
-}
-
-tensor random_input(const shape& s, uint64_t seed = 9) {
-  tensor x = tensor::empty(s);
-  fill_normal(x, seed);
-  return x;
-}
 
 // Distinct values spaced far apart compared with eps, in random order: no
 // max-pool ties and no ReLU kinks within a finite-difference step.
@@ -77,7 +57,7 @@ void expect_close(const std::string& what, tensor_view a, tensor_view b) {
 // against finite differences; finite differences across a ReLU kink are not
 // reliable for weights, whose perturbation moves many outputs at once.)
 void check_fused_equals_composed(unit& fused, unit& plain, tensor& x, mode m) {
-  auto relu_u = build(layer_spec::relu_layer("relu"), shape{1});
+  auto relu_u = build_cpu_unit(layer_spec::relu_layer("relu"), shape{1});
   auto s1 = fused.prepare(x.shape());
   auto s2 = plain.prepare(x.shape());
   BOOST_REQUIRE(s1.has_value() && s2.has_value());
@@ -115,51 +95,51 @@ void check_fused_equals_composed(unit& fused, unit& plain, tensor& x, mode m) {
 BOOST_AUTO_TEST_SUITE(units)
 
 BOOST_AUTO_TEST_CASE(linear) {
-  auto u = build(layer_spec::linear("fc", 7), shape{10});
+  auto u = build_cpu_unit(layer_spec::linear("fc", 7), shape{10});
   tensor x = random_input({4, 10});
   run("linear", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(linear_no_bias_from_4d_input) {
-  auto u = build(layer_spec::linear("fc", 5, false, false), shape{2, 3, 3});
+  auto u = build_cpu_unit(layer_spec::linear("fc", 5, false, false), shape{2, 3, 3});
   tensor x = random_input({3, 2, 3, 3});
   run("linear_nobias", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(linear_relu) {
-  auto fused = build(layer_spec::linear("fc", 9, true), shape{12});
-  auto plain = build(layer_spec::linear("fc", 9, false), shape{12});
+  auto fused = build_cpu_unit(layer_spec::linear("fc", 9, true), shape{12});
+  auto plain = build_cpu_unit(layer_spec::linear("fc", 9, false), shape{12});
   tensor x = random_input({5, 12});
   check_fused_equals_composed(*fused, *plain, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(linear_skips_input_grad) {
-  auto u = build(layer_spec::linear("fc", 6), shape{8});
+  auto u = build_cpu_unit(layer_spec::linear("fc", 6), shape{8});
   tensor x = random_input({3, 8});
   run("linear_first", *u, x, mode::train, {}, false);
 }
 
 BOOST_AUTO_TEST_CASE(conv2d_stride_padding) {
-  auto u = build(layer_spec::conv2d("conv", 4, 3, 2, 1), shape{3, 7, 7});
+  auto u = build_cpu_unit(layer_spec::conv2d("conv", 4, 3, 2, 1), shape{3, 7, 7});
   tensor x = random_input({2, 3, 7, 7});
   run("conv2d_s2p1", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(conv2d_no_bias) {
-  auto u = build(layer_spec::conv2d("conv", 5, 3, 1, 0, false, false), shape{2, 6, 6});
+  auto u = build_cpu_unit(layer_spec::conv2d("conv", 5, 3, 1, 0, false, false), shape{2, 6, 6});
   tensor x = random_input({2, 2, 6, 6});
   run("conv2d_nobias", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(conv2d_lenet_like) {
-  auto u = build(layer_spec::conv2d("conv", 6, 5), shape{1, 12, 12});
+  auto u = build_cpu_unit(layer_spec::conv2d("conv", 6, 5), shape{1, 12, 12});
   tensor x = random_input({2, 1, 12, 12});
   run("conv2d_5x5", *u, x, mode::train, {}, false);
 }
 
 BOOST_AUTO_TEST_CASE(conv2d_relu) {
-  auto fused = build(layer_spec::conv2d("conv", 6, 5, 1, 0, true), shape{3, 12, 12});
-  auto plain = build(layer_spec::conv2d("conv", 6, 5, 1, 0, false), shape{3, 12, 12});
+  auto fused = build_cpu_unit(layer_spec::conv2d("conv", 6, 5, 1, 0, true), shape{3, 12, 12});
+  auto plain = build_cpu_unit(layer_spec::conv2d("conv", 6, 5, 1, 0, false), shape{3, 12, 12});
   tensor x = random_input({2, 3, 12, 12});
   check_fused_equals_composed(*fused, *plain, x, mode::train);
 }
@@ -167,7 +147,7 @@ BOOST_AUTO_TEST_CASE(conv2d_relu) {
 BOOST_AUTO_TEST_CASE(conv2d_wide_channels) {
   // 16+ channels make oneDNN choose blocked weight layouts: checks the
   // reorders of weights and gradients.
-  auto u = build(layer_spec::conv2d("conv", 32, 3, 1, 1), shape{16, 5, 5});
+  auto u = build_cpu_unit(layer_spec::conv2d("conv", 32, 3, 1, 1), shape{16, 5, 5});
   tensor x = random_input({2, 16, 5, 5});
   fd_options o;
   o.max_checks = 60;
@@ -175,37 +155,37 @@ BOOST_AUTO_TEST_CASE(conv2d_wide_channels) {
 }
 
 BOOST_AUTO_TEST_CASE(max_pool) {
-  auto u = build(layer_spec::max_pool("pool", 2, 2), shape{3, 6, 6});
+  auto u = build_cpu_unit(layer_spec::max_pool("pool", 2, 2), shape{3, 6, 6});
   tensor x = spaced_input({2, 3, 6, 6});
   run("max_pool", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(max_pool_overlapping_padded) {
-  auto u = build(layer_spec::max_pool("pool", 3, 2, 1), shape{2, 7, 7});
+  auto u = build_cpu_unit(layer_spec::max_pool("pool", 3, 2, 1), shape{2, 7, 7});
   tensor x = spaced_input({2, 2, 7, 7});
   run("max_pool_3s2p1", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(avg_pool) {
-  auto u = build(layer_spec::avg_pool("pool", 3, 2, 1), shape{2, 7, 7});
+  auto u = build_cpu_unit(layer_spec::avg_pool("pool", 3, 2, 1), shape{2, 7, 7});
   tensor x = random_input({2, 2, 7, 7});
   run("avg_pool", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(global_avg_pool) {
-  auto u = build(layer_spec::global_avg_pool("gap"), shape{3, 4, 5});
+  auto u = build_cpu_unit(layer_spec::global_avg_pool("gap"), shape{3, 4, 5});
   tensor x = random_input({2, 3, 4, 5});
   run("global_avg_pool", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(relu) {
-  auto u = build(layer_spec::relu_layer("relu"), shape{3, 4});
+  auto u = build_cpu_unit(layer_spec::relu_layer("relu"), shape{3, 4});
   tensor x = spaced_input({5, 3, 4});
   run("relu", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(batch_norm_train_4d) {
-  auto u = build(layer_spec::batch_norm("bn"), shape{3, 4, 4});
+  auto u = build_cpu_unit(layer_spec::batch_norm("bn"), shape{3, 4, 4});
   tensor x = random_input({4, 3, 4, 4});
   std::vector<parameter*> ps;
   u->parameters(ps);
@@ -215,13 +195,13 @@ BOOST_AUTO_TEST_CASE(batch_norm_train_4d) {
 }
 
 BOOST_AUTO_TEST_CASE(batch_norm_train_2d) {
-  auto u = build(layer_spec::batch_norm("bn"), shape{6});
+  auto u = build_cpu_unit(layer_spec::batch_norm("bn"), shape{6});
   tensor x = random_input({8, 6});
   run("batch_norm_train_2d", *u, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(batch_norm_eval) {
-  auto u = build(layer_spec::batch_norm("bn"), shape{3, 2, 2});
+  auto u = build_cpu_unit(layer_spec::batch_norm("bn"), shape{3, 2, 2});
   tensor x = random_input({4, 3, 2, 2});
   std::vector<state_tensor*> st;
   u->state(st);
@@ -233,15 +213,15 @@ BOOST_AUTO_TEST_CASE(batch_norm_eval) {
 
 BOOST_AUTO_TEST_CASE(batch_norm_relu) {
   for (mode m : {mode::train, mode::eval}) {
-    auto fused = build(layer_spec::batch_norm("bn", true), shape{3, 3, 3});
-    auto plain = build(layer_spec::batch_norm("bn", false), shape{3, 3, 3});
+    auto fused = build_cpu_unit(layer_spec::batch_norm("bn", true), shape{3, 3, 3});
+    auto plain = build_cpu_unit(layer_spec::batch_norm("bn", false), shape{3, 3, 3});
     tensor x = random_input({4, 3, 3, 3});
     check_fused_equals_composed(*fused, *plain, x, m);
   }
 }
 
 BOOST_AUTO_TEST_CASE(batch_norm_running_stats_follow_pytorch) {
-  auto u = build(layer_spec::batch_norm("bn"), shape{1});
+  auto u = build_cpu_unit(layer_spec::batch_norm("bn"), shape{1});
   tensor x = tensor::empty({4, 1});
   float vals[] = {1, 2, 3, 6};  // mean 3, unbiased var 14/3
   std::copy(vals, vals + 4, x.f32());
@@ -253,7 +233,7 @@ BOOST_AUTO_TEST_CASE(batch_norm_running_stats_follow_pytorch) {
 }
 
 BOOST_AUTO_TEST_CASE(dropout) {
-  auto u = build(layer_spec::dropout("drop", 0.3), shape{50});
+  auto u = build_cpu_unit(layer_spec::dropout("drop", 0.3), shape{50});
   tensor x = random_input({4, 50});
   run("dropout", *u, x, mode::train);
   // Eval is the identity; train zeroes about p and scales the rest by 1/(1-p).
@@ -273,7 +253,7 @@ BOOST_AUTO_TEST_CASE(dropout) {
 }
 
 BOOST_AUTO_TEST_CASE(flatten) {
-  auto u = build(layer_spec::flatten("flat"), shape{2, 3, 4});
+  auto u = build_cpu_unit(layer_spec::flatten("flat"), shape{2, 3, 4});
   tensor x = random_input({3, 2, 3, 4});
   run("flatten", *u, x, mode::train);
   auto y = u->forward(x.view(), mode::train);
@@ -283,7 +263,7 @@ BOOST_AUTO_TEST_CASE(flatten) {
 }
 
 BOOST_AUTO_TEST_CASE(residual_identity_add) {
-  auto u = build(layer_spec::residual("res", {layer_spec::linear("fc", 6)}, {}, false), shape{6});
+  auto u = build_cpu_unit(layer_spec::residual("res", {layer_spec::linear("fc", 6)}, {}, false), shape{6});
   tensor x = random_input({3, 6});
   run("residual_identity", *u, x, mode::train);
 }
@@ -297,7 +277,7 @@ std::vector<layer_spec> block_shortcut() {
 }
 
 BOOST_AUTO_TEST_CASE(residual_block_with_projection) {
-  auto u = build(layer_spec::residual("block", block_body(false), block_shortcut(), false), shape{2, 6, 6});
+  auto u = build_cpu_unit(layer_spec::residual("block", block_body(false), block_shortcut(), false), shape{2, 6, 6});
   tensor x = random_input({3, 2, 6, 6});
   fd_options o;
   o.max_checks = 40;
@@ -306,15 +286,15 @@ BOOST_AUTO_TEST_CASE(residual_block_with_projection) {
 }
 
 BOOST_AUTO_TEST_CASE(residual_block_relu) {
-  auto fused = build(layer_spec::residual("block", block_body(true), block_shortcut(), true), shape{2, 6, 6});
-  auto plain = build(layer_spec::residual("block", block_body(true), block_shortcut(), false), shape{2, 6, 6});
+  auto fused = build_cpu_unit(layer_spec::residual("block", block_body(true), block_shortcut(), true), shape{2, 6, 6});
+  auto plain = build_cpu_unit(layer_spec::residual("block", block_body(true), block_shortcut(), false), shape{2, 6, 6});
   tensor x = random_input({3, 2, 6, 6});
   check_fused_equals_composed(*fused, *plain, x, mode::train);
 }
 
 BOOST_AUTO_TEST_CASE(dlrm_features_unit) {
   dlrm_spec d{3, {7, 5, 9}, 4, {6}};
-  auto u = build(layer_spec::dlrm_features("dlrm", d), shape{6});
+  auto u = build_cpu_unit(layer_spec::dlrm_features("dlrm", d), shape{6});
   tensor x = tensor::empty({5, 6});
   rng r(3);
   for (int64_t s = 0; s < 5; ++s) {

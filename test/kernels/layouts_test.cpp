@@ -13,32 +13,12 @@
 #include <limits>
 
 #include "gradcheck.hpp"
-#include "kernels/cpu/cpu_context.hpp"
-#include "kernels/cpu/unit_factory.hpp"
 
 using namespace hetflow;
 using namespace hetflow::kernels;
 using namespace hetflow::kernels::testing;
 
 namespace {
-
-cpu::cpu_context& ctx() {
-  static cpu::cpu_context c(2);
-  return c;
-}
-
-std::unique_ptr<unit> build(const layer_spec& s, const shape& sample) {
-  rng init(5);
-  auto b = cpu::make_unit(ctx(), s, sample, init);
-  BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
-  return std::move(b->u);
-}
-
-tensor random_input(const shape& s, uint64_t seed = 9) {
-  tensor x = tensor::empty(s);
-  fill_normal(x, seed);
-  return x;
-}
 
 const int64_t channel_counts[] = {3, 8, 12, 16, 24, 32};
 
@@ -124,7 +104,7 @@ BOOST_AUTO_TEST_CASE(pooling_equals_loops_and_passes_finite_differences) {
       auto spec = pc.max ? layer_spec::max_pool("pool", pc.k, pc.stride, pc.pad)
                          : layer_spec::avg_pool("pool", pc.k, pc.stride, pc.pad);
       const int64_t side = pc.k == pc.stride ? 7 : 6;
-      auto u = build(spec, shape{c, side, side});
+      auto u = build_cpu_unit(spec, shape{c, side, side});
       tensor x = random_input({3, c, side, side});
       BOOST_REQUIRE(u->prepare(x.shape()).has_value());
       auto y = u->forward(x.view(), mode::train);
@@ -139,7 +119,7 @@ BOOST_AUTO_TEST_CASE(pooling_equals_loops_and_passes_finite_differences) {
   {
     // Ties go to the first maximum (row-major), NaN wins (the last one):
     // PyTorch's rule.
-    auto u = build(layer_spec::max_pool("pool", 2, 2), shape{1, 2, 4});
+    auto u = build_cpu_unit(layer_spec::max_pool("pool", 2, 2), shape{1, 2, 4});
     tensor x = tensor::zeros({1, 1, 2, 4});
     x.f32()[2] = std::nanf("");  // the second window (2, 3, 6, 7): NaN at 2 and 6
     x.f32()[6] = std::nanf("");
@@ -156,7 +136,7 @@ BOOST_AUTO_TEST_CASE(pooling_equals_loops_and_passes_finite_differences) {
   }
   {
     // Large enough (4x8x64x64) for the loop to split over threads.
-    auto u = build(layer_spec::max_pool("pool", 2, 2), shape{8, 64, 64});
+    auto u = build_cpu_unit(layer_spec::max_pool("pool", 2, 2), shape{8, 64, 64});
     tensor x = random_input({4, 8, 64, 64});
     auto y = u->forward(x.view(), mode::train);
     BOOST_REQUIRE(y.has_value());
@@ -177,7 +157,7 @@ BOOST_AUTO_TEST_CASE(pooling_equals_loops_and_passes_finite_differences) {
   }
   for (int64_t c : channel_counts) {
     const std::string what = "global avg, " + std::to_string(c) + " channels";
-    auto u = build(layer_spec::global_avg_pool("gap"), shape{c, 4, 5});
+    auto u = build_cpu_unit(layer_spec::global_avg_pool("gap"), shape{c, 4, 5});
     tensor x = random_input({2, c, 4, 5});
     auto y = u->forward(x.view(), mode::train);
     BOOST_REQUIRE_MESSAGE(y.has_value(), what);
@@ -198,7 +178,7 @@ BOOST_AUTO_TEST_CASE(batch_norm_equals_loops_and_passes_finite_differences) {
       for (bool relu : {false, true}) {
         const std::string what = std::string(m == mode::train ? "train" : "eval") + (relu ? " + relu" : "") +
                                  ", " + std::to_string(c) + " channels";
-        auto u = build(layer_spec::batch_norm("bn", relu), shape{c, 5, 5});
+        auto u = build_cpu_unit(layer_spec::batch_norm("bn", relu), shape{c, 5, 5});
         std::vector<parameter*> ps;
         u->parameters(ps);
         fill_normal(ps[0]->value, 21);  // non-trivial scale and shift
@@ -230,7 +210,7 @@ namespace {
 // reorder is a copy).
 void check_residual_equals_units(const std::string& what, const layer_spec& block, const shape& sample) {
   rng init(7);
-  auto built = cpu::make_unit(ctx(), block, sample, init);
+  auto built = cpu::make_unit(test_context(), block, sample, init);
   BOOST_REQUIRE_MESSAGE(built.has_value(), built.error().to_string());
   unit& res = *built->u;
   auto chain = [&](const std::vector<layer_spec>& specs) {
@@ -238,7 +218,7 @@ void check_residual_equals_units(const std::string& what, const layer_spec& bloc
     shape cur = sample;
     rng other(99);
     for (const layer_spec& s : specs) {
-      auto b = cpu::make_unit(ctx(), s, cur, other);
+      auto b = cpu::make_unit(test_context(), s, cur, other);
       BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
       out.push_back(std::move(b->u));
       cur = b->sample_output;
