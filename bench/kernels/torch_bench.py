@@ -35,6 +35,8 @@ def scaled(base, width):
 
 
 def build_model(name, width, classes=10, in_c=1, side=28):
+    """Inputs below 64 px only (zoo.cpp builds another stem and head from 64)."""
+    assert side < 64, side
     import torch.nn as nn
     if name == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(in_c * side * side, scaled(512, width)), nn.ReLU(),
@@ -58,14 +60,8 @@ def build_model(name, width, classes=10, in_c=1, side=28):
             o = scaled(v, width)
             layers += [nn.Conv2d(c, o, 3, 1, 1, bias=True), nn.ReLU(inplace=True)]
             c = o
-        layers.append(nn.Flatten())
-        if side >= 64:  # the paper's head (zoo.cpp: also when head_width > 0; run.sh never sets it)
-            h = scaled(4096, width)
-            layers += [nn.Linear(c * s * s, h), nn.ReLU(inplace=True), nn.Dropout(0.5),
-                       nn.Linear(h, h), nn.ReLU(inplace=True), nn.Dropout(0.5), nn.Linear(h, classes)]
-        else:
-            h = scaled(512, width)
-            layers += [nn.Linear(c * s * s, h), nn.ReLU(inplace=True), nn.Linear(h, classes)]
+        h = scaled(512, width)  # zoo.cpp's head below 64 px (head_width 0)
+        layers += [nn.Flatten(), nn.Linear(c * s * s, h), nn.ReLU(inplace=True), nn.Linear(h, classes)]
         return nn.Sequential(*layers)
     if name == "resnet18":
         import torch
@@ -85,10 +81,7 @@ def build_model(name, width, classes=10, in_c=1, side=28):
                 return torch.relu(self.body(x) + self.shortcut(x))
 
         c = scaled(64, width)
-        if side >= 64:
-            layers = conv_bn(in_c, c, 7, 2, 3, True) + [nn.MaxPool2d(3, 2, 1)]
-        else:
-            layers = conv_bn(in_c, c, 3, 1, 1, True)
+        layers = conv_bn(in_c, c, 3, 1, 1, True)  # zoo.cpp's stem below 64 px
         for stage in range(4):
             w = scaled(64 << stage, width)
             for b in range(2):

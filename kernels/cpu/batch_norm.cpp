@@ -12,19 +12,13 @@
 // NCHW batch norm is a reference loop, 8-10x slower than its jit kernels
 // (measured 3.7 ms vs 0.45 ms for 32x64x32x32), which more than pays for the
 // reorders at the unit's edges. Which blocked layout has a jit kernel depends
-// on the CPU: nChw16c on AVX-512, nChw8c on AVX2 (oneDNN 2.6 runs nChw16c
-// through the reference loop on AVX2: ResNet-18 at width 0.25 spent 85% of
-// its time there on the 2-core AVX2 VM), so prepare() takes the first of
-// nChw16c and nChw8c (where the channels are a multiple of the block) whose
-// primitives are not the reference ones, else NHWC.
+// on the CPU (blocked_tags, dnnl_util.hpp): prepare() takes the first whose
+// training primitives are jit, else NHWC.
 // Inside a residual body the activations and gradients flow between this unit
 // and its convolutions in that layout (inner_link, units.hpp); a fused ReLU's
 // derivative is then applied in the layout too.
 // TODO(perf): the same between top-level units.
 #include <cmath>
-#include <string_view>
-#include <utility>
-#include <vector>
 
 #include "kernels/cpu/dnnl_util.hpp"
 #include "kernels/cpu/fused_relu.hpp"
@@ -71,27 +65,21 @@ public:
     using bn_fwd = dnnl::batch_normalization_forward;
     using bn_bwd = dnnl::batch_normalization_backward;
     HF_DNNL_TRY({
-      // The layout (see the top of the file): the first candidate whose
-      // training forward and backward are both jit kernels, else the last.
-      std::vector<dnnl::memory::desc> layouts;
+      // The layout (see the top of the file).
+      dnnl::memory::desc md = plain;
       if (input.rank() == 4) {
-        for (auto [block, t] : {std::pair{16, tag::aBcd16b}, std::pair{8, tag::aBcd8b}})
-          if (c_ % block == 0) layouts.emplace_back(to_dims(input), dt::f32, t);
-        layouts.emplace_back(to_dims(input), dt::f32, tag::acdb);
-      } else {
-        layouts.push_back(plain);
-      }
-      auto is_ref = [](const dnnl::primitive_desc_base& pd) {
-        return std::string_view(pd.impl_info_str()).find("ref") != std::string_view::npos;
-      };
-      dnnl::memory::desc md;
-      for (std::size_t i = 0; i < layouts.size(); ++i) {
-        md = layouts[i];
-        if (i + 1 == layouts.size()) break;
-        bn_fwd::primitive_desc f(bn_fwd::desc(dnnl::prop_kind::forward_training, md, eps_, ss | fused), ctx_.engine());
-        bn_fwd::primitive_desc hint(bn_fwd::desc(dnnl::prop_kind::forward_training, md, eps_, ss), ctx_.engine());
-        bn_bwd::primitive_desc b(bn_bwd::desc(dnnl::prop_kind::backward, md, md, eps_, ss), ctx_.engine(), hint);
-        if (!is_ref(f) && !is_ref(b)) break;
+        md = dnnl::memory::desc(to_dims(input), dt::f32, tag::acdb);
+        for (tag t : blocked_tags(c_)) {
+          dnnl::memory::desc m(to_dims(input), dt::f32, t);
+          bn_fwd::primitive_desc f(bn_fwd::desc(dnnl::prop_kind::forward_training, m, eps_, ss | fused),
+                                   ctx_.engine());
+          bn_fwd::primitive_desc hint(bn_fwd::desc(dnnl::prop_kind::forward_training, m, eps_, ss), ctx_.engine());
+          bn_bwd::primitive_desc b(bn_bwd::desc(dnnl::prop_kind::backward, m, m, eps_, ss), ctx_.engine(), hint);
+          if (is_jit(f) && is_jit(b)) {
+            md = m;
+            break;
+          }
+        }
       }
       bn_fwd::primitive_desc train_pd(bn_fwd::desc(dnnl::prop_kind::forward_training, md, eps_, ss | fused),
                                       ctx_.engine());

@@ -161,12 +161,14 @@ public:
     const dnnl::memory& ddst_m = link_.output_grad ? link_.output_grad->arg() : ddst_bw_.arg();
     // The forward's staged input is still valid (lockstep contract).
     const staged_memory* src = link_.input ? link_.input : &src_;  // linked: src_bw_same_ (link_input)
-    if (!link_.input && !src_bw_same_) {
-      src_bw_.attach(x_.raw());
-      HF_RETURN_IF_ERROR(src_bw_.to_inner(ctx_, name(), "input reorder"));
-      src = &src_bw_;
-    } else if (!link_.input && !src_.staged()) {
-      src_.attach(x_.raw());
+    if (!link_.input) {
+      if (!src_bw_same_) {
+        src_bw_.attach(x_.raw());
+        HF_RETURN_IF_ERROR(src_bw_.to_inner(ctx_, name(), "input reorder"));
+        src = &src_bw_;
+      } else if (!src_.staged()) {
+        src_.attach(x_.raw());
+      }
     }
     dw_.attach(weight_.grad.bytes());
     if (has_bias_) {

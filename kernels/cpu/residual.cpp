@@ -113,13 +113,11 @@ private:
 
 }  // namespace
 
-void link_units(const std::vector<std::unique_ptr<unit>>& chain) {
+int link_units(const std::vector<std::unique_ptr<unit>>& chain) {
   std::vector<linkable*> l(chain.size());
-  for (std::size_t i = 0; i < chain.size(); ++i) {
-    l[i] = dynamic_cast<linkable*>(chain[i].get());
-    if (l[i]) l[i]->set_link({});
-  }
+  for (std::size_t i = 0; i < chain.size(); ++i) l[i] = dynamic_cast<linkable*>(chain[i].get());
   std::vector<inner_link> links(chain.size());
+  int linked = 0;
   for (std::size_t i = 1; i < chain.size(); ++i) {
     linkable* a = l[i - 1];
     linkable* b = l[i];
@@ -136,9 +134,11 @@ void link_units(const std::vector<std::unique_ptr<unit>>& chain) {
     links[i - 1].output_grad = in_grad;
     links[i].input = out;
     links[i].input_grad_inner = true;
+    ++linked;
   }
   for (std::size_t i = 0; i < chain.size(); ++i)
     if (l[i]) l[i]->set_link(links[i]);
+  return linked;
 }
 
 expected<built_unit> make_residual(cpu_context& ctx, const layer_spec& s, const shape& in, rng& init,

@@ -19,6 +19,8 @@ expected<built_unit> make_relu(cpu_context&, const layer_spec&, const shape& in,
 expected<built_unit> make_dropout(cpu_context&, const layer_spec&, const shape& in, rng&, const std::string& prefix);
 expected<built_unit> make_flatten(cpu_context&, const layer_spec&, const shape& in, rng&, const std::string& prefix);
 expected<built_unit> make_residual(cpu_context&, const layer_spec&, const shape& in, rng&, const std::string& prefix);
+expected<built_unit> make_dlrm_features(cpu_context&, const layer_spec&, const shape& in, rng&, const std::string& prefix);
+
 // Adjacent units inside a composite (a residual body: conv -> batch norm ->
 // conv ...) hand activations and gradients to each other in their
 // primitives' layout, without the reorder to plain NCHW and back at the
@@ -51,10 +53,9 @@ public:
   virtual void set_link(const inner_link& l) = 0;
 };
 
-// Clears every link of `chain`, then links each adjacent pair that can be
-// (call after preparing the chain's units for the shapes that will run).
-void link_units(const std::vector<std::unique_ptr<unit>>& chain);
-
-expected<built_unit> make_dlrm_features(cpu_context&, const layer_spec&, const shape& in, rng&, const std::string& prefix);
+// Sets the links of every linkable unit of `chain`: each adjacent pair that
+// can be is linked, every other side cleared (call after preparing the
+// chain's units for the shapes that will run). Returns the pairs linked.
+int link_units(const std::vector<std::unique_ptr<unit>>& chain);
 
 }  // namespace hetflow::kernels::cpu

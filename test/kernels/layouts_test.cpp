@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "gradcheck.hpp"
+#include "kernels/cpu/units.hpp"
 
 using namespace hetflow;
 using namespace hetflow::kernels;
@@ -279,7 +280,8 @@ void check_residual_equals_units(const std::string& what, const layer_spec& bloc
       for (int64_t i = 0; i < x.numel(); ++i) dx_want.f32()[i] = db.f32()[i] + ds.f32()[i];
       expect_equal(what + ": input gradient", *dx, dx_want, 0.0f);
     }
-    for (std::size_t i = 0; i < rp.size(); ++i) expect_equal(what + ": " + rp[i]->name, rp[i]->grad.view(), up[i]->grad, 0.0f);
+    for (std::size_t i = 0; i < rp.size(); ++i)
+      expect_equal(what + ": " + rp[i]->name, rp[i]->grad.view(), up[i]->grad, 0.0f);
     // The eval forward too (batch norm's running statistics).
     auto ye = res.forward(x.view(), mode::eval);
     BOOST_REQUIRE(ye.has_value());
@@ -330,4 +332,42 @@ BOOST_AUTO_TEST_CASE(residual_blocks_hand_data_on_in_the_layout_bit_for_bit) {
                                                      conv_bn("down", 4 * c, 1, 1, 0, false), true),
                                 shape{c, 5, 5});
   }
+}
+
+// The links form where they should: on CPUs with jit kernels for blocked
+// layouts (AVX2, AVX-512) a conv -> batch norm -> conv -> batch norm chain at
+// 16 channels links all 3 pairs, and again after a re-prepare; a conv with a
+// fused ReLU hands nothing on. (The bit-for-bit test above passes with no
+// link at all; this one fails if linking stops happening.)
+BOOST_AUTO_TEST_CASE(conv_and_batch_norm_link_where_the_layouts_agree) {
+  const std::string isa = cpu::cpu_context::isa_name();
+  if (isa.rfind("avx2", 0) != 0 && isa.rfind("avx512", 0) != 0) {
+    BOOST_TEST_MESSAGE("no blocked jit kernels on this CPU (" << isa << "): nothing to link");
+    return;
+  }
+  auto chain_of = [](const std::vector<layer_spec>& specs, const shape& batch) {
+    std::vector<std::unique_ptr<unit>> chain;
+    shape sample{batch[1], batch[2], batch[3]}, cur = batch;
+    rng init(3);
+    for (const layer_spec& s : specs) {
+      auto b = cpu::make_unit(test_context(), s, sample, init);
+      BOOST_REQUIRE_MESSAGE(b.has_value(), b.error().to_string());
+      auto out = b->u->prepare(cur);
+      BOOST_REQUIRE(out.has_value());
+      cur = *out;
+      sample = b->sample_output;
+      chain.push_back(std::move(b->u));
+    }
+    return chain;
+  };
+  auto specs = cat(conv_bn("c1", 16, 3, 1, 1, true), conv_bn("c2", 16, 3, 1, 1, false));
+  auto chain = chain_of(specs, shape{4, 16, 6, 6});
+  BOOST_CHECK_EQUAL(cpu::link_units(chain), 3);
+  BOOST_CHECK_EQUAL(cpu::link_units(chain), 3);
+  for (auto& u : chain) BOOST_REQUIRE(u->prepare(shape{3, 16, 6, 6}).has_value());  // re-planned: links cleared
+  BOOST_CHECK_EQUAL(cpu::link_units(chain), 3);
+  auto relu_first = chain_of({layer_spec::conv2d("a", 16, 3, 1, 1, true, false),
+                              layer_spec::conv2d("b", 16, 3, 1, 1, false, false)},
+                             shape{4, 16, 6, 6});
+  BOOST_CHECK_EQUAL(cpu::link_units(relu_first), 0);
 }
