@@ -1255,6 +1255,9 @@ void write_reports(const node_options& opts, node_shared& sh, int code, const st
   w.field("port", int64_t{me.port});
   w.field("status", code == 0 ? "ok" : "failed").field("exit_code", code).field("message", reason);
   w.field("data_plane", sh.dp ? sh.dp->name() : std::string("none"));
+  // What libgomp read at this process's start (kernels/cpu/omp_policy.hpp).
+  const char* omp_wait = std::getenv("OMP_WAIT_POLICY");
+  w.field("omp_wait_policy", omp_wait ? std::string(omp_wait) : std::string("default"));
   w.key("timings").begin_object();
   w.field("join_s", sh.join_s).field("total_s", seconds_since(sh.started_at)).end_object();
   if (sh.dp) {

@@ -26,6 +26,7 @@
 #include "apps/profile_command.hpp"
 #include "apps/shell_command.hpp"
 #include "apps/simulate_command.hpp"
+#include "kernels/cpu/omp_policy.hpp"
 #include "kernels/cuda/cuda_loader.hpp"
 #include "kernels/trace.hpp"
 #include "topology/parser.hpp"
@@ -231,6 +232,16 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage_error("missing COMMAND");
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
+  // The commands that compute (or measure what the nodes will compute) run
+  // libgomp with a passive wait policy unless the environment picks one; `run`
+  // passes it on to its nodes (kernels/cpu/omp_policy.hpp).
+  auto passive_omp = [&] {
+    const char* why = nullptr;
+    hetflow::kernels::cpu::reexec_with_passive_omp_wait(argv, &why);
+    if (why)
+      std::fprintf(stderr, "hetflow %s: OpenMP wait policy left at libgomp's default: %s\n", cmd.c_str(), why);
+  };
+  if (cmd == "node" || cmd == "profile" || cmd == "plan" || cmd == "simulate") passive_omp();
 
   hetflow::actors::registry reg;
   hetflow::actors::add_builtin_types(reg);
@@ -308,7 +319,8 @@ int main(int argc, char** argv) {
     o.trace = a.trace;
     o.join_timeout_s = a.join_timeout;
     o.resume = a.resume;
-    if (int rc = hetflow::apps::resolve_strategy(a.file, reg, "run", o.strategy); rc != 0) return rc;
+    if (int rc = hetflow::apps::resolve_strategy(a.file, reg, "run", o.strategy, passive_omp); rc != 0) return rc;
+    hetflow::kernels::cpu::set_passive_omp_wait_for_children();
     return hetflow::apps::run_local_cluster(o, reg);
   }
   if (cmd == "profile") return hetflow::apps::profile_command(args, reg);

@@ -561,7 +561,7 @@ expected<std::pair<std::string, std::string>> choose_auto_strategy(const topolog
 }
 
 int resolve_strategy(const std::string& file, const actors::registry& reg, const char* command,
-                     std::string& strategy) {
+                     std::string& strategy, const std::function<void()>& before_measuring) {
   auto parsed = topology::load_topology(file, reg.catalog());
   if (!parsed.ok() || parsed.model->job.kind != "train") {
     if (!strategy.empty()) {
@@ -599,6 +599,7 @@ int resolve_strategy(const std::string& file, const actors::registry& reg, const
                      file.c_str(), file.c_str(), file.c_str());
         return 2;
       }
+      if (before_measuring && !c.job.params.contains("profile_file")) before_measuring();
       auto chosen = choose_auto_strategy(c);
       if (!chosen) {
         std::fprintf(stderr, "hetflow %s: %s: %s\n", command, file.c_str(), chosen.error().message().c_str());

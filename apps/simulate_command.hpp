@@ -9,6 +9,7 @@
 // runtime does not exist yet.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,7 +49,10 @@ expected<std::pair<std::string, std::string>> choose_auto_strategy(const topolog
 // what only plan/simulate support ("hetpipe" with a cuda device; "auto" for
 // a node on its own without a profile_file or --strategy); 0 otherwise (also
 // when FILE does not parse: the command itself reports that).
+// before_measuring: called just before "auto" measures profiles here (`run`
+// starts itself again there under the nodes' OpenMP wait policy,
+// kernels/cpu/omp_policy.hpp).
 int resolve_strategy(const std::string& file, const actors::registry& reg, const char* command,
-                     std::string& strategy);
+                     std::string& strategy, const std::function<void()>& before_measuring = {});
 
 }  // namespace hetflow::apps

@@ -5,18 +5,23 @@
 //
 //   kernels_bench --model lenet5 --batch 64 --threads 1 [--epochs 1]
 //                 [--max-steps 0] [--data DIR] [--json]
+//
+// Like hetflow's nodes it runs libgomp passive unless OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT is set (kernels/cpu/omp_policy.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "kernels/cpu/cpu_context.hpp"
+#include "kernels/cpu/omp_policy.hpp"
 #include "kernels/trainer.hpp"
 
 using namespace hetflow;
 using namespace hetflow::kernels;
 
 int main(int argc, char** argv) {
+  kernels::cpu::reexec_with_passive_omp_wait(argv);
   train_config c;
   c.model = "lenet5";
   c.batch_size = 64;

@@ -19,6 +19,10 @@
 # PyTorch runs twice for each thread count > 1: as specified (OPENBLAS_NUM_THREADS
 # = torch threads) and tuned (OPENBLAS_NUM_THREADS=1: its BLAS pool otherwise
 # fights its OpenMP pool). Speedups are against the faster of the two.
+# kernels_bench runs libgomp passive, as hetflow's nodes do (OMP_WAIT_POLICY
+# unset; kernels/cpu/omp_policy.hpp); PyTorch keeps libgomp's default, which
+# was faster for it (LeNet-5, 2 threads, 2026-11-28: 7925-9948 images/s
+# against 7328-7630 passive).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-build}"

@@ -15,7 +15,9 @@
 // slower (measured: LeNet-5 63k -> 0.3-9k images/s), worse than 1 thread.
 // Give a context only cores nothing else keeps busy, or start the process
 // with OMP_WAIT_POLICY=passive (read by libgomp at load time, so it must be in
-// the environment; it costs about half the 2-thread speed on idle cores).
+// the environment): hetflow's computing commands do (omp_policy.hpp); on idle
+// cores it cost nothing measurable for LeNet-5 and the MLP on 2 threads
+// (kernels_bench, 2026-11-28).
 #pragma once
 
 #include <dnnl.hpp>

@@ -19,6 +19,24 @@ acc=$(json_get "$topo.json" 'd["epochs"][-1]["test_accuracy"]')
 /usr/bin/env python3 -c "import sys; sys.exit(0 if $acc > 0.7 else 1)" || fail "test accuracy $acc after 300 steps"
 pass "train job: 2 epochs, test accuracy $acc"
 
+# The OpenMP wait policy the nodes compute under (kernels/cpu/omp_policy.hpp):
+# passive unless the environment sets one, for run's nodes and for a node
+# started by hand (which starts itself again with it); a set one is kept.
+omp="$HETFLOW_SCRATCH/omp.toml"
+write_topology "$omp" 7850 1 auto 'kind = "train"' 'model = "mlp"' 'epochs = 1' 'max_steps_per_epoch = 5' \
+  'eval_each_epoch = false'
+omp_policy() {  # omp_policy ENV... -- CMD...: the node report's omp_wait_policy
+  rm -f "$omp.json"
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" >"$omp.out" 2>&1 || { cat "$omp.out"; fail "omp run: $*"; }
+  json_get "$omp.json" 'd["nodes"][0]["omp_wait_policy"] if "nodes" in d else d["omp_wait_policy"]'
+}
+[[ $(omp_policy timeout 60 "$HETFLOW" run "$omp" --report "$omp.json") == passive ]] || fail "run: nodes not passive"
+[[ $(omp_policy OMP_WAIT_POLICY=active timeout 60 "$HETFLOW" run "$omp" --report "$omp.json") == active ]] ||
+  fail "run: OMP_WAIT_POLICY=active not kept"
+[[ $(omp_policy timeout 60 "$HETFLOW" node "$omp" --name n0 --report "$omp.json") == passive ]] ||
+  fail "node: not passive"
+pass "nodes run OpenMP passive unless the environment says otherwise"
+
 # hetflow profile: one row per unit of the job's model and a total.
 "$HETFLOW" profile "$topo" --batch 16 >"$topo.profile" 2>&1 || { cat "$topo.profile"; fail "profile"; }
 grep -q "lenet5 on cpu" "$topo.profile" && grep -q " conv1 " "$topo.profile" &&

@@ -1,0 +1,32 @@
+// The OpenMP wait policy hetflow's processes compute under.
+//
+// oneDNN in Debian runs its primitives on libgomp, whose workers by default
+// spin for a while at every barrier. Beside oneTBB's workers, CAF's
+// scheduler, the data plane and a HetPipe stage's push thread they take the
+// cores those need: DLRM at small sizes trained 6x slower (bench/RESULTS.md,
+// DLRM), LeNet-5 and VGG-11 on 2 threads 4-34% slower (2026-11-28). So the
+// processes that compute (`hetflow node`, and `profile`, `plan`, `simulate`,
+// which measure what the nodes will run) use OMP_WAIT_POLICY=passive unless
+// the environment already sets OMP_WAIT_POLICY or GOMP_SPINCOUNT.
+//
+// libgomp reads its environment when it is loaded, before main: the policy
+// can only be changed by starting the program again with it set.
+#pragma once
+
+namespace hetflow::kernels::cpu {
+
+// True when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set.
+bool omp_wait_policy_unset();
+
+// When omp_wait_policy_unset(): sets OMP_WAIT_POLICY=passive and execs this
+// program again (/proc/self/exe) with the same arguments; it does not return
+// then. Returns when there is nothing to do, or when the exec failed (the
+// process goes on with libgomp's default; `why` says so).
+void reexec_with_passive_omp_wait(char** argv, const char** why = nullptr);
+
+// Sets OMP_WAIT_POLICY=passive in this process's environment when
+// omp_wait_policy_unset(), for the processes it starts (hetflow run's
+// nodes); this process's own libgomp keeps what it read at load.
+void set_passive_omp_wait_for_children();
+
+}  // namespace hetflow::kernels::cpu
