@@ -14,7 +14,12 @@
 # Seconds are wall time of the whole command (process start, join, both
 # passes, writing): the median of REPEAT runs (default 3), each started after
 # a `sync` (the previous run's output written back) when the machine is quiet
-# (/proc/stat idle >= 90% for a second, as bench/transport/run.sh does). Above PANDAS_CHUNK_ABOVE rows (default
+# (/proc/stat idle >= 90% for a second, as bench/transport/run.sh does).
+# pandas and the hetflow runs take turns: round k runs pandas once, then
+# each hetflow configuration once, and "per core vs pandas" is the median
+# over the rounds of round k's ratio (this VM's speed drifts within a minute,
+# and pandas alone takes ~20 s of it); every round's ratio is printed below
+# the table. Above PANDAS_CHUNK_ABOVE rows (default
 # 2000000) pandas reads the file in chunks of 1M rows (two chunked passes;
 # one frame of 10M rows needs ~13 GB). The pandas output is compared byte for
 # byte with hetflow's (same semantics). Prints a Markdown table. Environment:
@@ -40,6 +45,17 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 source "$root/bench/lib.sh"  # wait_quiet (QUIET_MAX seconds, default 300)
+
+# once CMD...: wall seconds of one quiet run
+once() {
+  local t0 t1
+  sync
+  wait_quiet
+  t0=$(now)
+  "$@" || return 1
+  t1=$(now)
+  elapsed "$t0" "$t1"
+}
 
 # timed CMD...: wall seconds of the median of REPEAT quiet runs
 timed() {
@@ -85,9 +101,10 @@ topology() {
   echo "$f"
 }
 
-rows_line() {  # label cores seconds rows
-  awk -v l="$1" -v c="$2" -v s="$3" -v n="$4" -v pd="$PANDAS_RATE" -v rf="$READ_RATE" 'BEGIN {
-    r = n / s; printf "| %d | %s | %d | %.2f | %.0f | %.0f | %.1fx | %.2f |\n", n, l, c, s, r, r / c, (r / c) / pd, r / rf }'
+rows_line() {  # label cores seconds rows; RATIO (per core vs pandas) when given, else from PANDAS_RATE
+  awk -v l="$1" -v c="$2" -v s="$3" -v n="$4" -v pd="$PANDAS_RATE" -v rf="$READ_RATE" -v q="${RATIO:-}" 'BEGIN {
+    r = n / s; v = (q != "") ? q : (r / c) / pd
+    printf "| %d | %s | %d | %.2f | %.0f | %.0f | %.1fx | %.2f |\n", n, l, c, s, r, r / c, v, r / rf }'
 }
 
 echo "hetflow preprocess benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r)"
@@ -104,32 +121,57 @@ for rows in "${sizes[@]}"; do
 
   chunk=()
   (( rows > PANDAS_CHUNK_ABOVE )) && chunk=(--chunk-rows 1000000)
-  pandas_s=$(timed sh -c "taskset -c 0 '$PY' '$here/pandas_preprocess.py' '$data' '$WORK/pandas-$rows.bin' --min-count $MIN_COUNT ${chunk[*]} >'$WORK/pandas-$rows.log'")
+  pandas_cmd="taskset -c 0 '$PY' '$here/pandas_preprocess.py' '$data' '$WORK/pandas-$rows.bin' --min-count $MIN_COUNT ${chunk[*]} >'$WORK/pandas-$rows.log'"
+  # label|cores|nodes|port|mode|parallelism|taskset cpus
+  configs=("hetflow vocab, 1 node x 1 thread|1|1|7700|vocab|1|0"
+           "hetflow vocab, 1 node x 2 threads|2|1|7710|vocab|2|"
+           "hetflow vocab, 2 nodes x 1 thread|2|2|7720|vocab|1|"
+           "hetflow hash, 1 node x 1 thread|1|1|7730|hash|1|0"
+           "hetflow hash, 1 node x 2 threads|2|1|7740|hash|2|")
+  cmds=() times=() ratios=()
+  for i in "${!configs[@]}"; do
+    IFS='|' read -r label cores nodes port mode par cpus <<<"${configs[$i]}"
+    topo=$(topology "$mode-${nodes}n-${par}t" "$nodes" "$port" "$mode" "$par" "$data")
+    cmd=("$HETFLOW" run "$topo" --report "$topo.json")
+    [[ -n "$cpus" ]] && cmd=(taskset -c "$cpus" "${cmd[@]}")
+    cmds[$i]="$(printf '%q ' "${cmd[@]}") >'$topo.log' 2>&1"
+    times[$i]="" ratios[$i]=""
+  done
+  pandas_times=()
+  for ((k = 0; k < REPEAT; k++)); do
+    p=$(once sh -c "$pandas_cmd") || { echo "pandas failed" >&2; exit 1; }
+    pandas_times+=("$p")
+    for i in "${!configs[@]}"; do
+      IFS='|' read -r label cores _ <<<"${configs[$i]}"
+      secs=$(once sh -c "${cmds[$i]}") ||
+        { echo "hetflow run failed: ${cmds[$i]}" >&2; exit 1; }
+      times[$i]+="$secs "
+      ratios[$i]+="$(awk -v p="$p" -v s="$secs" -v c="$cores" 'BEGIN { printf "%.1f", p / (s * c) }') "
+    done
+  done
+  pandas_s=$(median "${pandas_times[@]}")
+  echo "$pandas_s (pandas runs: ${pandas_times[*]})" >>"$WORK/timings.log"
   PANDAS_RATE=$(awk -v n="$rows" -v s="$pandas_s" 'BEGIN { print n / s }')
 
   PANDAS_RATE=$PANDAS_RATE rows_line "read floor (cat)" 1 "$read_s" "$rows"
   rows_line "pandas 1.5 (vocab${chunk[*]:+, chunked})" 1 "$pandas_s" "$rows"
-  run_one() {  # label cores nodes port mode parallelism [taskset cpus]
-    local topo
-    topo=$(topology "$5-$3n-$6t" "$3" "$4" "$5" "$6" "$data")
-    local cmd=("$HETFLOW" run "$topo" --report "$topo.json")
-    [[ -n "${7:-}" ]] && cmd=(taskset -c "$7" "${cmd[@]}")
-    local secs
-    secs=$(timed sh -c "$(printf '%q ' "${cmd[@]}") >'$topo.log' 2>&1") ||
-      { cat "$topo.log" >&2; echo "hetflow run failed: $topo" >&2; exit 1; }
-    rows_line "$1" "$2" "$secs" "$rows"
-  }
-  run_one "hetflow vocab, 1 node x 1 thread" 1 1 7700 vocab 1 0
-  run_one "hetflow vocab, 1 node x 2 threads" 2 1 7710 vocab 2
-  run_one "hetflow vocab, 2 nodes x 1 thread" 2 2 7720 vocab 1
-  run_one "hetflow hash, 1 node x 1 thread" 1 1 7730 hash 1 0
-  run_one "hetflow hash, 1 node x 2 threads" 2 1 7740 hash 2
+  rounds=""
+  for i in "${!configs[@]}"; do
+    IFS='|' read -r label cores _ <<<"${configs[$i]}"
+    # shellcheck disable=SC2086
+    secs=$(median ${times[$i]})
+    # shellcheck disable=SC2086
+    RATIO=$(median ${ratios[$i]}) rows_line "$label" "$cores" "$secs" "$rows"
+    echo "$secs (${label}: ${times[$i]}; per core vs pandas by round: ${ratios[$i]})" >>"$WORK/timings.log"
+    rounds+="${label}: ${ratios[$i]% }; "
+  done
   if cmp -s "$WORK/pandas-$rows.bin" <(cat "$WORK/out-vocab-2n-1t"/part-*.bin); then
     same="pandas output == hetflow output (byte for byte)"
   else
     same="pandas output DIFFERS from hetflow's: $(cmp "$WORK/pandas-$rows.bin" <(cat "$WORK/out-vocab-2n-1t"/part-*.bin) 2>&1 | head -1)"
   fi
   echo "|  | $rows rows: $same; $(cat "$WORK/pandas-$rows.log") |  |  |  |  |  |  |"
+  echo "|  | $rows rows, per core vs pandas in each of the $REPEAT rounds (pandas then every run, in turn): ${rounds%; } |  |  |  |  |  |  |"
 done
 echo
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
