@@ -67,8 +67,11 @@ commands:
       predict a train job's throughput from profiles (hetpipe: discrete-event
       simulation of the plan, HetPipe's overlapped waves, or with --as-run
       the waves as `hetflow run` does them; dp, single: cost model)
-  profile FILE [--batch B]
-      time every unit of a train job's model on this machine's devices
+  profile FILE [--batch B] [--out PROFILE.json [--as NAME]]
+      time every unit of a train job's model on this machine's devices;
+      --out: write them as a profile_file (kinds NAME-cpu-tN, NAME-cudaI)
+  profile --merge A.json B.json ... --out PROFILE.json
+      join several machines' profile files into one profile_file
   gen-criteo --rows N --out FILE [--seed S] [--threads T]
       write deterministic synthetic Criteo-format data (tests, benchmarks)
   shell HOST:PORT [--topology FILE] [-c COMMAND] [--json] [--timeout SECONDS]

@@ -1,13 +1,17 @@
 #include "apps/profile_command.hpp"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "actors/registry.hpp"
 #include "kernels/model.hpp"
 #include "kernels/profile.hpp"
 #include "kernels/zoo.hpp"
+#include "topology/profile_db.hpp"
 #include "topology/parser.hpp"
 
 namespace hetflow::apps {
@@ -21,28 +25,130 @@ std::optional<topology::cluster> load_or_report(const std::string& file, const a
   return std::move(*parsed.model);
 }
 
+namespace {
+
+constexpr const char* profile_usage =
+    "usage: hetflow profile FILE [--batch B] [--out PROFILE.json [--as NAME]]\n"
+    "       hetflow profile --merge A.json B.json ... --out PROFILE.json\n";
+
+int usage(const char* why, const std::string& arg = {}) {
+  std::fprintf(stderr, "hetflow profile: %s%s\n%s", why, arg.c_str(), profile_usage);
+  return 2;
+}
+
+bool write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << "\n";
+    if (!out.flush()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+void print_kinds(const topology::profile_db& db) {
+  for (const auto& [kind, d] : db.devices) {
+    double f = 0, b = 0;
+    for (const auto& u : db.units) {
+      auto it = u.devices.find(kind);
+      if (it == u.devices.end()) continue;
+      f += it->second.fwd_ms;
+      b += it->second.bwd_ms;
+    }
+    std::printf("  %-24s fwd %9.3f ms  bwd %9.3f ms  optimizer step %8.3f ms  memory %s\n", kind.c_str(), f, b,
+                d.update_ms, d.memory_bytes ? (std::to_string(d.memory_bytes) + " B").c_str() : "(the topology's)");
+  }
+}
+
+// --merge A B ... --out P
+int merge_command(const std::vector<std::string>& files, const std::string& out) {
+  std::vector<topology::profile_db> dbs;
+  for (const auto& f : files) {
+    auto db = topology::load_profile_db(f);
+    if (!db) {
+      std::fprintf(stderr, "hetflow profile: %s\n", db.error().message().c_str());
+      return 2;
+    }
+    dbs.push_back(std::move(*db));
+  }
+  auto merged = topology::merge_profile_dbs(dbs);
+  if (!merged) {
+    std::fprintf(stderr, "hetflow profile: %s\n", merged.error().message().c_str());
+    return 2;
+  }
+  if (!write_text(out, topology::to_json(*merged))) {
+    std::fprintf(stderr, "hetflow profile: cannot write %s\n", out.c_str());
+    return 1;
+  }
+  std::printf("%s: %zu units at batch %lld, %zu device kinds (%s)\n", out.c_str(), merged->units.size(),
+              static_cast<long long>(merged->batch), merged->devices.size(), merged->source.c_str());
+  print_kinds(*merged);
+  return 0;
+}
+
+// FILE --out P [--as NAME]: what `hetflow run` measures for the job (each
+// device kind of the topology this machine can run), as a profile_file.
+int write_measured(topology::cluster c, const std::string& file, int64_t batch, const std::string& out,
+                   const std::string& as) {
+  if (c.job.params.contains("profile_file"))
+    std::printf("note: %s names a profile_file; measuring here anyway\n", file.c_str());
+  auto db = actors::measured_profiles(c, batch > 0 ? batch : c.job.params.get_int("batch_size", 64));
+  if (!db) {
+    std::fprintf(stderr, "hetflow profile: %s\n", db.error().message().c_str());
+    return 2;
+  }
+  if (!as.empty()) topology::prefix_kinds(*db, as);
+  if (!write_text(out, topology::to_json(*db))) {
+    std::fprintf(stderr, "hetflow profile: cannot write %s\n", out.c_str());
+    return 1;
+  }
+  std::printf("%s: %zu units at batch %lld (%s); device kinds:\n", out.c_str(), db->units.size(),
+              static_cast<long long>(db->batch), db->source.c_str());
+  print_kinds(*db);
+  std::printf("name a kind on a device (devices = [ { kind = \"cpu\", threads = N, profile = \"KIND\" } ]) and "
+              "the file in [job] profile_file; merge several machines' files with hetflow profile --merge\n");
+  return 0;
+}
+
+}  // namespace
+
 int profile_command(const std::vector<std::string>& args, const actors::registry& reg) {
-  std::string file;
+  std::string file, out, as;
   int64_t batch = 0;
+  bool merge = false;
+  std::vector<std::string> merge_files;
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--batch" && i + 1 < args.size()) {
       batch = std::strtoll(args[++i].c_str(), nullptr, 10);
-      if (batch <= 0) {
-        std::fprintf(stderr, "hetflow profile: --batch wants a positive integer\n");
-        return 2;
-      }
+      if (batch <= 0) return usage("--batch wants a positive integer");
+    } else if (args[i] == "--out" && i + 1 < args.size()) {
+      out = args[++i];
+    } else if (args[i] == "--as" && i + 1 < args.size()) {
+      as = args[++i];
+      for (char ch : as)
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-')
+          return usage("--as wants a name of letters, digits, '_', '.' and '-': ", as);
+      if (as.empty()) return usage("--as wants a name");
+    } else if (args[i] == "--merge") {
+      merge = true;
+    } else if (merge && !args[i].empty() && args[i][0] != '-') {
+      merge_files.push_back(args[i]);
     } else if (file.empty() && !args[i].empty() && args[i][0] != '-') {
       file = args[i];
     } else {
-      std::fprintf(stderr, "hetflow profile: unexpected argument '%s'\nusage: hetflow profile FILE [--batch B]\n",
-                   args[i].c_str());
-      return 2;
+      return usage("unexpected argument ", "'" + args[i] + "'");
     }
   }
-  if (file.empty()) {
-    std::fprintf(stderr, "usage: hetflow profile FILE [--batch B]\n");
-    return 2;
+  if (merge) {
+    if (merge_files.size() < 2) return usage("--merge wants at least two profile files");
+    if (out.empty()) return usage("--merge wants --out PROFILE.json");
+    if (batch > 0 || !as.empty()) return usage("--merge takes no --batch or --as (profiles are merged as measured)");
+    return merge_command(merge_files, out);
   }
+  if (file.empty()) return usage("missing FILE");
+  if (!as.empty() && out.empty()) return usage("--as names the kinds of --out's file: give --out");
   auto loaded = load_or_report(file, reg);
   if (!loaded) return 2;
   const auto& c = *loaded;
@@ -51,6 +157,7 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
                  file.c_str(), c.job.kind.c_str());
     return 2;
   }
+  if (!out.empty()) return write_measured(c, file, batch, out, as);
   const auto& p = c.job.params;
   auto spec = train_model_spec(c);
   if (!spec) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -250,6 +251,70 @@ std::string to_json(const profile_db& db) {
     if (db.links.host_ring_step_factor > 0) doc["links"]["host_ring_step_factor"] = db.links.host_ring_step_factor;
   }
   return doc.dump(1);
+}
+
+void prefix_kinds(profile_db& db, const std::string& prefix) {
+  auto name = [&](const std::string& k) { return prefix + "-" + k; };
+  for (auto& u : db.units) {
+    std::map<std::string, unit_cost, std::less<>> d;
+    for (auto& [k, c] : u.devices) d[name(k)] = c;
+    u.devices = std::move(d);
+  }
+  std::map<std::string, profile_device, std::less<>> devs;
+  for (auto& [k, d] : db.devices) devs[name(k)] = d;
+  db.devices = std::move(devs);
+}
+
+expected<profile_db> merge_profile_dbs(const std::vector<profile_db>& dbs) {
+  if (dbs.empty()) return make_error(errc::invalid_argument, "no profile to merge");
+  profile_db out = dbs[0];
+  std::map<std::string, std::string, std::less<>> owner;  // kind -> the file that brought it
+  for (const auto& [k, d] : out.devices) owner[k] = dbs[0].source;
+  std::string sources = dbs[0].source;
+  for (std::size_t f = 1; f < dbs.size(); ++f) {
+    const profile_db& b = dbs[f];
+    const std::string both = dbs[0].source + " and " + b.source;
+    if (b.batch != out.batch)
+      return make_error(errc::invalid_argument, both + ": batch " + std::to_string(out.batch) + " and " +
+                                                    std::to_string(b.batch) +
+                                                    " (measure every machine at one batch: --batch)");
+    if (b.units.size() != out.units.size())
+      return make_error(errc::invalid_argument, both + ": " + std::to_string(out.units.size()) + " and " +
+                                                    std::to_string(b.units.size()) +
+                                                    " units (profiles of one job's model only)");
+    for (std::size_t i = 0; i < b.units.size(); ++i) {
+      const profile_unit& u = b.units[i];
+      profile_unit& o = out.units[i];
+      const std::string at = both + ": unit " + std::to_string(i);
+      if (u.name != o.name)
+        return make_error(errc::invalid_argument, at + " is '" + o.name + "' and '" + u.name +
+                                                      "' (profiles of one job's model only)");
+      if (u.params_bytes != o.params_bytes)
+        return make_error(errc::invalid_argument, at + " ('" + u.name + "') has " + std::to_string(o.params_bytes) +
+                                                      " and " + std::to_string(u.params_bytes) +
+                                                      " parameter bytes (profiles of one job's model only)");
+      o.activation_bytes = std::max(o.activation_bytes, u.activation_bytes);
+      o.output_bytes = std::max(o.output_bytes, u.output_bytes);
+    }
+    for (const auto& [k, d] : b.devices) {
+      if (auto it = owner.find(k); it != owner.end())
+        return make_error(errc::invalid_argument, "device kind '" + k + "' is in " + it->second + " and in " +
+                                                      b.source + " (name each machine's kinds apart: "
+                                                      "hetflow profile --out FILE --as NAME)");
+      owner[k] = b.source;
+      out.devices[k] = d;
+      for (std::size_t i = 0; i < b.units.size(); ++i) {
+        auto c = b.units[i].devices.find(k);
+        if (c == b.units[i].devices.end())
+          return make_error(errc::invalid_argument, b.source + ": unit '" + b.units[i].name +
+                                                        "' has no times for kind '" + k + "'");
+        out.units[i].devices[k] = c->second;
+      }
+    }
+    sources += ", " + b.source;
+  }
+  out.source = "merged from " + sources;
+  return out;
 }
 
 }  // namespace hetflow::topology

@@ -100,6 +100,20 @@ expected<profile_db> load_profile_db(const std::filesystem::path& file);
 // Serialises to the same JSON shape (round trip; generated profiles).
 std::string to_json(const profile_db& db);
 
+// Renames every device kind K of `db` to prefix + "-" + K (`hetflow profile
+// --out P --as NAME`: the profiles of one machine, named for the fleet).
+void prefix_kinds(profile_db& db, const std::string& prefix);
+
+// One profile holding every device kind of `dbs` (`hetflow profile --merge`:
+// files measured on different machines for one job). They must be of one
+// model at one batch: the same units in the same order with the same names
+// and parameter bytes (errors name both files and the first difference); a
+// kind may appear in one file only. A unit's activation and output bytes are
+// the largest of the files' (what a device kept may differ a little by
+// backend; planning with the largest keeps under every memory). Links are the
+// first file's.
+expected<profile_db> merge_profile_dbs(const std::vector<profile_db>& dbs);
+
 // A link's transfer time for `bytes`: bytes / bandwidth + latency.
 double transfer_ms(uint64_t bytes, double gbps, double latency_us);
 

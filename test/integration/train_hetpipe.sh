@@ -327,3 +327,57 @@ write_topology "$HETFLOW_SCRATCH/fixed.toml" 8965 1 auto "${common[@]}" 'epochs 
 out=$("$HETFLOW" node "$HETFLOW_SCRATCH/fixed.toml" --name n0 --strategy hetpipe 2>&1) && fail "--strategy overrode a fixed strategy"
 grep -q 'resolves "auto" only' <<<"$out" || { echo "$out"; fail "--strategy on a fixed strategy: no clear error"; }
 pass "strategy auto: run chose $chosen and ran it; a lone node needs --strategy; --strategy resolves auto only"
+
+# --- a fleet's profile file: each machine measures its devices into a file
+# (`hetflow profile --out --as`), --merge joins them, the topology names the
+# kinds; plan and run use it (nothing measured at run time).
+fleet="$HETFLOW_SCRATCH/fleet.toml"
+write_topology "$fleet" 8970 2 auto "${common[@]}" 'epochs = 1' 'strategy = "hetpipe"' 'nm = 2'
+one_thread "$fleet"
+"$HETFLOW" profile "$fleet" --out "$HETFLOW_SCRATCH/old.json" --as old >"$fleet.p1" 2>&1 || { cat "$fleet.p1"; fail "profile --out"; }
+grep -q "old-cpu-t1 .* fwd .* bwd" "$fleet.p1" || { cat "$fleet.p1"; fail "profile --out: no kind line"; }
+"$HETFLOW" profile "$fleet" --out "$HETFLOW_SCRATCH/new.json" --as new >/dev/null 2>&1 || fail "profile --out (2)"
+"$HETFLOW" profile --merge "$HETFLOW_SCRATCH/old.json" "$HETFLOW_SCRATCH/new.json" --out "$HETFLOW_SCRATCH/fleet.json" \
+  >"$fleet.m" 2>&1 || { cat "$fleet.m"; fail "profile --merge"; }
+[[ $(json_get "$HETFLOW_SCRATCH/fleet.json" 'sorted(d["devices"])') == "['new-cpu-t1', 'old-cpu-t1']" ]] ||
+  fail "merged file: want kinds new-cpu-t1 and old-cpu-t1"
+out=$("$HETFLOW" profile --merge "$HETFLOW_SCRATCH/old.json" "$HETFLOW_SCRATCH/old.json" --out /dev/null 2>&1) &&
+  fail "--merge accepted one kind twice"
+grep -q "device kind 'old-cpu-t1' is in" <<<"$out" || { echo "$out"; fail "--merge of one kind twice: no clear error"; }
+# n0 is an "old" machine, n1 a "new" one; the new one is made 3x slower.
+python3 - "$HETFLOW_SCRATCH/fleet.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for u in d["units"]:
+    for k in ("fwd_ms", "bwd_ms"): u["devices"]["new-cpu-t1"][k] *= 3
+json.dump(d, open(sys.argv[1], "w"))
+PY
+sed -i -e '0,/threads = 1 }/s//threads = 1, profile = "old-cpu-t1" }/' \
+  -e '0,/threads = 1 }/s//threads = 1, profile = "new-cpu-t1" }/' "$fleet"
+echo 'profile_file = "fleet.json"' >>"$fleet"
+"$HETFLOW" plan "$fleet" >"$fleet.plan" 2>&1 || { cat "$fleet.plan"; fail "plan with the fleet's file"; }
+grep -q "^profiles: .*fleet.json" "$fleet.plan" && grep -Eq "^  0 +n0 .* old-cpu-t1 " "$fleet.plan" &&
+  grep -Eq "^  1 +n1 .* new-cpu-t1 " "$fleet.plan" || { cat "$fleet.plan"; fail "plan: not from the fleet's kinds"; }
+# The kinds' times decide the plan: LeNet-5's time is in its first units,
+# and the stage holding them goes to the fast kind (the old one here, the
+# new one when the old kind is made 3x slower instead).
+first_kind() { sed -n -E 's/^  0 +n[01] +cpu:0 +([a-z]+-cpu-t1) +0-.*/\1/p' "$1"; }
+new_slow=$(first_kind "$fleet.plan")
+python3 - "$HETFLOW_SCRATCH/fleet.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for u in d["units"]:
+    for k in ("fwd_ms", "bwd_ms"):
+        u["devices"]["new-cpu-t1"][k] /= 3
+        u["devices"]["old-cpu-t1"][k] *= 3
+json.dump(d, open(sys.argv[1] + ".swapped", "w"))
+PY
+sed 's/^profile_file = "fleet.json"$/profile_file = "fleet.json.swapped"/' "$fleet" >"$fleet.swapped.toml"
+"$HETFLOW" plan "$fleet.swapped.toml" >"$fleet.swapped.plan" 2>&1 || { cat "$fleet.swapped.plan"; fail "plan (swapped)"; }
+old_slow=$(first_kind "$fleet.swapped.plan")
+[[ $new_slow == old-cpu-t1 && $old_slow == new-cpu-t1 ]] ||
+  { cat "$fleet.plan" "$fleet.swapped.plan"; fail "plan: the first units' stage did not follow the fast kind ($new_slow, $old_slow)"; }
+run_job "$fleet" "hetpipe with the fleet's profile file"
+[[ $(json_get "$fleet.json" 'd["profile_source"].endswith("fleet.json")') == True ]] ||
+  fail "run: profiles not from the fleet's file"
+pass "profile --out/--as/--merge: a fleet's file plans (the first units on the fast kind: $new_slow, then $old_slow) and runs"

@@ -26,7 +26,8 @@ profile_db uniform_db(std::size_t n, std::map<std::string, double> fwd_ms, uint6
   db.links.latency_us = 0;
   for (std::size_t i = 0; i < n; ++i) {
     profile_unit u;
-    u.name = "u" + std::to_string(i);
+    u.name = "u";
+    u.name += std::to_string(i);  // (not "u" + ...: GCC 12 -Wrestrict false positive when inlined)
     u.params_bytes = params;
     u.activation_bytes = act;
     u.output_bytes = out;
@@ -113,6 +114,59 @@ BOOST_AUTO_TEST_CASE(errors_name_file_and_field) {
   check(R"({"batch": 32, "units": [)", "not valid JSON");
   check(R"({"batch": 32, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
       "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "links": {"inter_node_gbps": 0}})", "links.inter_node_gbps");
+}
+
+BOOST_AUTO_TEST_CASE(machines_profiles_merge_into_one_file) {
+  // Two machines' files (`hetflow profile --out F --as NAME`), then --merge.
+  auto a = uniform_db(3, {{"cpu-t1", 1.0}}, 8, 100, 50);
+  a.source = "a.json";
+  a.devices["cpu-t1"].update_ms = 0.5;
+  a.links.inter_node_gbps = 25;
+  auto b = uniform_db(3, {{"cpu-t1", 3.0}, {"cuda0", 0.25}}, 8, 100, 50);
+  b.source = "b.json";
+  b.units[1].activation_bytes = 140;  // a backend that keeps more: the larger counts
+  prefix_kinds(a, "old");
+  prefix_kinds(b, "new");
+  BOOST_TEST(a.has_kind("old-cpu-t1"));
+  BOOST_TEST(!a.has_kind("cpu-t1"));
+  BOOST_TEST(a.devices["old-cpu-t1"].update_ms == 0.5);
+  auto m = merge_profile_dbs({a, b});
+  BOOST_REQUIRE_MESSAGE(m.has_value(), (m ? std::string() : m.error().message()));
+  BOOST_TEST(m->devices.size() == 3u);
+  BOOST_TEST(m->compute_ms("old-cpu-t1", 0, 2) == 9.0);
+  BOOST_TEST(m->compute_ms("new-cpu-t1", 0, 2) == 27.0);
+  BOOST_TEST(m->compute_ms("new-cuda0", 0, 2) == 2.25);
+  BOOST_TEST(m->units[1].activation_bytes == 140u);
+  BOOST_TEST(m->units[0].activation_bytes == 100u);
+  BOOST_TEST(m->links.inter_node_gbps == 25.0);  // the first file's
+  BOOST_TEST(m->source.find("a.json") != std::string::npos);
+  BOOST_TEST(m->source.find("b.json") != std::string::npos);
+  // What --merge writes reads back whole.
+  auto again = parse_profile_db(to_json(*m), "fleet.json");
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->compute_ms("new-cuda0", 0, 2) == 2.25);
+  BOOST_TEST(again->devices["old-cpu-t1"].update_ms == 0.5);
+
+  auto refused = [](const std::vector<profile_db>& dbs, const std::string& want) {
+    auto r = merge_profile_dbs(dbs);
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST_INFO(r.error().message());
+    BOOST_TEST(r.error().message().find(want) != std::string::npos);
+  };
+  refused({a, a}, "device kind 'old-cpu-t1' is in a.json and in a.json");
+  auto other_batch = b;
+  other_batch.batch = 64;
+  refused({a, other_batch}, "batch 32 and 64");
+  auto fewer = b;
+  fewer.units.pop_back();
+  refused({a, fewer}, "3 and 2 units");
+  auto renamed = b;
+  renamed.units[2].name = "fc9";
+  refused({a, renamed}, "unit 2 is 'u2' and 'fc9'");
+  auto wider = b;
+  wider.units[0].params_bytes = 16;
+  refused({a, wider}, "has 8 and 16 parameter bytes");
+  refused({}, "no profile");
 }
 
 BOOST_AUTO_TEST_CASE(rescales_to_another_batch) {
