@@ -67,9 +67,10 @@ commands:
       predict a train job's throughput from profiles (hetpipe: discrete-event
       simulation of the plan, HetPipe's overlapped waves, or with --as-run
       the waves as `hetflow run` does them; dp, single: cost model)
-  profile FILE [--batch B] [--out PROFILE.json [--as NAME]]
+  profile FILE [--batch B] [--out PROFILE.json [--as NAME] [--repeat N]]
       time every unit of a train job's model on this machine's devices;
-      --out: write them as a profile_file (kinds NAME-cpu-tN, NAME-cudaI)
+      --out: write them as a profile_file (kinds NAME-cpu-tN, NAME-cudaI;
+      --repeat: the median of N measurements)
   profile --merge A.json B.json ... --out PROFILE.json
       join several machines' profile files into one profile_file
   gen-criteo --rows N --out FILE [--seed S] [--threads T]

@@ -1,5 +1,6 @@
 #include "apps/profile_command.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +29,7 @@ std::optional<topology::cluster> load_or_report(const std::string& file, const a
 namespace {
 
 constexpr const char* profile_usage =
-    "usage: hetflow profile FILE [--batch B] [--out PROFILE.json [--as NAME]]\n"
+    "usage: hetflow profile FILE [--batch B] [--out PROFILE.json [--as NAME] [--repeat N]]\n"
     "       hetflow profile --merge A.json B.json ... --out PROFILE.json\n";
 
 int usage(const char* why, const std::string& arg = {}) {
@@ -90,15 +91,59 @@ int merge_command(const std::vector<std::string>& files, const std::string& out)
 
 // FILE --out P [--as NAME]: what `hetflow run` measures for the job (each
 // device kind of the topology this machine can run), as a profile_file.
-int write_measured(topology::cluster c, const std::string& file, int64_t batch, const std::string& out,
-                   const std::string& as) {
+// The median of xs (xs not empty).
+double median_of(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const std::size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+// runs[0] with every time the median over the runs (same units and kinds:
+// one machine measured again).
+topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
+  topology::profile_db out = runs[0];
+  for (std::size_t i = 0; i < out.units.size(); ++i)
+    for (auto& [kind, cost] : out.units[i].devices) {
+      std::vector<double> f, b;
+      for (const auto& r : runs) {
+        const auto& c = r.units[i].devices.at(kind);
+        f.push_back(c.fwd_ms);
+        b.push_back(c.bwd_ms);
+      }
+      cost.fwd_ms = median_of(f);
+      cost.bwd_ms = median_of(b);
+    }
+  for (auto& [kind, d] : out.devices) {
+    std::vector<double> u;
+    for (const auto& r : runs) u.push_back(r.devices.at(kind).update_ms);
+    d.update_ms = median_of(u);
+  }
+  std::vector<double> ring, factor;
+  for (const auto& r : runs) {
+    ring.push_back(r.links.host_ring_gbps);
+    factor.push_back(r.links.host_ring_step_factor);
+  }
+  out.links.host_ring_gbps = median_of(ring);
+  out.links.host_ring_step_factor = median_of(factor);
+  out.source += ", the median of " + std::to_string(runs.size()) + " measurements";
+  return out;
+}
+
+int write_measured(const topology::cluster& c, const std::string& file, int64_t batch, const std::string& out,
+                   const std::string& as, int repeat) {
   if (c.job.params.contains("profile_file"))
     std::printf("note: %s names a profile_file; measuring here anyway\n", file.c_str());
-  auto db = actors::measured_profiles(c, batch > 0 ? batch : c.job.params.get_int("batch_size", 64));
-  if (!db) {
-    std::fprintf(stderr, "hetflow profile: %s\n", db.error().message().c_str());
-    return 2;
+  std::vector<topology::profile_db> runs;
+  for (int k = 0; k < repeat; ++k) {
+    topology::cluster copy = c;  // measured_profiles names the devices' kinds in it
+    auto m = actors::measured_profiles(copy, batch > 0 ? batch : c.job.params.get_int("batch_size", 64));
+    if (!m) {
+      std::fprintf(stderr, "hetflow profile: %s\n", m.error().message().c_str());
+      return 2;
+    }
+    runs.push_back(std::move(*m));
   }
+  expected<topology::profile_db> db = repeat > 1 ? median_profile(std::move(runs)) : std::move(runs[0]);
   if (!as.empty()) topology::prefix_kinds(*db, as);
   if (!write_text(out, topology::to_json(*db))) {
     std::fprintf(stderr, "hetflow profile: cannot write %s\n", out.c_str());
@@ -117,12 +162,16 @@ int write_measured(topology::cluster c, const std::string& file, int64_t batch, 
 int profile_command(const std::vector<std::string>& args, const actors::registry& reg) {
   std::string file, out, as;
   int64_t batch = 0;
+  int repeat = 0;
   bool merge = false;
   std::vector<std::string> merge_files;
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--batch" && i + 1 < args.size()) {
       batch = std::strtoll(args[++i].c_str(), nullptr, 10);
       if (batch <= 0) return usage("--batch wants a positive integer");
+    } else if (args[i] == "--repeat" && i + 1 < args.size()) {
+      repeat = std::atoi(args[++i].c_str());
+      if (repeat <= 0 || repeat > 100) return usage("--repeat wants a count from 1 to 100");
     } else if (args[i] == "--out" && i + 1 < args.size()) {
       out = args[++i];
     } else if (args[i] == "--as" && i + 1 < args.size()) {
@@ -144,11 +193,13 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
   if (merge) {
     if (merge_files.size() < 2) return usage("--merge wants at least two profile files");
     if (out.empty()) return usage("--merge wants --out PROFILE.json");
-    if (batch > 0 || !as.empty()) return usage("--merge takes no --batch or --as (profiles are merged as measured)");
+    if (batch > 0 || !as.empty() || repeat > 0)
+      return usage("--merge takes no --batch, --as or --repeat (profiles are merged as measured)");
     return merge_command(merge_files, out);
   }
   if (file.empty()) return usage("missing FILE");
   if (!as.empty() && out.empty()) return usage("--as names the kinds of --out's file: give --out");
+  if (repeat > 0 && out.empty()) return usage("--repeat measures --out's file: give --out");
   auto loaded = load_or_report(file, reg);
   if (!loaded) return 2;
   const auto& c = *loaded;
@@ -157,7 +208,7 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
                  file.c_str(), c.job.kind.c_str());
     return 2;
   }
-  if (!out.empty()) return write_measured(c, file, batch, out, as);
+  if (!out.empty()) return write_measured(c, file, batch, out, as, repeat > 0 ? repeat : 1);
   const auto& p = c.job.params;
   auto spec = train_model_spec(c);
   if (!spec) {

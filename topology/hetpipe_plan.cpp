@@ -180,13 +180,25 @@ expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_
       const auto& dev = node.devices[d];
       const std::string where = "node '" + node.name + "' device " + std::to_string(d) + " (" +
                                 to_string(dev.kind) + ":" + std::to_string(dev.index) + ")";
-      if (dev.profile.empty())
-        return make_error(errc::invalid_argument,
-                          where + " has no profile kind: set its `profile` to one of the kinds in " + db.source);
-      if (!db.has_kind(dev.profile)) {
+      // No `profile`: the kind `hetflow profile --out` (without --as) names
+      // such a device, when the file has it (a cpu device needs its threads
+      // set: with 0 the count is the node's, unknown here).
+      std::string kind = dev.profile;
+      if (kind.empty()) {
+        const std::string measured = dev.kind == device_kind::cuda ? "cuda" + std::to_string(dev.index)
+                                     : dev.threads > 0             ? "cpu-t" + std::to_string(dev.threads)
+                                                                   : std::string();
+        if (measured.empty() || !db.has_kind(measured))
+          return make_error(errc::invalid_argument,
+                            where + " has no profile kind: set its `profile` to one of the kinds in " + db.source +
+                                (measured.empty() ? std::string()
+                                                  : " (without one it would be '" + measured + "', not in the file)"));
+        kind = measured;
+      }
+      if (!db.has_kind(kind)) {
         std::string kinds;
         for (const auto& [k, v] : db.units.front().devices) kinds += (kinds.empty() ? "" : ", ") + k;
-        return make_error(errc::not_found, where + ": profile kind '" + dev.profile + "' is not in " + db.source +
+        return make_error(errc::not_found, where + ": profile kind '" + kind + "' is not in " + db.source +
                                                " (it has: " + kinds + ")");
       }
       plan_device p;
@@ -194,11 +206,11 @@ expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_
       p.host = node.host;
       p.node_index = int(n);
       p.device = d;
-      p.kind = dev.profile;
+      p.kind = kind;
       p.memory_bytes = dev.memory_bytes;
       p.cuda = dev.kind == device_kind::cuda;
       if (p.memory_bytes == 0) {
-        auto it = db.devices.find(dev.profile);
+        auto it = db.devices.find(kind);
         if (it != db.devices.end()) p.memory_bytes = it->second.memory_bytes;
       }
       out.push_back(std::move(p));

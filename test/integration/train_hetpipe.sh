@@ -336,7 +336,16 @@ write_topology "$fleet" 8970 2 auto "${common[@]}" 'epochs = 1' 'strategy = "het
 one_thread "$fleet"
 "$HETFLOW" profile "$fleet" --out "$HETFLOW_SCRATCH/old.json" --as old >"$fleet.p1" 2>&1 || { cat "$fleet.p1"; fail "profile --out"; }
 grep -q "old-cpu-t1 .* fwd .* bwd" "$fleet.p1" || { cat "$fleet.p1"; fail "profile --out: no kind line"; }
-"$HETFLOW" profile "$fleet" --out "$HETFLOW_SCRATCH/new.json" --as new >/dev/null 2>&1 || fail "profile --out (2)"
+"$HETFLOW" profile "$fleet" --out "$HETFLOW_SCRATCH/new.json" --as new --repeat 3 >/dev/null 2>&1 || fail "profile --out (2)"
+"$HETFLOW" profile "$fleet" --out "$HETFLOW_SCRATCH/plain.json" --repeat 2 >"$fleet.p2" 2>&1 &&
+  grep -q "the median of 2 measurements" "$fleet.p2" && grep -q "^  cpu-t1 " "$fleet.p2" ||
+  { cat "$fleet.p2"; fail "profile --out --repeat 2"; }
+# A device without `profile` takes the file's cpu-t1 (its threads are 1).
+plain="$HETFLOW_SCRATCH/plain.toml"
+write_topology "$plain" 8975 2 auto "${common[@]}" 'epochs = 1' 'strategy = "hetpipe"' 'nm = 2' 'profile_file = "plain.json"'
+one_thread "$plain"
+"$HETFLOW" plan "$plain" >"$plain.plan" 2>&1 && grep -Eq "^  0 +n[01] +cpu:0 +cpu-t1 " "$plain.plan" ||
+  { cat "$plain.plan"; fail "plan: a device without profile did not take the file's cpu-t1"; }
 "$HETFLOW" profile --merge "$HETFLOW_SCRATCH/old.json" "$HETFLOW_SCRATCH/new.json" --out "$HETFLOW_SCRATCH/fleet.json" \
   >"$fleet.m" 2>&1 || { cat "$fleet.m"; fail "profile --merge"; }
 [[ $(json_get "$HETFLOW_SCRATCH/fleet.json" 'sorted(d["devices"])') == "['new-cpu-t1', 'old-cpu-t1']" ]] ||
