@@ -9,6 +9,10 @@
 #   bench/hetpipe/run.sh            # uses build/bin/hetflow; STEPS=300 NMS="4 8 16"
 #                                   # WAVES="overlap drain" (hetpipe_waves)
 #                                   # PS_PLACEMENT="" (ps_placement; default: the job's)
+#                                   # PROFILE_REPEAT=0: every run profiles on the spot (the
+#                                   # head, while the other node starts); N > 0: one profile
+#                                   # file first (`hetflow profile --out --repeat N`, the
+#                                   # median of N), which every run plans from
 #
 # Prints per config the measured samples/s (the last epoch, training only),
 # the planner's bound, the simulator's prediction for the waves as the runtime
@@ -55,7 +59,13 @@ topo() {  # topo FILE STRATEGY_LINES...
 }
 
 echo "machine: $(nproc) cpus, $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$src" rev-parse --short HEAD)"
-topo "$tmp/plan.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' 'nm = 8'
+profile_line=()
+if (( ${PROFILE_REPEAT:-0} > 0 )); then
+  topo "$tmp/prof.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' 'nm = 8'
+  "$hetflow" profile "$tmp/prof.toml" --out "$tmp/profile.json" --repeat "$PROFILE_REPEAT" | head -2 | sed 's/^/  profile: /'
+  profile_line=('profile_file = "profile.json"')
+fi
+topo "$tmp/plan.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' 'nm = 8' ${profile_line[@]+"${profile_line[@]}"}
 "$hetflow" plan "$tmp/plan.toml" 2>&1 | grep -E '^ +[0-9]+ +n[0-9]|virtual worker 0:|data parallel' | sed 's/^/  plan: /'
 topo "$tmp/single.toml" 'strategy = "single"'
 "$hetflow" run "$tmp/single.toml" --report "$tmp/single.json" >"$tmp/single.out" 2>&1 || { cat "$tmp/single.out"; exit 1; }
@@ -68,7 +78,7 @@ for nm in $nms; do
   for wm in $wave_modes; do
     f="$tmp/hp$nm-$wm"
     topo "$f.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' "nm = $nm" "hetpipe_waves = \"$wm\"" \
-      ${PS_PLACEMENT:+"ps_placement = \"$PS_PLACEMENT\""}
+      ${PS_PLACEMENT:+"ps_placement = \"$PS_PLACEMENT\""} ${profile_line[@]+"${profile_line[@]}"}
     "$hetflow" run "$f.toml" --report "$f.json" >"$f.out" 2>&1 || { cat "$f.out"; exit 1; }
     python3 - "$f.json" "$base" "$nm" <<'PY'
 import json, sys
