@@ -35,6 +35,7 @@
 #include "actors/json.hpp"
 #include "actors/metrics.hpp"
 #include "actors/log.hpp"
+#include "kernels/cpu/omp_policy.hpp"
 #include "kernels/preprocess/resources.hpp"
 #include "kernels/waits.hpp"
 #include "actors/node_services.hpp"
@@ -1256,8 +1257,7 @@ void write_reports(const node_options& opts, node_shared& sh, int code, const st
   w.field("status", code == 0 ? "ok" : "failed").field("exit_code", code).field("message", reason);
   w.field("data_plane", sh.dp ? sh.dp->name() : std::string("none"));
   // What libgomp read at this process's start (kernels/cpu/omp_policy.hpp).
-  const char* omp_wait = std::getenv("OMP_WAIT_POLICY");
-  w.field("omp_wait_policy", omp_wait ? std::string(omp_wait) : std::string("default"));
+  w.field("omp_wait_policy", kernels::cpu::omp_wait_policy_in_effect());
   w.key("timings").begin_object();
   w.field("join_s", sh.join_s).field("total_s", seconds_since(sh.started_at)).end_object();
   if (sh.dp) {

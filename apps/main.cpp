@@ -9,6 +9,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -177,7 +178,8 @@ common_args parse_args(const std::vector<std::string>& args, bool want_name) {
 // option nor the value of an option that takes one; "" if none. Sets `node`
 // to --name's value.
 std::string topology_argument(const std::vector<std::string>& args, std::string& node) {
-  static const char* const with_value[] = {"--name", "--report", "--join-timeout", "--batch", "--waves", "--trace", "--plot"};
+  static const char* const with_value[] = {"--name", "--report", "--join-timeout", "--batch", "--waves",
+                                           "--trace", "--plot", "--out", "--as", "--repeat"};
   std::string file;
   for (std::size_t i = 0; i < args.size(); ++i) {
     bool takes_value = false;
@@ -197,6 +199,8 @@ std::string topology_argument(const std::vector<std::string>& args, std::string&
 bool load_plugins_of(const std::string& cmd, const std::vector<std::string>& args,
                      hetflow::actors::registry& reg) {
   std::string node;
+  // `profile --merge A.json B.json ...` reads profile files, no topology.
+  if (cmd == "profile" && std::find(args.begin(), args.end(), "--merge") != args.end()) return true;
   const std::string file = topology_argument(args, node);
   if (file.empty()) return true;  // the command reports the missing FILE
   auto r = hetflow::actors::load_plugins(file, reg, cmd == "node" ? node : std::string());

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "actors/registry.hpp"
+#include "kernels/cuda/cuda_loader.hpp"
 #include "kernels/model.hpp"
 #include "kernels/profile.hpp"
 #include "kernels/zoo.hpp"
@@ -39,13 +40,17 @@ int usage(const char* why, const std::string& arg = {}) {
 
 bool write_text(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
+  std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text << "\n";
-    if (!out.flush()) return false;
+    if (!out.flush()) {
+      std::filesystem::remove(tmp, ec);
+      return false;
+    }
   }
-  std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
   return !ec;
 }
 
@@ -118,14 +123,25 @@ topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
     for (const auto& r : runs) u.push_back(r.devices.at(kind).update_ms);
     d.update_ms = median_of(u);
   }
-  std::vector<double> ring, factor;
+  // dp's host ring and co-located step: over the runs that measured them
+  // (0 = not measured).
+  std::vector<double> ring, latency, factor;
   for (const auto& r : runs) {
-    ring.push_back(r.links.host_ring_gbps);
-    factor.push_back(r.links.host_ring_step_factor);
+    if (r.links.host_ring_gbps > 0) {
+      ring.push_back(r.links.host_ring_gbps);
+      latency.push_back(r.links.host_ring_latency_us);
+      out.links.host_ring_members = r.links.host_ring_members;
+    }
+    if (r.links.host_ring_step_factor > 0) factor.push_back(r.links.host_ring_step_factor);
   }
-  out.links.host_ring_gbps = median_of(ring);
-  out.links.host_ring_step_factor = median_of(factor);
-  out.source += ", the median of " + std::to_string(runs.size()) + " measurements";
+  out.links.host_ring_gbps = ring.empty() ? 0.0 : median_of(ring);
+  out.links.host_ring_latency_us = latency.empty() ? 0.0 : median_of(latency);
+  if (ring.empty()) out.links.host_ring_members = 0;
+  out.links.host_ring_step_factor = factor.empty() ? 0.0 : median_of(factor);
+  // The first run's own ring numbers ("; host ring measured here: ...") are
+  // not what the file holds.
+  out.source = out.source.substr(0, out.source.find(';')) + ", the median of " + std::to_string(runs.size()) +
+               " measurements";
   return out;
 }
 
@@ -133,9 +149,27 @@ int write_measured(const topology::cluster& c, const std::string& file, int64_t 
                    const std::string& as, int repeat) {
   if (c.job.params.contains("profile_file"))
     std::printf("note: %s names a profile_file; measuring here anyway\n", file.c_str());
+  // cuda devices this machine cannot run (another machine's GPUs): left
+  // out, said once; that machine measures them with a file of its own.
+  topology::cluster here = c;
+  const auto cuda = kernels::probe_cuda();
+  for (auto& n : here.nodes) {
+    std::vector<topology::device_spec> kept;
+    for (auto& d : n.devices) {
+      bool present = d.kind != topology::device_kind::cuda;
+      for (const auto& g : cuda.devices) present = present || g.index == d.index;
+      if (present) {
+        kept.push_back(d);
+        continue;
+      }
+      std::printf("note: node %s cuda:%d is not on this machine (%s): not in %s\n", n.name.c_str(), d.index,
+                  cuda.devices.empty() ? cuda.why_none.c_str() : "no such index", out.c_str());
+    }
+    n.devices = std::move(kept);
+  }
   std::vector<topology::profile_db> runs;
   for (int k = 0; k < repeat; ++k) {
-    topology::cluster copy = c;  // measured_profiles names the devices' kinds in it
+    topology::cluster copy = here;  // measured_profiles names the devices' kinds in it
     auto m = actors::measured_profiles(copy, batch > 0 ? batch : c.job.params.get_int("batch_size", 64));
     if (!m) {
       std::fprintf(stderr, "hetflow profile: %s\n", m.error().message().c_str());
@@ -170,8 +204,11 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
       batch = std::strtoll(args[++i].c_str(), nullptr, 10);
       if (batch <= 0) return usage("--batch wants a positive integer");
     } else if (args[i] == "--repeat" && i + 1 < args.size()) {
-      repeat = std::atoi(args[++i].c_str());
-      if (repeat <= 0 || repeat > 100) return usage("--repeat wants a count from 1 to 100");
+      const std::string v = args[++i];
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != 0 || n <= 0 || n > 100) return usage("--repeat wants a count from 1 to 100: ", v);
+      repeat = int(n);
     } else if (args[i] == "--out" && i + 1 < args.size()) {
       out = args[++i];
     } else if (args[i] == "--as" && i + 1 < args.size()) {
@@ -191,6 +228,7 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
     }
   }
   if (merge) {
+    if (!file.empty()) return usage("--merge joins profile files and measures nothing: drop ", file);
     if (merge_files.size() < 2) return usage("--merge wants at least two profile files");
     if (out.empty()) return usage("--merge wants --out PROFILE.json");
     if (batch > 0 || !as.empty() || repeat > 0)

@@ -172,6 +172,21 @@ expected<allocation_policy> parse_allocation_policy(std::string_view s) {
   return make_error(errc::invalid_argument, "allocation policy '" + std::string(s) + "': expected np, ed or hd");
 }
 
+namespace {
+// The kind `hetflow profile --out` names a device without --as (a cpu device
+// needs its threads set: with 0 the count is its node's, unknown here).
+std::string measured_kind_name(const device_spec& d) {
+  if (d.kind == device_kind::cuda) return "cuda" + std::to_string(d.index);
+  return d.threads > 0 ? "cpu-t" + std::to_string(d.threads) : std::string();
+}
+}  // namespace
+
+std::string device_profile_kind(const device_spec& d, const profile_db& db) {
+  if (!d.profile.empty()) return d.profile;
+  const std::string m = measured_kind_name(d);
+  return !m.empty() && db.has_kind(m) ? m : std::string();
+}
+
 expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_db& db) {
   std::vector<plan_device> out;
   for (std::size_t n = 0; n < c.nodes.size(); ++n) {
@@ -180,20 +195,13 @@ expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_
       const auto& dev = node.devices[d];
       const std::string where = "node '" + node.name + "' device " + std::to_string(d) + " (" +
                                 to_string(dev.kind) + ":" + std::to_string(dev.index) + ")";
-      // No `profile`: the kind `hetflow profile --out` (without --as) names
-      // such a device, when the file has it (a cpu device needs its threads
-      // set: with 0 the count is the node's, unknown here).
-      std::string kind = dev.profile;
+      const std::string kind = device_profile_kind(dev, db);
       if (kind.empty()) {
-        const std::string measured = dev.kind == device_kind::cuda ? "cuda" + std::to_string(dev.index)
-                                     : dev.threads > 0             ? "cpu-t" + std::to_string(dev.threads)
-                                                                   : std::string();
-        if (measured.empty() || !db.has_kind(measured))
-          return make_error(errc::invalid_argument,
-                            where + " has no profile kind: set its `profile` to one of the kinds in " + db.source +
-                                (measured.empty() ? std::string()
-                                                  : " (without one it would be '" + measured + "', not in the file)"));
-        kind = measured;
+        const std::string measured = measured_kind_name(dev);
+        return make_error(errc::invalid_argument,
+                          where + " has no profile kind: set its `profile` to one of the kinds in " + db.source +
+                              (measured.empty() ? std::string()
+                                                : " (without one it would be '" + measured + "', not in the file)"));
       }
       if (!db.has_kind(kind)) {
         std::string kinds;

@@ -61,6 +61,11 @@ struct plan_device {
 // when a device has no profile kind or one the profile file lacks.
 expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_db& db);
 
+// A device's kind in `db`: its `profile`, else the kind `hetflow profile
+// --out` (without --as) names such a device, cpu-tN (threads set) or cudaI,
+// when `db` has it; "" otherwise.
+std::string device_profile_kind(const device_spec& d, const profile_db& db);
+
 enum class allocation_policy { np, ed, hd };
 const char* to_string(allocation_policy p) noexcept;
 expected<allocation_policy> parse_allocation_policy(std::string_view s);

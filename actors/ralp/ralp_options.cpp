@@ -1,6 +1,7 @@
 #include "actors/ralp/ralp_options.hpp"
 
 #include "topology/data_parallel.hpp"
+#include "topology/hetpipe_plan.hpp"
 
 namespace hetflow::actors::ralp_job {
 
@@ -39,7 +40,10 @@ topology::ralp_cost_inputs cost_inputs(const topology::cluster& c, const topolog
   in.batch = c.job.params.get_int("batch_size", 64);
   auto kind_of = [&](const std::string& node) {
     const auto* n = c.find_node(node);
-    if (n != nullptr && !n->devices.empty() && !n->devices.front().profile.empty()) return n->devices.front().profile;
+    if (n != nullptr && !n->devices.empty()) {
+      std::string k = topology::device_profile_kind(n->devices.front(), db);
+      if (!k.empty()) return k;
+    }
     return fallback_kind;
   };
   in.server_kind = kind_of(o.server_node);
@@ -49,7 +53,8 @@ topology::ralp_cost_inputs cost_inputs(const topology::cluster& c, const topolog
   if (replicas)
     for (const auto& r : *replicas) {
       const auto* n = c.find_node(r.node);
-      std::string kind = !r.spec.profile.empty() ? r.spec.profile : fallback_kind;
+      std::string kind = topology::device_profile_kind(r.spec, db);
+      if (kind.empty()) kind = fallback_kind;
       in.worker_kinds.push_back(kind);
       if (server == nullptr || n == nullptr || n->host != server->host) same_host = false;
     }

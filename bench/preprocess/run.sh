@@ -33,6 +33,7 @@ WORK=${WORK:-/tmp/hetflow-bench-preprocess}
 PY=/usr/bin/python3  # Debian's, with python3-pandas (the first python3 on PATH may lack it)
 MIN_COUNT=3
 REPEAT=${REPEAT:-3}
+(( REPEAT >= 1 )) || { echo "REPEAT must be >= 1" >&2; exit 2; }
 PANDAS_CHUNK_ABOVE=${PANDAS_CHUNK_ABOVE:-2000000}
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(1000000 10000000)
@@ -144,7 +145,8 @@ for rows in "${sizes[@]}"; do
     for i in "${!configs[@]}"; do
       IFS='|' read -r label cores _ <<<"${configs[$i]}"
       secs=$(once sh -c "${cmds[$i]}") ||
-        { echo "hetflow run failed: ${cmds[$i]}" >&2; exit 1; }
+        { IFS='|' read -r _ _ nodes _ mode par _ <<<"${configs[$i]}"; cat "$WORK/$mode-${nodes}n-${par}t.toml.log" >&2
+          echo "hetflow run failed: ${cmds[$i]}" >&2; exit 1; }
       times[$i]+="$secs "
       ratios[$i]+="$(awk -v p="$p" -v s="$secs" -v c="$cores" 'BEGIN { printf "%.1f", p / (s * c) }') "
     done

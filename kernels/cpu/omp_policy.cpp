@@ -2,22 +2,52 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 namespace hetflow::kernels::cpu {
+namespace {
+
+// The environment libgomp read when this process was loaded (before main
+// and before any setenv here).
+std::string policy_from_environment() {
+  const char* w = std::getenv("OMP_WAIT_POLICY");
+  const char* s = std::getenv("GOMP_SPINCOUNT");
+  if (w != nullptr) return s != nullptr ? std::string(w) + ", GOMP_SPINCOUNT=" + s : std::string(w);
+  if (s != nullptr) return std::string("default, GOMP_SPINCOUNT=") + s;
+  return "default";
+}
+const std::string at_start = policy_from_environment();
+
+std::string exec_failure;
+
+}  // namespace
 
 bool omp_wait_policy_unset() {
   return std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr;
 }
 
+const std::string& omp_wait_policy_in_effect() { return at_start; }
+
 void reexec_with_passive_omp_wait(char** argv, const char** why) {
   if (why) *why = nullptr;
   if (!omp_wait_policy_unset()) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) {
+    exec_failure = std::string("cannot set OMP_WAIT_POLICY: ") + std::strerror(errno);
+    if (why) *why = exec_failure.c_str();
+    return;
+  }
+  std::fflush(nullptr);
   execv("/proc/self/exe", argv);
-  // Still here: no /proc, or the binary is gone. Go on as loaded; the
-  // variable stays set for the children, as in set_passive_omp_wait_for_children.
-  if (why) *why = "cannot exec /proc/self/exe";
+  // Still here: no /proc, or the binary is gone. Go on as loaded (the
+  // variable stays set for the processes this one starts, as in
+  // set_passive_omp_wait_for_children; omp_wait_policy_in_effect() still
+  // says what libgomp read).
+  exec_failure = std::string("cannot exec /proc/self/exe: ") + std::strerror(errno);
+  if (why) *why = exec_failure.c_str();
 }
 
 void set_passive_omp_wait_for_children() {

@@ -13,10 +13,17 @@
 // can only be changed by starting the program again with it set.
 #pragma once
 
+#include <string>
+
 namespace hetflow::kernels::cpu {
 
 // True when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set.
 bool omp_wait_policy_unset();
+
+// What libgomp read when this process was loaded: OMP_WAIT_POLICY's value
+// (with ", GOMP_SPINCOUNT=N" when that is set too), or "default" (or
+// "default, GOMP_SPINCOUNT=N"). Not changed by the setenv calls below.
+const std::string& omp_wait_policy_in_effect();
 
 // When omp_wait_policy_unset(): sets OMP_WAIT_POLICY=passive and execs this
 // program again (/proc/self/exe) with the same arguments; it does not return

@@ -350,8 +350,9 @@ one_thread "$plain"
   >"$fleet.m" 2>&1 || { cat "$fleet.m"; fail "profile --merge"; }
 [[ $(json_get "$HETFLOW_SCRATCH/fleet.json" 'sorted(d["devices"])') == "['new-cpu-t1', 'old-cpu-t1']" ]] ||
   fail "merged file: want kinds new-cpu-t1 and old-cpu-t1"
-out=$("$HETFLOW" profile --merge "$HETFLOW_SCRATCH/old.json" "$HETFLOW_SCRATCH/old.json" --out /dev/null 2>&1) &&
-  fail "--merge accepted one kind twice"
+out=$("$HETFLOW" profile --merge "$HETFLOW_SCRATCH/old.json" "$HETFLOW_SCRATCH/old.json" \
+  --out "$HETFLOW_SCRATCH/dup.json" 2>&1) && fail "--merge accepted one kind twice"
+[[ ! -e "$HETFLOW_SCRATCH/dup.json" && ! -e "$HETFLOW_SCRATCH/dup.json.tmp" ]] || fail "--merge refused, yet wrote a file"
 grep -q "device kind 'old-cpu-t1' is in" <<<"$out" || { echo "$out"; fail "--merge of one kind twice: no clear error"; }
 # n0 is an "old" machine, n1 a "new" one; the new one is made 3x slower.
 python3 - "$HETFLOW_SCRATCH/fleet.json" <<'PY'

@@ -27,12 +27,15 @@ write_topology "$omp" 7850 1 auto 'kind = "train"' 'model = "mlp"' 'epochs = 1' 
   'eval_each_epoch = false'
 omp_policy() {  # omp_policy ENV... -- CMD...: the node report's omp_wait_policy
   rm -f "$omp.json"
-  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" >"$omp.out" 2>&1 || { cat "$omp.out"; fail "omp run: $*"; }
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" >"$omp.out" 2>&1 || { cat "$omp.out" >&2; fail "omp run: $*"; }
+  ! grep -q "left at libgomp's default" "$omp.out" || { cat "$omp.out" >&2; fail "omp: the re-exec failed: $*"; }
   json_get "$omp.json" 'd["nodes"][0]["omp_wait_policy"] if "nodes" in d else d["omp_wait_policy"]'
 }
 [[ $(omp_policy timeout 60 "$HETFLOW" run "$omp" --report "$omp.json") == passive ]] || fail "run: nodes not passive"
 [[ $(omp_policy OMP_WAIT_POLICY=active timeout 60 "$HETFLOW" run "$omp" --report "$omp.json") == active ]] ||
   fail "run: OMP_WAIT_POLICY=active not kept"
+[[ $(omp_policy GOMP_SPINCOUNT=1000 timeout 60 "$HETFLOW" run "$omp" --report "$omp.json") == \
+  "default, GOMP_SPINCOUNT=1000" ]] || fail "run: GOMP_SPINCOUNT=1000 not kept"
 [[ $(omp_policy timeout 60 "$HETFLOW" node "$omp" --name n0 --report "$omp.json") == passive ]] ||
   fail "node: not passive"
 pass "nodes run OpenMP passive unless the environment says otherwise"
