@@ -1,5 +1,6 @@
 #include "apps/plan_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -12,6 +13,8 @@
 #include "kernels/model.hpp"
 #include "kernels/step_cost.hpp"
 #include "kernels/profile.hpp"
+#include "actors/builtin/stream_job.hpp"
+#include "actors/ps/ps_options.hpp"
 #include "actors/ralp/ralp_options.hpp"
 #include "topology/data_parallel.hpp"
 #include "topology/parser.hpp"
@@ -92,6 +95,17 @@ expected<ralp_table> ralp_plan(const topology::cluster& c_in) {
   HF_ASSIGN_OR_RETURN(t.e, topology::estimate_ralp(db, in));
   return t;
 }
+
+struct ps_shard_row {
+  struct rows {
+    std::string tensor;
+    int64_t row_begin = 0, row_end = 0;
+  };
+  std::string name, node;
+  int64_t bytes = 0;
+  std::vector<std::string> dense;
+  std::vector<rows> sparse;
+};
 
 }  // namespace
 
@@ -242,6 +256,34 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     }
   }
 
+  // Parameter servers: which shard holds which parameters (ps_placement.hpp,
+  // computed as every worker and shard computes it).
+  const bool ps = c.job.kind == "train" && p.get_string("strategy", "single") == "ps";
+  std::vector<ps_shard_row> shards;
+  if (ps) {
+    auto o = actors::ps_job::options_of(c);
+    auto cfg = o ? actors::builtin::train_config_of(c, o->shard_nodes.front(), 0)
+                 : expected<kernels::train_config>(o.error());
+    auto m = cfg ? actors::ps_job::build_model_for(*cfg, kernels::device::cpu(), 1)
+                 : expected<kernels::model>(cfg.error());
+    if (!m) {
+      std::fprintf(stderr, "hetflow plan: %s: %s\n", file.c_str(), m.error().message().c_str());
+      return 2;
+    }
+    const auto params = m->parameters();
+    const ps::placement pl = actors::ps_job::placement_of(*m, o->shards);
+    for (int k = 0; k < o->shards; ++k) {
+      ps_shard_row r;
+      r.name = actors::ps_job::shard_name(k);
+      r.node = o->shard_nodes[std::size_t(k)];
+      r.bytes = pl.bytes_of[std::size_t(k)];
+      for (int t : pl.tensors_of[std::size_t(k)]) r.dense.push_back(params[std::size_t(t)]->name);
+      for (const auto& pc : pl.pieces_of[std::size_t(k)])
+        r.sparse.push_back({params[std::size_t(pc.tensor)]->name, pc.row_begin, pc.row_end});
+      shards.push_back(std::move(r));
+    }
+  }
+
   if (json) {
     actors::json_writer w;
     w.begin_object().field("topology", file).field("cluster", c.name).field("job", c.job.kind);
@@ -279,13 +321,26 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     } else if (ralp) {
       w.key("ralp").begin_object().field("note", ralp_note).end_object();
     }
+    if (ps) {
+      w.key("ps").begin_object().key("shards").begin_array();
+      for (const auto& r : shards) {
+        w.begin_object().field("name", r.name).field("node", r.node).field("bytes", r.bytes);
+        w.key("dense").begin_array();
+        for (const auto& t : r.dense) w.value(t);
+        w.end_array().key("sparse").begin_array();
+        for (const auto& sp : r.sparse)
+          w.begin_object().field("tensor", sp.tensor).field("row_begin", sp.row_begin).field("row_end", sp.row_end).end_object();
+        w.end_array().end_object();
+      }
+      w.end_array().end_object();
+    }
     w.end_object();
     std::printf("%s\n", w.str().c_str());
     return 0;
   }
 
   std::printf("plan for %s: cluster '%s', job '%s'%s\n", file.c_str(), c.name.c_str(), c.job.kind.c_str(),
-              dp ? " (strategy dp)" : ralp ? " (strategy ralp)" : "");
+              dp ? " (strategy dp)" : ralp ? " (strategy ralp)" : ps ? " (strategy ps)" : "");
   std::printf("actors (%zu):\n", actors->size());
   for (const auto& a : *actors) std::printf("  %-24s %-16s on node %s\n", a.name.c_str(), a.type.c_str(), a.node.c_str());
   if (dp) {
@@ -304,6 +359,27 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
                   r.speed, cost, static_cast<long long>(r.rows));
     }
     std::printf("  speeds: %s\n", speed_source.c_str());
+  }
+  if (ps) {
+    int64_t total = 0, most = 0;
+    for (const auto& r : shards) {
+      total += r.bytes;
+      most = std::max(most, r.bytes);
+    }
+    std::printf("parameter servers: %zu shards, %.2f MB of parameters (dense tensors whole, largest first onto the "
+                "shard with the fewest bytes; embedding tables split by rows over every shard); the largest shard "
+                "holds %.2fx the mean\n",
+                shards.size(), double(total) / 1e6,
+                total > 0 ? double(most) * double(shards.size()) / double(total) : 0.0);
+    for (const auto& r : shards) {
+      std::string what;
+      for (const auto& t : r.dense) what += (what.empty() ? "" : ", ") + t;
+      for (const auto& sp : r.sparse)
+        what += (what.empty() ? "" : ", ") + sp.tensor + " rows [" + std::to_string(sp.row_begin) + ", " +
+                std::to_string(sp.row_end) + ")";
+      std::printf("  %-6s on %-10s %12.3f MB  %s\n", r.name.c_str(), r.node.c_str(), double(r.bytes) / 1e6,
+                  what.empty() ? "(nothing: fewer tensors than shards)" : what.c_str());
+    }
   }
   if (ralp && !rt) std::printf("ralp: %s\n", ralp_note.c_str());
   if (rt) {

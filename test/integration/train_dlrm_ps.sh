@@ -62,6 +62,30 @@ assert len(shards) == 2 and all(x["table_pieces"] == 26 for x in shards), shards
 PY
 pass "dlrm, 1 worker + 2 shards (tables split by rows), BSP: the single-device weights bit for bit"
 
+# hetflow plan names what each shard holds, as the run placed it: every
+# table's rows split over the two shards, each row once, dense tensors whole.
+"$HETFLOW" plan "$S/ps1.toml" --json >"$S/ps1.plan.json" 2>"$S/ps1.plan.err" || { cat "$S/ps1.plan.err"; fail "plan (ps)"; }
+/usr/bin/env python3 - "$S/ps1.plan.json" "$S/ps1.json" <<'PY' || fail "plan: the shards' parameters"
+import json, sys
+plan, run = (json.load(open(f)) for f in sys.argv[1:3])
+shards = plan["ps"]["shards"]
+assert [s["node"] for s in shards] == [s["node"] for s in run["ps"]["shards"]], (shards, run["ps"]["shards"])
+tables = {}
+for s in shards:
+    for p in s["sparse"]:
+        tables.setdefault(p["tensor"], []).append((p["row_begin"], p["row_end"]))
+assert len(tables) == 26, sorted(tables)
+for t, r in tables.items():
+    r.sort()
+    assert r[0][0] == 0 and r[0][1] == r[1][0] and r[1][1] > r[1][0], (t, r)  # split in two, no gap, no overlap
+dense = [t for s in shards for t in s["dense"]]
+assert len(dense) == len(set(dense)) and dense, dense
+print("plan:", [(s["name"], s["bytes"], len(s["dense"]), len(s["sparse"])) for s in shards])
+PY
+"$HETFLOW" plan "$S/ps1.toml" >"$S/ps1.plan" 2>&1 && grep -q "^parameter servers: 2 shards" "$S/ps1.plan" &&
+  grep -Eq "^  ps0 +on n0 .* rows \[0, " "$S/ps1.plan" || { cat "$S/ps1.plan"; fail "plan (ps): no shard table"; }
+pass "plan: each shard's tensors and table rows (26 tables split in two, each dense tensor once)"
+
 run ps2 9140 2 'epochs = 2' 'optimizer = "adam"' 'lr = 0.01' 'strategy = "ps"'
 /usr/bin/env python3 - "$S/ps2.json" <<'PY' || { cat "$S/ps2.log"; fail "2-worker BSP dlrm"; }
 import json, sys
