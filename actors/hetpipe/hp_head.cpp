@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "actors/builtin/job_profiles.hpp"
+#include "actors/hetpipe/hp_profiles.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/builtin/stream_protocol.hpp"
 #include "actors/hetpipe/hp_inbox.hpp"
@@ -114,7 +115,10 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   HF_ASSIGN_OR_RETURN(kernels::zoo_options zo, kernels::model_options_for(cfg));
   HF_ASSIGN_OR_RETURN(kernels::model_spec spec, kernels::make_model_spec(cfg.model, zo));
   // 1. the plan
-  HF_ASSIGN_OR_RETURN(topology::profile_db db, profiles_at(c, p.get_int("batch_size", 64)));
+  // Without a profile_file: measured on every machine (hp_profiles.hpp).
+  HF_ASSIGN_OR_RETURN(topology::profile_db db,
+                      p.contains("profile_file") ? profiles_at(c, p.get_int("batch_size", 64))
+                                                 : hp_job::cluster_profiles(ib, c, p.get_int("batch_size", 64)));
   if (db.units.size() != spec.layers.size())
     return make_error(errc::invalid_argument, "hetpipe: the profiles have " + std::to_string(db.units.size()) +
                                                   " units, model " + cfg.model + " has " +
@@ -555,6 +559,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
     for (const auto& sp : vw.stages) {
       j.begin_object().field("node", sp.device.node).field("device", int64_t(sp.device.device));
       j.field("actor", stage_name(stage_of.at({sp.device.node_index, sp.device.device})));
+      j.field("kind", sp.device.kind);  // the device's profile kind
       j.field("first_unit", int64_t(sp.first_unit)).field("last_unit", int64_t(sp.last_unit));
       j.field("stage_ms", sp.stage_ms).field("memory_bytes", int64_t(sp.memory_bytes));
       j.field("device_memory_bytes", int64_t(sp.device.memory_bytes)).end_object();

@@ -175,11 +175,23 @@ private:
 
 // A stage's or shard's role from the head ("key=value" lines). The head
 // plans first and may measure profiles, so the wait is ps_timeout + 310 s.
+// Meanwhile the head may ask for this host's profiles (kind_profile,
+// hp_profiles.hpp): answered here, then the wait goes on.
 inline expected<std::map<std::string, std::string>> await_role(inbox& ib, const topology::cluster& c) {
   const double timeout = c.job.params.get_number("ps_timeout", 30.0) + 310.0;
-  HF_ASSIGN_OR_RETURN(auto role, ib.next([](const ralp::ralp_message& m) { return m.kind == kind_role; }, timeout,
-                                         "the head " + ib.who(head_name), "role"));
-  return decode_role(role.text);
+  for (;;) {
+    HF_ASSIGN_OR_RETURN(auto m, ib.next([](const ralp::ralp_message& x) {
+                                  return x.kind == kind_role || x.kind == kind_profile;
+                                }, timeout, "the head " + ib.who(head_name), "role"));
+    if (m.kind == kind_role) return decode_role(m.text);
+    auto answer = measure_host_profiles(c, ib.services().node_index(), m.info.aux);
+    if (!answer) {
+      (void)ib.send(head_name, kind_error, {}, {}, {},
+                    "profiles of node '" + ib.services().node_name() + "': " + answer.error().message());
+      return answer.error();
+    }
+    HF_RETURN_IF_ERROR(ib.send(head_name, kind_profile, {}, {}, {}, *answer));
+  }
 }
 
 // --resume (hp_ps.cpp): sends the head this actor's readable checkpoint

@@ -78,6 +78,8 @@ enum : uint32_t {
   kind_state = 0x4850000c,    // stage -> head at the end: its running statistics (text: their names, one a line)
   kind_eval = 0x4850000d,     // shard -> head at an epoch's last wave L: its units' weights (clock = L) holding
                               // exactly the waves < L of every VW (eval_each_epoch)
+  kind_profile = 0x4850000e,  // head -> hp_ps of another host (aux = batch): measure this host's devices;
+                              // back: text = the answer (hp_profiles.hpp)
 };
 
 inline const std::string head_name = "hphead";
@@ -93,6 +95,10 @@ std::vector<int64_t> split_ints(const std::string& s);
 // Minibatches of VW v of V over the job: steps j < steps of each epoch with
 // j % V == v.
 int64_t vw_minibatches(int64_t steps_per_epoch, int epochs, int v, int V);
+
+// The answer to the head's kind_profile request: this host's devices
+// measured here (hp_profiles.hpp; defined in hp_profiles.cpp).
+expected<std::string> measure_host_profiles(const topology::cluster& c, int node_index, int64_t batch);
 
 // The actors of a strategy "hetpipe" train job.
 expected<std::vector<topology::actor_spec>> expand(const topology::cluster& c);

@@ -391,3 +391,20 @@ run_job "$fleet" "hetpipe with the fleet's profile file"
 [[ $(json_get "$fleet.json" 'd["profile_source"].endswith("fleet.json")') == True ]] ||
   fail "run: profiles not from the fleet's file"
 pass "profile --out/--as/--merge: a fleet's file plans (the first units on the fast kind: $new_slow, then $old_slow) and runs"
+
+# --- no profile_file, nodes on several machines: the head asks one node of
+# every other machine to measure that machine's devices (hp_profiles.hpp).
+# One machine here: the test-only HETFLOW_DRILL_REMOTE_PROFILE=1 treats n1 as
+# another machine; its kinds come back named n1-cpu-t1.
+remote="$HETFLOW_SCRATCH/remote.toml"
+write_topology "$remote" 8980 2 auto "${common[@]}" 'epochs = 1' 'strategy = "hetpipe"' 'nm = 2' 'virtual_workers = 1'
+one_thread "$remote"
+HETFLOW_DRILL_REMOTE_PROFILE=1 timeout 300 "$HETFLOW" run "$remote" --report "$remote.json" >"$remote.out" 2>&1 ||
+  { cat "$remote.out"; fail "hetpipe with profiles from each machine"; }
+grep -q "hetpipe: profiles measured on every machine: here (127.0.0.1), by node 'n1' (127.0.0.1)" "$remote.out" ||
+  { cat "$remote.out"; fail "no line saying the profiles came from every machine"; }
+[[ $(json_get "$remote.json" 'sorted((s["node"], s["kind"]) for s in d["virtual_workers"][0]["stages"])') == \
+  "[('n0', 'cpu-t1'), ('n1', 'n1-cpu-t1')]" ]] ||
+  { python3 -m json.tool "$remote.json" | head -60; fail "stages: want n0 cpu-t1 (measured here) and n1 n1-cpu-t1 (measured on n1)"; }
+[[ $(json_get "$remote.json" 'd["status"]') == ok ]] || fail "remote profiles: the run failed"
+pass "no profile_file, n1 on another machine (drill): n1 measured its own devices (kind n1-cpu-t1) and the run planned with them"

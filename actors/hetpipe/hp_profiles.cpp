@@ -1,0 +1,107 @@
+// HetPipe's profiles measured on every host of the cluster (hp_profiles.hpp).
+#include "actors/hetpipe/hp_profiles.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "actors/builtin/job_profiles.hpp"
+#include "actors/log.hpp"
+
+namespace hetflow::actors::hp_job {
+namespace {
+
+bool drill_remote() {
+  const char* d = std::getenv("HETFLOW_DRILL_REMOTE_PROFILE");
+  return d != nullptr && std::string(d) == "1";
+}
+
+// Nodes a and b measure on one machine.
+bool same_machine(const topology::cluster& c, std::size_t a, std::size_t b) {
+  return drill_remote() ? a == b : c.nodes[a].host == c.nodes[b].host;
+}
+
+// c with the devices of the nodes not on node `at`'s machine removed.
+topology::cluster only_machine_of(const topology::cluster& c, std::size_t at) {
+  topology::cluster m = c;
+  for (std::size_t n = 0; n < m.nodes.size(); ++n)
+    if (!same_machine(c, n, at)) m.nodes[n].devices.clear();
+  return m;
+}
+
+}  // namespace
+
+expected<std::string> measure_host_profiles(const topology::cluster& c, int node_index, int64_t batch) {
+  if (node_index < 0 || std::size_t(node_index) >= c.nodes.size())
+    return make_error(errc::internal, "profile request on an unknown node");
+  topology::cluster m = only_machine_of(c, std::size_t(node_index));
+  HF_ASSIGN_OR_RETURN(topology::profile_db db, measured_profiles(m, batch > 0 ? batch : 64));
+  std::string text;
+  for (const auto& n : m.nodes)
+    for (std::size_t d = 0; d < n.devices.size(); ++d)
+      text += n.name + " " + std::to_string(d) + " " + n.devices[d].profile + "\n";
+  return text + "\n" + topology::to_json(db);
+}
+
+expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c, int64_t batch) {
+  // One node per other machine answers for it.
+  std::vector<std::size_t> askers;
+  for (std::size_t n = 1; n < c.nodes.size(); ++n) {
+    if (same_machine(c, n, 0) || c.nodes[n].devices.empty()) continue;
+    bool seen = false;
+    for (std::size_t a : askers) seen = seen || same_machine(c, n, a);
+    if (!seen) askers.push_back(n);
+  }
+  if (askers.empty()) return measured_profiles(c, batch);
+
+  // Ask first: the other machines measure while this one does.
+  ralp::ralp_info info;
+  info.aux = batch;
+  for (std::size_t a : askers) HF_RETURN_IF_ERROR(ib.send(ps_name(int(a)), kind_profile, info));
+  topology::cluster here = only_machine_of(c, 0);
+  HF_ASSIGN_OR_RETURN(topology::profile_db local, measured_profiles(here, batch));
+  for (std::size_t n = 0; n < c.nodes.size(); ++n)
+    if (same_machine(c, n, 0)) c.nodes[n].devices = here.nodes[n].devices;  // their kinds
+  std::vector<topology::profile_db> all{std::move(local)};
+  std::string from = "profiles measured on every machine: here (" + c.nodes[0].host + ")";
+  const double timeout = c.job.params.get_number("ps_timeout", 30.0) + 300.0;
+  for (std::size_t a : askers) {
+    const std::string asked = ps_name(int(a));
+    const auto& node = c.nodes[a];
+    HF_ASSIGN_OR_RETURN(auto m, ib.next([&](const ralp::ralp_message& x) {
+                          return x.kind == kind_profile && x.sender == asked;
+                        }, timeout, "node '" + node.name + "' " + ib.who(asked), "profiles of host " + node.host));
+    const std::string where = "the profiles of node '" + node.name + "' (host " + node.host + ")";
+    const auto split = m.text.find("\n\n");
+    if (split == std::string::npos) return make_error(errc::wire_corrupt, where + ": no device list");
+    HF_ASSIGN_OR_RETURN(topology::profile_db db, topology::parse_profile_db(m.text.substr(split + 2), where));
+    // Each machine's kinds apart: HOST-cpu-tN (the drill: NODE-cpu-tN).
+    const std::string prefix = drill_remote() ? node.name : node.host;
+    topology::prefix_kinds(db, prefix);
+    std::istringstream lines(m.text.substr(0, split));
+    std::string name, kind;
+    std::size_t d = 0;
+    while (lines >> name >> d >> kind) {
+      std::size_t n = 0;
+      while (n < c.nodes.size() && c.nodes[n].name != name) ++n;
+      if (n == c.nodes.size() || d >= c.nodes[n].devices.size() || !same_machine(c, n, a))
+        return make_error(errc::wire_corrupt, where + ": device " + name + ":" + std::to_string(d) +
+                                                  " is not on that machine");
+      c.nodes[n].devices[d].profile = prefix + "-" + kind;
+    }
+    from += ", by node '" + node.name + "' (" + node.host + ")";
+    all.push_back(std::move(db));
+  }
+  HF_ASSIGN_OR_RETURN(topology::profile_db merged, topology::merge_profile_dbs(all));
+  for (const auto& n : c.nodes)
+    for (std::size_t d = 0; d < n.devices.size(); ++d)
+      if (n.devices[d].profile.empty())
+        return make_error(errc::internal, "no profile came for node '" + n.name + "' device " + std::to_string(d));
+  if (!drill_remote()) merged.links.inter_node_gbps = topology::link_profile{}.inter_node_gbps;  // an assumed network
+  merged.source = from;
+  log_info("hetpipe: " + from);
+  return merged;
+}
+
+}  // namespace hetflow::actors::hp_job
