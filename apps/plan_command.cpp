@@ -107,6 +107,29 @@ struct ps_shard_row {
   std::vector<rows> sparse;
 };
 
+// What each PS shard holds: the placement every worker and shard computes
+// (ps_job::placement_of over the model built as they build it: on cpu, so a
+// model with large embedding tables allocates them here too).
+expected<std::vector<ps_shard_row>> ps_shard_rows(const topology::cluster& c) {
+  HF_ASSIGN_OR_RETURN(auto o, actors::ps_job::options_of(c));
+  HF_ASSIGN_OR_RETURN(auto cfg, actors::builtin::train_config_of(c, o.shard_nodes.front(), 0));
+  HF_ASSIGN_OR_RETURN(auto m, actors::ps_job::build_model_for(cfg, kernels::device::cpu(), 1));
+  const auto params = m.parameters();
+  const ps::placement pl = actors::ps_job::placement_of(m, o.shards);
+  std::vector<ps_shard_row> rows;
+  for (int k = 0; k < o.shards; ++k) {
+    ps_shard_row r;
+    r.name = actors::ps_job::shard_name(k);
+    r.node = o.shard_nodes[std::size_t(k)];
+    r.bytes = pl.bytes_of[std::size_t(k)];
+    for (int t : pl.tensors_of[std::size_t(k)]) r.dense.push_back(params[std::size_t(t)]->name);
+    for (const auto& pc : pl.pieces_of[std::size_t(k)])
+      r.sparse.push_back({params[std::size_t(pc.tensor)]->name, pc.row_begin, pc.row_end});
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args, const actors::registry& reg) {
@@ -260,28 +283,13 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
   // computed as every worker and shard computes it).
   const bool ps = c.job.kind == "train" && p.get_string("strategy", "single") == "ps";
   std::vector<ps_shard_row> shards;
+  std::string ps_note;
   if (ps) {
-    auto o = actors::ps_job::options_of(c);
-    auto cfg = o ? actors::builtin::train_config_of(c, o->shard_nodes.front(), 0)
-                 : expected<kernels::train_config>(o.error());
-    auto m = cfg ? actors::ps_job::build_model_for(*cfg, kernels::device::cpu(), 1)
-                 : expected<kernels::model>(cfg.error());
-    if (!m) {
-      std::fprintf(stderr, "hetflow plan: %s: %s\n", file.c_str(), m.error().message().c_str());
-      return 2;
-    }
-    const auto params = m->parameters();
-    const ps::placement pl = actors::ps_job::placement_of(*m, o->shards);
-    for (int k = 0; k < o->shards; ++k) {
-      ps_shard_row r;
-      r.name = actors::ps_job::shard_name(k);
-      r.node = o->shard_nodes[std::size_t(k)];
-      r.bytes = pl.bytes_of[std::size_t(k)];
-      for (int t : pl.tensors_of[std::size_t(k)]) r.dense.push_back(params[std::size_t(t)]->name);
-      for (const auto& pc : pl.pieces_of[std::size_t(k)])
-        r.sparse.push_back({params[std::size_t(pc.tensor)]->name, pc.row_begin, pc.row_end});
-      shards.push_back(std::move(r));
-    }
+    auto listed = ps_shard_rows(c);
+    if (listed)
+      shards = std::move(*listed);
+    else  // the rest of the plan still stands
+      ps_note = "the shards' parameters are not listed: " + listed.error().message();
   }
 
   if (json) {
@@ -322,7 +330,9 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
       w.key("ralp").begin_object().field("note", ralp_note).end_object();
     }
     if (ps) {
-      w.key("ps").begin_object().key("shards").begin_array();
+      w.key("ps").begin_object();
+      if (!ps_note.empty()) w.field("note", ps_note);
+      w.key("shards").begin_array();
       for (const auto& r : shards) {
         w.begin_object().field("name", r.name).field("node", r.node).field("bytes", r.bytes);
         w.key("dense").begin_array();
@@ -360,7 +370,8 @@ int plan_command(const std::vector<std::string>& args, const actors::registry& r
     }
     std::printf("  speeds: %s\n", speed_source.c_str());
   }
-  if (ps) {
+  if (ps && !ps_note.empty()) std::printf("parameter servers: %s\n", ps_note.c_str());
+  if (ps && ps_note.empty()) {
     int64_t total = 0, most = 0;
     for (const auto& r : shards) {
       total += r.bytes;

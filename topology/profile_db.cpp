@@ -219,7 +219,7 @@ expected<profile_db> load_profile_db(const std::filesystem::path& file) {
   return parse_profile_db(ss.str(), file.string());
 }
 
-std::string to_json(const profile_db& db) {
+std::string to_json(const profile_db& db, int indent) {
   json doc;
   doc["batch"] = db.batch;
   json units = json::array();
@@ -250,7 +250,7 @@ std::string to_json(const profile_db& db) {
     if (db.links.host_ring_members > 0) doc["links"]["host_ring_members"] = db.links.host_ring_members;
     if (db.links.host_ring_step_factor > 0) doc["links"]["host_ring_step_factor"] = db.links.host_ring_step_factor;
   }
-  return doc.dump(1);
+  return doc.dump(indent);
 }
 
 void prefix_kinds(profile_db& db, const std::string& prefix) {

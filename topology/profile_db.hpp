@@ -97,8 +97,9 @@ struct profile_db {
 expected<profile_db> parse_profile_db(std::string_view text, const std::string& source);
 expected<profile_db> load_profile_db(const std::filesystem::path& file);
 
-// Serialises to the same JSON shape (round trip; generated profiles).
-std::string to_json(const profile_db& db);
+// Serialises to the same JSON shape (round trip; generated profiles);
+// indent < 0: on one line.
+std::string to_json(const profile_db& db, int indent = 1);
 
 // Renames every device kind K of `db` to prefix + "-" + K (`hetflow profile
 // --out P --as NAME`: the profiles of one machine, named for the fleet).

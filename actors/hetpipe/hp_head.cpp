@@ -2,9 +2,9 @@
 // first node: a blocking actor that
 //
 //   1. plans as `hetflow plan` does: profiles from the job's profile_file,
-//      else measured here for each cpu thread count and cuda device of the
-//      topology (a cuda device on another machine needs a profile kind
-//      from a profile_file); the planner
+//      else measured for each cpu thread count and cuda device: here for
+//      this host's devices, and by one node of every other host for its
+//      own (hp_profiles.hpp); the planner
 //      (topology/hetpipe_plan.hpp) groups devices into VWs, orders and cuts
 //      their stages, picks Nm and places the PS shards;
 //   2. sends every hpstage<k> its role (VW, stage, units, neighbours; or
@@ -97,6 +97,7 @@ status apply_plan_text(const std::string& text, const std::string& file, const t
       sp.device.node = c.nodes[std::size_t(n)].name;
       sp.device.node_index = n;
       sp.device.device = std::size_t(d);
+      sp.device.kind = c.nodes[std::size_t(n)].devices[std::size_t(d)].profile;  // as profiled (the report)
       sp.first_unit = std::size_t(f);
       sp.last_unit = std::size_t(l);
       vw.stages.push_back(sp);

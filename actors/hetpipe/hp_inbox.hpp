@@ -174,9 +174,10 @@ private:
 };
 
 // A stage's or shard's role from the head ("key=value" lines). The head
-// plans first and may measure profiles, so the wait is ps_timeout + 310 s.
-// Meanwhile the head may ask for this host's profiles (kind_profile,
-// hp_profiles.hpp): answered here, then the wait goes on.
+// plans first and may measure profiles, here and on the other hosts (its
+// wait for them ends 20 s before this one), so the wait is ps_timeout + 310
+// s. Meanwhile the head may ask a shard for its host's profiles
+// (kind_profile, hp_profiles.hpp): answered here, then the wait goes on.
 inline expected<std::map<std::string, std::string>> await_role(inbox& ib, const topology::cluster& c) {
   const double timeout = c.job.params.get_number("ps_timeout", 30.0) + 310.0;
   for (;;) {

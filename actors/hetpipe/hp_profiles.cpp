@@ -1,6 +1,8 @@
 // HetPipe's profiles measured on every host of the cluster (hp_profiles.hpp).
 #include "actors/hetpipe/hp_profiles.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -11,6 +13,10 @@
 
 namespace hetflow::actors::hp_job {
 namespace {
+
+// Under the wire's text limit (schemas/tensor_codec.hpp read_limits:
+// 64 KiB), with room for the message's names.
+constexpr std::size_t answer_max_bytes = 60 * 1024;
 
 bool drill_remote() {
   const char* d = std::getenv("HETFLOW_DRILL_REMOTE_PROFILE");
@@ -41,7 +47,15 @@ expected<std::string> measure_host_profiles(const topology::cluster& c, int node
   for (const auto& n : m.nodes)
     for (std::size_t d = 0; d < n.devices.size(); ++d)
       text += n.name + " " + std::to_string(d) + " " + n.devices[d].profile + "\n";
-  return text + "\n" + topology::to_json(db);
+  text += "\n" + topology::to_json(db, -1);
+  if (text.size() > answer_max_bytes)
+    return make_error(errc::unsupported, "the profiles of this host's " + std::to_string(db.devices.size()) +
+                                             " device kinds take " + std::to_string(text.size()) +
+                                             " bytes, more than one message's text holds (" +
+                                             std::to_string(answer_max_bytes) +
+                                             "): measure them with hetflow profile --out and name the file in "
+                                             "[job] profile_file");
+  return text;
 }
 
 expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c, int64_t batch) {
@@ -55,18 +69,30 @@ expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c,
   }
   if (askers.empty()) return measured_profiles(c, batch);
 
-  // Ask first: the other machines measure while this one does.
+  // Ask first: the other machines measure while this one does. Every
+  // answer within one deadline, 20 s before the stages and shards stop
+  // waiting for their roles (await_role: ps_timeout + 310 s from their
+  // start, which came before this).
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
+                                           c.job.params.get_number("ps_timeout", 30.0) + 290.0));
   ralp::ralp_info info;
   info.aux = batch;
   for (std::size_t a : askers) HF_RETURN_IF_ERROR(ib.send(ps_name(int(a)), kind_profile, info));
-  topology::cluster here = only_machine_of(c, 0);
-  HF_ASSIGN_OR_RETURN(topology::profile_db local, measured_profiles(here, batch));
-  for (std::size_t n = 0; n < c.nodes.size(); ++n)
-    if (same_machine(c, n, 0)) c.nodes[n].devices = here.nodes[n].devices;  // their kinds
-  std::vector<topology::profile_db> all{std::move(local)};
-  std::string from = "profiles measured on every machine: here (" + c.nodes[0].host + ")";
-  const double timeout = c.job.params.get_number("ps_timeout", 30.0) + 300.0;
+  std::vector<topology::profile_db> all;
+  std::string from = "profiles measured on every machine: ";
+  bool head_devices = false;
+  for (std::size_t n = 0; n < c.nodes.size(); ++n) head_devices = head_devices || (same_machine(c, n, 0) && !c.nodes[n].devices.empty());
+  if (head_devices) {  // (a head host with no device measures nothing)
+    topology::cluster here = only_machine_of(c, 0);
+    HF_ASSIGN_OR_RETURN(topology::profile_db local, measured_profiles(here, batch));
+    for (std::size_t n = 0; n < c.nodes.size(); ++n)
+      if (same_machine(c, n, 0)) c.nodes[n].devices = here.nodes[n].devices;  // their kinds
+    all.push_back(std::move(local));
+    from += "here (" + c.nodes[0].host + ")";
+  }
   for (std::size_t a : askers) {
+    const double timeout = std::max(1.0, std::chrono::duration<double>(deadline - clock::now()).count());
     const std::string asked = ps_name(int(a));
     const auto& node = c.nodes[a];
     HF_ASSIGN_OR_RETURN(auto m, ib.next([&](const ralp::ralp_message& x) {
@@ -90,7 +116,7 @@ expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c,
                                                   " is not on that machine");
       c.nodes[n].devices[d].profile = prefix + "-" + kind;
     }
-    from += ", by node '" + node.name + "' (" + node.host + ")";
+    from += std::string(all.empty() ? "" : ", ") + "by node '" + node.name + "' (" + node.host + ")";
     all.push_back(std::move(db));
   }
   HF_ASSIGN_OR_RETURN(topology::profile_db merged, topology::merge_profile_dbs(all));

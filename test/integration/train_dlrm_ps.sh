@@ -69,7 +69,11 @@ pass "dlrm, 1 worker + 2 shards (tables split by rows), BSP: the single-device w
 import json, sys
 plan, run = (json.load(open(f)) for f in sys.argv[1:3])
 shards = plan["ps"]["shards"]
-assert [s["node"] for s in shards] == [s["node"] for s in run["ps"]["shards"]], (shards, run["ps"]["shards"])
+ran = {f"ps{s['shard']}": s for s in run["ps"]["shards"]}
+for s in shards:  # what the run's shards held: node, bytes, tensors (dense + table pieces), table pieces
+    r = ran[s["name"]]
+    assert (s["node"], s["bytes"], len(s["dense"]) + len(s["sparse"]), len(s["sparse"])) == \
+        (r["node"], r["bytes"], r["tensors"], r["table_pieces"]), (s, r)
 tables = {}
 for s in shards:
     for p in s["sparse"]:
@@ -77,7 +81,7 @@ for s in shards:
 assert len(tables) == 26, sorted(tables)
 for t, r in tables.items():
     r.sort()
-    assert r[0][0] == 0 and r[0][1] == r[1][0] and r[1][1] > r[1][0], (t, r)  # split in two, no gap, no overlap
+    assert len(r) == 2 and r[0][0] == 0 and r[0][1] == r[1][0] and r[1][1] > r[1][0], (t, r)  # in two, no gap or overlap
 dense = [t for s in shards for t in s["dense"]]
 assert len(dense) == len(set(dense)) and dense, dense
 print("plan:", [(s["name"], s["bytes"], len(s["dense"]), len(s["sparse"])) for s in shards])
