@@ -244,10 +244,10 @@ int main(int argc, char** argv) {
   // libgomp with a passive wait policy unless the environment picks one; `run`
   // passes it on to its nodes (kernels/cpu/omp_policy.hpp).
   auto passive_omp = [&] {
-    const char* why = nullptr;
-    hetflow::kernels::cpu::reexec_with_passive_omp_wait(argv, &why);
-    if (why)
-      std::fprintf(stderr, "hetflow %s: OpenMP wait policy left at libgomp's default: %s\n", cmd.c_str(), why);
+    const std::string why = hetflow::kernels::cpu::reexec_with_passive_omp_wait(argv);
+    if (!why.empty())
+      std::fprintf(stderr, "hetflow %s: OpenMP wait policy left at libgomp's default: %s\n", cmd.c_str(),
+                   why.c_str());
   };
   if (cmd == "node" || cmd == "profile" || cmd == "plan" || cmd == "simulate") passive_omp();
 

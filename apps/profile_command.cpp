@@ -94,8 +94,6 @@ int merge_command(const std::vector<std::string>& files, const std::string& out)
   return 0;
 }
 
-// FILE --out P [--as NAME]: what `hetflow run` measures for the job (each
-// device kind of the topology this machine can run), as a profile_file.
 // The median of xs (xs not empty).
 double median_of(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
@@ -145,6 +143,9 @@ topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
   return out;
 }
 
+// FILE --out P [--as NAME] [--repeat N]: what `hetflow run` measures for
+// the job (each device kind of the topology this machine can run), as a
+// profile_file.
 int write_measured(const topology::cluster& c, const std::string& file, int64_t batch, const std::string& out,
                    const std::string& as, int repeat) {
   if (c.job.params.contains("profile_file"))
@@ -177,15 +178,15 @@ int write_measured(const topology::cluster& c, const std::string& file, int64_t 
     }
     runs.push_back(std::move(*m));
   }
-  expected<topology::profile_db> db = repeat > 1 ? median_profile(std::move(runs)) : std::move(runs[0]);
-  if (!as.empty()) topology::prefix_kinds(*db, as);
-  if (!write_text(out, topology::to_json(*db))) {
+  topology::profile_db db = repeat > 1 ? median_profile(std::move(runs)) : std::move(runs[0]);
+  if (!as.empty()) topology::prefix_kinds(db, as);
+  if (!write_text(out, topology::to_json(db))) {
     std::fprintf(stderr, "hetflow profile: cannot write %s\n", out.c_str());
     return 1;
   }
-  std::printf("%s: %zu units at batch %lld (%s); device kinds:\n", out.c_str(), db->units.size(),
-              static_cast<long long>(db->batch), db->source.c_str());
-  print_kinds(*db);
+  std::printf("%s: %zu units at batch %lld (%s); device kinds:\n", out.c_str(), db.units.size(),
+              static_cast<long long>(db.batch), db.source.c_str());
+  print_kinds(db);
   std::printf("name a kind on a device (devices = [ { kind = \"cpu\", threads = N, profile = \"KIND\" } ]) and "
               "the file in [job] profile_file; merge several machines' files with hetflow profile --merge\n");
   return 0;

@@ -172,18 +172,14 @@ expected<allocation_policy> parse_allocation_policy(std::string_view s) {
   return make_error(errc::invalid_argument, "allocation policy '" + std::string(s) + "': expected np, ed or hd");
 }
 
-namespace {
-// The kind `hetflow profile --out` names a device without --as (a cpu device
-// needs its threads set: with 0 the count is its node's, unknown here).
-std::string measured_kind_name(const device_spec& d) {
+std::string measured_kind_name(const device_spec& d, int threads) {
   if (d.kind == device_kind::cuda) return "cuda" + std::to_string(d.index);
-  return d.threads > 0 ? "cpu-t" + std::to_string(d.threads) : std::string();
+  return threads > 0 ? "cpu-t" + std::to_string(threads) : std::string();
 }
-}  // namespace
 
 std::string device_profile_kind(const device_spec& d, const profile_db& db) {
   if (!d.profile.empty()) return d.profile;
-  const std::string m = measured_kind_name(d);
+  const std::string m = measured_kind_name(d, d.threads);
   return !m.empty() && db.has_kind(m) ? m : std::string();
 }
 
@@ -197,7 +193,7 @@ expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_
                                 to_string(dev.kind) + ":" + std::to_string(dev.index) + ")";
       const std::string kind = device_profile_kind(dev, db);
       if (kind.empty()) {
-        const std::string measured = measured_kind_name(dev);
+        const std::string measured = measured_kind_name(dev, dev.threads);
         return make_error(errc::invalid_argument,
                           where + " has no profile kind: set its `profile` to one of the kinds in " + db.source +
                               (measured.empty() ? std::string()

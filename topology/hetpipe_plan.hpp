@@ -61,9 +61,14 @@ struct plan_device {
 // when a device has no profile kind or one the profile file lacks.
 expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_db& db);
 
-// A device's kind in `db`: its `profile`, else the kind `hetflow profile
-// --out` (without --as) names such a device, cpu-tN (threads set) or cudaI,
-// when `db` has it; "" otherwise.
+// The kind profiles measured on a machine give a device (job_profiles.cpp's
+// measured_profiles, so also `hetflow profile --out` without --as): cudaI,
+// or cpu-tN for a cpu device running `threads` threads (<= 0: "", the count
+// is not known).
+std::string measured_kind_name(const device_spec& d, int threads);
+
+// A device's kind in `db`: its `profile`, else its measured_kind_name (for
+// the threads it sets) when `db` has that kind; "" otherwise.
 std::string device_profile_kind(const device_spec& d, const profile_db& db);
 
 enum class allocation_policy { np, ed, hd };

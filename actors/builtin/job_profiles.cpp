@@ -16,6 +16,7 @@
 #include "kernels/zoo.hpp"
 #include "topology/cost_model.hpp"
 #include "topology/data_parallel.hpp"
+#include "topology/hetpipe_plan.hpp"
 
 namespace hetflow::actors {
 
@@ -259,7 +260,7 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       if (cuda && !d.profile.empty()) continue;  // named in a profile file
       const int t = cpu_threads(n, d);
       const int key = cuda ? -1 - d.index : t;
-      if (d.profile.empty()) d.profile = cuda ? "cuda" + std::to_string(d.index) : "cpu-t" + std::to_string(t);
+      if (d.profile.empty()) d.profile = topology::measured_kind_name(d, t);
       if (kinds.count(key)) continue;
       kinds[key] = d.profile;
       // A cuda stage computes and steps its local weights on the device

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <map>
 #include <sstream>
 #include <vector>
 
@@ -59,10 +58,11 @@ expected<std::string> measure_host_profiles(const topology::cluster& c, int node
 }
 
 expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c, int64_t batch) {
-  // One node per other machine answers for it.
+  // One node per other machine answers for it (every node has a device:
+  // the topology gives one that lists none).
   std::vector<std::size_t> askers;
   for (std::size_t n = 1; n < c.nodes.size(); ++n) {
-    if (same_machine(c, n, 0) || c.nodes[n].devices.empty()) continue;
+    if (same_machine(c, n, 0)) continue;
     bool seen = false;
     for (std::size_t a : askers) seen = seen || same_machine(c, n, a);
     if (!seen) askers.push_back(n);
@@ -79,18 +79,12 @@ expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c,
   ralp::ralp_info info;
   info.aux = batch;
   for (std::size_t a : askers) HF_RETURN_IF_ERROR(ib.send(ps_name(int(a)), kind_profile, info));
-  std::vector<topology::profile_db> all;
-  std::string from = "profiles measured on every machine: ";
-  bool head_devices = false;
-  for (std::size_t n = 0; n < c.nodes.size(); ++n) head_devices = head_devices || (same_machine(c, n, 0) && !c.nodes[n].devices.empty());
-  if (head_devices) {  // (a head host with no device measures nothing)
-    topology::cluster here = only_machine_of(c, 0);
-    HF_ASSIGN_OR_RETURN(topology::profile_db local, measured_profiles(here, batch));
-    for (std::size_t n = 0; n < c.nodes.size(); ++n)
-      if (same_machine(c, n, 0)) c.nodes[n].devices = here.nodes[n].devices;  // their kinds
-    all.push_back(std::move(local));
-    from += "here (" + c.nodes[0].host + ")";
-  }
+  topology::cluster here = only_machine_of(c, 0);
+  HF_ASSIGN_OR_RETURN(topology::profile_db local, measured_profiles(here, batch));
+  for (std::size_t n = 0; n < c.nodes.size(); ++n)
+    if (same_machine(c, n, 0)) c.nodes[n].devices = here.nodes[n].devices;  // their kinds
+  std::vector<topology::profile_db> all{std::move(local)};
+  std::string from = "profiles measured on every machine: here (" + c.nodes[0].host + ")";
   for (std::size_t a : askers) {
     const double timeout = std::max(1.0, std::chrono::duration<double>(deadline - clock::now()).count());
     const std::string asked = ps_name(int(a));
@@ -116,7 +110,7 @@ expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c,
                                                   " is not on that machine");
       c.nodes[n].devices[d].profile = prefix + "-" + kind;
     }
-    from += std::string(all.empty() ? "" : ", ") + "by node '" + node.name + "' (" + node.host + ")";
+    from += ", by node '" + node.name + "' (" + node.host + ")";
     all.push_back(std::move(db));
   }
   HF_ASSIGN_OR_RETURN(topology::profile_db merged, topology::merge_profile_dbs(all));

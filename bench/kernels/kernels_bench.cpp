@@ -21,7 +21,8 @@ using namespace hetflow;
 using namespace hetflow::kernels;
 
 int main(int argc, char** argv) {
-  kernels::cpu::reexec_with_passive_omp_wait(argv);
+  if (auto why = kernels::cpu::reexec_with_passive_omp_wait(argv); !why.empty())
+    std::fprintf(stderr, "kernels_bench: OpenMP wait policy left at libgomp's default: %s\n", why.c_str());
   train_config c;
   c.model = "lenet5";
   c.batch_size = 64;

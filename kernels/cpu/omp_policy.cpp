@@ -22,32 +22,26 @@ std::string policy_from_environment() {
 }
 const std::string at_start = policy_from_environment();
 
-std::string exec_failure;
-
-}  // namespace
-
+// Neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set.
 bool omp_wait_policy_unset() {
   return std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr;
 }
 
+}  // namespace
+
 const std::string& omp_wait_policy_in_effect() { return at_start; }
 
-void reexec_with_passive_omp_wait(char** argv, const char** why) {
-  if (why) *why = nullptr;
-  if (!omp_wait_policy_unset()) return;
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) {
-    exec_failure = std::string("cannot set OMP_WAIT_POLICY: ") + std::strerror(errno);
-    if (why) *why = exec_failure.c_str();
-    return;
-  }
+std::string reexec_with_passive_omp_wait(char** argv) {
+  if (!omp_wait_policy_unset()) return {};
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+    return std::string("cannot set OMP_WAIT_POLICY: ") + std::strerror(errno);
   std::fflush(nullptr);
   execv("/proc/self/exe", argv);
   // Still here: no /proc, or the binary is gone. Go on as loaded (the
   // variable stays set for the processes this one starts, as in
   // set_passive_omp_wait_for_children; omp_wait_policy_in_effect() still
   // says what libgomp read).
-  exec_failure = std::string("cannot exec /proc/self/exe: ") + std::strerror(errno);
-  if (why) *why = exec_failure.c_str();
+  return std::string("cannot exec /proc/self/exe: ") + std::strerror(errno);
 }
 
 void set_passive_omp_wait_for_children() {

@@ -17,23 +17,21 @@
 
 namespace hetflow::kernels::cpu {
 
-// True when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set.
-bool omp_wait_policy_unset();
-
 // What libgomp read when this process was loaded: OMP_WAIT_POLICY's value
 // (with ", GOMP_SPINCOUNT=N" when that is set too), or "default" (or
 // "default, GOMP_SPINCOUNT=N"). Not changed by the setenv calls below.
 const std::string& omp_wait_policy_in_effect();
 
-// When omp_wait_policy_unset(): sets OMP_WAIT_POLICY=passive and execs this
-// program again (/proc/self/exe) with the same arguments; it does not return
-// then. Returns when there is nothing to do, or when the exec failed (the
-// process goes on with libgomp's default; `why` says so).
-void reexec_with_passive_omp_wait(char** argv, const char** why = nullptr);
+// When neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set: sets
+// OMP_WAIT_POLICY=passive and execs this program again (/proc/self/exe) with
+// the same arguments; it does not return then. Returns "" when there is
+// nothing to do, else why the exec failed (the process goes on with
+// libgomp's default).
+std::string reexec_with_passive_omp_wait(char** argv);
 
-// Sets OMP_WAIT_POLICY=passive in this process's environment when
-// omp_wait_policy_unset(), for the processes it starts (hetflow run's
-// nodes); this process's own libgomp keeps what it read at load.
+// Sets OMP_WAIT_POLICY=passive in this process's environment when neither
+// variable is set, for the processes it starts (hetflow run's nodes); this
+// process's own libgomp keeps what it read at load.
 void set_passive_omp_wait_for_children();
 
 }  // namespace hetflow::kernels::cpu

@@ -25,7 +25,7 @@ pass "train job: 2 epochs, test accuracy $acc"
 omp="$HETFLOW_SCRATCH/omp.toml"
 write_topology "$omp" 7850 1 auto 'kind = "train"' 'model = "mlp"' 'epochs = 1' 'max_steps_per_epoch = 5' \
   'eval_each_epoch = false'
-omp_policy() {  # omp_policy ENV... -- CMD...: the node report's omp_wait_policy
+omp_policy() {  # omp_policy [VAR=VALUE...] CMD...: run it without the two variables but those; the report's policy
   rm -f "$omp.json"
   env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" >"$omp.out" 2>&1 || { cat "$omp.out" >&2; fail "omp run: $*"; }
   ! grep -q "left at libgomp's default" "$omp.out" || { cat "$omp.out" >&2; fail "omp: the re-exec failed: $*"; }
