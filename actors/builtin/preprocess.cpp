@@ -4,8 +4,9 @@
 //
 // Actors: one `pp_shard_<i>` per node i (shard i of N: a line-aligned slice of
 // the concatenated inputs, see input_split.hpp; every node computes the same
-// plan from the file sizes) and `pp_vocab` on the head, which coordinates (in
-// both modes); in vocab mode each node's shard spawns a merger
+// plan from the file sizes and the nodes' weights) and `pp_vocab` on the
+// head, which coordinates (in both modes); in vocab mode each node's shard
+// spawns a merger
 // (`pp_merge_<i>`) for the columns pp_vocab gives it, so every node's cores
 // merge.
 //
@@ -19,6 +20,14 @@
 // Vocab mode: until every shard has counted; a loss after that stops the job.
 // Shards stay until pp_vocab has every part (ppdone from the holder) and
 // says ppfinish, so a late loss still finds a taker.
+//
+//   the split (several nodes, no [job] shard_weights; both modes)
+//   pp_shard_i            pp_vocab (head)
+//     -- (ppcap, i, milli-cores) -->  waits for every node still up (a lost
+//                                     one: the others' mean), or fails after
+//                                     request_timeout naming the silent ones
+//     <-- (ppsplit, weights) ------  to every node: shard i's share of the
+//                                     input bytes is weight i / their sum
 //
 //   vocab mode
 //   pp_shard_i            pp_vocab (head)          pp_merge_k (node k, its columns)
@@ -112,6 +121,8 @@ using pp_take_atom = caf::atom_constant<caf::atom("pptake")>;
 using pp_slot_done_atom = caf::atom_constant<caf::atom("ppdone")>;
 using pp_finish_atom = caf::atom_constant<caf::atom("ppfinish")>;
 using pp_tick_atom = caf::atom_constant<caf::atom("pptick")>;
+using pp_cap_atom = caf::atom_constant<caf::atom("ppcap")>;
+using pp_split_atom = caf::atom_constant<caf::atom("ppsplit")>;
 
 const char* vocab_actor = "pp_vocab";
 std::string shard_actor(int i) { return "pp_shard_" + std::to_string(i); }
@@ -123,6 +134,10 @@ struct job_config {
   uint64_t chunk_bytes = 1 << 20;
   double request_timeout_s = 60;
   int shards = 1;
+  // [job] shard_weights: one per node (the input cut in proportion); empty:
+  // the nodes' cores, measured at the start (one node: its whole input).
+  std::vector<uint64_t> weights;
+  bool measure_split() const { return shards > 1 && weights.empty(); }
 };
 
 job_config config_of(const topology::cluster& c) {
@@ -147,7 +162,31 @@ job_config config_of(const topology::cluster& c) {
   j.chunk_bytes = static_cast<uint64_t>(p.get_int("chunk_bytes", 1 << 20));
   j.request_timeout_s = p.get_number("request_timeout", 60.0);
   j.shards = static_cast<int>(c.nodes.size());
+  for (int64_t w : p.get_ints("shard_weights")) j.weights.push_back(static_cast<uint64_t>(std::max<int64_t>(1, w)));
   return j;
+}
+
+// The split's weights travel as milli-cores, u64 little-endian, one per node.
+std::vector<char> encode_weights(const std::vector<uint64_t>& w) {
+  std::vector<char> out(w.size() * 8);
+  for (std::size_t i = 0; i < w.size(); ++i) std::memcpy(out.data() + 8 * i, &w[i], 8);
+  return out;
+}
+std::optional<std::vector<uint64_t>> decode_weights(const std::vector<char>& b, int n) {
+  if (b.size() != static_cast<std::size_t>(n) * 8) return std::nullopt;
+  std::vector<uint64_t> w(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    std::memcpy(&w[i], b.data() + 8 * i, 8);
+    if (w[i] == 0) return std::nullopt;
+  }
+  return w;
+}
+
+// This node's weight in the split (resource_snapshot::capacity_cores), in
+// milli-cores.
+uint64_t node_weight(const job_config& cfg) {
+  const double cores = pp::probe_resources().capacity_cores(cfg.opt.parallelism);
+  return std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(cores * 1000)));
 }
 
 std::string mib(uint64_t b) {
@@ -533,6 +572,7 @@ void merger(caf::actor_system& sys, merge_plan p) {
 // own, or one it took over from a lost node (pp_take).
 struct slot {
   int index = 0;
+  bool started = false;  // start_slot ran (it waits for the split's weights)
   pp::shard_plan plan;
   std::optional<pp::shard_counts> counts;
   std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
@@ -554,6 +594,8 @@ struct shard_state {
   int merge_in_flight = 0;  // columns its merger takes at once, fixed by the first count report (0: none yet)
   pp::input_set inputs;
   std::vector<std::unique_ptr<slot>> slots;  // [0]: its own
+  std::vector<uint64_t> weights;             // the split (one per node); empty until known
+  std::optional<kernels::waits::scope> split_wait;  // waiting for them (watchdog)
   std::vector<int32_t> ids;                  // scratch
   clock_type::time_point t0;
   bool done = false;
@@ -708,7 +750,8 @@ void run_pass2(caf::event_based_actor* self, shard_state& st) {
 // Pass 1 (vocab) or the only pass (hash) of a slot; false when the shard failed.
 bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
   const auto& cfg = st.cfg;
-  sl.plan = pp::plan_shards(st.inputs.sizes(), cfg.shards)[static_cast<std::size_t>(sl.index)];
+  sl.started = true;
+  sl.plan = pp::plan_shards(st.inputs.sizes(), st.weights)[static_cast<std::size_t>(sl.index)];
   auto r = pp::probe_resources();
   log_info("shard " + std::to_string(sl.index) + "/" + std::to_string(cfg.shards) + ": " + mib(sl.plan.bytes()) +
            " of input" + (sl.index != st.index ? " (taken over from a lost node)" : "") + "; " + r.to_string());
@@ -749,6 +792,14 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
     st.vocab_wait.emplace(st.me, std::string(vocab_actor) + " on the head",
                           "the vocabularies' ids (after every shard's pass 1)",
                           kernels::waits::span{st.tk, "wait: vocabularies"});
+  return true;
+}
+
+// Starts every slot that waited for the split's weights (its own, and any
+// taken over meanwhile), in order; false when the shard failed.
+bool start_slots(caf::event_based_actor* self, shard_state& st) {
+  for (std::size_t k = 0; k < st.slots.size(); ++k)
+    if (!st.slots[k]->started && !start_slot(self, st, *st.slots[k])) return false;
   return true;
 }
 
@@ -798,7 +849,27 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       }
       st->slots.push_back(std::make_unique<slot>());
       st->slots.back()->index = st->index;
-      start_slot(self, *st, *st->slots.back());
+      if (cfg.measure_split()) {
+        // The input is cut in proportion to the nodes' cores: this node's
+        // go to the coordinator, which sends every node all of them.
+        auto v = st->svc->find_actor(vocab_actor);
+        if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
+        self->send(v, pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg));
+        st->split_wait.emplace(st->me, std::string(vocab_actor) + " on the head",
+                               "the input's split (every node's cores)", kernels::waits::span{st->tk, "wait: split"});
+        return;
+      }
+      st->weights = cfg.weights.empty() ? std::vector<uint64_t>(static_cast<std::size_t>(cfg.shards), 1) : cfg.weights;
+      start_slots(self, *st);
+    },
+    // Every node's weight in the split (milli-cores): pass 1 starts.
+    [self, st](pp_split_atom, const std::vector<char>& wire) {
+      if (st->done || !st->weights.empty()) return;
+      auto w = decode_weights(wire, st->cfg.shards);
+      if (!w) return shard_fail(self, *st, "bad input split from the coordinator (nodes running different hetflow builds?)");
+      st->weights = std::move(*w);
+      st->split_wait.reset();
+      start_slots(self, *st);
     },
     // The coordinator hands this node a lost node's shard.
     [self, st](pp_take_atom, uint32_t shard) {
@@ -809,7 +880,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
                " (its node is lost)");
       st->slots.push_back(std::make_unique<slot>());
       st->slots.back()->index = static_cast<int>(shard);
-      start_slot(self, *st, *st->slots.back());
+      if (!st->weights.empty()) start_slot(self, *st, *st->slots.back());  // else with the split
     },
     [self, st](pp_pull_atom, uint32_t shard, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
       slot* sl = st->find(shard);
@@ -960,6 +1031,9 @@ struct vocab_state {
     double at_s;
   };
   std::vector<reassignment> reassigned;
+  std::vector<uint64_t> caps;  // measured split: each node's milli-cores (0: not yet)
+  bool split_sent = false;
+  std::string split_json;      // how the input was cut, for the report
   clock_type::time_point t0 = clock_type::now();
   bool done = false;
 };
@@ -1000,6 +1074,54 @@ void finish_merge(caf::event_based_actor* self, vocab_state& st) {
            std::to_string(distinct_total) + " distinct strings (" + std::to_string(secs).substr(0, 5) + " s)");
 }
 
+// The split as used: logged, and kept for the report ({"by", "nodes": [{node,
+// weight, share}]}).
+void describe_split(vocab_state& st, const std::vector<uint64_t>& w, const std::string& by) {
+  double sum = 0;
+  for (uint64_t x : w) sum += static_cast<double>(x);
+  const bool cores = by == "cores";
+  json_writer j;
+  j.begin_object().field("by", by).key("nodes").begin_array();
+  std::string line;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const double weight = cores ? static_cast<double>(w[i]) / 1000 : static_cast<double>(w[i]);
+    const double share = sum > 0 ? static_cast<double>(w[i]) / sum : 0;
+    j.begin_object().field("node", st.shard_nodes[i]).field("weight", weight).field("share", share).end_object();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %g (%.0f%%)", i ? ", " : "", st.shard_nodes[i].c_str(), weight, 100 * share);
+    line += buf;
+  }
+  j.end_array().end_object();
+  st.split_json = j.str();
+  if (w.size() > 1)
+    log_info("input split by " + std::string(cores ? "the nodes' cores" : "[job] shard_weights") + ": " + line);
+}
+
+// Measured split: once every node still up has sent its cores, every node
+// gets all of them (a node lost before it could counts as the mean of the
+// others; its shard goes to a survivor, check_lost).
+void maybe_send_split(caf::event_based_actor* self, vocab_state& st) {
+  if (st.split_sent || st.done || !st.cfg.measure_split()) return;
+  uint64_t sum = 0, known = 0;
+  for (int n = 0; n < st.cfg.shards; ++n) {
+    const uint64_t c = st.caps[std::size_t(n)];
+    if (c > 0) sum += c, ++known;
+    else if (!st.lost.count(n) && !st.svc->node_lost(st.shard_nodes[std::size_t(n)])) return;
+  }
+  std::vector<uint64_t> w = st.caps;
+  for (auto& c : w)
+    if (c == 0) c = known ? std::max<uint64_t>(1, sum / known) : 1000;
+  st.split_sent = true;
+  describe_split(st, w, "cores");
+  const auto wire = encode_weights(w);
+  for (int n : std::set<int>(st.holder.begin(), st.holder.end())) {
+    if (st.lost.count(n)) continue;
+    auto a = st.svc->find_actor(shard_actor(n));
+    if (!a) return vocab_fail(self, st, "no actor " + shard_actor(n));
+    self->send(a, pp_split_atom::value, wire);
+  }
+}
+
 // Every part is written: the shards may report and go, and so may this actor.
 void finish_job(caf::event_based_actor* self, vocab_state& st) {
   std::set<int> nodes(st.holder.begin(), st.holder.end());
@@ -1007,6 +1129,7 @@ void finish_job(caf::event_based_actor* self, vocab_state& st) {
     if (auto a = st.svc->find_actor(shard_actor(n))) self->send(a, pp_finish_atom::value);
   json_writer w;
   w.begin_object();
+  if (!st.split_json.empty()) w.key("split").raw(st.split_json);
   if (st.vocab_mode) w.key("vocabulary").raw(st.vocabulary_json);
   w.key("reassigned").begin_array();
   for (const auto& r : st.reassigned)
@@ -1134,17 +1257,43 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   for (int i = 0; i < st->cfg.shards; ++i) st->holder.push_back(i);
   st->reports.resize(static_cast<std::size_t>(st->cfg.shards));
   st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
+  if (st->cfg.measure_split()) st->caps.assign(static_cast<std::size_t>(st->cfg.shards), 0);  // a report may come first
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
       self->set_default_handler(caf::print_and_drop);
       std::error_code ec;
       fs::create_directories(st->cfg.output_dir, ec);
-      if (st->failover) self->send(self, pp_tick_atom::value);
+      if (!st->cfg.measure_split()) {
+        st->split_sent = true;  // nothing to measure
+        describe_split(*st, st->cfg.weights.empty() ? std::vector<uint64_t>(std::size_t(st->cfg.shards), 1)
+                                                    : st->cfg.weights,
+                       st->cfg.weights.empty() ? "one node" : "shard_weights");
+      }
+      if (st->failover || !st->split_sent) self->send(self, pp_tick_atom::value);
+    },
+    [self, st](pp_cap_atom, uint32_t node, uint64_t milli_cores) {
+      if (node >= static_cast<uint32_t>(st->cfg.shards) || !st->cfg.measure_split())
+        return vocab_fail(self, *st, "bad cores report from node index " + std::to_string(node) +
+                                         " (nodes running different hetflow builds?)");
+      if (st->split_sent) return;  // from a node given up on
+      st->caps[node] = std::max<uint64_t>(1, milli_cores);
+      maybe_send_split(self, *st);
     },
     [self, st](pp_tick_atom) {
       if (st->done) return;
-      check_lost(self, *st);
+      if (st->failover) check_lost(self, *st);
+      maybe_send_split(self, *st);
+      if (!st->split_sent && std::chrono::duration<double>(clock_type::now() - st->t0).count() > st->cfg.request_timeout_s) {
+        std::string silent;
+        for (int n = 0; n < st->cfg.shards; ++n)
+          if (st->caps[std::size_t(n)] == 0)
+            silent += (silent.empty() ? "'" : ", '") + st->shard_nodes[std::size_t(n)] + "'";
+        return vocab_fail(self, *st, "no word from node(s) " + silent + " of their cores within request_timeout (" +
+                                         std::to_string(st->cfg.request_timeout_s).substr(0, 4) +
+                                         " s): the input cannot be split among the nodes");
+      }
+      if (!st->failover && st->split_sent) return;  // the tick was only for the split
       // Every 20 ms: a pending tick holds this (detached) actor until it
       // lands, and the node waits for its actors to be gone before the actor
       // system goes down (node_runtime.cpp), so the period is also what the
@@ -1277,6 +1426,9 @@ void add_preprocess(registry& reg) {
       "per node, for vocabulary counting (spills to disk beyond); 0 = half the free memory");
   key("parallelism", key_type::integer, false, int64_t{0},
       "threads per node; 0 = auto (free cores, cgroup quota, load; re-checked while running)", 0.0, 4096.0);
+  key("shard_weights", key_type::size_list, false, std::nullopt,
+      "one positive integer per node: node i's share of the input is its weight over their sum (default: each "
+      "node's cores, measured at the start)");
   key("chunk_bytes", key_type::size, false, int64_t{1} << 20,
       "largest count / vocabulary message between nodes", 4096.0, double(64 << 20));
   key("request_timeout", key_type::duration, false, 60.0, "how long a node waits for a peer's reply", 0.1,
@@ -1294,6 +1446,16 @@ void add_preprocess(registry& reg) {
         if (!c.actors.empty())
           return make_error(errc::invalid_argument,
                             "the preprocess job places its own actors; remove the [[actors]] tables");
+        if (const auto w = c.job.params.get_ints("shard_weights"); !w.empty()) {
+          if (w.size() != c.nodes.size())
+            return make_error(errc::invalid_argument, "[job] shard_weights needs one weight per node (" +
+                                                          std::to_string(c.nodes.size()) + "), got " +
+                                                          std::to_string(w.size()));
+          for (int64_t x : w)
+            if (x < 1)
+              return make_error(errc::invalid_argument,
+                                "[job] shard_weights must be positive integers, got " + std::to_string(x));
+        }
         std::vector<topology::actor_spec> v;
         for (std::size_t i = 0; i < c.nodes.size(); ++i) {
           topology::actor_spec a;

@@ -70,14 +70,24 @@ uint64_t shard_plan::bytes() const noexcept {
 }
 
 std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, int shards) {
-  shards = std::max(1, shards);
+  return plan_shards(file_sizes, std::vector<uint64_t>(static_cast<std::size_t>(std::max(1, shards)), 1));
+}
+
+std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, const std::vector<uint64_t>& weights) {
+  std::vector<uint64_t> w = weights;
+  if (w.empty()) w.push_back(1);
+  unsigned __int128 sum = 0;
+  for (auto& x : w) sum += x = std::max<uint64_t>(x, 1);
   uint64_t total = 0;
   for (auto s : file_sizes) total += s;
-  std::vector<shard_plan> plan(static_cast<std::size_t>(shards));
-  for (int i = 0; i < shards; ++i) {
-    // 128-bit to avoid overflow of i * total for huge inputs.
-    uint64_t lo = static_cast<uint64_t>((static_cast<unsigned __int128>(total) * i) / shards);
-    uint64_t hi = static_cast<uint64_t>((static_cast<unsigned __int128>(total) * (i + 1)) / shards);
+  std::vector<shard_plan> plan(w.size());
+  unsigned __int128 before = 0;  // the weights of the shards before i
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    // 128-bit: total * weight sums overflow 64 bits on huge inputs. With
+    // equal weights this is i * total / shards, as it always was.
+    uint64_t lo = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
+    before += w[i];
+    uint64_t hi = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
     uint64_t off = 0;
     for (std::size_t f = 0; f < file_sizes.size(); ++f) {
       uint64_t fb = off, fe = off + file_sizes[f];

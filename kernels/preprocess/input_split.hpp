@@ -10,7 +10,9 @@
 // A shard is a contiguous slice of the inputs taken in order (file 0 then file
 // 1 ...), possibly spanning files: shard i of S covers global bytes
 // [i*T/S, (i+1)*T/S) of the concatenation (T = total bytes), so shard order is
-// input order and part-i files concatenate to the whole input.
+// input order and part-i files concatenate to the whole input. Shards may
+// also be cut in proportion to weights (the nodes' cores, see the preprocess
+// job): then every node needs the same weights to compute the same plan.
 #pragma once
 
 #include <cstdint>
@@ -63,5 +65,9 @@ struct shard_plan {
 
 // Cuts inputs of the given sizes into `shards` shards (see above).
 std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, int shards);
+// The same with shard i's share of the bytes weights[i] / sum(weights) (a
+// weight of 0 counts as 1): shard i covers [T*W_i/W, T*W_(i+1)/W), W_i the
+// weights before it. Equal weights give the plan above, byte for byte.
+std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, const std::vector<uint64_t>& weights);
 
 }  // namespace hetflow::kernels::preprocess

@@ -97,6 +97,16 @@ double resource_snapshot::free_cores(int busy_here) const noexcept {
   return std::max(1.0, cap - others);
 }
 
+double resource_snapshot::capacity_cores(int forced) const noexcept {
+  double cap = cores;
+  if (cpu_quota > 0) cap = std::min(cap, cpu_quota);
+  const double machine = std::max(cap, static_cast<double>(machine_cores > 0 ? machine_cores : cores));
+  double c = std::max(std::min(cap, 1.0), cap - load1 * cap / machine);
+  if (forced > 0) c = std::min(c, static_cast<double>(forced));
+  const double q = std::round(c * 4) / 4;
+  return q > 0 ? q : c;  // below a quarter core: as it is
+}
+
 std::string resource_snapshot::to_string() const {
   char buf[256];
   char quota[32] = "none";
@@ -112,12 +122,14 @@ resource_snapshot probe_resources(const std::string& root_in) {
   if (root.back() != '/') root += '/';
   resource_snapshot r;
   r.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  r.machine_cores = r.cores;
   if (root == "/") {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) r.cores = std::max(1, CPU_COUNT(&set));
   } else {
     double n;
     if (read_number(root + "cores", n)) r.cores = std::max(1, static_cast<int>(n));  // fake trees
+    r.machine_cores = read_number(root + "machine_cores", n) ? std::max(1, static_cast<int>(n)) : r.cores;
   }
   std::string text;
   if (read_file(root + "proc/meminfo", text)) {

@@ -20,6 +20,7 @@ namespace hetflow::kernels::preprocess {
 
 struct resource_snapshot {
   int cores = 1;                   // usable by this process (affinity)
+  int machine_cores = 0;           // online on the machine (0: unknown, taken as `cores`)
   double cpu_quota = 0;            // cgroup CPU quota in cores; 0 = none
   double load1 = 0;                // 1-minute load average of the machine
   uint64_t mem_total = 0;          // /proc/meminfo MemTotal
@@ -33,6 +34,13 @@ struct resource_snapshot {
   // Cores left after the other processes' load (our own `busy_here` threads
   // count in the load average and are added back).
   double free_cores(int busy_here) const noexcept;
+  // What this process can count on, in cores, to cut a job's input across
+  // nodes by: its usable cores (affinity, capped by the cgroup quota) less the
+  // machine's load in proportion to them (the 1-minute load average is the
+  // whole machine's), at least one core (or the usable cores when fewer),
+  // at most `forced` when > 0 (the threads it will run), in quarter cores
+  // (two processes that read one machine agree).
+  double capacity_cores(int forced) const noexcept;
   std::string to_string() const;  // "2 cores (quota none), load 0.4, 20.1 GiB free, rss 80 MiB"
 };
 

@@ -85,6 +85,36 @@ json_get "$S/vocab-3.json" 'd["vocabulary"]["merge_nodes"] == 3 and {c["node"] f
   grep -q True || { cat "$S/vocab-3.json"; fail "vocab, 3 nodes: the merge was not spread over the nodes"; }
 pass "vocab: 3 nodes == 1 node byte for byte, the columns merged on all 3"
 
+# The input is cut by the nodes' cores, measured at the start: the report
+# says so, and each part holds its node's share of the input bytes (to a
+# line at either end).
+for r in vocab-2 hash-2 vocab-3; do
+  json_get "$S/$r.json" 'd["split"]["by"] == "cores" and len(d["split"]["nodes"]) == len(d["shards"]) and all(n["weight"] > 0 for n in d["split"]["nodes"]) and abs(sum(n["share"] for n in d["split"]["nodes"]) - 1) < 1e-4' |
+    grep -q True || { python3 -m json.tool "$S/$r.json"; fail "$r: the report's split"; }
+  json_get "$S/$r.json" 'all(abs(s["bytes"] - n["share"] * sum(x["bytes"] for x in d["shards"])) < 8192 for s, n in zip(sorted(d["shards"], key=lambda s: s["shard"]), d["split"]["nodes"]))' |
+    grep -q True || { python3 -m json.tool "$S/$r.json"; fail "$r: the parts do not follow the split's shares"; }
+  grep -q "input split by the nodes' cores: n0 " "$S/$r.log" || { cat "$S/$r.log"; fail "$r: no split line"; }
+done
+# shard_weights sets the shares: the same bytes as one node, the parts 3:1
+# (vocab) and 1:4 (hash).
+run vocab-w 2 7942 'categorical = { mode = "vocab", min_count = 3 }' 'shard_weights = [3, 1]' 'chunk_bytes = "64KiB"' ||
+  { cat "$S/vocab-w.log"; fail "vocab: 2-node run with shard_weights"; }
+same_as_vocab_1 vocab-w "vocab, shard_weights = [3, 1]"
+run hash-w 2 7945 'categorical = { mode = "hash", range = 100000 }' 'shard_weights = [1, 4]' ||
+  { cat "$S/hash-w.log"; fail "hash: 2-node run with shard_weights"; }
+cmp <(cat "$S/hash-1-out"/part-*.bin) <(cat "$S/hash-w-out"/part-*.bin) || fail "hash, shard_weights = [1, 4]: records differ from 1 node"
+for r in "vocab-w 3 1 0.75" "hash-w 1 4 0.2"; do
+  read -r name w0 w1 share <<<"$r"
+  json_get "$S/$name.json" "d['split']['by'] == 'shard_weights' and [n['weight'] for n in d['split']['nodes']] == [$w0, $w1]" |
+    grep -q True || { python3 -m json.tool "$S/$name.json"; fail "$name: the report's split"; }
+  json_get "$S/$name.json" "abs(sorted(d['shards'], key=lambda s: s['shard'])[0]['rows'] / d['rows'] - $share) < 0.01" |
+    grep -q True || { python3 -m json.tool "$S/$name.json"; fail "$name: part 0 does not hold $share of the rows"; }
+done
+write_topology "$S/badw.toml" 7948 2 auto 'kind = "preprocess"' "inputs = [\"$S/a.tsv\"]" 'shard_weights = [1]'
+"$HETFLOW" validate "$S/badw.toml" >"$S/badw.log" 2>&1 && { cat "$S/badw.log"; fail "shard_weights: 1 weight for 2 nodes accepted"; }
+grep -q "shard_weights needs one weight per node (2), got 1" "$S/badw.log" || { cat "$S/badw.log"; fail "shard_weights: no clear error"; }
+pass "the input is cut by the nodes' cores (measured) or by shard_weights (3:1, 1:4): the same bytes"
+
 # hash_merge = false: every column merges as sorted streams (and pass 1
 # sorts every table), the same bytes.
 run vocab-sorted 2 7925 'categorical = { mode = "vocab", min_count = 3 }' 'hash_merge = false' 'chunk_bytes = "64KiB"' ||

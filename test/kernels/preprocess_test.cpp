@@ -1559,6 +1559,65 @@ BOOST_AUTO_TEST_CASE(plan_covers_every_byte_once_in_order) {
   BOOST_CHECK_EQUAL(total, 157u);
 }
 
+// Shard i's global byte range [lo, hi) in a plan over one concatenation.
+std::vector<std::pair<uint64_t, uint64_t>> global_ranges(const std::vector<pp::shard_plan>& plan,
+                                                         const std::vector<uint64_t>& sizes) {
+  std::vector<uint64_t> start(sizes.size() + 1, 0);
+  for (std::size_t f = 0; f < sizes.size(); ++f) start[f + 1] = start[f] + sizes[f];
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (auto& s : plan) {
+    if (s.pieces.empty()) {
+      out.push_back({0, 0});
+      continue;
+    }
+    out.push_back({start[std::size_t(s.pieces.front().file)] + s.pieces.front().begin,
+                   start[std::size_t(s.pieces.back().file)] + s.pieces.back().end});
+  }
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(weighted_plan_cuts_in_proportion_and_equal_weights_are_the_old_plan) {
+  const std::vector<uint64_t> sizes{100, 0, 50, 7};
+  // Equal weights (any value) give exactly the plan by count.
+  for (int n : {1, 2, 3, 4, 7}) {
+    auto a = pp::plan_shards(sizes, n);
+    for (uint64_t w : {uint64_t{1}, uint64_t{5}}) {
+      auto b = pp::plan_shards(sizes, std::vector<uint64_t>(std::size_t(n), w));
+      BOOST_REQUIRE_EQUAL(a.size(), b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        BOOST_REQUIRE_EQUAL(a[i].pieces.size(), b[i].pieces.size());
+        for (std::size_t k = 0; k < a[i].pieces.size(); ++k) {
+          BOOST_CHECK_EQUAL(a[i].pieces[k].file, b[i].pieces[k].file);
+          BOOST_CHECK_EQUAL(a[i].pieces[k].begin, b[i].pieces[k].begin);
+          BOOST_CHECK_EQUAL(a[i].pieces[k].end, b[i].pieces[k].end);
+        }
+      }
+    }
+  }
+  // 3 : 1 of 157 bytes: the cut at 157 * 3 / 4 = 117 (file 2, offset 17).
+  auto p = pp::plan_shards(sizes, std::vector<uint64_t>{3, 1});
+  auto r = global_ranges(p, sizes);
+  BOOST_CHECK_EQUAL(r[0].first, 0u);
+  BOOST_CHECK_EQUAL(r[0].second, 117u);
+  BOOST_CHECK_EQUAL(r[1].first, 117u);
+  BOOST_CHECK_EQUAL(r[1].second, 157u);
+  BOOST_CHECK_EQUAL(p[0].bytes() + p[1].bytes(), 157u);
+  // 1 : 2 : 1, and a weight of 0 counts as 1; the ranges tile [0, 157).
+  p = pp::plan_shards(sizes, std::vector<uint64_t>{1, 2, 0});
+  r = global_ranges(p, sizes);
+  BOOST_CHECK_EQUAL(r[0].second, 157u * 1 / 4);
+  BOOST_CHECK_EQUAL(r[1].first, r[0].second);
+  BOOST_CHECK_EQUAL(r[1].second, 157u * 3 / 4);
+  BOOST_CHECK_EQUAL(r[2].first, r[1].second);
+  BOOST_CHECK_EQUAL(r[2].second, 157u);
+  // Huge inputs and weights: no overflow, the last shard ends at the total.
+  const std::vector<uint64_t> big{uint64_t{1} << 62, uint64_t{1} << 61};
+  p = pp::plan_shards(big, std::vector<uint64_t>{~uint64_t{0}, ~uint64_t{0} / 2});
+  r = global_ranges(p, big);
+  BOOST_CHECK_EQUAL(r.back().second, (uint64_t{1} << 62) + (uint64_t{1} << 61));
+  BOOST_CHECK_EQUAL(r[0].second, r[1].first);
+}
+
 BOOST_AUTO_TEST_CASE(align_to_line_owns_lines_starting_in_range) {
   const char* t = "ab\ncd\nef";
   BOOST_CHECK_EQUAL(pp::align_to_line(t, 8, 0), 0u);
@@ -1655,6 +1714,41 @@ BOOST_AUTO_TEST_CASE(cgroup_v1_limits_and_no_limit) {
   BOOST_CHECK_EQUAL(s.cgroup_mem_limit, 0u);  // "unlimited"
   BOOST_CHECK_EQUAL(s.free_memory(), 6000000ull * 1024);
   BOOST_CHECK_EQUAL(pp::choose_parallelism(s, 0, 0, 0, 0, 64), 2);  // min(4, quota 2) - 0.5 -> 2
+}
+
+BOOST_AUTO_TEST_CASE(capacity_for_the_split_across_nodes) {
+  // What a preprocess job cuts its input by (one weight per node).
+  fs::path r = scratch("fake-cap");
+  fake_file(r, "cores", "4\n");
+  fake_file(r, "machine_cores", "16\n");
+  fake_file(r, "proc/meminfo", "MemTotal:       8000000 kB\nMemAvailable:   6000000 kB\n");
+  fake_file(r, "proc/loadavg", "0.00 0.00 0.00 1/100 1\n");
+  fake_file(r, "proc/self/cgroup", "0::/\n");
+  auto s = pp::probe_resources(r.string());
+  BOOST_CHECK_EQUAL(s.machine_cores, 16);
+  BOOST_CHECK_EQUAL(s.capacity_cores(0), 4.0);  // an idle machine: the affinity's 4 cores
+  BOOST_CHECK_EQUAL(s.capacity_cores(2), 2.0);  // 2 threads forced
+  BOOST_CHECK_EQUAL(s.capacity_cores(9), 4.0);  // more threads than cores
+  // Load 8 on 16 cores: a quarter of it on our 4 -> 2 cores.
+  fake_file(r, "proc/loadavg", "8.00 0.00 0.00 1/100 1\n");
+  BOOST_CHECK_EQUAL(pp::probe_resources(r.string()).capacity_cores(0), 2.0);
+  // A full machine: still one core.
+  fake_file(r, "proc/loadavg", "40.00 0.00 0.00 1/100 1\n");
+  BOOST_CHECK_EQUAL(pp::probe_resources(r.string()).capacity_cores(0), 1.0);
+  // A quota of 2.6 cores (no load), rounded to quarter cores; of 0.3: 0.25.
+  fake_file(r, "proc/loadavg", "0.00 0.00 0.00 1/100 1\n");
+  fake_file(r, "sys/fs/cgroup/cpu.max", "260000 100000\n");
+  BOOST_CHECK_EQUAL(pp::probe_resources(r.string()).capacity_cores(0), 2.5);
+  fake_file(r, "sys/fs/cgroup/cpu.max", "30000 100000\n");
+  BOOST_CHECK_EQUAL(pp::probe_resources(r.string()).capacity_cores(0), 0.25);
+  // Without a machine_cores file the machine is the affinity's cores.
+  fs::path r2 = scratch("fake-cap2");
+  fake_file(r2, "cores", "2\n");
+  fake_file(r2, "proc/loadavg", "1.00 0.00 0.00 1/100 1\n");
+  fake_file(r2, "proc/self/cgroup", "0::/\n");
+  s = pp::probe_resources(r2.string());
+  BOOST_CHECK_EQUAL(s.machine_cores, 2);
+  BOOST_CHECK_EQUAL(s.capacity_cores(0), 1.0);
 }
 
 BOOST_AUTO_TEST_CASE(this_machine) {
