@@ -63,8 +63,9 @@ void print_kinds(const topology::profile_db& db) {
       f += it->second.fwd_ms;
       b += it->second.bwd_ms;
     }
-    std::printf("  %-24s fwd %9.3f ms  bwd %9.3f ms  optimizer step %8.3f ms  memory %s\n", kind.c_str(), f, b,
-                d.update_ms, d.memory_bytes ? (std::to_string(d.memory_bytes) + " B").c_str() : "(the topology's)");
+    std::printf("  %-24s fwd %9.3f ms  bwd %9.3f ms  optimizer step %8.3f ms  weights copy %.3f / sum %.3f ms  memory %s\n",
+                kind.c_str(), f, b, d.update_ms, d.wave_copy_ms, d.wave_sum_ms,
+                d.memory_bytes ? (std::to_string(d.memory_bytes) + " B").c_str() : "(the topology's)");
   }
 }
 
@@ -117,9 +118,15 @@ topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
       cost.bwd_ms = median_of(b);
     }
   for (auto& [kind, d] : out.devices) {
-    std::vector<double> u;
-    for (const auto& r : runs) u.push_back(r.devices.at(kind).update_ms);
+    std::vector<double> u, wc, ws;
+    for (const auto& r : runs) {
+      u.push_back(r.devices.at(kind).update_ms);
+      wc.push_back(r.devices.at(kind).wave_copy_ms);
+      ws.push_back(r.devices.at(kind).wave_sum_ms);
+    }
     d.update_ms = median_of(u);
+    d.wave_copy_ms = median_of(wc);
+    d.wave_sum_ms = median_of(ws);
   }
   // dp's host ring and co-located step: over the runs that measured them
   // (0 = not measured).

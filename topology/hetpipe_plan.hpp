@@ -9,6 +9,10 @@
 //
 //   compute_j  = sum over its units of fwd_ms + bwd_ms on d_j's kind, + its
 //                share of the kind's update_ms (the local optimizer step)
+//                + with overlapped waves its share of the bookkeeping per
+//                minibatch (profile_db::wave_ms: its weights copied into the
+//                minibatch's slot, with several slots also the weights
+//                before the step, and the step summed into the wave's update)
 //   t(b)       = transfer of the boundary unit's output_bytes over the link
 //                between d_j and d_j+1 (intra_node_gbps on one node,
 //                inter_node_gbps between nodes, + latency_us)
@@ -92,6 +96,9 @@ struct hetpipe_options {
   // than by the formula above, which ignores pipeline bubbles of unbalanced
   // stages (it is optimistic at small Nm).
   bool nm_by_simulation = true;
+  // The runtime overlaps waves (hetpipe_waves = "overlap", the default): each
+  // stage then pays profile_db::wave_ms per minibatch.
+  bool overlap_waves = true;
 };
 
 // Groups devices into VWs. NP: the devices of one node form a VW (VW count =
@@ -131,9 +138,10 @@ struct virtual_worker_plan {
 // interchangeable) and, per order, the boundaries minimising the slowest
 // stage (dynamic programming) under each device's memory. errc::out_of_memory
 // saying what fits nowhere when no order fits; invalid_argument when there
-// are more devices than units.
+// are more devices than units. `overlap_waves`: the stages pay the
+// bookkeeping of overlapped waves (profile_db::wave_ms).
 expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_device>& devices,
-                                                       const profile_db& db, int nm);
+                                                       const profile_db& db, int nm, bool overlap_waves = true);
 
 struct hetpipe_plan {
   allocation_policy policy = allocation_policy::ed;

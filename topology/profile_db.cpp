@@ -82,6 +82,15 @@ double profile_db::update_ms(std::string_view kind, std::size_t first, std::size
   return it->second.update_ms * double(params_bytes(first, last)) / double(all);
 }
 
+double profile_db::wave_ms(std::string_view kind, std::size_t first, std::size_t last, bool before_copy) const {
+  auto it = devices.find(kind);
+  if (it == devices.end() || units.empty()) return 0.0;
+  const double whole = it->second.wave_copy_ms * (before_copy ? 2 : 1) + it->second.wave_sum_ms;
+  const uint64_t all = params_bytes(0, units.size() - 1);
+  if (whole <= 0 || all == 0) return 0.0;
+  return whole * double(params_bytes(first, last)) / double(all);
+}
+
 profile_db profile_db::at_batch(int64_t b) const {
   if (b == batch || batch <= 0 || b <= 0) return *this;
   profile_db out = *this;
@@ -131,12 +140,17 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
     for (auto& [kind, d] : devs->items()) {
       if (!d.is_object()) return r.err("devices." + kind, "must be an object");
       for (auto& [k, v] : d.items())
-        if (k != "memory_bytes" && k != "update_ms")
-          return r.err("devices." + kind + "." + k, "unknown key (expected memory_bytes, update_ms)");
+        if (k != "memory_bytes" && k != "update_ms" && k != "wave_copy_ms" && k != "wave_sum_ms")
+          return r.err("devices." + kind + "." + k,
+                       "unknown key (expected memory_bytes, update_ms, wave_copy_ms, wave_sum_ms)");
       HF_ASSIGN_OR_RETURN(uint64_t mem, r.bytes(d, "memory_bytes", "devices." + kind, false, 0));
       HF_ASSIGN_OR_RETURN(double upd, r.number(d, "update_ms", "devices." + kind, false, 0.0));
+      HF_ASSIGN_OR_RETURN(double wc, r.number(d, "wave_copy_ms", "devices." + kind, false, 0.0));
+      HF_ASSIGN_OR_RETURN(double ws, r.number(d, "wave_sum_ms", "devices." + kind, false, 0.0));
       db.devices[kind].memory_bytes = mem;
       db.devices[kind].update_ms = upd;
+      db.devices[kind].wave_copy_ms = wc;
+      db.devices[kind].wave_sum_ms = ws;
     }
   }
   auto links = doc.find("links");
@@ -239,6 +253,8 @@ std::string to_json(const profile_db& db, int indent) {
   for (const auto& [k, d] : db.devices) {
     devs[k] = json{{"memory_bytes", d.memory_bytes}};
     if (d.update_ms > 0) devs[k]["update_ms"] = d.update_ms;
+    if (d.wave_copy_ms > 0) devs[k]["wave_copy_ms"] = d.wave_copy_ms;
+    if (d.wave_sum_ms > 0) devs[k]["wave_sum_ms"] = d.wave_sum_ms;
   }
   doc["devices"] = devs;
   doc["links"] = json{{"intra_node_gbps", db.links.intra_node_gbps},

@@ -8,7 +8,8 @@
 //               "output_bytes": 1,                       // optional
 //               "devices": {"titan-v": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}],
 //    "devices": {"titan-v": {"memory_bytes": 12884901888,
-//                            "update_ms": 0.5}},              // optional
+//                            "update_ms": 0.5,                // optional
+//                            "wave_copy_ms": 0.1, "wave_sum_ms": 0.2}},  // optional
 //    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56,
 //              "latency_us": 5,                          // optional
 //              "host_ring_gbps": 46, "host_ring_latency_us": 0,
@@ -17,7 +18,10 @@
 //
 // Defaults: output_bytes (what crosses a stage boundary, each way) =
 // activation_bytes; update_ms (one optimizer step over every parameter; a
-// stage pays its share by parameter bytes) 0; links.intra_node_gbps 100, inter_node_gbps 10,
+// stage pays its share by parameter bytes) 0; wave_copy_ms / wave_sum_ms (a
+// HetPipe stage's per-minibatch bookkeeping with overlapped waves, over every
+// parameter: one copy of the weights, and d += a - b; see wave_ms) 0;
+// links.intra_node_gbps 100, inter_node_gbps 10,
 // latency_us 5 (per transfer). Times are per minibatch of `batch` samples;
 // activation_bytes is what one minibatch keeps from forward to backward.
 #pragma once
@@ -49,6 +53,8 @@ struct profile_unit {
 struct profile_device {
   uint64_t memory_bytes = 0;  // 0 = not given (the topology's device memory must say)
   double update_ms = 0.0;     // optimizer step over all the model's parameters (0 = not given)
+  double wave_copy_ms = 0.0;  // one copy of all the model's parameters (0 = not given)
+  double wave_sum_ms = 0.0;   // d += a - b over all the model's parameters (0 = not given)
 };
 
 struct link_profile {
@@ -85,6 +91,12 @@ struct profile_db {
   uint64_t activation_bytes(std::size_t first, std::size_t last) const;
   // The optimizer step's share of units [first, last] on `kind` (by parameter bytes).
   double update_ms(std::string_view kind, std::size_t first, std::size_t last) const;
+  // A HetPipe stage's bookkeeping per minibatch with overlapped waves, its
+  // share of units [first, last] on `kind` (by parameter bytes): the copy of
+  // its weights into the minibatch's slot, with several slots also the copy
+  // of the weights before the local step (`before_copy`), and the step summed
+  // into the wave's update (hp_core.cpp's forward_in_slot and local_update).
+  double wave_ms(std::string_view kind, std::size_t first, std::size_t last, bool before_copy) const;
   // The same profile at another batch size: times and activation/output
   // bytes scale linearly (an approximation: small batches use devices worse).
   profile_db at_batch(int64_t batch) const;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/hetpipe/hp_core.hpp"
 #include "actors/ring/host_ring_probe.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/optimizer.hpp"
@@ -126,6 +127,43 @@ expected<double> time_update(const topology::cluster& c, kernels::model& m) {
   HF_RETURN_IF_ERROR(st);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+wave_bookkeeping time_wave_bookkeeping(kernels::model& m) {
+  wave_bookkeeping out;
+  if (m.where().kind != kernels::device_kind::cpu) return out;
+  auto params = m.parameters();
+  // The stage's buffers: the local weights (the model's), a slot's copy,
+  // the copy before the step and the wave's update.
+  std::vector<std::vector<float>> slot, before, delta;
+  for (auto* p : params) {
+    const auto n = std::size_t(p->value.numel());
+    slot.emplace_back(n);
+    before.emplace_back(n);
+    delta.emplace_back(n, 0.0f);
+  }
+  std::vector<double> copies, sums;
+  m.context().run([&] {
+    for (int i = 0; i < 7; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (std::size_t k = 0; k < params.size(); ++k)
+        hetpipe::copy_floats(slot[k].data(), params[k]->value.f32(), params[k]->value.numel());
+      auto t1 = std::chrono::steady_clock::now();
+      for (std::size_t k = 0; k < params.size(); ++k)
+        hetpipe::copy_floats(before[k].data(), params[k]->value.f32(), params[k]->value.numel());
+      for (std::size_t k = 0; k < params.size(); ++k)
+        hetpipe::add_difference(delta[k].data(), slot[k].data(), before[k].data(), params[k]->value.numel());
+      auto t2 = std::chrono::steady_clock::now();
+      copies.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      // The second copy and the sum together, less one copy: the sum alone.
+      sums.push_back(std::max(0.0, std::chrono::duration<double, std::milli>(t2 - t1).count() - copies.back()));
+    }
+  });
+  std::sort(copies.begin(), copies.end());
+  std::sort(sums.begin(), sums.end());
+  out.copy_ms = copies[copies.size() / 2];
+  out.sum_ms = sums[sums.size() / 2];
+  return out;
 }
 
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
@@ -289,6 +327,9 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
         db.units[i].devices[d.profile] = {prof.units[i].forward_s * 1e3, prof.units[i].backward_s * 1e3};
       db.devices[d.profile].memory_bytes = d.memory_bytes;
       HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
+      const wave_bookkeeping wb = time_wave_bookkeeping(m);
+      db.devices[d.profile].wave_copy_ms = wb.copy_ms;
+      db.devices[d.profile].wave_sum_ms = wb.sum_ms;
     }
   if (db.units.empty())
     return make_error(errc::invalid_argument,

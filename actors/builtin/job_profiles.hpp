@@ -32,6 +32,15 @@ int cpu_threads(const topology::node_spec& n, const topology::device_spec& d);
 // of `m`, whose gradients profile_model left in place. Changes m's weights.
 expected<double> time_update(const topology::cluster& c, kernels::model& m);
 
+// Median ms of a HetPipe stage's bookkeeping per minibatch with overlapped
+// waves over every parameter of a cpu model `m` (hp_core.hpp's passes, in
+// m's cpu context): one copy of the weights, and d += a - b. {0, 0} on a
+// cuda model (its stage does them on the device: not timed).
+struct wave_bookkeeping {
+  double copy_ms = 0, sum_ms = 0;
+};
+wave_bookkeeping time_wave_bookkeeping(kernels::model& m);
+
 // How much longer a training step of `members` dp replicas on one host
 // takes, until the slowest of them is done, when they start each step
 // together, as after a gradient sum, than one replica's alone (forward,

@@ -10,8 +10,6 @@
 
 namespace hetflow::hetpipe {
 
-namespace {
-
 // The cpu stage's passes over its weights (the caller runs inside the
 // stage's cpu context, so these split over its threads; a large stage's
 // weights are tens of MB, a pass per minibatch).
@@ -27,8 +25,6 @@ void add_difference(float* d, const float* a, const float* b, int64_t n) {
     for (int64_t k = lo; k < hi; ++k) d[k] += a[k] - b[k];
   });
 }
-
-}  // namespace
 
 expected<kernels::model_spec> slice_spec(const kernels::model_spec& whole, std::size_t first, std::size_t last,
                                          const kernels::shape& input) {

@@ -87,6 +87,15 @@
 
 namespace hetflow::hetpipe {
 
+// A cpu stage's passes over its weights with overlapped waves, per
+// minibatch (split over the calling cpu context's threads): the copy into
+// the minibatch's slot (and, with several slots, of the weights before the
+// local step), and the step summed into the wave's update. The profiler
+// times the same two (job_profiles.cpp, time_wave_bookkeeping).
+void copy_floats(float* dst, const float* src, int64_t n);
+// d += a - b
+void add_difference(float* d, const float* a, const float* b, int64_t n);
+
 // The spec of units [first, last] of `whole` as a model of its own; `input`:
 // one sample's shape entering unit `first` (model::sample_shape(first)).
 expected<kernels::model_spec> slice_spec(const kernels::model_spec& whole, std::size_t first, std::size_t last,

@@ -738,9 +738,13 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       ralp::ralp_info info;
       info.clock = p;
       std::vector<kernels::tensor_view> ts{fb.input_grad};
+      kernels::trace::scope ts_send("send", tk, "minibatch", p);
       HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
     }
-    HF_RETURN_IF_ERROR(core->local_update(p, lr));
+    {
+      kernels::trace::scope tu("local update", tk, "minibatch", p);
+      HF_RETURN_IF_ERROR(core->local_update(p, lr));
+    }
     account(p, fb.loss, int64_t(labels.size()));
     return {};
   };
@@ -778,6 +782,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       info.aux = step;
       info.lr = lr;
       std::vector<kernels::tensor_view> ts{act};
+      kernels::trace::scope ts_send("send", tk, "minibatch", p);
       HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, b.labels));
     }
     st.compute_seconds += since(tc);
@@ -802,6 +807,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
       HF_ASSIGN_OR_RETURN(kernels::tensor_view act, core->forward(p, in));
       ralp::ralp_info info = m.info;
       std::vector<kernels::tensor_view> ts{act};
+      kernels::trace::scope ts_send("send", tk, "minibatch", p);
       HF_RETURN_IF_ERROR(ib.send(r.next, kind_forward, info, ts, labels));
       ++kept;
     }
@@ -823,10 +829,14 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
         ralp::ralp_info info;
         info.clock = p;
         std::vector<kernels::tensor_view> ts{dx};
+        kernels::trace::scope ts_send("send", tk, "minibatch", p);
         HF_RETURN_IF_ERROR(ib.send(r.prev, kind_backward, info, ts));
       }
     }
-    HF_RETURN_IF_ERROR(core->local_update(p, lr_of[p]));
+    {
+      kernels::trace::scope tu("local update", tk, "minibatch", p);
+      HF_RETURN_IF_ERROR(core->local_update(p, lr_of[p]));
+    }
     --kept;
     st.compute_seconds += since(tc);
     return {};

@@ -214,6 +214,41 @@ BOOST_AUTO_TEST_CASE(optimizer_step_is_shared_by_parameter_bytes) {
       "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "devices": {"x": {"memory": 5}}})", "u.json").has_value());
 }
 
+BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) {
+  // wave_copy_ms 2, wave_sum_ms 4 over 4 equal units, Nm = 2, two stages of
+  // 2 units: stage 0 holds 2 slots (the slot copy, the copy before the step,
+  // the sum: (2 + 2 + 4) / 2 = 4 ms), the last stage 1 slot ((2 + 4) / 2 =
+  // 3 ms); drained waves pay none.
+  auto db = uniform_db(4, {{"a", 1.0}}, 100);
+  db.devices["a"].wave_copy_ms = 2.0;
+  db.devices["a"].wave_sum_ms = 4.0;
+  BOOST_TEST(db.wave_ms("a", 0, 1, true) == 4.0);
+  BOOST_TEST(db.wave_ms("a", 2, 3, false) == 3.0);
+  BOOST_TEST(db.wave_ms("b", 0, 3, true) == 0.0);  // no such kind
+  auto vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(vw.has_value());
+  BOOST_TEST(vw->stages[0].last_unit == 1u);
+  BOOST_TEST(vw->stages[0].compute_ms == 6.0 + 4.0);
+  BOOST_TEST(vw->stages[0].bwd_ms == 4.0 + 4.0);
+  BOOST_TEST(vw->stages[1].compute_ms == 6.0 + 3.0);
+  auto drained = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2, /*overlap_waves=*/false);
+  BOOST_REQUIRE(drained.has_value());
+  BOOST_TEST(drained->stages[0].compute_ms == 6.0);
+  BOOST_TEST(drained->stages[1].compute_ms == 6.0);
+  // From a file, and back.
+  auto parsed = parse_profile_db(R"({"batch": 8, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "devices": {"x": {"wave_copy_ms": 0.25, "wave_sum_ms": 0.5}}})",
+                                 "w.json");
+  BOOST_REQUIRE(parsed.has_value());
+  BOOST_TEST(parsed->wave_ms("x", 0, 0, true) == 1.0);
+  auto again = parse_profile_db(to_json(*parsed), "again.json");
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->devices.at("x").wave_copy_ms == 0.25);
+  BOOST_TEST(again->devices.at("x").wave_sum_ms == 0.5);
+  // hetflow run overlaps unless the job drains.
+  BOOST_TEST(hetpipe_options{}.overlap_waves);
+}
+
 BOOST_AUTO_TEST_CASE(fast_device_gets_more_units) {
   // "b" is twice as slow: 6 units -> 4 on a (12 ms) and 2 on b (12 ms).
   auto db = uniform_db(6, {{"a", 1.0}, {"b", 2.0}});
