@@ -120,6 +120,22 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   HF_ASSIGN_OR_RETURN(topology::profile_db db,
                       p.contains("profile_file") ? profiles_at(c, p.get_int("batch_size", 64))
                                                  : hp_job::cluster_profiles(ib, c, p.get_int("batch_size", 64)));
+  {
+    // What the plan rests on: each kind's whole model per minibatch.
+    std::string kinds;
+    for (const auto& [kind, d] : db.devices) {
+      double ms = 0;
+      for (const auto& u : db.units)
+        if (auto it = u.devices.find(kind); it != u.devices.end()) ms += it->second.fwd_ms + it->second.bwd_ms;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s%s %.3f ms (+ step %.3f, waves' copies %.3f / sum %.3f)", kinds.empty() ? "" : "; ",
+                    kind.c_str(), ms, d.update_ms, d.wave_copy_ms, d.wave_sum_ms);
+      kinds += buf;
+    }
+    log_info("hetpipe: profiles (" + db.source + ", " +
+             std::to_string(std::chrono::duration<double>(clock_type::now() - t_start).count()).substr(0, 5) +
+             " s), the whole model per minibatch: " + kinds);
+  }
   if (db.units.size() != spec.layers.size())
     return make_error(errc::invalid_argument, "hetpipe: the profiles have " + std::to_string(db.units.size()) +
                                                   " units, model " + cfg.model + " has " +
