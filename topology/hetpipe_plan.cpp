@@ -473,6 +473,7 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
       simulation_options so;
       so.waves = std::max(8, 64 / nm);
       so.warmup_waves = 2;
+      so.drain_waves = !o.overlap_waves;  // as the stage times were priced
       auto r = simulate_hetpipe(p, db, so);
       if (r) score = r->samples_per_s;
     }

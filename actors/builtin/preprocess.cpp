@@ -1034,6 +1034,7 @@ struct vocab_state {
   std::vector<uint64_t> caps;  // measured split: each node's milli-cores (0: not yet)
   bool split_sent = false;
   std::string split_json;      // how the input was cut, for the report
+  clock_type::time_point split_t0;  // the job's start: request_timeout for the split counts from it
   clock_type::time_point t0 = clock_type::now();
   bool done = false;
 };
@@ -1262,6 +1263,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   return {
     [self, st](start_atom) {
       self->set_default_handler(caf::print_and_drop);
+      st->split_t0 = clock_type::now();
       std::error_code ec;
       fs::create_directories(st->cfg.output_dir, ec);
       if (!st->cfg.measure_split()) {
@@ -1284,7 +1286,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       if (st->done) return;
       if (st->failover) check_lost(self, *st);
       maybe_send_split(self, *st);
-      if (!st->split_sent && std::chrono::duration<double>(clock_type::now() - st->t0).count() > st->cfg.request_timeout_s) {
+      if (!st->split_sent && std::chrono::duration<double>(clock_type::now() - st->split_t0).count() > st->cfg.request_timeout_s) {
         std::string silent;
         for (int n = 0; n < st->cfg.shards; ++n)
           if (st->caps[std::size_t(n)] == 0)
@@ -1452,9 +1454,9 @@ void add_preprocess(registry& reg) {
                                                           std::to_string(c.nodes.size()) + "), got " +
                                                           std::to_string(w.size()));
           for (int64_t x : w)
-            if (x < 1)
+            if (x < 1 || x > (int64_t{1} << 32))
               return make_error(errc::invalid_argument,
-                                "[job] shard_weights must be positive integers, got " + std::to_string(x));
+                                "[job] shard_weights must be integers in [1, 4294967296], got " + std::to_string(x));
         }
         std::vector<topology::actor_spec> v;
         for (std::size_t i = 0; i < c.nodes.size(); ++i) {

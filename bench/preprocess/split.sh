@@ -114,10 +114,12 @@ echo "| split | round | seconds | n0 share | n1 share | n0 count s | n1 count s 
 echo "|---|---|---|---|---|---|---|"
 m=() e=()
 for ((k = 1; k <= REPEAT; k++)); do
-  read -r s a b c d < <(once "$measured")
+  out=$(once "$measured") || { echo "the measured run failed" >&2; exit 1; }
+  read -r s a b c d <<<"$out"
   m+=("$s")
   echo "| measured (cores) | $k | $s | $a | $b | $c | $d |"
-  read -r s a b c d < <(once "$equal")
+  out=$(once "$equal") || { echo "the equal run failed" >&2; exit 1; }
+  read -r s a b c d <<<"$out"
   e+=("$s")
   echo "| shard_weights = [1, 1] | $k | $s | $a | $b | $c | $d |"
 done
