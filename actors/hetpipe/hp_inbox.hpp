@@ -54,7 +54,13 @@ public:
     // this stage computes on (node_services::send_wire's linger).
     const bool pipeline = kind == kind_forward || kind == kind_backward;
     auto s = svc_->send_wire(target, std::move(msg), pipeline ? activation_linger : std::chrono::microseconds{0});
-    if (!s.ok()) return make_error(s.code(), me_ + ": cannot send to '" + target + "': " + s.message());
+    if (!s.ok()) {
+      // Name the node: a peer found dead by the transport before the node's
+      // own watch said so is otherwise only "peer N".
+      const std::string node = svc_->node_of(target);
+      return make_error(s.code(), me_ + ": cannot send to '" + target + "'" +
+                                      (node.empty() ? std::string() : " on node '" + node + "'") + ": " + s.message());
+    }
     return {};
   }
 
