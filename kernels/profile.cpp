@@ -66,7 +66,17 @@ expected<model_profile> profile_model(model& m, const profile_options& o) {
     const std::size_t n = m.size();
     std::vector<std::vector<double>> fwd(n), bwd(n);
     std::vector<tensor> grads(n);
-    for (int it = 0; it < o.warmup + o.iterations; ++it) {
+    // Whole passes: untimed until warmed up, then timed (see profile_options).
+    const int cap = std::max(o.max_iterations, std::max(o.warmup, o.iterations));
+    int warm = 0, timed = 0;
+    double warm_s = 0, timed_s = 0;
+    auto more = [&] {
+      if (warm < o.warmup || (warm_s < o.warmup_seconds && warm < cap)) return true;
+      return timed < o.iterations || (timed_s < o.min_seconds && timed < cap);
+    };
+    while (more()) {
+      const bool timing = !(warm < o.warmup || (warm_s < o.warmup_seconds && warm < cap));
+      const auto pass0 = clk::now();
       tensor_view cur = x.view();
       for (std::size_t i = 0; i < n; ++i) {
         if (st = ctx.synchronize(); !st.ok()) return;
@@ -79,7 +89,7 @@ expected<model_profile> profile_model(model& m, const profile_options& o) {
           return;
         }
         if (!st.ok()) return;
-        if (it >= o.warmup) fwd[i].push_back(dt);
+        if (timing) fwd[i].push_back(dt);
         cur = *y;
         if (grads[i].shape() != cur.shape()) {
           tensor g = tensor::empty(cur.shape());
@@ -104,9 +114,19 @@ expected<model_profile> profile_model(model& m, const profile_options& o) {
           return;
         }
         if (!st.ok()) return;
-        if (it >= o.warmup) bwd[i].push_back(dt);
+        if (timing) bwd[i].push_back(dt);
+      }
+      const double pass_s = std::chrono::duration<double>(clk::now() - pass0).count();
+      if (timing) {
+        ++timed;
+        timed_s += pass_s;
+      } else {
+        ++warm;
+        warm_s += pass_s;
       }
     }
+    prof.warmup_passes = warm;
+    prof.timed_passes = timed;
     for (std::size_t i = 0; i < n; ++i) {
       unit& u = m.at(i);
       unit_profile up;

@@ -28,14 +28,27 @@ struct model_profile {
   std::string where;             // "cpu", "cuda:0"
   int threads = 0;
   int64_t batch = 0;
+  int warmup_passes = 0;         // untimed passes through the whole model
+  int timed_passes = 0;          // the passes the medians are taken over
   std::vector<unit_profile> units;
 };
 
 struct profile_options {
   int64_t batch = 64;
+  // Passes through the whole model: at least `warmup` untimed, and more
+  // until they took warmup_seconds; then at least `iterations` timed, and
+  // more until those took min_seconds (each phase at most max_iterations).
+  // A fresh process's first passes are slow (its heap's pages touched for
+  // the first time, oneDNN's primitives made): with 2 warm-up passes and 5
+  // timed, LeNet-5 (2.7 ms a pass) profiled 3.2-3.7 ms inside a starting
+  // node against 2.6-2.8 ms with 10 warm-up passes (2026-11-29, 2-core VM);
+  // the time floors add nothing for models whose passes are slow anyway.
   int warmup = 2;
   int iterations = 5;
   uint64_t seed = 7;             // random inputs
+  double warmup_seconds = 0.03;
+  double min_seconds = 0.05;
+  int max_iterations = 100;
 };
 
 // Times every unit of `m` on its device with random inputs (valid ids for

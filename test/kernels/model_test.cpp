@@ -242,6 +242,30 @@ BOOST_AUTO_TEST_CASE(profiles_every_unit) {
   BOOST_CHECK_GT(p->units[0].forward_s, 0.0);
   BOOST_CHECK_GT(p->units[0].activation_bytes, 16u * 6 * 24 * 24 * 4 - 1);
   BOOST_CHECK_EQUAL(p->units.back().output_bytes, 16u * 10 * 4);
+  // At least the passes asked for, more until the time floors are reached.
+  BOOST_CHECK_GE(p->warmup_passes, 1);
+  BOOST_CHECK_GE(p->timed_passes, 2);
+  BOOST_CHECK_LE(p->timed_passes, 100);
+}
+
+BOOST_AUTO_TEST_CASE(profile_passes_follow_counts_and_time_floors) {
+  model m = build("lenet5", {}, 1);
+  profile_options counts{8, 3, 4, 7};
+  counts.warmup_seconds = 0;
+  counts.min_seconds = 0;
+  auto p = profile_model(m, counts);
+  BOOST_REQUIRE_MESSAGE(p.has_value(), p.error().to_string());
+  BOOST_CHECK_EQUAL(p->warmup_passes, 3);
+  BOOST_CHECK_EQUAL(p->timed_passes, 4);
+  // A floor no pass count reaches: capped at max_iterations each.
+  profile_options capped{8, 1, 1, 7};
+  capped.warmup_seconds = 1e6;
+  capped.min_seconds = 1e6;
+  capped.max_iterations = 6;
+  p = profile_model(m, capped);
+  BOOST_REQUIRE_MESSAGE(p.has_value(), p.error().to_string());
+  BOOST_CHECK_EQUAL(p->warmup_passes, 6);
+  BOOST_CHECK_EQUAL(p->timed_passes, 6);
 }
 
 BOOST_AUTO_TEST_CASE(unit_ranges_compose_like_a_pipeline) {
