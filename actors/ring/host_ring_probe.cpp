@@ -1,6 +1,8 @@
 #include "actors/ring/host_ring_probe.hpp"
 
 #include <algorithm>
+#include <pthread.h>
+#include <sched.h>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -86,10 +88,22 @@ expected<double> time_size(std::vector<std::unique_ptr<shm_group>>& g, std::vect
     first_failed.compare_exchange_strong(none, static_cast<int>(r));
     abort = true;
   };
+  std::vector<int> cpus;  // one per member, where there are enough
+  if (cpu_set_t allowed; ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) >= int(n))
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   std::vector<std::thread> threads;
   try {
     for (uint32_t r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
+        // Member r on the r-th CPU this process may use, as `hetflow run`
+        // pins the local nodes (its worker thread inherits the mask).
+        if (!cpus.empty()) {
+          cpu_set_t one;
+          CPU_ZERO(&one);
+          CPU_SET(cpus[r % cpus.size()], &one);
+          (void)::pthread_setaffinity_np(::pthread_self(), sizeof one, &one);
+        }
         try {
           worker w;
           for (int it = 0; it < warmup + iterations; ++it) {
@@ -166,9 +180,12 @@ expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int
   host_ring_cost c;
   c.members = members;
   c.bytes = bytes;
-  // Rounds of fresh threads: where the scheduler puts a member's caller and
-  // worker threads lasts for a round, and changes the time by up to 2.5x
-  // on the 2-core VM (0.29, 0.39 or 0.75 ms for 2 MB); the median round.
+  // Rounds of fresh threads: unpinned, where the scheduler put a member's
+  // caller and worker threads lasted for a round and changed the time by up
+  // to 2.5x on the 2-core VM (0.29, 0.39 or 0.75 ms for 2 MB); the median
+  // round. With the members pinned (time_size) ten probes of 2.14 MB gave
+  // 0.26-0.34 ms, unpinned 0.27-0.67 ms (2026-11-29). (Inside mlp's dp
+  // steps the same sum took 0.35-0.38 ms: not found why.)
   std::vector<double> rounds;
   for (int r = 0; r < probe_rounds; ++r) {
     HF_ASSIGN_OR_RETURN(double ms, time_size(g, v, warmup, iterations, id));
