@@ -183,14 +183,19 @@ private:
 // plans first and may measure profiles, here and on the other hosts (its
 // wait for them ends 20 s before this one), so the wait is ps_timeout + 310
 // s. Meanwhile the head may ask a shard for its host's profiles
-// (kind_profile, hp_profiles.hpp): answered here, then the wait goes on.
+// (kind_profile, hp_profiles.hpp) and time the link to this node
+// (kind_link): answered here, then the wait goes on.
 inline expected<std::map<std::string, std::string>> await_role(inbox& ib, const topology::cluster& c) {
   const double timeout = c.job.params.get_number("ps_timeout", 30.0) + 310.0;
   for (;;) {
     HF_ASSIGN_OR_RETURN(auto m, ib.next([](const ralp::ralp_message& x) {
-                                  return x.kind == kind_role || x.kind == kind_profile;
+                                  return x.kind == kind_role || x.kind == kind_profile || x.kind == kind_link;
                                 }, timeout, "the head " + ib.who(head_name), "role"));
     if (m.kind == kind_role) return decode_role(m.text);
+    if (m.kind == kind_link) {  // the head timing the link (hp_profiles.hpp)
+      HF_RETURN_IF_ERROR(ib.send(head_name, kind_link, m.info));
+      continue;
+    }
     auto answer = measure_host_profiles(c, ib.services().node_index(), m.info.aux);
     if (!answer) {
       (void)ib.send(head_name, kind_error, {}, {}, {},

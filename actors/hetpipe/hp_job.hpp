@@ -80,6 +80,8 @@ enum : uint32_t {
                               // exactly the waves < L of every VW (eval_each_epoch)
   kind_profile = 0x4850000e,  // head -> hp_ps of another host (aux = batch): measure this host's devices;
                               // back: text = the answer (hp_profiles.hpp)
+  kind_link = 0x4850000f,     // head -> hp_ps of another node (aux = a sequence number, one tensor of
+                              // the probe's size): back at once, the same info and no tensor
 };
 
 inline const std::string head_name = "hphead";

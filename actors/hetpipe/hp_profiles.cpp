@@ -35,6 +35,102 @@ topology::cluster only_machine_of(const topology::cluster& c, std::size_t at) {
   return m;
 }
 
+// One link's probe: the median round trip of a tensor of `bytes` and of a
+// 4-byte one, each answered at once by the target (await_role's kind_link).
+struct link_time {
+  uint64_t bytes = 0;
+  double big_ms = 0, small_ms = 0;
+  double gbps() const {  // 0: not resolved (the big round no slower than the small)
+    const double ms = big_ms - small_ms;
+    return ms > 0 ? double(bytes) * 8 / (ms * 1e-3) / 1e9 : 0.0;
+  }
+  double latency_us() const { return small_ms / 2 * 1e3; }
+};
+
+expected<link_time> probe_link(inbox& ib, const topology::cluster& c, std::size_t node, uint64_t bytes,
+                               int64_t& seq) {
+  using clock = std::chrono::steady_clock;
+  const std::string target = ps_name(int(node));
+  const std::string what = "node '" + c.nodes[node].name + "' " + ib.who(target);
+  const double timeout = std::max(1.0, c.job.params.get_number("ps_timeout", 30.0));
+  link_time lt;
+  lt.bytes = bytes;
+  kernels::tensor big = kernels::tensor::empty({int64_t(bytes / sizeof(float))});
+  for (float& v : big.f32_span()) v = 0.f;
+  kernels::tensor small = kernels::tensor::empty({1});
+  small.f32_span()[0] = 0.f;
+  auto rounds = [&](const kernels::tensor& t, int warmup, int timed) -> expected<double> {
+    std::vector<double> ms;
+    const kernels::tensor_view v = t.view();
+    for (int i = 0; i < warmup + timed; ++i) {
+      ralp::ralp_info info;
+      info.aux = ++seq;
+      const auto t0 = clock::now();
+      HF_RETURN_IF_ERROR(ib.send(target, kind_link, info, std::span<const kernels::tensor_view>(&v, 1)));
+      HF_ASSIGN_OR_RETURN(auto m, ib.next([&](const ralp::ralp_message& x) {
+                            return x.kind == kind_link && x.sender == target && x.info.aux == info.aux;
+                          }, timeout, what, "the link probe's answer"));
+      if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  HF_ASSIGN_OR_RETURN(lt.small_ms, rounds(small, 2, 9));
+  HF_ASSIGN_OR_RETURN(lt.big_ms, rounds(big, 2, 9));
+  return lt;
+}
+
+// The links between nodes (db.links.inter_node_gbps and latency_us) as the
+// stages' messages take them: measured profiles assume them; timed here
+// from the head to one node of every other machine, or to another node of
+// this one, the slowest kept. Where a stage's sends cost its node's CPU
+// (one core, UCX over TCP loopback: 0.4-0.6 ms for an 803 KB activation,
+// 2026-11-29) the plan prices that instead of 100 Gb/s.
+status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) {
+  // Whom to time: one node of every other machine, else another node of
+  // this one (the nodes' hp_ps actors, waiting for their roles).
+  std::vector<std::size_t> to;
+  for (std::size_t n = 1; n < c.nodes.size(); ++n) {
+    if (same_machine(c, n, 0)) continue;
+    bool seen = false;
+    for (std::size_t a : to) seen = seen || same_machine(c, n, a);
+    if (!seen) to.push_back(n);
+  }
+  if (to.empty() && c.nodes.size() > 1) to.push_back(1);
+  if (to.empty()) return {};
+  // The size a stage boundary carries: the largest unit output, within
+  // 256 KiB .. 16 MiB.
+  uint64_t bytes = 0;
+  for (const auto& u : db.units) bytes = std::max(bytes, u.output_bytes);
+  bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{16} << 20) / 4 * 4;
+  double gbps = 0, latency_us = 0;
+  int64_t seq = 0;
+  std::string said;
+  for (std::size_t n : to) {
+    HF_ASSIGN_OR_RETURN(link_time lt, probe_link(ib, c, n, bytes, seq));
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s%s -> %s%s: %.2f MB in %.3f ms, 4 B in %.3f ms (round trips)",
+                  said.empty() ? "" : "; ", c.nodes[0].name.c_str(), c.nodes[n].name.c_str(),
+                  same_machine(c, n, 0) ? " (this machine)" : "", double(bytes) / 1e6, lt.big_ms, lt.small_ms);
+    said += buf;
+    if (lt.gbps() <= 0) continue;
+    gbps = gbps == 0 ? lt.gbps() : std::min(gbps, lt.gbps());
+    latency_us = std::max(latency_us, lt.latency_us());
+  }
+  if (gbps <= 0) {
+    log_info("hetpipe: links: " + said + "; not resolved, the assumed " + std::to_string(db.links.inter_node_gbps) +
+             " Gb/s kept");
+    return {};
+  }
+  db.links.inter_node_gbps = gbps;
+  db.links.latency_us = latency_us;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.2f Gb/s, latency %.0f us", gbps, latency_us);
+  db.source += std::string("; links between nodes measured: ") + buf;
+  log_info("hetpipe: links: " + said + "; between nodes: " + buf);
+  return {};
+}
+
 }  // namespace
 
 expected<std::string> measure_host_profiles(const topology::cluster& c, int node_index, int64_t batch) {
@@ -67,7 +163,11 @@ expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c,
     for (std::size_t a : askers) seen = seen || same_machine(c, n, a);
     if (!seen) askers.push_back(n);
   }
-  if (askers.empty()) return measured_profiles(c, batch);
+  if (askers.empty()) {
+    HF_ASSIGN_OR_RETURN(topology::profile_db db, measured_profiles(c, batch));
+    HF_RETURN_IF_ERROR(measure_links(ib, c, db));
+    return db;
+  }
 
   // Ask first: the other machines measure while this one does. Every
   // answer within one deadline, 20 s before the stages and shards stop
@@ -121,6 +221,7 @@ expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c,
   if (!drill_remote()) merged.links.inter_node_gbps = topology::link_profile{}.inter_node_gbps;  // an assumed network
   merged.source = from;
   log_info("hetpipe: " + from);
+  HF_RETURN_IF_ERROR(measure_links(ib, c, merged));
   return merged;
 }
 

@@ -49,6 +49,11 @@ write_topology "$hp1" 8920 2 auto "${common[@]}" 'epochs = 2' 'strategy = "hetpi
 one_thread "$hp1"
 run_job "$hp1" "1-VW hetpipe run"
 grep -q "HetPipe: 1 virtual worker(s) (ed), Nm = 1, D = 0" "$hp1.out" || { cat "$hp1.out"; fail "no HetPipe plan line"; }
+# No profile_file: the head times the link to the other node and plans with it.
+grep -Eq "hetpipe: links: n0 -> n1 \(this machine\): [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\); between nodes: [0-9.]+ Gb/s" "$hp1.out" ||
+  { cat "$hp1.out"; fail "no line with the measured link"; }
+json_get "$hp1.json" '"links between nodes measured: " in d["profile_source"] and float(d["profile_source"].split("links between nodes measured: ")[1].split(" ")[0]) > 0' |
+  grep -q True || { python3 -m json.tool "$hp1.json" | head -40; fail "the report's profile_source has no measured link"; }
 /usr/bin/env python3 - "$single.json" "$hp1.json" <<'PY' || { cat "$hp1.out"; fail "1-VW hetpipe (Nm = 1) does not match single-device training"; }
 import json, sys
 s, h = (json.load(open(f)) for f in sys.argv[1:3])
@@ -407,6 +412,7 @@ HETFLOW_DRILL_REMOTE_PROFILE=1 timeout 300 "$HETFLOW" run "$remote" --report "$r
   { cat "$remote.out"; fail "hetpipe with profiles from each machine"; }
 grep -q "hetpipe: profiles measured on every machine: here (127.0.0.1), by node 'n1' (127.0.0.1)" "$remote.out" ||
   { cat "$remote.out"; fail "no line saying the profiles came from every machine"; }
+grep -Eq "hetpipe: links: n0 -> n1: [0-9.]+ MB in" "$remote.out" || { cat "$remote.out"; fail "the link to the other machine was not timed"; }
 [[ $(json_get "$remote.json" 'sorted((s["node"], s["kind"]) for s in d["virtual_workers"][0]["stages"])') == \
   "[('n0', 'cpu-t1'), ('n1', 'n1-cpu-t1')]" ]] ||
   { python3 -m json.tool "$remote.json" | head -60; fail "stages: want n0 cpu-t1 (measured here) and n1 n1-cpu-t1 (measured on n1)"; }
