@@ -429,9 +429,11 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
       return 2;
     }
     const auto& p = *e.hetpipe;
-    // --as-run: drained waves where `hetflow run` drains them (hetpipe_waves
-    // = "drain"); its overlapped waves are HetPipe's.
-    so.drain_waves = as_run && topology::runtime_drains_waves(c);
+    // The waves as the plan priced them and `hetflow run` does them:
+    // drained with hetpipe_waves = "drain", else HetPipe's overlapped waves.
+    // (Until 2026-11-29 only --as-run did so: a drain file was priced
+    // drained and simulated overlapped. --as-run is kept; it only labels.)
+    so.drain_waves = topology::runtime_drains_waves(c);
     auto r = topology::simulate_hetpipe(p, *db, so);
     if (!r) {
       std::fprintf(stderr, "hetflow simulate: %s\n", r.error().message().c_str());
@@ -467,8 +469,8 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
                 "%d waves per VW (%d warm-up)%s\n",
                 file.c_str(), p.virtual_workers.size(), topology::to_string(p.policy), p.nm, p.staleness,
                 static_cast<long long>(p.batch), p.ps_local ? "local" : "spread", so.waves, so.warmup_waves,
-                so.drain_waves ? "; drained waves, as hetflow run does them here (--as-run)"
-                : as_run       ? "; overlapped waves, as hetflow run does them here (--as-run)"
+                so.drain_waves ? "; drained waves (hetpipe_waves = \"drain\"), as hetflow run does them"
+                : as_run       ? "; overlapped waves, as hetflow run does them"
                                : "");
     if (!why.empty()) std::printf("  auto: %s\n", why.c_str());
     for (std::size_t v = 0; v < r->virtual_workers.size(); ++v) {

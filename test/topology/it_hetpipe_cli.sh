@@ -35,6 +35,19 @@ j = json.load(open(sys.argv[1]))
 assert j["simulated_samples_per_s"] > 0
 for vw in j["virtual_workers"]:
     assert all(0 < u <= 1.0 for u in vw["utilisation"]), vw["utilisation"]
+assert j["wave_model"] == "overlapped", j["wave_model"]
+PY
+# hetpipe_waves = "drain": priced and simulated drained, without --as-run
+# (once simulated overlapped), and no faster than overlapped.
+{ cat "$f"; echo 'hetpipe_waves = "drain"'; } > "$HETFLOW_SCRATCH/drain.toml"
+cp "$HETFLOW_SRC/deploy/examples/hetpipe-paper/vgg19-b32.json" "$HETFLOW_SCRATCH/"
+"$HETFLOW" simulate "$HETFLOW_SCRATCH/drain.toml" --json --waves 12 > "$HETFLOW_SCRATCH/sim-drain.json" ||
+  fail "simulate --json (drain)"
+python3 - "$HETFLOW_SCRATCH/sim.json" "$HETFLOW_SCRATCH/sim-drain.json" <<'PY' || fail "simulate json (drain)"
+import json, sys
+o, d = (json.load(open(f)) for f in sys.argv[1:3])
+assert d["wave_model"] == "drained", d["wave_model"]
+assert d["simulated_samples_per_s"] <= o["simulated_samples_per_s"] * 1.001, (d["simulated_samples_per_s"], o["simulated_samples_per_s"])
 PY
 start=$(date +%s)
 timeout 20 "$HETFLOW" run "$f" > "$HETFLOW_SCRATCH/run.txt" 2>&1
