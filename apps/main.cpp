@@ -66,8 +66,8 @@ commands:
       written by `hetflow node --trace`); their clocks must be synchronised
   simulate FILE [--json] [--waves N] [--as-run]
       predict a train job's throughput from profiles (hetpipe: discrete-event
-      simulation of the plan, HetPipe's overlapped waves, or with --as-run
-      the waves as `hetflow run` does them; dp, single: cost model)
+      simulation of the plan, its waves as `hetflow run` does them: drained
+      with hetpipe_waves = "drain", else overlapped; dp, single: cost model)
   profile FILE [--batch B] [--out PROFILE.json [--as NAME] [--repeat N]]
       time every unit of a train job's model on this machine's devices;
       --out: write them as a profile_file (kinds NAME-cpu-tN, NAME-cudaI;

@@ -37,7 +37,8 @@ struct profile_options {
   int64_t batch = 64;
   // Passes through the whole model: at least `warmup` untimed, and more
   // until they took warmup_seconds; then at least `iterations` timed, and
-  // more until those took min_seconds (each phase at most max_iterations).
+  // more until those took min_seconds (past the counts, each phase stops at
+  // max_iterations).
   // A fresh process's first passes are slow (its heap's pages touched for
   // the first time, oneDNN's primitives made): with 2 warm-up passes and 5
   // timed, LeNet-5 (2.7 ms a pass) profiled 3.2-3.7 ms inside a starting

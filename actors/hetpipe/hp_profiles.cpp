@@ -40,19 +40,23 @@ topology::cluster only_machine_of(const topology::cluster& c, std::size_t at) {
 struct link_time {
   uint64_t bytes = 0;
   double big_ms = 0, small_ms = 0;
-  double gbps() const {  // 0: not resolved (the big round no slower than the small)
+  // 0: not resolved (the big round trip within 10% of the small one: a
+  // difference of two medians that small says nothing of the bandwidth).
+  double gbps() const {
     const double ms = big_ms - small_ms;
-    return ms > 0 ? double(bytes) * 8 / (ms * 1e-3) / 1e9 : 0.0;
+    return ms > 0.1 * big_ms ? double(bytes) * 8 / (ms * 1e-3) / 1e9 : 0.0;
   }
-  double latency_us() const { return small_ms / 2 * 1e3; }
 };
+
+// Each answer is awaited at most this long: the probe is an estimate, and
+// the nodes wait for their roles meanwhile (await_role).
+constexpr double probe_answer_timeout_s = 5.0;
 
 expected<link_time> probe_link(inbox& ib, const topology::cluster& c, std::size_t node, uint64_t bytes,
                                int64_t& seq) {
   using clock = std::chrono::steady_clock;
   const std::string target = ps_name(int(node));
   const std::string what = "node '" + c.nodes[node].name + "' " + ib.who(target);
-  const double timeout = std::max(1.0, c.job.params.get_number("ps_timeout", 30.0));
   link_time lt;
   lt.bytes = bytes;
   kernels::tensor big = kernels::tensor::empty({int64_t(bytes / sizeof(float))});
@@ -69,23 +73,27 @@ expected<link_time> probe_link(inbox& ib, const topology::cluster& c, std::size_
       HF_RETURN_IF_ERROR(ib.send(target, kind_link, info, std::span<const kernels::tensor_view>(&v, 1)));
       HF_ASSIGN_OR_RETURN(auto m, ib.next([&](const ralp::ralp_message& x) {
                             return x.kind == kind_link && x.sender == target && x.info.aux == info.aux;
-                          }, timeout, what, "the link probe's answer"));
+                          }, probe_answer_timeout_s, what, "the link probe's answer"));
       if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
     }
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   };
   HF_ASSIGN_OR_RETURN(lt.small_ms, rounds(small, 2, 9));
-  HF_ASSIGN_OR_RETURN(lt.big_ms, rounds(big, 2, 9));
+  HF_ASSIGN_OR_RETURN(lt.big_ms, rounds(big, 2, 7));
   return lt;
 }
 
-// The links between nodes (db.links.inter_node_gbps and latency_us) as the
-// stages' messages take them: measured profiles assume them; timed here
-// from the head to one node of every other machine, or to another node of
-// this one, the slowest kept. Where a stage's sends cost its node's CPU
-// (one core, UCX over TCP loopback: 0.4-0.6 ms for an 803 KB activation,
-// 2026-11-29) the plan prices that instead of 100 Gb/s.
+// The bandwidth between nodes (db.links.inter_node_gbps) as the stages'
+// messages get it: measured profiles assume it; timed here from the head to
+// one node of every other machine, or to another node of this one, the
+// slowest kept. Where a stage's sends cost its node's CPU (one core, UCX
+// over TCP loopback: 0.4-0.6 ms for an 803 KB activation, 2026-11-29) the
+// plan prices that instead of 100 Gb/s. The latency is only reported:
+// latency_us prices every hop, within a node too. A probe that fails
+// (an answer later than probe_answer_timeout_s, a send refused) leaves the
+// assumed link and says why; a dead node fails the job when its role is
+// sent.
 status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) {
   // Whom to time: one node of every other machine, else another node of
   // this one (the nodes' hp_ps actors, waiting for their roles).
@@ -99,33 +107,43 @@ status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) 
   if (to.empty() && c.nodes.size() > 1) to.push_back(1);
   if (to.empty()) return {};
   // The size a stage boundary carries: the largest unit output, within
-  // 256 KiB .. 16 MiB.
+  // 256 KiB .. 8 MiB.
   uint64_t bytes = 0;
   for (const auto& u : db.units) bytes = std::max(bytes, u.output_bytes);
-  bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{16} << 20) / 4 * 4;
-  double gbps = 0, latency_us = 0;
+  bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{8} << 20) / 4 * 4;
+  double gbps = 0;
   int64_t seq = 0;
   std::string said;
+  bool failed = false;
   for (std::size_t n : to) {
-    HF_ASSIGN_OR_RETURN(link_time lt, probe_link(ib, c, n, bytes, seq));
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "%s%s -> %s%s: %.2f MB in %.3f ms, 4 B in %.3f ms (round trips)",
-                  said.empty() ? "" : "; ", c.nodes[0].name.c_str(), c.nodes[n].name.c_str(),
-                  same_machine(c, n, 0) ? " (this machine)" : "", double(bytes) / 1e6, lt.big_ms, lt.small_ms);
+    if (!said.empty()) said += "; ";
+    said += c.nodes[0].name + " -> " + c.nodes[n].name + (same_machine(c, n, 0) ? " (this machine)" : "") + ": ";
+    auto lt = probe_link(ib, c, n, bytes, seq);
+    if (!lt) {
+      said += "not timed (" + lt.error().message() + ")";
+      failed = true;
+      break;
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%.2f MB in %.3f ms, 4 B in %.3f ms (round trips)", double(bytes) / 1e6,
+                  lt->big_ms, lt->small_ms);
     said += buf;
-    if (lt.gbps() <= 0) continue;
-    gbps = gbps == 0 ? lt.gbps() : std::min(gbps, lt.gbps());
-    latency_us = std::max(latency_us, lt.latency_us());
+    if (lt->gbps() <= 0) {
+      said += ", not resolved";
+      failed = true;
+      break;
+    }
+    gbps = gbps == 0 ? lt->gbps() : std::min(gbps, lt->gbps());
   }
-  if (gbps <= 0) {
-    log_info("hetpipe: links: " + said + "; not resolved, the assumed " + std::to_string(db.links.inter_node_gbps) +
-             " Gb/s kept");
+  if (failed || gbps <= 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; the assumed %.2f Gb/s between nodes kept", db.links.inter_node_gbps);
+    log_warn("hetpipe: links: " + said + buf);
     return {};
   }
   db.links.inter_node_gbps = gbps;
-  db.links.latency_us = latency_us;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%.2f Gb/s, latency %.0f us", gbps, latency_us);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.2f Gb/s", gbps);
   db.source += std::string("; links between nodes measured: ") + buf;
   log_info("hetpipe: links: " + said + "; between nodes: " + buf);
   return {};

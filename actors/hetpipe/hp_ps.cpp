@@ -358,6 +358,10 @@ void hp_ps(caf::blocking_actor* self, actor_env env) {
   inbox ib(self, svc, me);
   auto role = await_role(ib, env.cluster);
   if (!role) return svc->report_done(me, false, role.error().to_string(), {});
+  // The report's bytes are the job's: not the head's link probe and profile
+  // requests before the role (hp_profiles.cpp).
+  ib.bytes_sent = 0;
+  ib.bytes_received = 0;
   ib.tk = kernels::trace::track(me);
   kernels::trace::track_scope on_track(ib.tk);  // ps_core's adds record here too
   json_writer j;

@@ -50,7 +50,7 @@ one_thread "$hp1"
 run_job "$hp1" "1-VW hetpipe run"
 grep -q "HetPipe: 1 virtual worker(s) (ed), Nm = 1, D = 0" "$hp1.out" || { cat "$hp1.out"; fail "no HetPipe plan line"; }
 # No profile_file: the head times the link to the other node and plans with it.
-grep -Eq "hetpipe: links: n0 -> n1 \(this machine\): [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\); between nodes: [0-9.]+ Gb/s" "$hp1.out" ||
+grep -Eq "hetpipe: links: n0 -> n1 \(this machine\): [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\); between nodes: [0-9.]+ Gb/s$" "$hp1.out" ||
   { cat "$hp1.out"; fail "no line with the measured link"; }
 json_get "$hp1.json" '"links between nodes measured: " in d["profile_source"] and float(d["profile_source"].split("links between nodes measured: ")[1].split(" ")[0]) > 0' |
   grep -q True || { python3 -m json.tool "$hp1.json" | head -40; fail "the report's profile_source has no measured link"; }
