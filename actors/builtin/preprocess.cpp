@@ -81,6 +81,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -180,6 +181,18 @@ std::optional<std::vector<uint64_t>> decode_weights(const std::vector<char>& b, 
     if (w[i] == 0) return std::nullopt;
   }
   return w;
+}
+
+// Test only: HETFLOW_DRILL_PP_CAP_DELAY=NODE:SECONDS holds node NODE's
+// cores report back that long (it_preprocess_run kills the node meanwhile:
+// a node lost before the split). 0 elsewhere.
+double drill_cap_delay(const std::string& node) {
+  const char* d = std::getenv("HETFLOW_DRILL_PP_CAP_DELAY");
+  if (d == nullptr) return 0;
+  const std::string v = d;
+  const auto colon = v.rfind(':');
+  if (colon == std::string::npos || v.substr(0, colon) != node) return 0;
+  return std::max(0.0, std::atof(v.c_str() + colon + 1));
 }
 
 // This node's weight in the split (resource_snapshot::capacity_cores), in
@@ -854,7 +867,13 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         // go to the coordinator, which sends every node all of them.
         auto v = st->svc->find_actor(vocab_actor);
         if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
-        self->send(v, pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg));
+        if (const double d = drill_cap_delay(st->svc->node_name()); d > 0) {
+          log_info("drill: the cores report held back " + std::to_string(d).substr(0, 4) + " s");
+          self->delayed_send(v, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(d)),
+                             pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg));
+        } else {
+          self->send(v, pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg));
+        }
         st->split_wait.emplace(st->me, std::string(vocab_actor) + " on the head",
                                "the input's split (every node's cores)", kernels::waits::span{st->tk, "wait: split"});
         return;

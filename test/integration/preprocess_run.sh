@@ -261,6 +261,25 @@ for mode in vocab hash; do
   pass "$mode: node n1 killed mid-pass: shard 1 reassigned to n0, exit 0, the same bytes as a clean run"
 done
 
+# A node lost before it reported its cores (the test-only drill holds n1's
+# report back): the split counts it as the mean of the others and its shard
+# goes to n0; exit 0, the clean run's bytes.
+lb="$S/lost-before.toml"
+write_topology "$lb" 7956 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
+  "output_dir = \"$S/lost-before-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1'
+HETFLOW_DRILL_PP_CAP_DELAY=n1:60 "$HETFLOW" run "$lb" --report "$lb.json" >"$lb.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$lb.log" "\[n1\].*drill: the cores report held back" 60 || { cat "$lb.log"; fail "lost before the split: no drill line from n1"; }
+pkill -KILL -f -- "node $lb --name n1" || fail "lost before the split: no node n1 to kill"
+wait_exit $RUN_PID 120 || { cat "$lb.log"; fail "lost before the split: the run did not end within 120 s of n1's death"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$lb.log"; fail "lost before the split: exit $WAIT_RC, want 0"; }
+grep -q "input split by the nodes' cores: n0 " "$lb.log" || { cat "$lb.log"; fail "lost before the split: no split line"; }
+json_get "$lb.json" 'd["rows"] == 600000 and d["split"]["by"] == "cores" and d["split"]["nodes"][0]["weight"] == d["split"]["nodes"][1]["weight"] and [(r["shard"], r["from"], r["to"]) for r in d["reassigned"]] == [(1, "n1", "n0")]' |
+  grep -q True || { python3 -m json.tool "$lb.json"; fail "lost before the split: report (n1 weighed as the others' mean, shard 1 to n0)"; }
+cmp <(cat "$S/lost-before-out"/part-*.bin) <(cat "$S/clean-out"/part-*.bin) || fail "lost before the split: differs from a clean run"
+pass "a node lost before it reported its cores: weighed as the others' mean, its shard to n0, exit 0, the same bytes"
+
 write_topology "$S/kill.toml" 7990 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
   "output_dir = \"$S/kill-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1' \
   'shard_failover = false'
