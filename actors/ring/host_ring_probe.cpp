@@ -68,6 +68,10 @@ private:
   std::thread t_;
 };
 
+// How much later than the others member 0 starts each collective: past
+// shm_group's first-round spin (50 us), so the others sleep.
+constexpr int arrival_stagger_us = 200;
+
 // Median ms of `iterations` collectives of v[r] (f32, one vector per
 // member) over `g`: one caller thread per member hands each collective to
 // its worker and waits; member 0's times (all members end each collective
@@ -107,6 +111,13 @@ expected<double> time_size(std::vector<std::unique_ptr<shm_group>>& g, std::vect
         try {
           worker w;
           for (int it = 0; it < warmup + iterations; ++it) {
+            // Member 0 comes last, as one replica of a step does: the
+            // others have stopped spinning and sleep, and its time (the
+            // step's critical path from the last arrival) includes waking
+            // them. Arriving together, 2.14 MB took 0.23-0.28 ms here;
+            // staggered 0.29-0.33 ms, against 0.35-0.38 ms inside mlp's dp
+            // steps (2026-11-29, 2-core VM).
+            if (r == 0) std::this_thread::sleep_for(std::chrono::microseconds(arrival_stagger_us));
             const auto t0 = std::chrono::steady_clock::now();
             status s = w.run([&, r, it] {
                           fused_buffer buf(ring_dtype::f32, {std::as_writable_bytes(std::span<float>(v[r]))});
