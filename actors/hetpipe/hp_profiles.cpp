@@ -35,6 +35,18 @@ topology::cluster only_machine_of(const topology::cluster& c, std::size_t at) {
   return m;
 }
 
+// The first node of every machine but the head's (node 0's).
+std::vector<std::size_t> one_node_per_other_machine(const topology::cluster& c) {
+  std::vector<std::size_t> v;
+  for (std::size_t n = 1; n < c.nodes.size(); ++n) {
+    if (same_machine(c, n, 0)) continue;
+    bool seen = false;
+    for (std::size_t a : v) seen = seen || same_machine(c, n, a);
+    if (!seen) v.push_back(n);
+  }
+  return v;
+}
+
 // One link's probe: the median round trip of a tensor of `bytes` and of a
 // 4-byte one, each answered at once by the target (await_role's kind_link).
 struct link_time {
@@ -97,13 +109,7 @@ expected<link_time> probe_link(inbox& ib, const topology::cluster& c, std::size_
 status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) {
   // Whom to time: one node of every other machine, else another node of
   // this one (the nodes' hp_ps actors, waiting for their roles).
-  std::vector<std::size_t> to;
-  for (std::size_t n = 1; n < c.nodes.size(); ++n) {
-    if (same_machine(c, n, 0)) continue;
-    bool seen = false;
-    for (std::size_t a : to) seen = seen || same_machine(c, n, a);
-    if (!seen) to.push_back(n);
-  }
+  std::vector<std::size_t> to = one_node_per_other_machine(c);
   if (to.empty() && c.nodes.size() > 1) to.push_back(1);
   if (to.empty()) return {};
   // The size a stage boundary carries: the largest unit output, within
@@ -174,13 +180,7 @@ expected<std::string> measure_host_profiles(const topology::cluster& c, int node
 expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c, int64_t batch) {
   // One node per other machine answers for it (every node has a device:
   // the topology gives one that lists none).
-  std::vector<std::size_t> askers;
-  for (std::size_t n = 1; n < c.nodes.size(); ++n) {
-    if (same_machine(c, n, 0)) continue;
-    bool seen = false;
-    for (std::size_t a : askers) seen = seen || same_machine(c, n, a);
-    if (!seen) askers.push_back(n);
-  }
+  const std::vector<std::size_t> askers = one_node_per_other_machine(c);
   if (askers.empty()) {
     HF_ASSIGN_OR_RETURN(topology::profile_db db, measured_profiles(c, batch));
     HF_RETURN_IF_ERROR(measure_links(ib, c, db));
