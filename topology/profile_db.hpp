@@ -77,6 +77,11 @@ struct link_profile {
   double host_ring_step_factor = 0.0;
 };
 
+// What a measured profile's source says of its links until something
+// measures them ("; links between nodes assumed: 100 Gb/s"; a HetPipe run's
+// head replaces it up to the next "; ": hp_profiles.cpp).
+inline constexpr const char* links_assumed_note = "; links between nodes assumed: ";
+
 struct profile_db {
   int64_t batch = 0;
   std::vector<profile_unit> units;

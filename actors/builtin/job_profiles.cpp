@@ -323,7 +323,8 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
   HF_ASSIGN_OR_RETURN(kernels::model_spec spec, train_model_spec(c));
   topology::profile_db db;
   db.batch = batch;
-  db.source = "profiles measured here (" + spec.name + ", batch " + std::to_string(batch) + ")";
+  db.source = "profiles measured here (" + spec.name + ", batch " + std::to_string(batch) + ")" +
+              std::string(topology::links_assumed_note) + "100 Gb/s";
   // Nodes of one machine talk through shared memory; defaults otherwise.
   db.links.intra_node_gbps = 100;
   db.links.inter_node_gbps = 100;

@@ -150,7 +150,13 @@ status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) 
   db.links.inter_node_gbps = gbps;
   char buf[96];
   std::snprintf(buf, sizeof buf, "%.2f Gb/s", gbps);
-  db.source += std::string("; links between nodes measured: ") + buf;
+  const std::string measured = std::string("; links between nodes measured: ") + buf;
+  if (const auto at = db.source.find(topology::links_assumed_note); at != std::string::npos) {
+    const auto end = db.source.find("; ", at + 2);
+    db.source.replace(at, (end == std::string::npos ? db.source.size() : end) - at, measured);
+  } else {
+    db.source += measured;
+  }
   log_info("hetpipe: links: " + said + "; between nodes: " + buf);
   return {};
 }
@@ -237,7 +243,11 @@ expected<topology::profile_db> cluster_profiles(inbox& ib, topology::cluster& c,
       if (n.devices[d].profile.empty())
         return make_error(errc::internal, "no profile came for node '" + n.name + "' device " + std::to_string(d));
   if (!drill_remote()) merged.links.inter_node_gbps = topology::link_profile{}.inter_node_gbps;  // an assumed network
-  merged.source = from;
+  {
+    char gb[32];
+    std::snprintf(gb, sizeof gb, "%g Gb/s", merged.links.inter_node_gbps);
+    merged.source = from + topology::links_assumed_note + gb;
+  }
   log_info("hetpipe: " + from);
   HF_RETURN_IF_ERROR(measure_links(ib, c, merged));
   return merged;
