@@ -55,6 +55,8 @@ enum : uint32_t {
   kind_push = 0x52410007,
   kind_bye = 0x52410008,
   kind_error = 0x52410009,
+  kind_probe = 0x5241000a,  // server -> a worker before its welcome (aux: a sequence number, one tensor):
+                            // the worker sends it back at once without the tensor (the link's speed)
 };
 inline constexpr uint32_t protocol_version = 1;
 

@@ -6,8 +6,11 @@
 // model (topology/ralp_cost.hpp) chooses. A tick every 250 ms fails pulls
 // that waited longer than ps_timeout, naming the slowest worker. It reports
 // and quits when worker 0 says bye (after the final pull).
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "actors/builtin/job_actor.hpp"
@@ -69,6 +72,24 @@ struct server_state : builtin::job_actor_state {
   int64_t every = 0, next_checkpoint = -1, checkpoints = 0, last_checkpoint = -1, resumed_from = -1;
   std::set<int64_t> asked;           // labels a shell asked for (`checkpoint`), not written yet
   int64_t checkpoint_generation = 0;  // the shell's last request taken (control_board.hpp)
+  // The link to a worker on another node, timed before the cost model
+  // picks the cut (ralp_cut = 0, no ralp_link_gbps): round trips of a
+  // tensor and of 4 bytes, as the HetPipe head times its links. The
+  // workers' messages that come meanwhile wait in `stashed`.
+  struct link_probe {
+    int worker = -1;
+    int round = 0;  // rounds done: small_rounds small ones, then the big ones
+    int64_t seq = 0;
+    clock_type::time_point sent;
+    std::vector<double> small_ms, big_ms;
+    kernels::tensor small, big;
+    std::vector<std::pair<std::string, wire_buffer_ref>> stashed;
+    std::set<std::string> hellos;  // the workers that said hello
+    std::optional<kernels::model> model;
+    kernels::model_spec spec;
+    topology::ralp_cost_inputs cin;
+  };
+  std::unique_ptr<link_probe> probe;
 };
 using server_actor = caf::stateful_actor<server_state>;
 
@@ -335,6 +356,8 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       kernels::waits::progress();
       break;
     }
+    case ralp::kind_probe:
+      return;  // an answer to the link probe that came after it gave up
     case ralp::kind_bye:
       st.over = true;
       report(self);
@@ -414,13 +437,161 @@ status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size
   return {};
 }
 
+// The link probe's timeout (a sequence number: ignored unless its round is
+// still unanswered).
+using probe_timeout_atom = caf::atom_constant<caf::atom("ralpprobe")>;
+
+// The rest of the start once the cut is known: the server core (restored
+// from restore_label >= 0), then running.
+void finish_start(server_actor* self, kernels::model m, std::size_t cut, int64_t restore_label) {
+  auto& st = self->state;
+  // The formula's bytes for the real model (what the report compares
+  // with the measured traffic): W x (2 lower params + 2 activations + labels).
+  {
+    uint64_t lower = 0;
+    for (auto* p : ralp::unit_parameters(m, 0, cut)) lower += p->value.byte_size();
+    const uint64_t b = uint64_t(st.cfg.batch_size);
+    uint64_t per = 2 * lower;
+    if (cut < m.size()) per += 2 * b * uint64_t(m.sample_shape(cut).numel()) * 4 + b * 4;
+    st.predicted_bytes = uint64_t(st.opts.workers) * per;
+  }
+  ralp::server_config sc;
+  sc.name = st.me;
+  sc.workers = st.opts.workers;
+  sc.cut = cut;
+  sc.optimizer = st.cfg.optimizer;
+  auto core = ralp::server_core::make(sc, std::move(m));
+  if (!core) return server_fail(self, st.me + ": " + core.error().message());
+  st.core = std::move(*core);
+  if (st.store) {
+    st.every = st.opts.checkpoint_every;  // >= 1: the train job's check (actors/builtin/train.cpp)
+    if (st.every <= 0) return server_fail(self, st.me + ": checkpoint_dir without checkpoint_every");
+    if (restore_label >= 0) {
+      if (auto s = st.core->restore(*st.store, restore_label); !s.ok())
+        return server_fail(self, st.me + ": --resume: " + s.message());
+      st.resumed_from = restore_label;
+      log_info(st.me + ": resumed from " + st.store->describe(ps::checkpoint_name(st.me + "-lower", restore_label)) +
+               " (clock " + std::to_string(restore_label) + ")");
+    }
+    st.next_checkpoint = (std::max<int64_t>(restore_label, 0) / st.every + 1) * st.every;
+  }
+  log_info(st.me + ": RALP server, " + std::to_string(st.opts.workers) + " worker(s), units [" +
+           std::to_string(cut) + ", " + std::to_string(st.core->model().size()) + ") here (" +
+           (cut < st.core->model().size() ? "from '" + st.core->model().at(cut).name() + "'" : std::string("no cut")) +
+           ", " + st.cut_source + ")" + (st.cut_why.empty() ? "" : ": " + st.cut_why));
+  self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
+  builtin::become_running(
+      self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_wire(self, node, buf); },
+      [self](tick_atom) { on_tick(self); },
+      [](probe_timeout_atom, int64_t) {});  // the link probe's timers, after it ended
+}
+
+constexpr int probe_small_rounds = 11, probe_big_rounds = 9, probe_warmup = 2;  // 9 and 7 timed
+constexpr double probe_answer_timeout_s = 5.0;
+
+// The worker to time the link to: one on another machine, else one on
+// another node of this one; -1: every worker is on the server's node.
+int probe_target(const server_actor* self, const topology::cluster& c) {
+  const auto& st = self->state;
+  const auto* me = c.find_node(st.svc->node_name());
+  int other_node = -1;
+  for (int w = 0; w < st.opts.workers; ++w) {
+    const auto* n = c.find_node(st.svc->node_of(worker_name(w)));
+    if (me == nullptr || n == nullptr || n == me) continue;
+    if (n->host != me->host) return w;
+    if (other_node < 0) other_node = w;
+  }
+  return other_node;
+}
+
+// Ends the probe: the cut from the cost model (with the measured link when
+// `gbps` > 0), the start finished, the stashed messages handled.
+void end_probe(server_actor* self, double gbps, const std::string& said) {
+  auto& st = self->state;
+  std::unique_ptr<server_state::link_probe> p = std::move(st.probe);
+  if (gbps > 0) {
+    p->cin.gbps = gbps;
+    log_info(st.me + ": link to " + who_worker(st.svc, p->worker) + ": " + said);
+  } else {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; the assumed %.2f Gb/s kept", p->cin.gbps);
+    log_warn(st.me + ": link to " + who_worker(st.svc, p->worker) + ": " + said + buf);
+  }
+  std::size_t cut = 0;
+  if (auto s = choose_cut(self, p->spec, p->model->size(), p->cin, cut); !s.ok())
+    return server_fail(self, st.me + ": " + s.message());
+  if (gbps > 0) st.cut_why += (st.cut_why.empty() ? "" : "; ") + std::string("link measured: ") + said;
+  finish_start(self, std::move(*p->model), cut, -1);
+  for (auto& [node, buf] : p->stashed) {
+    if (st.over) break;
+    on_wire(self, node, buf);
+  }
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void send_probe(server_actor* self) {
+  auto& st = self->state;
+  auto& p = *st.probe;
+  ralp::ralp_info info;
+  info.worker = p.worker;
+  info.aux = ++p.seq;
+  const kernels::tensor_view v = (p.round < probe_small_rounds ? p.small : p.big).view();
+  p.sent = clock_type::now();
+  auto s = st.svc->send_wire(worker_name(p.worker), ralp::make_message(ralp::kind_probe, st.me, worker_name(p.worker),
+                                                                       info, std::span<const kernels::tensor_view>(&v, 1)));
+  if (!s.ok()) return end_probe(self, 0, "not timed (" + s.message() + ")");
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::duration<double>(probe_answer_timeout_s)),
+                     probe_timeout_atom::value, p.seq);
+}
+
+void on_probe_wire(server_actor* self, const std::string& node, const wire_buffer_ref& buf) {
+  auto& st = self->state;
+  auto& p = *st.probe;
+  auto m = ralp::read_message(buf, st.svc->read_limits(), "node '" + node + "'");
+  if (!m || m->kind != ralp::kind_probe) {
+    p.stashed.emplace_back(node, buf);  // read (and refused, if bad) once the server runs
+    // The probe starts once every worker said hello: each then waits for
+    // its welcome, answering probes; before, a worker may still be loading
+    // its data on the server's or the probed worker's cores (one such
+    // probe read 0.29 ms for 4 bytes against 0.02-0.03 ms).
+    if (m && m->kind == ralp::kind_hello) p.hellos.insert(m->sender);
+    if (p.seq == 0 && int(p.hellos.size()) == st.opts.workers) send_probe(self);
+    return;
+  }
+  if (m->sender != worker_name(p.worker) || m->info.aux != p.seq) return;  // a late answer
+  const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - p.sent).count();
+  const bool small = p.round < probe_small_rounds;
+  const int k = small ? p.round : p.round - probe_small_rounds;
+  if (k >= probe_warmup) (small ? p.small_ms : p.big_ms).push_back(ms);
+  if (++p.round < probe_small_rounds + probe_big_rounds) return send_probe(self);
+  const double small_ms = median_of(p.small_ms), big_ms = median_of(p.big_ms);
+  const uint64_t bytes = uint64_t(p.big.numel()) * sizeof(float);
+  char buf_said[160];
+  std::snprintf(buf_said, sizeof buf_said, "%.2f MB in %.3f ms, 4 B in %.3f ms (round trips)", double(bytes) / 1e6,
+                big_ms, small_ms);
+  // As the HetPipe head (hp_profiles.cpp): resolved only when the big
+  // round trip is 10% above the small one.
+  const double d = big_ms - small_ms;
+  if (d <= 0.1 * big_ms) return end_probe(self, 0, std::string(buf_said) + ", not resolved");
+  const double gbps = double(bytes) * 8 / (d * 1e-3) / 1e9;
+  char g[48];
+  std::snprintf(g, sizeof g, ": %.2f Gb/s", gbps);
+  end_probe(self, gbps, buf_said + std::string(g));
+}
+
 caf::behavior ralp_server(server_actor* self, actor_env env) {
   builtin::init_job_actor(self, env);
   self->state.tk = kernels::trace::track(self->state.me);
   auto cfg = builtin::train_config_of(env.cluster, env.spec.node, 0);
   auto opts = options_of(env.cluster);
   // The link for the cost model: as `hetflow plan` assumes for measured
-  // profiles (nodes of one host: 100 Gb/s; latency 20 us).
+  // profiles (nodes of one host: 100 Gb/s; latency 20 us), unless timed
+  // below.
   topology::ralp_cost_inputs cin;
   if (opts) {
     topology::profile_db links;
@@ -429,7 +600,7 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
     cin = cost_inputs(env.cluster, links, *opts, "here");
   }
   return {
-    [self, cfg, opts, cin](start_atom) {
+    [self, cfg, opts, cin, cluster = env.cluster](start_atom) {
       auto& st = self->state;
       st.t0 = clock_type::now();
       if (!cfg) return server_fail(self, cfg.error().message());
@@ -467,46 +638,42 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
           }
         }
       }
+      // The cost model's cut with the link timed to a worker on another
+      // node first (the workers answer while they wait for their welcome).
+      if (restore_label < 0 && st.opts.cut <= 0 && st.opts.link_gbps <= 0) {
+        if (const int w = probe_target(self, cluster); w >= 0) {
+          auto p = std::make_unique<server_state::link_probe>();
+          p->worker = w;
+          p->cin = cin;
+          p->spec = *spec;
+          uint64_t bytes = 0;  // the largest unit output of a batch, 256 KiB .. 8 MiB
+          for (std::size_t i = 1; i <= m->size(); ++i)
+            bytes = std::max<uint64_t>(bytes, uint64_t(m->sample_shape(i).numel()) * uint64_t(st.cfg.batch_size) * 4);
+          bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{8} << 20) / 4 * 4;
+          p->big = kernels::tensor::empty({int64_t(bytes / 4)});
+          for (float& x : p->big.f32_span()) x = 0.f;
+          p->small = kernels::tensor::empty({1});
+          p->small.f32_span()[0] = 0.f;
+          p->model.emplace(std::move(*m));
+          st.probe = std::move(p);
+          self->become(
+              [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_probe_wire(self, node, buf); },
+              [self](probe_timeout_atom, int64_t seq) {
+                if (!self->state.probe || self->state.probe->seq != seq) return;
+                end_probe(self, 0, seq == 0 ? std::string("not every worker said hello within ps_timeout + 10 s")
+                                            : "no answer within " + std::to_string(int(probe_answer_timeout_s)) + " s");
+              });
+          // Until every worker's hello (on_probe_wire); a worker that
+          // never says it leaves the link assumed.
+          self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::duration<double>(st.opts.timeout_s + 10.0)),
+                             probe_timeout_atom::value, int64_t{0});
+          return;
+        }
+      }
       if (restore_label < 0)
         if (auto s = choose_cut(self, *spec, m->size(), cin, cut); !s.ok()) return server_fail(self, st.me + ": " + s.message());
-      // The formula's bytes for the real model (what the report compares
-      // with the measured traffic): W x (2 lower params + 2 activations + labels).
-      {
-        uint64_t lower = 0;
-        for (auto* p : ralp::unit_parameters(*m, 0, cut)) lower += p->value.byte_size();
-        const uint64_t b = uint64_t(st.cfg.batch_size);
-        uint64_t per = 2 * lower;
-        if (cut < m->size()) per += 2 * b * uint64_t(m->sample_shape(cut).numel()) * 4 + b * 4;
-        st.predicted_bytes = uint64_t(st.opts.workers) * per;
-      }
-      ralp::server_config sc;
-      sc.name = st.me;
-      sc.workers = st.opts.workers;
-      sc.cut = cut;
-      sc.optimizer = st.cfg.optimizer;
-      auto core = ralp::server_core::make(sc, std::move(*m));
-      if (!core) return server_fail(self, st.me + ": " + core.error().message());
-      st.core = std::move(*core);
-      if (st.store) {
-        st.every = st.opts.checkpoint_every;  // >= 1: the train job's check (actors/builtin/train.cpp)
-        if (st.every <= 0) return server_fail(self, st.me + ": checkpoint_dir without checkpoint_every");
-        if (restore_label >= 0) {
-          if (auto s = st.core->restore(*st.store, restore_label); !s.ok())
-            return server_fail(self, st.me + ": --resume: " + s.message());
-          st.resumed_from = restore_label;
-          log_info(st.me + ": resumed from " + st.store->describe(ps::checkpoint_name(st.me + "-lower", restore_label)) +
-                   " (clock " + std::to_string(restore_label) + ")");
-        }
-        st.next_checkpoint = (std::max<int64_t>(restore_label, 0) / st.every + 1) * st.every;
-      }
-      log_info(st.me + ": RALP server, " + std::to_string(st.opts.workers) + " worker(s), units [" +
-               std::to_string(cut) + ", " + std::to_string(st.core->model().size()) + ") here (" +
-               (cut < st.core->model().size() ? "from '" + st.core->model().at(cut).name() + "'" : std::string("no cut")) +
-               ", " + st.cut_source + ")" + (st.cut_why.empty() ? "" : ": " + st.cut_why));
-      self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
-      builtin::become_running(
-          self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_wire(self, node, buf); },
-          [self](tick_atom) { on_tick(self); });
+      finish_start(self, std::move(*m), cut, restore_label);
     },
   };
 }

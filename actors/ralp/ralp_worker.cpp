@@ -85,6 +85,16 @@ public:
               failure = make_error(errc::internal, m->text);
               return;
             }
+            if (m->kind == ralp::kind_probe && m->sender == server_name) {
+              // The server timing the link before it picks the cut: back
+              // at once, without the tensor; not the job's traffic.
+              bytes_received -= int64_t(buf->size());
+              ralp::ralp_info back = m->info;
+              const auto before = bytes_sent;
+              if (auto s = send(ralp::kind_probe, back); !s.ok()) failure = s;
+              bytes_sent = before;
+              return;
+            }
             if (m->kind != kind || m->info.clock != clock || m->sender != server_name) {
               failure = make_error(errc::internal, me_ + ": unexpected message kind " + std::to_string(m->kind) +
                                                        " at clock " + std::to_string(m->info.clock) + " from '" +

@@ -98,9 +98,13 @@ import json, sys
 d = json.load(open(sys.argv[1])); srv = d["ralp"]["server"]
 print("cost model chose", srv["cut"], srv["cut_unit"], ":", srv["cut_why"])
 assert srv["cut_source"] == "cost model" and 1 <= srv["cut"] <= srv["units"], srv
+assert "link measured: " in srv["cut_why"] and " Gb/s" in srv["cut_why"], srv["cut_why"]
 assert d["epochs"][-1]["test_accuracy"] > 0.5, d["epochs"]
 PY
-pass "ralp_cut = 0: the server's cost model picks a cut"
+# The server timed the link to the worker on n1 before it chose.
+grep -Eq "ralp0: link to worker '[^']+' on node 'n1': [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\): [0-9.]+ Gb/s$" "$auto.out" ||
+  { cat "$auto.out"; fail "ralp_cut = 0: no line with the measured link"; }
+pass "ralp_cut = 0: the server's cost model picks a cut, with the link to the worker measured"
 
 # --- plan: the table of cuts
 out=$("$HETFLOW" plan "$r2" 2>&1) || { echo "$out"; fail "plan failed"; }
