@@ -142,6 +142,8 @@ print("|---|---:|---:|---:|---:|---:|")
 for n, m, p, s, rm, rp in rows:
     print(f"| {n} | {m:,.0f} | {p:,.0f} | {s} | {rm} | {rp} |")
 print("dp bytes are computed (2 (N-1)/N x parameter bytes per replica, both replicas), not measured.")
+if "0" in cuts:  # the run's own choice: its cost model with the link the server measured
+    print("ralp_cut = 0, the server's why:", load("ralp0")["ralp"]["server"].get("cut_why", ""))
 PY
 echo
 cat "$work/plan.txt"
