@@ -4,6 +4,9 @@
 //
 //   worker w                                    server (PS node)
 //      |-- hello (aux = its clocks in all) ----->|  the server learns every
+//      |<------------ probe (aux = seq, tensor) -|  ralp_cut = 0: once every worker
+//      |-- probe (aux = seq) -------------------->|  said hello, round trips to one
+//      |   ... (20 rounds)                        |  worker on another node time the link
 //      |<------------ welcome (aux = the cut) ---|  worker's final clock (and
 //                                                   correct = the clock to resume at)
 //   [each step, clock c]

@@ -86,7 +86,7 @@ struct server_state : builtin::job_actor_state {
     std::vector<std::pair<std::string, wire_buffer_ref>> stashed;
     std::set<std::string> hellos;  // the workers that said hello
     std::optional<kernels::model> model;
-    kernels::model_spec spec;
+    topology::profile_db db;  // profiled at the start, while the workers load their data
     topology::ralp_cost_inputs cin;
   };
   std::unique_ptr<link_probe> probe;
@@ -357,7 +357,8 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       break;
     }
     case ralp::kind_probe:
-      return;  // an answer to the link probe that came after it gave up
+      st.bytes_in -= int64_t(buf->size());  // an answer to the link probe after it gave up: not the job's
+      return;
     case ralp::kind_bye:
       st.over = true;
       report(self);
@@ -392,22 +393,10 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
   if (m->kind == ralp::kind_push || m->kind == ralp::kind_hello) ps::publish_server_clocks(st.me, st.core->clocks());
 }
 
-// The cut: ralp_cut, or the cost model's choice from a profile of the model
-// measured here (on a twin: profiling overwrites gradients). Workers and
-// server are taken to be alike (one profile kind); `in` has the link.
-status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size_t units,
-                  topology::ralp_cost_inputs in, std::size_t& cut) {
+// The model profiled here for the cost model (on a twin: profiling
+// overwrites gradients); one kind, "here", for the server and the workers.
+expected<topology::profile_db> profile_for_cut(server_actor* self, const kernels::model_spec& spec) {
   auto& st = self->state;
-  if (st.opts.cut > 0) {
-    if (std::size_t(st.opts.cut) > units)
-      return make_error(errc::invalid_argument, "[job] ralp_cut = " + std::to_string(st.opts.cut) + ": model " +
-                                                    st.cfg.model + " has " + std::to_string(units) +
-                                                    " units (cuts 1.." + std::to_string(units - 1) + ", " +
-                                                    std::to_string(units) + " for no cut)");
-    cut = std::size_t(st.opts.cut);
-    st.cut_source = "ralp_cut";
-    return {};
-  }
   HF_ASSIGN_OR_RETURN(kernels::model twin, kernels::build_model(spec, kernels::device::cpu(), {st.cfg.threads, 1}));
   kernels::profile_options po;
   po.batch = st.cfg.batch_size;
@@ -427,6 +416,13 @@ status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size
     db.units.push_back(std::move(pu));
   }
   db.devices["here"] = topology::profile_device{};
+  return db;
+}
+
+// The cost model's cut from `db` (profile_for_cut) and the link in `in`.
+status cut_from_profile(server_actor* self, const topology::profile_db& db, topology::ralp_cost_inputs in,
+                        std::size_t& cut) {
+  auto& st = self->state;
   in.server_kind = "here";
   in.worker_kinds.assign(std::size_t(st.opts.workers), "here");
   HF_ASSIGN_OR_RETURN(topology::ralp_estimate e, topology::estimate_ralp(db, in));
@@ -435,6 +431,26 @@ status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size
   st.cut_why = e.why;
   st.predicted_step_ms = e.best().step_ms;
   return {};
+}
+
+// The cut: ralp_cut, or the cost model's choice from a profile of the model
+// measured here. Workers and server are taken to be alike (one profile
+// kind); `in` has the link.
+status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size_t units,
+                  topology::ralp_cost_inputs in, std::size_t& cut) {
+  auto& st = self->state;
+  if (st.opts.cut > 0) {
+    if (std::size_t(st.opts.cut) > units)
+      return make_error(errc::invalid_argument, "[job] ralp_cut = " + std::to_string(st.opts.cut) + ": model " +
+                                                    st.cfg.model + " has " + std::to_string(units) +
+                                                    " units (cuts 1.." + std::to_string(units - 1) + ", " +
+                                                    std::to_string(units) + " for no cut)");
+    cut = std::size_t(st.opts.cut);
+    st.cut_source = "ralp_cut";
+    return {};
+  }
+  HF_ASSIGN_OR_RETURN(topology::profile_db db, profile_for_cut(self, spec));
+  return cut_from_profile(self, db, in, cut);
 }
 
 // The link probe's timeout (a sequence number: ignored unless its round is
@@ -518,8 +534,7 @@ void end_probe(server_actor* self, double gbps, const std::string& said) {
     log_warn(st.me + ": link to " + who_worker(st.svc, p->worker) + ": " + said + buf);
   }
   std::size_t cut = 0;
-  if (auto s = choose_cut(self, p->spec, p->model->size(), p->cin, cut); !s.ok())
-    return server_fail(self, st.me + ": " + s.message());
+  if (auto s = cut_from_profile(self, p->db, p->cin, cut); !s.ok()) return server_fail(self, st.me + ": " + s.message());
   if (gbps > 0) st.cut_why += (st.cut_why.empty() ? "" : "; ") + std::string("link measured: ") + said;
   finish_start(self, std::move(*p->model), cut, -1);
   for (auto& [node, buf] : p->stashed) {
@@ -559,7 +574,9 @@ void on_probe_wire(server_actor* self, const std::string& node, const wire_buffe
     // its welcome, answering probes; before, a worker may still be loading
     // its data on the server's or the probed worker's cores (one such
     // probe read 0.29 ms for 4 bytes against 0.02-0.03 ms).
-    if (m && m->kind == ralp::kind_hello) p.hellos.insert(m->sender);
+    if (m && m->kind == ralp::kind_hello && m->info.worker >= 0 && m->info.worker < st.opts.workers &&
+        m->sender == worker_name(m->info.worker))
+      p.hellos.insert(m->sender);
     if (p.seq == 0 && int(p.hellos.size()) == st.opts.workers) send_probe(self);
     return;
   }
@@ -645,11 +662,16 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
           auto p = std::make_unique<server_state::link_probe>();
           p->worker = w;
           p->cin = cin;
-          p->spec = *spec;
+          auto db = profile_for_cut(self, *spec);
+          if (!db) return server_fail(self, st.me + ": " + db.error().message());
+          p->db = std::move(*db);
           uint64_t bytes = 0;  // the largest unit output of a batch, 256 KiB .. 8 MiB
           for (std::size_t i = 1; i <= m->size(); ++i)
             bytes = std::max<uint64_t>(bytes, uint64_t(m->sample_shape(i).numel()) * uint64_t(st.cfg.batch_size) * 4);
-          bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{8} << 20) / 4 * 4;
+          bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{8} << 20);
+          // Within what the workers read (max_message), with room for the envelope.
+          bytes = std::min<uint64_t>(bytes, std::max<uint64_t>(st.svc->read_limits().max_message_bytes, 2 << 20) -
+                                                (uint64_t{1} << 20)) / 4 * 4;
           p->big = kernels::tensor::empty({int64_t(bytes / 4)});
           for (float& x : p->big.f32_span()) x = 0.f;
           p->small = kernels::tensor::empty({1});
@@ -660,13 +682,13 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
               [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_probe_wire(self, node, buf); },
               [self](probe_timeout_atom, int64_t seq) {
                 if (!self->state.probe || self->state.probe->seq != seq) return;
-                end_probe(self, 0, seq == 0 ? std::string("not every worker said hello within ps_timeout + 10 s")
+                end_probe(self, 0, seq == 0 ? std::string("not every worker said hello within ps_timeout")
                                             : "no answer within " + std::to_string(int(probe_answer_timeout_s)) + " s");
               });
           // Until every worker's hello (on_probe_wire); a worker that
           // never says it leaves the link assumed.
           self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       std::chrono::duration<double>(st.opts.timeout_s + 10.0)),
+                                       std::chrono::duration<double>(st.opts.timeout_s)),
                              probe_timeout_atom::value, int64_t{0});
           return;
         }

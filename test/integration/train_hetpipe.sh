@@ -49,11 +49,20 @@ write_topology "$hp1" 8920 2 auto "${common[@]}" 'epochs = 2' 'strategy = "hetpi
 one_thread "$hp1"
 run_job "$hp1" "1-VW hetpipe run"
 grep -q "HetPipe: 1 virtual worker(s) (ed), Nm = 1, D = 0" "$hp1.out" || { cat "$hp1.out"; fail "no HetPipe plan line"; }
-# No profile_file: the head times the link to the other node and plans with it.
-grep -Eq "hetpipe: links: n0 -> n1 \(this machine\): [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\); between nodes: [0-9.]+ Gb/s$" "$hp1.out" ||
-  { cat "$hp1.out"; fail "no line with the measured link"; }
-json_get "$hp1.json" '"links between nodes measured: " in d["profile_source"] and float(d["profile_source"].split("links between nodes measured: ")[1].split(" ")[0]) > 0' |
-  grep -q True || { python3 -m json.tool "$hp1.json" | head -40; fail "the report's profile_source has no measured link"; }
+# No profile_file: the head times the link to the other node and plans with
+# it (or, when noise hid the difference of the two sizes, says so and keeps
+# the assumed link: a loaded machine).
+link="hetpipe: links: n0 -> n1 \(this machine\): [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\)"
+if grep -Eq "$link; between nodes: [0-9.]+ Gb/s$" "$hp1.out"; then
+  json_get "$hp1.json" '"links between nodes measured: " in d["profile_source"] and float(d["profile_source"].split("links between nodes measured: ")[1].split(" ")[0]) > 0' |
+    grep -q True || { python3 -m json.tool "$hp1.json" | head -40; fail "the report's profile_source has no measured link"; }
+elif grep -Eq "$link, not resolved; the assumed [0-9.]+ Gb/s between nodes kept$" "$hp1.out"; then
+  echo "note: the link probe could not resolve the link on this run (noise); the assumed link was kept"
+  json_get "$hp1.json" '"links between nodes assumed: " in d["profile_source"]' | grep -q True ||
+    { python3 -m json.tool "$hp1.json" | head -40; fail "the report's profile_source does not say the link was assumed"; }
+else
+  cat "$hp1.out"; fail "no line with the link probe"
+fi
 /usr/bin/env python3 - "$single.json" "$hp1.json" <<'PY' || { cat "$hp1.out"; fail "1-VW hetpipe (Nm = 1) does not match single-device training"; }
 import json, sys
 s, h = (json.load(open(f)) for f in sys.argv[1:3])

@@ -98,12 +98,20 @@ import json, sys
 d = json.load(open(sys.argv[1])); srv = d["ralp"]["server"]
 print("cost model chose", srv["cut"], srv["cut_unit"], ":", srv["cut_why"])
 assert srv["cut_source"] == "cost model" and 1 <= srv["cut"] <= srv["units"], srv
-assert "link measured: " in srv["cut_why"] and " Gb/s" in srv["cut_why"], srv["cut_why"]
 assert d["epochs"][-1]["test_accuracy"] > 0.5, d["epochs"]
 PY
-# The server timed the link to the worker on n1 before it chose.
-grep -Eq "ralp0: link to worker '[^']+' on node 'n1': [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\): [0-9.]+ Gb/s$" "$auto.out" ||
-  { cat "$auto.out"; fail "ralp_cut = 0: no line with the measured link"; }
+# The server timed the link to the worker on n1 before it chose: measured
+# (and in the report's cut_why), or, when noise hid the difference of the
+# two sizes, said so and kept the assumed link (a loaded machine).
+link="ralp0: link to worker '[^']+' on node 'n1': [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\)"
+if grep -Eq "$link: [0-9.]+ Gb/s$" "$auto.out"; then
+  json_get "$auto.json" '"link measured: " in d["ralp"]["server"]["cut_why"] and " Gb/s" in d["ralp"]["server"]["cut_why"]' |
+    grep -q True || { cat "$auto.json"; fail "ralp_cut = 0: the measured link is not in cut_why"; }
+elif grep -Eq "$link, not resolved; the assumed [0-9.]+ Gb/s kept$" "$auto.out"; then
+  echo "note: the link probe could not resolve the link on this run (noise); the assumed link was kept"
+else
+  cat "$auto.out"; fail "ralp_cut = 0: no line with the link probe"
+fi
 pass "ralp_cut = 0: the server's cost model picks a cut, with the link to the worker measured"
 
 # --- plan: the table of cuts
