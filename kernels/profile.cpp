@@ -70,12 +70,10 @@ expected<model_profile> profile_model(model& m, const profile_options& o) {
     const int cap = std::max(o.max_iterations, std::max(o.warmup, o.iterations));
     int warm = 0, timed = 0;
     double warm_s = 0, timed_s = 0;
-    auto more = [&] {
-      if (warm < o.warmup || (warm_s < o.warmup_seconds && warm < cap)) return true;
-      return timed < o.iterations || (timed_s < o.min_seconds && timed < cap);
-    };
-    while (more()) {
-      const bool timing = !(warm < o.warmup || (warm_s < o.warmup_seconds && warm < cap));
+    auto warming = [&] { return warm < o.warmup || (warm_s < o.warmup_seconds && warm < cap); };
+    auto timing_more = [&] { return timed < o.iterations || (timed_s < o.min_seconds && timed < cap); };
+    while (warming() || timing_more()) {
+      const bool timing = !warming();
       const auto pass0 = clk::now();
       tensor_view cur = x.view();
       for (std::size_t i = 0; i < n; ++i) {

@@ -1,12 +1,12 @@
 #include "actors/builtin/job_profiles.hpp"
 
 #include <algorithm>
-#include <optional>
 #include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -105,20 +105,18 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / double(v.size());
 }
 
-}  // namespace
-
 // Written before each timed pass of the optimizer's step and the waves'
 // bookkeeping: the caches as a backward pass leaves them (activations
 // streamed through), not as the same pass just before left them. Timed
 // warm, the step of VGG-11 w0.25 took 0.245 ms and the sum 0.245 ms; after
 // 32 MiB written 0.30-0.35 and 0.29-0.30 ms, against 0.94 ms a minibatch
 // for a stage's whole local update inside a run (2026-11-29, 2-core VM).
-namespace {
 struct cache_evictor {
   std::vector<float> scratch = std::vector<float>(std::size_t{8} << 20);  // 32 MiB
   float v = 0;
   void operator()() { std::fill(scratch.begin(), scratch.end(), v += 1); }
 };
+
 }  // namespace
 
 expected<double> time_update(const topology::cluster& c, kernels::model& m) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/builtin/job_profiles.hpp"
+#include "actors/link_probe.hpp"
 #include "actors/log.hpp"
 
 namespace hetflow::actors::hp_job {
@@ -47,53 +48,37 @@ std::vector<std::size_t> one_node_per_other_machine(const topology::cluster& c) 
   return v;
 }
 
-// One link's probe: the median round trip of a tensor of `bytes` and of a
-// 4-byte one, each answered at once by the target (await_role's kind_link).
-struct link_time {
-  uint64_t bytes = 0;
-  double big_ms = 0, small_ms = 0;
-  // 0: not resolved (the big round trip within 10% of the small one: a
-  // difference of two medians that small says nothing of the bandwidth).
-  double gbps() const {
-    const double ms = big_ms - small_ms;
-    return ms > 0.1 * big_ms ? double(bytes) * 8 / (ms * 1e-3) / 1e9 : 0.0;
-  }
-};
-
-// Each answer is awaited at most this long: the probe is an estimate, and
-// the nodes wait for their roles meanwhile (await_role).
-constexpr double probe_answer_timeout_s = 5.0;
-
-expected<link_time> probe_link(inbox& ib, const topology::cluster& c, std::size_t node, uint64_t bytes,
-                               int64_t& seq) {
+// One link's probe (link_probe.hpp): round trips to node `node`'s hp_ps,
+// which answers while it waits for its role (await_role's kind_link).
+expected<link_probe::result> probe_link(inbox& ib, const topology::cluster& c, std::size_t node, uint64_t bytes,
+                                        int64_t& seq) {
   using clock = std::chrono::steady_clock;
   const std::string target = ps_name(int(node));
   const std::string what = "node '" + c.nodes[node].name + "' " + ib.who(target);
-  link_time lt;
-  lt.bytes = bytes;
+  link_probe::result r;
+  r.bytes = bytes;
   kernels::tensor big = kernels::tensor::empty({int64_t(bytes / sizeof(float))});
   for (float& v : big.f32_span()) v = 0.f;
   kernels::tensor small = kernels::tensor::empty({1});
   small.f32_span()[0] = 0.f;
-  auto rounds = [&](const kernels::tensor& t, int warmup, int timed) -> expected<double> {
+  auto rounds = [&](const kernels::tensor& t, int timed) -> expected<double> {
     std::vector<double> ms;
     const kernels::tensor_view v = t.view();
-    for (int i = 0; i < warmup + timed; ++i) {
+    for (int i = 0; i < link_probe::warmup_rounds + timed; ++i) {
       ralp::ralp_info info;
       info.aux = ++seq;
       const auto t0 = clock::now();
       HF_RETURN_IF_ERROR(ib.send(target, kind_link, info, std::span<const kernels::tensor_view>(&v, 1)));
       HF_ASSIGN_OR_RETURN(auto m, ib.next([&](const ralp::ralp_message& x) {
                             return x.kind == kind_link && x.sender == target && x.info.aux == info.aux;
-                          }, probe_answer_timeout_s, what, "the link probe's answer"));
-      if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+                          }, link_probe::answer_timeout_s, what, "the link probe's answer"));
+      if (i >= link_probe::warmup_rounds) ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
     }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    return link_probe::median(std::move(ms));
   };
-  HF_ASSIGN_OR_RETURN(lt.small_ms, rounds(small, 2, 9));
-  HF_ASSIGN_OR_RETURN(lt.big_ms, rounds(big, 2, 7));
-  return lt;
+  HF_ASSIGN_OR_RETURN(r.small_ms, rounds(small, link_probe::small_timed));
+  HF_ASSIGN_OR_RETURN(r.big_ms, rounds(big, link_probe::big_timed));
+  return r;
 }
 
 // The bandwidth between nodes (db.links.inter_node_gbps) as the stages'
@@ -103,7 +88,7 @@ expected<link_time> probe_link(inbox& ib, const topology::cluster& c, std::size_
 // over TCP loopback: 0.4-0.6 ms for an 803 KB activation, 2026-11-29) the
 // plan prices that instead of 100 Gb/s. The latency is only reported:
 // latency_us prices every hop, within a node too. A probe that fails
-// (an answer later than probe_answer_timeout_s, a send refused) leaves the
+// (an answer later than link_probe::answer_timeout_s, a send refused) leaves the
 // assumed link and says why; a dead node fails the job when its role is
 // sent.
 status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) {
@@ -112,11 +97,10 @@ status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) 
   std::vector<std::size_t> to = one_node_per_other_machine(c);
   if (to.empty() && c.nodes.size() > 1) to.push_back(1);
   if (to.empty()) return {};
-  // The size a stage boundary carries: the largest unit output, within
-  // 256 KiB .. 8 MiB.
-  uint64_t bytes = 0;
-  for (const auto& u : db.units) bytes = std::max(bytes, u.output_bytes);
-  bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{8} << 20) / 4 * 4;
+  // The size a stage boundary carries: the largest unit output.
+  uint64_t largest = 0;
+  for (const auto& u : db.units) largest = std::max(largest, u.output_bytes);
+  const uint64_t bytes = link_probe::probe_bytes(largest, ib.services().read_limits().max_message_bytes);
   double gbps = 0;
   int64_t seq = 0;
   std::string said;
@@ -130,10 +114,7 @@ status measure_links(inbox& ib, topology::cluster& c, topology::profile_db& db) 
       failed = true;
       break;
     }
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%.2f MB in %.3f ms, 4 B in %.3f ms (round trips)", double(bytes) / 1e6,
-                  lt->big_ms, lt->small_ms);
-    said += buf;
+    said += lt->describe();
     if (lt->gbps() <= 0) {
       said += ", not resolved";
       failed = true;

@@ -17,6 +17,7 @@
 #include "actors/builtin/stream_job.hpp"
 #include "actors/control_board.hpp"
 #include "actors/json.hpp"
+#include "actors/link_probe.hpp"
 #include "actors/log.hpp"
 #include "actors/ralp/ralp_job.hpp"
 #include "actors/ralp/ralp_options.hpp"
@@ -76,9 +77,9 @@ struct server_state : builtin::job_actor_state {
   // picks the cut (ralp_cut = 0, no ralp_link_gbps): round trips of a
   // tensor and of 4 bytes, as the HetPipe head times its links. The
   // workers' messages that come meanwhile wait in `stashed`.
-  struct link_probe {
+  struct probe_state {
     int worker = -1;
-    int round = 0;  // rounds done: small_rounds small ones, then the big ones
+    int round = 0;  // rounds done: the small ones, then the big ones (actors/link_probe.hpp)
     int64_t seq = 0;
     clock_type::time_point sent;
     std::vector<double> small_ms, big_ms;
@@ -89,7 +90,7 @@ struct server_state : builtin::job_actor_state {
     topology::profile_db db;  // profiled at the start, while the workers load their data
     topology::ralp_cost_inputs cin;
   };
-  std::unique_ptr<link_probe> probe;
+  std::unique_ptr<probe_state> probe;
 };
 using server_actor = caf::stateful_actor<server_state>;
 
@@ -502,8 +503,8 @@ void finish_start(server_actor* self, kernels::model m, std::size_t cut, int64_t
       [](probe_timeout_atom, int64_t) {});  // the link probe's timers, after it ended
 }
 
-constexpr int probe_small_rounds = 11, probe_big_rounds = 9, probe_warmup = 2;  // 9 and 7 timed
-constexpr double probe_answer_timeout_s = 5.0;
+constexpr int probe_small_rounds = link_probe::warmup_rounds + link_probe::small_timed;
+constexpr int probe_big_rounds = link_probe::warmup_rounds + link_probe::big_timed;
 
 // The worker to time the link to: one on another machine, else one on
 // another node of this one; -1: every worker is on the server's node.
@@ -524,7 +525,7 @@ int probe_target(const server_actor* self, const topology::cluster& c) {
 // `gbps` > 0), the start finished, the stashed messages handled.
 void end_probe(server_actor* self, double gbps, const std::string& said) {
   auto& st = self->state;
-  std::unique_ptr<server_state::link_probe> p = std::move(st.probe);
+  std::unique_ptr<server_state::probe_state> p = std::move(st.probe);
   if (gbps > 0) {
     p->cin.gbps = gbps;
     log_info(st.me + ": link to " + who_worker(st.svc, p->worker) + ": " + said);
@@ -543,11 +544,6 @@ void end_probe(server_actor* self, double gbps, const std::string& said) {
   }
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void send_probe(server_actor* self) {
   auto& st = self->state;
   auto& p = *st.probe;
@@ -560,7 +556,7 @@ void send_probe(server_actor* self) {
                                                                        info, std::span<const kernels::tensor_view>(&v, 1)));
   if (!s.ok()) return end_probe(self, 0, "not timed (" + s.message() + ")");
   self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::duration<double>(probe_answer_timeout_s)),
+                               std::chrono::duration<double>(link_probe::answer_timeout_s)),
                      probe_timeout_atom::value, p.seq);
 }
 
@@ -584,21 +580,17 @@ void on_probe_wire(server_actor* self, const std::string& node, const wire_buffe
   const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - p.sent).count();
   const bool small = p.round < probe_small_rounds;
   const int k = small ? p.round : p.round - probe_small_rounds;
-  if (k >= probe_warmup) (small ? p.small_ms : p.big_ms).push_back(ms);
+  if (k >= link_probe::warmup_rounds) (small ? p.small_ms : p.big_ms).push_back(ms);
   if (++p.round < probe_small_rounds + probe_big_rounds) return send_probe(self);
-  const double small_ms = median_of(p.small_ms), big_ms = median_of(p.big_ms);
-  const uint64_t bytes = uint64_t(p.big.numel()) * sizeof(float);
-  char buf_said[160];
-  std::snprintf(buf_said, sizeof buf_said, "%.2f MB in %.3f ms, 4 B in %.3f ms (round trips)", double(bytes) / 1e6,
-                big_ms, small_ms);
-  // As the HetPipe head (hp_profiles.cpp): resolved only when the big
-  // round trip is 10% above the small one.
-  const double d = big_ms - small_ms;
-  if (d <= 0.1 * big_ms) return end_probe(self, 0, std::string(buf_said) + ", not resolved");
-  const double gbps = double(bytes) * 8 / (d * 1e-3) / 1e9;
+  link_probe::result r;
+  r.bytes = uint64_t(p.big.numel()) * sizeof(float);
+  r.small_ms = link_probe::median(p.small_ms);
+  r.big_ms = link_probe::median(p.big_ms);
+  const double gbps = r.gbps();
+  if (gbps <= 0) return end_probe(self, 0, r.describe() + ", not resolved");
   char g[48];
   std::snprintf(g, sizeof g, ": %.2f Gb/s", gbps);
-  end_probe(self, gbps, buf_said + std::string(g));
+  end_probe(self, gbps, r.describe() + g);
 }
 
 caf::behavior ralp_server(server_actor* self, actor_env env) {
@@ -659,19 +651,15 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
       // node first (the workers answer while they wait for their welcome).
       if (restore_label < 0 && st.opts.cut <= 0 && st.opts.link_gbps <= 0) {
         if (const int w = probe_target(self, cluster); w >= 0) {
-          auto p = std::make_unique<server_state::link_probe>();
+          auto p = std::make_unique<server_state::probe_state>();
           p->worker = w;
           p->cin = cin;
           auto db = profile_for_cut(self, *spec);
           if (!db) return server_fail(self, st.me + ": " + db.error().message());
           p->db = std::move(*db);
-          uint64_t bytes = 0;  // the largest unit output of a batch, 256 KiB .. 8 MiB
-          for (std::size_t i = 1; i <= m->size(); ++i)
-            bytes = std::max<uint64_t>(bytes, uint64_t(m->sample_shape(i).numel()) * uint64_t(st.cfg.batch_size) * 4);
-          bytes = std::clamp<uint64_t>(bytes, uint64_t{256} << 10, uint64_t{8} << 20);
-          // Within what the workers read (max_message), with room for the envelope.
-          bytes = std::min<uint64_t>(bytes, std::max<uint64_t>(st.svc->read_limits().max_message_bytes, 2 << 20) -
-                                                (uint64_t{1} << 20)) / 4 * 4;
+          uint64_t largest = 0;  // the largest unit output of a batch
+          for (const auto& u : p->db.units) largest = std::max(largest, u.output_bytes);
+          const uint64_t bytes = link_probe::probe_bytes(largest, st.svc->read_limits().max_message_bytes);
           p->big = kernels::tensor::empty({int64_t(bytes / 4)});
           for (float& x : p->big.f32_span()) x = 0.f;
           p->small = kernels::tensor::empty({1});
@@ -683,7 +671,7 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
               [self](probe_timeout_atom, int64_t seq) {
                 if (!self->state.probe || self->state.probe->seq != seq) return;
                 end_probe(self, 0, seq == 0 ? std::string("not every worker said hello within ps_timeout")
-                                            : "no answer within " + std::to_string(int(probe_answer_timeout_s)) + " s");
+                                            : "no answer within " + std::to_string(int(link_probe::answer_timeout_s)) + " s");
               });
           // Until every worker's hello (on_probe_wire); a worker that
           // never says it leaves the link assumed.

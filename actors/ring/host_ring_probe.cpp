@@ -1,8 +1,9 @@
 #include "actors/ring/host_ring_probe.hpp"
 
-#include <algorithm>
 #include <pthread.h>
 #include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -115,8 +116,9 @@ expected<double> time_size(std::vector<std::unique_ptr<shm_group>>& g, std::vect
             // others have stopped spinning and sleep, and its time (the
             // step's critical path from the last arrival) includes waking
             // them. Arriving together, 2.14 MB took 0.23-0.28 ms here;
-            // staggered 0.29-0.33 ms, against 0.35-0.38 ms inside mlp's dp
-            // steps (2026-11-29, 2-core VM).
+            // staggered 0.28-0.32 ms, against a median of 0.32 ms from the
+            // later replica's arrival inside mlp's dp steps (2026-11-29,
+            // 2-core VM; 177 KB: 0.02, 0.06 and 0.056 ms).
             if (r == 0) std::this_thread::sleep_for(std::chrono::microseconds(arrival_stagger_us));
             const auto t0 = std::chrono::steady_clock::now();
             status s = w.run([&, r, it] {
@@ -195,8 +197,7 @@ expected<host_ring_cost> measure_host_ring(uint32_t members, uint64_t bytes, int
   // caller and worker threads lasted for a round and changed the time by up
   // to 2.5x on the 2-core VM (0.29, 0.39 or 0.75 ms for 2 MB); the median
   // round. With the members pinned (time_size) ten probes of 2.14 MB gave
-  // 0.26-0.34 ms, unpinned 0.27-0.67 ms (2026-11-29). (Inside mlp's dp
-  // steps the same sum took 0.35-0.38 ms: not found why.)
+  // 0.26-0.34 ms, unpinned 0.27-0.67 ms (2026-11-29).
   std::vector<double> rounds;
   for (int r = 0; r < probe_rounds; ++r) {
     HF_ASSIGN_OR_RETURN(double ms, time_size(g, v, warmup, iterations, id));

@@ -7,8 +7,10 @@
 // of `bytes` (the model's gradients), run collectives through one shm_group
 // as ring members do: each handed to the member's worker thread and waited
 // for (without the actor message around that); member 0 arrives 200 us after
-// the others, which then sleep, as a step's last replica finds them. The median of `iterations`
-// after `warmup`, in each of probe_rounds rounds of fresh threads, and the
+// the others, which then sleep, as a step's last replica finds them; each
+// member's threads on a CPU of their own where the process has enough. The
+// median of `iterations` after `warmup`, in each of probe_rounds rounds of
+// fresh threads, and the
 // median of those, is read as the bandwidth of the ring model the cost model
 // uses (topology/cost_model.hpp), t = 2 (N-1)/N * bytes / bw, with no
 // latency term: exact at `bytes`, linear in the size elsewhere (the time is
