@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/device_context.hpp"
@@ -31,6 +33,68 @@ void sgd_nesterov(float* __restrict w, const float* __restrict g, float* __restr
     const float v = mu * buf[j] + d;
     buf[j] = v;
     w[j] -= lr * (d + mu * v);
+  }
+}
+
+// The same updates, each weight's change added to d (d += after - before)
+// or, without Add, stored there (d = after - before), in the step's pass: no
+// copy of the weights before it.
+template <bool Add>
+void sgd_plain_sum(float* __restrict w, const float* __restrict g, float* __restrict d, int64_t n, float lr,
+                   float wd) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float o = w[j];
+    const float x = o - lr * (g[j] + wd * o);
+    w[j] = x;
+    if constexpr (Add) d[j] += x - o;
+    else d[j] = x - o;
+  }
+}
+
+template <bool Add>
+void sgd_momentum_sum(float* __restrict w, const float* __restrict g, float* __restrict buf,
+                      float* __restrict d, int64_t n, float lr, float mu, float wd) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float o = w[j];
+    const float v = mu * buf[j] + (g[j] + wd * o);
+    buf[j] = v;
+    const float x = o - lr * v;
+    w[j] = x;
+    if constexpr (Add) d[j] += x - o;
+    else d[j] = x - o;
+  }
+}
+
+template <bool Add>
+void sgd_nesterov_sum(float* __restrict w, const float* __restrict g, float* __restrict buf,
+                      float* __restrict d, int64_t n, float lr, float mu, float wd) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float o = w[j];
+    const float e = g[j] + wd * o;
+    const float v = mu * buf[j] + e;
+    buf[j] = v;
+    const float x = o - lr * (e + mu * v);
+    w[j] = x;
+    if constexpr (Add) d[j] += x - o;
+    else d[j] = x - o;
+  }
+}
+
+template <bool Add>
+void adam_update_sum(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+                     float* __restrict d, int64_t n, float step_size, float b1, float b2, float eps, float wd,
+                     float inv_sqrt_bc2) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float o = w[j];
+    const float gj = g[j] + wd * o;
+    const float mj = b1 * m[j] + (1.0f - b1) * gj;
+    const float vj = b2 * v[j] + (1.0f - b2) * gj * gj;
+    m[j] = mj;
+    v[j] = vj;
+    const float x = o - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+    w[j] = x;
+    if constexpr (Add) d[j] += x - o;
+    else d[j] = x - o;
   }
 }
 
@@ -110,27 +174,57 @@ template <class Update> void for_each_segment(parameter& p, slot& s, Update&& up
                       });
 }
 
+// Runs `update` on parameter p (for_each_segment) and, when `sum` is set,
+// adds each weight's change to it (add) or stores it there:
+// `fused(add_tag, w, g, a, b, d, n)` does both in one pass over a dense
+// parameter; a sparse one is copied before its rows' update and
+// differenced after it.
+template <class Update, class Fused>
+void update_summed(parameter& p, slot& s, float* sum, bool add, Update&& update, Fused&& fused) {
+  if (!sum) {
+    for_each_segment(p, s, update);
+    return;
+  }
+  const int64_t n = p.value.numel();
+  float* w = p.value.f32();
+  if (p.sparse) {
+    std::vector<float> before(w, w + n);
+    for_each_segment(p, s, update);
+    cpu::parallel_elements(n, [&](int64_t lo, int64_t hi) {
+      if (add)
+        for (int64_t k = lo; k < hi; ++k) sum[k] += w[k] - before[std::size_t(k)];
+      else
+        for (int64_t k = lo; k < hi; ++k) sum[k] = w[k] - before[std::size_t(k)];
+    });
+    return;
+  }
+  const float* g = p.grad.f32();
+  float* a = s.a.value.f32();
+  float* b = s.b.value.empty() ? nullptr : s.b.value.f32();
+  cpu::parallel_elements(n, [&](int64_t lo, int64_t hi) {
+    if (add) fused(std::true_type{}, w + lo, g + lo, a + lo, b ? b + lo : nullptr, sum + lo, hi - lo);
+    else fused(std::false_type{}, w + lo, g + lo, a + lo, b ? b + lo : nullptr, sum + lo, hi - lo);
+  });
+}
+
+status check_sums(std::span<parameter* const> params, std::span<float* const> sums, const char* what) {
+  if (sums.size() != params.size())
+    return make_error(errc::invalid_argument, std::string(what) + ": " + std::to_string(sums.size()) +
+                                                  " sums for " + std::to_string(params.size()) + " parameters");
+  for (std::size_t i = 0; i < sums.size(); ++i)
+    if (!sums[i]) return make_error(errc::invalid_argument, std::string(what) + ": no sum for " + params[i]->name);
+  return {};
+}
+
 class sgd final : public optimizer {
 public:
   explicit sgd(const optimizer_config& c) : c_(c) {}
 
-  status step(std::span<parameter* const> params, double lr_d) override {
-    HF_RETURN_IF_ERROR(check_params(params, slots_, false, "sgd"));
-    const float lr = float(lr_d), mu = float(c_.momentum), wd = float(c_.weight_decay);
-    const bool nesterov = c_.nesterov;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      parameter& p = *params[i];
-      // Buffers start at zero, so mu*buf + d is PyTorch's "buf = d" on the
-      // first step, and lazily so for sparse rows first touched later.
-      for_each_segment(p, slots_[i], [=](float* w, const float* g, float* buf, float*, int64_t n) {
-        if (mu == 0.0f) sgd_plain(w, g, n, lr, wd);
-        else if (nesterov) sgd_nesterov(w, g, buf, n, lr, mu, wd);
-        else sgd_momentum(w, g, buf, n, lr, mu, wd);
-      });
-      ++p.version;
-    }
-    ++steps_;
-    return {};
+  status step(std::span<parameter* const> params, double lr_d) override { return run(params, lr_d, {}, true); }
+  status step_summed(std::span<parameter* const> params, double lr_d, std::span<float* const> sums,
+                     bool add) override {
+    HF_RETURN_IF_ERROR(check_sums(params, sums, "sgd"));
+    return run(params, lr_d, sums, add);
   }
 
   std::vector<state_tensor*> state() override {
@@ -141,6 +235,33 @@ public:
   }
 
 private:
+  status run(std::span<parameter* const> params, double lr_d, std::span<float* const> sums, bool add) {
+    HF_RETURN_IF_ERROR(check_params(params, slots_, false, "sgd"));
+    const float lr = float(lr_d), mu = float(c_.momentum), wd = float(c_.weight_decay);
+    const bool nesterov = c_.nesterov;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      parameter& p = *params[i];
+      // Buffers start at zero, so mu*buf + d is PyTorch's "buf = d" on the
+      // first step, and lazily so for sparse rows first touched later.
+      update_summed(
+          p, slots_[i], sums.empty() ? nullptr : sums[i], add,
+          [=](float* w, const float* g, float* buf, float*, int64_t n) {
+            if (mu == 0.0f) sgd_plain(w, g, n, lr, wd);
+            else if (nesterov) sgd_nesterov(w, g, buf, n, lr, mu, wd);
+            else sgd_momentum(w, g, buf, n, lr, mu, wd);
+          },
+          [=](auto add_tag, float* w, const float* g, float* buf, float*, float* d, int64_t n) {
+            constexpr bool A = decltype(add_tag)::value;
+            if (mu == 0.0f) sgd_plain_sum<A>(w, g, d, n, lr, wd);
+            else if (nesterov) sgd_nesterov_sum<A>(w, g, buf, d, n, lr, mu, wd);
+            else sgd_momentum_sum<A>(w, g, buf, d, n, lr, mu, wd);
+          });
+      ++p.version;
+    }
+    ++steps_;
+    return {};
+  }
+
   optimizer_config c_;
   std::vector<slot> slots_;
 };
@@ -149,23 +270,11 @@ class adam final : public optimizer {
 public:
   explicit adam(const optimizer_config& c) : c_(c) {}
 
-  status step(std::span<parameter* const> params, double lr_d) override {
-    HF_RETURN_IF_ERROR(check_params(params, slots_, true, "adam"));
-    const int64_t t = steps_ + 1;
-    const float b1 = float(c_.beta1), b2 = float(c_.beta2), eps = float(c_.eps), wd = float(c_.weight_decay);
-    const float bc1 = float(1.0 - std::pow(c_.beta1, double(t)));
-    const float bc2 = float(1.0 - std::pow(c_.beta2, double(t)));
-    const float step_size = float(lr_d) / bc1;
-    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      parameter& p = *params[i];
-      for_each_segment(p, slots_[i], [=](float* w, const float* g, float* m, float* v, int64_t n) {
-        adam_update(w, g, m, v, n, step_size, b1, b2, eps, wd, inv_sqrt_bc2);
-      });
-      ++p.version;
-    }
-    ++steps_;
-    return {};
+  status step(std::span<parameter* const> params, double lr_d) override { return run(params, lr_d, {}, true); }
+  status step_summed(std::span<parameter* const> params, double lr_d, std::span<float* const> sums,
+                     bool add) override {
+    HF_RETURN_IF_ERROR(check_sums(params, sums, "adam"));
+    return run(params, lr_d, sums, add);
   }
 
   std::vector<state_tensor*> state() override {
@@ -178,6 +287,30 @@ public:
   }
 
 private:
+  status run(std::span<parameter* const> params, double lr_d, std::span<float* const> sums, bool add) {
+    HF_RETURN_IF_ERROR(check_params(params, slots_, true, "adam"));
+    const int64_t t = steps_ + 1;
+    const float b1 = float(c_.beta1), b2 = float(c_.beta2), eps = float(c_.eps), wd = float(c_.weight_decay);
+    const float bc1 = float(1.0 - std::pow(c_.beta1, double(t)));
+    const float bc2 = float(1.0 - std::pow(c_.beta2, double(t)));
+    const float step_size = float(lr_d) / bc1;
+    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      parameter& p = *params[i];
+      update_summed(
+          p, slots_[i], sums.empty() ? nullptr : sums[i], add,
+          [=](float* w, const float* g, float* m, float* v, int64_t n) {
+            adam_update(w, g, m, v, n, step_size, b1, b2, eps, wd, inv_sqrt_bc2);
+          },
+          [=](auto add_tag, float* w, const float* g, float* m, float* v, float* d, int64_t n) {
+            adam_update_sum<decltype(add_tag)::value>(w, g, m, v, d, n, step_size, b1, b2, eps, wd, inv_sqrt_bc2);
+          });
+      ++p.version;
+    }
+    ++steps_;
+    return {};
+  }
+
   optimizer_config c_;
   std::vector<slot> slots_;
 };

@@ -43,6 +43,19 @@ public:
   // every parameter from its current gradient, and bumps its version. The
   // same parameter list, in the same order, every step.
   virtual status step(std::span<parameter* const> params, double lr) = 0;
+  // step(), and each weight's change added to `sums[i]` (numel floats of
+  // parameter i, on the host): sums[i][k] += after - before, as a copy of the
+  // weights before the step and a pass of d += a - b after it would (the
+  // same floats), or with add = false stored there (sums[i][k] = after -
+  // before: a wave's first step, into a reused buffer), for HetPipe's
+  // overlapped waves. The cpu optimizers do it in the step's own pass over
+  // the weights (no copy); others (the cuda optimizer, whose library does
+  // without this file's) say unsupported.
+  virtual status step_summed(std::span<parameter* const> params, double lr, std::span<float* const> sums,
+                             bool add) {
+    (void)params, (void)lr, (void)sums, (void)add;
+    return status(errc::unsupported, "this optimizer cannot sum its steps into host buffers");
+  }
   // Optimizer state (momentum buffers, Adam moments) for checkpoints; valid
   // after the first step.
   virtual std::vector<state_tensor*> state() = 0;

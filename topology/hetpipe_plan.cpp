@@ -49,7 +49,9 @@ double wave_ms(const std::vector<plan_device>& devs, std::size_t j, std::size_t 
                const profile_db& db, int nm, bool overlap) {
   if (!overlap) return 0.0;
   const std::size_t k = std::min<std::size_t>(std::size_t(nm), devs.size() - j);  // its slots
-  return db.wave_ms(devs[j].kind, first, last, k > 1);
+  // A cpu stage sums its step's changes in the step's pass; a cuda stage
+  // with several slots copies its weights before the step first.
+  return db.wave_ms(devs[j].kind, first, last, k > 1 && devs[j].cuda);
 }
 
 // Stage j of S on devs[j] holding units [first, last].

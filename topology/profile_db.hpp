@@ -20,7 +20,9 @@
 // activation_bytes; update_ms (one optimizer step over every parameter; a
 // stage pays its share by parameter bytes) 0; wave_copy_ms / wave_sum_ms (a
 // HetPipe stage's per-minibatch bookkeeping with overlapped waves, over every
-// parameter: one copy of the weights, and d += a - b; see wave_ms) 0;
+// parameter: one copy of the weights, and what summing the step's changes
+// into the wave's update adds to the step - on a cpu in the step's own pass,
+// on a cuda device d += a - b after it; see wave_ms) 0;
 // links.intra_node_gbps 100, inter_node_gbps 10,
 // latency_us 5 (per transfer). Times are per minibatch of `batch` samples;
 // activation_bytes is what one minibatch keeps from forward to backward.
@@ -98,9 +100,10 @@ struct profile_db {
   double update_ms(std::string_view kind, std::size_t first, std::size_t last) const;
   // A HetPipe stage's bookkeeping per minibatch with overlapped waves, its
   // share of units [first, last] on `kind` (by parameter bytes): the copy of
-  // its weights into the minibatch's slot, with several slots also the copy
-  // of the weights before the local step (`before_copy`), and the step summed
-  // into the wave's update (hp_core.cpp's forward_in_slot and local_update).
+  // its weights into the minibatch's slot, the copy of the weights before
+  // the local step where one is made (`before_copy`: a cuda stage with
+  // several slots), and the step summed into the wave's update (hp_core.cpp's
+  // forward_in_slot and local_update).
   double wave_ms(std::string_view kind, std::size_t first, std::size_t last, bool before_copy) const;
   // The same profile at another batch size: times and activation/output
   // bytes scale linearly (an approximation: small batches use devices worse).

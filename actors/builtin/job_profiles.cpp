@@ -105,12 +105,12 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / double(v.size());
 }
 
-// Written before each timed pass of the optimizer's step and the waves'
-// bookkeeping: the caches as a backward pass leaves them (activations
-// streamed through), not as the same pass just before left them. Timed
-// warm, the step of VGG-11 w0.25 took 0.245 ms and the sum 0.245 ms; after
-// 32 MiB written 0.30-0.35 and 0.29-0.30 ms, against 0.94 ms a minibatch
-// for a stage's whole local update inside a run (2026-11-29, 2-core VM).
+// Written before each timed pass of the optimizer's step and the weights'
+// copy: the caches as a backward pass leaves them (activations streamed
+// through), not as the same pass just before left them. Timed warm, the
+// step of VGG-11 w0.25 took 0.245 ms; after 32 MiB written 0.30-0.35 ms,
+// against 0.94 ms a minibatch for a stage's whole local update inside a run
+// (2026-11-29, 2-core VM, before the summed step).
 struct cache_evictor {
   std::vector<float> scratch = std::vector<float>(std::size_t{8} << 20);  // 32 MiB
   float v = 0;
@@ -119,7 +119,7 @@ struct cache_evictor {
 
 }  // namespace
 
-expected<double> time_update(const topology::cluster& c, kernels::model& m) {
+expected<update_times> time_update(const topology::cluster& c, kernels::model& m) {
   const kernels::optimizer_config oc = optimizer_config_of(c);
   // A cuda model's optimizer runs on the device (as a hetpipe stage's
   // does): each step is timed to its end.
@@ -127,32 +127,52 @@ expected<double> time_update(const topology::cluster& c, kernels::model& m) {
   HF_ASSIGN_OR_RETURN(auto opt, cuda ? static_cast<kernels::cuda::context&>(m.context()).make_optimizer(oc)
                                      : kernels::make_optimizer(oc));
   auto params = m.parameters();
-  std::vector<double> times;
+  // A cpu stage's summed step adds to its wave's update: one per parameter.
+  std::vector<std::vector<float>> sums;
+  std::vector<float*> sum_ptrs;
+  if (!cuda)
+    for (auto* p : params) {
+      sums.emplace_back(std::size_t(p->value.numel()), 0.0f);
+      sum_ptrs.push_back(sums.back().data());
+    }
+  std::vector<double> steps, summed;
   status st;
   std::optional<cache_evictor> evict;
   if (!cuda) evict.emplace();
+  using clk = std::chrono::steady_clock;
+  auto ms_since = [](clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); };
   m.context().run([&] {
+    // Interleaved: the two medians see the same phases of the machine.
     for (int i = 0; i < 7 && st.ok(); ++i) {
       if (evict) (*evict)();
-      const auto t0 = std::chrono::steady_clock::now();
+      auto t0 = clk::now();
       st = opt->step(params, oc.lr * 1e-6);
       if (st.ok()) st = m.context().synchronize();
-      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      steps.push_back(ms_since(t0));
+      if (cuda || !st.ok()) continue;
+      (*evict)();
+      t0 = clk::now();
+      st = opt->step_summed(params, oc.lr * 1e-6, sum_ptrs, /*add=*/true);
+      summed.push_back(ms_since(t0));
     }
   });
   HF_RETURN_IF_ERROR(st);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  update_times out;
+  out.step_ms = median(steps);
+  if (!summed.empty()) out.sum_ms = std::max(0.0, median(summed) - out.step_ms);
+  return out;
 }
 
-wave_bookkeeping time_wave_bookkeeping(kernels::model& m) {
-  wave_bookkeeping out;
-  if (m.where().kind != kernels::device_kind::cpu) return out;
+double time_weights_copy(kernels::model& m) {
+  if (m.where().kind != kernels::device_kind::cpu) return 0.0;
   auto all = m.parameters();
-  // The stage's buffers: the local weights (the model's), a slot's copy,
-  // the copy before the step and the wave's update; for at most 64 MiB of
-  // weights (three more copies of a VGG-16 would be 1.6 GiB), the time then
-  // scaled to all of them (the passes are linear in bytes).
+  // A slot's copy of the weights, for at most 64 MiB of them (another copy
+  // of a VGG-16 would be 0.5 GiB), the time then scaled to all of them (the
+  // pass is linear in bytes).
   constexpr int64_t budget = int64_t{64} << 20;
   int64_t all_bytes = 0, timed_bytes = 0;
   std::vector<kernels::parameter*> params;
@@ -164,15 +184,10 @@ wave_bookkeeping time_wave_bookkeeping(kernels::model& m) {
       timed_bytes += b;
     }
   }
-  if (timed_bytes == 0) return out;
-  std::vector<std::vector<float>> slot, before, delta;
-  for (auto* p : params) {
-    const auto n = std::size_t(p->value.numel());
-    slot.emplace_back(n);
-    before.emplace_back(n);
-    delta.emplace_back(n, 0.0f);
-  }
-  std::vector<double> copies, sums;
+  if (timed_bytes == 0) return 0.0;
+  std::vector<std::vector<float>> slot;
+  for (auto* p : params) slot.emplace_back(std::size_t(p->value.numel()));
+  std::vector<double> copies;
   cache_evictor evict;
   m.context().run([&] {
     for (int i = 0; i < 7; ++i) {
@@ -180,25 +195,11 @@ wave_bookkeeping time_wave_bookkeeping(kernels::model& m) {
       auto t0 = std::chrono::steady_clock::now();
       for (std::size_t k = 0; k < params.size(); ++k)
         hetpipe::copy_floats(slot[k].data(), params[k]->value.f32(), params[k]->value.numel());
-      const auto t1 = std::chrono::steady_clock::now();
-      evict();
-      const auto t1b = std::chrono::steady_clock::now();
-      for (std::size_t k = 0; k < params.size(); ++k)
-        hetpipe::copy_floats(before[k].data(), params[k]->value.f32(), params[k]->value.numel());
-      for (std::size_t k = 0; k < params.size(); ++k)
-        hetpipe::add_difference(delta[k].data(), slot[k].data(), before[k].data(), params[k]->value.numel());
-      auto t2 = std::chrono::steady_clock::now();
-      copies.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      // The second copy and the sum together, less one copy: the sum alone.
-      sums.push_back(std::max(0.0, std::chrono::duration<double, std::milli>(t2 - t1b).count() - copies.back()));
+      copies.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   });
   std::sort(copies.begin(), copies.end());
-  std::sort(sums.begin(), sums.end());
-  const double scale = double(all_bytes) / double(timed_bytes);
-  out.copy_ms = copies[copies.size() / 2] * scale;
-  out.sum_ms = sums[sums.size() / 2] * scale;
-  return out;
+  return copies[copies.size() / 2] * double(all_bytes) / double(timed_bytes);
 }
 
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
@@ -362,10 +363,10 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       for (std::size_t i = 0; i < prof.units.size() && i < db.units.size(); ++i)
         db.units[i].devices[d.profile] = {prof.units[i].forward_s * 1e3, prof.units[i].backward_s * 1e3};
       db.devices[d.profile].memory_bytes = d.memory_bytes;
-      HF_ASSIGN_OR_RETURN(db.devices[d.profile].update_ms, time_update(c, m));
-      const wave_bookkeeping wb = time_wave_bookkeeping(m);
-      db.devices[d.profile].wave_copy_ms = wb.copy_ms;
-      db.devices[d.profile].wave_sum_ms = wb.sum_ms;
+      HF_ASSIGN_OR_RETURN(const update_times ut, time_update(c, m));
+      db.devices[d.profile].update_ms = ut.step_ms;
+      db.devices[d.profile].wave_sum_ms = ut.sum_ms;
+      db.devices[d.profile].wave_copy_ms = time_weights_copy(m);
     }
   if (db.units.empty())
     return make_error(errc::invalid_argument,

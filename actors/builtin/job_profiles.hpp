@@ -28,18 +28,20 @@ expected<std::vector<kernels::inserted_layer>> insert_layers_of(const topology::
 // hardware thread).
 int cpu_threads(const topology::node_spec& n, const topology::device_spec& d);
 
-// Median ms of one optimizer step (the job's optimizer) over every parameter
-// of `m`, whose gradients profile_model left in place. Changes m's weights.
-expected<double> time_update(const topology::cluster& c, kernels::model& m);
-
-// Median ms of a HetPipe stage's bookkeeping per minibatch with overlapped
-// waves over every parameter of a cpu model `m` (hp_core.hpp's passes, in
-// m's cpu context): one copy of the weights, and d += a - b. {0, 0} on a
-// cuda model (its stage does them on the device: not timed).
-struct wave_bookkeeping {
-  double copy_ms = 0, sum_ms = 0;
+// Medians of one optimizer step (the job's optimizer) over every parameter
+// of `m`, whose gradients profile_model left in place, in ms: the step, and
+// on a cpu model what summing its changes into a wave's update adds to it
+// (optimizer::step_summed, as a cpu HetPipe stage with overlapped waves
+// steps; 0 on a cuda model). Changes m's weights.
+struct update_times {
+  double step_ms = 0, sum_ms = 0;
 };
-wave_bookkeeping time_wave_bookkeeping(kernels::model& m);
+expected<update_times> time_update(const topology::cluster& c, kernels::model& m);
+
+// Median ms of one copy of every weight of a cpu model `m` (hp_core.hpp's
+// copy_floats into a minibatch's slot, in m's cpu context); 0 on a cuda
+// model (its stage copies on the device: not timed).
+double time_weights_copy(kernels::model& m);
 
 // How much longer a training step of `members` dp replicas on one host
 // takes, until the slowest of them is done, when they start each step

@@ -10,19 +10,12 @@
 
 namespace hetflow::hetpipe {
 
-// The cpu stage's passes over its weights (the caller runs inside the
-// stage's cpu context, so these split over its threads; a large stage's
-// weights are tens of MB, a pass per minibatch).
+// The cpu stage's copy of its weights (the caller runs inside the stage's
+// cpu context, so it splits over its threads; a large stage's weights are
+// tens of MB, a pass per minibatch).
 void copy_floats(float* dst, const float* src, int64_t n) {
   kernels::cpu::parallel_elements(n, [=](int64_t b, int64_t e) {
     std::memcpy(dst + b, src + b, std::size_t(e - b) * sizeof(float));
-  });
-}
-
-// d += a - b
-void add_difference(float* d, const float* a, const float* b, int64_t n) {
-  kernels::cpu::parallel_elements(n, [=](int64_t lo, int64_t hi) {
-    for (int64_t k = lo; k < hi; ++k) d[k] += a[k] - b[k];
   });
 }
 
@@ -77,7 +70,10 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
     }
     HF_RETURN_IF_ERROR(ctx.copy(p->value.view(), q.value.mutable_view()));
     HF_ASSIGN_OR_RETURN(kernels::tensor base, kernels::copy_to_host(ctx, p->value.view()));
-    if (overlap_nm > 0 && slots.size() > 1) {  // one slot: the slot holds them (local_update)
+    // A cuda stage's overlapped waves copy the weights before each step
+    // (local_update; one slot: the slot holds them); a cpu stage's step sums
+    // its changes in its own pass (optimizer::step_summed).
+    if (overlap_nm > 0 && slots.size() > 1 && sc->device_) {
       try {
         sc->before_.push_back(sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
                                           : kernels::tensor::empty(p->value.shape()));
@@ -215,13 +211,14 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
   // this returns: the copies from them must be done.
   if (device_) HF_RETURN_IF_ERROR(ctx.synchronize());
   if (included_below.empty()) return {};
-  // Deltas every tensor's shard holds now are not needed again (a device
-  // stage keeps one set for the next wave's first step, which overwrites it:
-  // no device allocation per wave).
+  // Deltas every tensor's shard holds now are not needed again (their
+  // pushes are done). The stage keeps one set for the next wave's first
+  // step, which overwrites it: no allocation (and on the host no fresh
+  // pages) per wave.
   const int64_t low = *std::min_element(included_below.begin(), included_below.end());
   auto end = delta_.lower_bound(low);
   for (auto it = delta_.begin(); it != end; ++it)
-    if (device_ && spare_.empty()) spare_ = std::move(it->second);
+    if (spare_.empty()) spare_ = std::move(it->second);
   delta_.erase(delta_.begin(), end);
   return {};
 }
@@ -432,28 +429,26 @@ status stage_core::local_update(int64_t p, double lr) {
   if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[s].context().synchronize());
   for (std::size_t i = 0; i < local_.size(); ++i) targets.push_back(&local_[i]);
   // Overlapped waves sum each step into its wave's update: local - before.
-  // With one slot, the slot holds the local weights of p's forward, which
-  // no update has changed since: they are `before`. Else a copy.
+  // On a cpu stage the optimizer adds each weight's change in the step's
+  // own pass (step_summed: the same floats as a copy before and a
+  // difference after). On a device: with one slot, the slot holds the local
+  // weights of p's forward, which no update has changed since: they are
+  // `before`; else a copy.
   const bool one_slot = slots_.size() == 1;
-  if (overlap_nm_ > 0 && !one_slot) {
-    if (device_) {
-      std::vector<kernels::tensor_view> from;
-      std::vector<kernels::mutable_tensor_view> to;
-      for (std::size_t i = 0; i < local_.size(); ++i) {
-        from.push_back(local_[i].value.view());
-        to.push_back(before_[i].mutable_view());
-      }
-      HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
-    } else {
-      for (std::size_t i = 0; i < local_.size(); ++i)
-        copy_floats(before_[i].f32(), local_[i].value.f32(), local_[i].value.numel());
+  if (overlap_nm_ > 0 && !one_slot && device_) {
+    std::vector<kernels::tensor_view> from;
+    std::vector<kernels::mutable_tensor_view> to;
+    for (std::size_t i = 0; i < local_.size(); ++i) {
+      from.push_back(local_[i].value.view());
+      to.push_back(before_[i].mutable_view());
     }
+    HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
   }
   auto before = [&](std::size_t i) { return one_slot ? ps[i]->value.view() : before_[i].view(); };
   // The step reads slot s's gradients in place: lent to the local weights
   // for it (the optimizers read each parameter's grad when they step), not
-  // copied.
-  auto step = [&]() -> status {
+  // copied. `sums`: step_summed's.
+  auto step = [&](std::span<float* const> sums = {}, bool add = true) -> status {
     struct lent {  // swapped back however the step ends
       std::vector<kernels::parameter>& local;
       std::vector<kernels::parameter*>& slot;
@@ -463,7 +458,7 @@ status stage_core::local_update(int64_t p, double lr) {
       ~lent() { swap(); }
     } grads{local_, ps};
     grads.swap();
-    return opt_->step(targets, lr);
+    return sums.empty() ? opt_->step(targets, lr) : opt_->step_summed(targets, lr, sums, add);
   };
   if (overlap_nm_ > 0 && device_) {  // the step, summed into its wave's delta, all on slot 0's stream
     kernels::device_context& c0 = slots_[0].context();
@@ -496,18 +491,25 @@ status stage_core::local_update(int64_t p, double lr) {
       ++local_[i].version;
     }
     HF_RETURN_IF_ERROR(cc.accumulate_many(ys, as, bs, !fresh));
-  } else if (overlap_nm_ > 0) {  // the step, summed into its wave's delta
-    HF_RETURN_IF_ERROR(step());
+  } else if (overlap_nm_ > 0) {  // the step, summed into its wave's delta in the same pass
     auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
-    for (std::size_t i = 0; i < local_.size(); ++i) {
-      if (fresh) it->second.push_back(kernels::tensor::zeros(local_[i].value.shape()));
-      float* d = it->second[i].f32();
-      const float* a = local_[i].value.f32();
-      const float* b = before(i).f32();
-      const int64_t n = local_[i].value.numel();
-      add_difference(d, a, b, n);
-      ++local_[i].version;
+    if (fresh) {
+      if (spare_.size() == local_.size()) {
+        it->second = std::move(spare_);
+        spare_.clear();
+      } else {
+        for (auto& q : local_) it->second.push_back(kernels::tensor::empty(q.value.shape()));
+      }
     }
+    std::vector<float*> sums;
+    for (auto& d : it->second) sums.push_back(d.f32());
+    // A wave's first step stores its changes (the buffer may be a dropped
+    // wave's), the others add theirs.
+    if (status st = step(sums, !fresh); !st.ok()) {
+      if (fresh) delta_.erase(it);
+      return st;
+    }
+    for (auto& q : local_) ++q.version;
   } else {
     HF_RETURN_IF_ERROR(step());
   }

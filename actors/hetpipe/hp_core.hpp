@@ -87,14 +87,11 @@
 
 namespace hetflow::hetpipe {
 
-// A cpu stage's passes over its weights with overlapped waves, per
-// minibatch (split over the calling cpu context's threads): the copy into
-// the minibatch's slot (and, with several slots, of the weights before the
-// local step), and the step summed into the wave's update. The profiler
-// times the same two (job_profiles.cpp, time_wave_bookkeeping).
+// A cpu stage's copy of its weights (split over the calling cpu context's
+// threads): into a minibatch's slot at its forward, per minibatch. The
+// profiler times the same pass (job_profiles.cpp, time_weights_copy); the
+// step summed into the wave's update is the optimizer's step_summed.
 void copy_floats(float* dst, const float* src, int64_t n);
-// d += a - b
-void add_difference(float* d, const float* a, const float* b, int64_t n);
 
 // The spec of units [first, last] of `whole` as a model of its own; `input`:
 // one sample's shape entering unit `first` (model::sample_shape(first)).
@@ -228,7 +225,7 @@ private:
   std::vector<kernels::state_tensor> state_;  // the stage's running statistics (on the slots' device)
   std::map<int64_t, std::vector<kernels::tensor>> delta_;  // overlapped: wave -> sum of its local steps
   std::vector<kernels::tensor> before_;                    // overlapped, 2+ slots: the local weights before a step
-  std::vector<kernels::tensor> spare_;                     // overlapped, device: a dropped wave's delta, for reuse
+  std::vector<kernels::tensor> spare_;                     // overlapped: a dropped wave's delta, for reuse
   kernels::tensor delta_host_;                             // overlapped, device: wave_delta's host copies, one buffer
                                                            // (the runtime's pushes copy on their own stream instead)
   bool delta_host_pinned_ = false;                         // ... page-locked (unlocked by the destructor)

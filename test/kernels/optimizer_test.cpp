@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/optimizer.hpp"
 
@@ -133,4 +134,88 @@ BOOST_AUTO_TEST_CASE(rejects_bad_configs_and_changed_parameters) {
   auto st = opt->step(two, 0.1);
   BOOST_CHECK(st.code() == errc::invalid_argument);
   BOOST_CHECK(st.message().find("parameter list changed") != std::string::npos);
+}
+
+// step_summed (HetPipe's overlapped waves on a cpu stage): the same weights
+// and state as step(), and each weight's change added to the sum, equal to
+// the float a copy before the step and d += after - before would give -
+// bit for bit, over several steps (the first storing into a used buffer),
+// for every update rule, dense (long enough to split over threads and
+// vectorise) and sparse.
+BOOST_AUTO_TEST_CASE(step_summed_equals_step_and_difference) {
+  std::vector<optimizer_config> configs;
+  configs.push_back({optimizer_kind::sgd, 0.05});
+  configs.push_back({optimizer_kind::sgd, 0.05, 0.9});
+  optimizer_config nest{optimizer_kind::sgd, 0.05, 0.9};
+  nest.nesterov = true;
+  nest.weight_decay = 0.01;
+  configs.push_back(nest);
+  optimizer_config wd{optimizer_kind::sgd, 0.05};
+  wd.weight_decay = 0.1;
+  configs.push_back(wd);
+  optimizer_config ad{optimizer_kind::adam, 0.01};
+  ad.weight_decay = 0.05;
+  configs.push_back(ad);
+  const int64_t n = 100003;  // odd: a vector loop's tail
+  for (const auto& c : configs) {
+    for (bool sparse : {false, true}) {
+      BOOST_TEST_CONTEXT("kind " << int(c.kind) << " momentum " << c.momentum << " nesterov " << c.nesterov
+                                 << " sparse " << sparse) {
+        auto a = make(c), b = make(c);
+        auto fill = [&](parameter& p, uint32_t seed) {
+          p.name = "w";
+          p.value = tensor::empty({sparse ? n / 7 : n, sparse ? 7 : 1});
+          uint32_t x = seed;
+          auto next = [&] {
+            x = x * 1664525u + 1013904223u;
+            return float(int32_t(x >> 8) - (1 << 23)) / float(1 << 23);
+          };
+          for (float& v : p.value.f32_span()) v = next();
+          if (sparse) {
+            p.sparse = true;
+            p.sparse_grad.rows = {0, 5, 9, 5, n / 7 - 1};  // a row twice
+            p.sparse_grad.values = tensor::empty({5, 7});
+            for (float& v : p.sparse_grad.values.f32_span()) v = next();
+          } else {
+            p.grad = tensor::empty(p.value.shape());
+            for (float& v : p.grad.f32_span()) v = next();
+          }
+        };
+        parameter pa, pb;
+        fill(pa, 7);
+        fill(pb, 7);
+        parameter* as[] = {&pa};
+        parameter* bs[] = {&pb};
+        const auto count = std::size_t(pa.value.numel());
+        // The first step stores into a used buffer (add = false), the others add.
+        std::vector<float> da(count, 0.0f), db(count, 123.0f), before(count);
+        float* sums[] = {db.data()};
+        for (int step = 0; step < 3; ++step) {
+          std::copy(pa.value.f32(), pa.value.f32() + count, before.begin());
+          BOOST_REQUIRE(a->step(as, c.lr).ok());
+          for (std::size_t k = 0; k < count; ++k) da[k] += pa.value.f32()[k] - before[k];
+          BOOST_REQUIRE(b->step_summed(bs, c.lr, sums, /*add=*/step > 0).ok());
+        }
+        BOOST_CHECK_EQUAL(pb.version, 3u);
+        BOOST_CHECK_EQUAL(b->steps(), 3);
+        std::size_t weights_differ = 0, sums_differ = 0, nonzero = 0;
+        for (std::size_t k = 0; k < count; ++k) {
+          weights_differ += std::memcmp(&pa.value.f32()[k], &pb.value.f32()[k], sizeof(float)) != 0;
+          sums_differ += std::memcmp(&da[k], &db[k], sizeof(float)) != 0;
+          nonzero += db[k] != 0.0f;
+        }
+        BOOST_CHECK_EQUAL(weights_differ, 0u);
+        BOOST_CHECK_EQUAL(sums_differ, 0u);
+        BOOST_CHECK_GT(nonzero, sparse ? 20u : count / 2);  // the sums moved
+        auto sa = a->state(), sb = b->state();
+        BOOST_REQUIRE_EQUAL(sa.size(), sb.size());
+        for (std::size_t i = 0; i < sa.size(); ++i)
+          BOOST_CHECK(std::memcmp(sa[i]->value.f32(), sb[i]->value.f32(), sa[i]->value.byte_size()) == 0);
+        // One sum per parameter, none missing.
+        float* none[] = {nullptr};
+        BOOST_CHECK(b->step_summed(bs, c.lr, none, true).code() == errc::invalid_argument);
+        BOOST_CHECK(b->step_summed(bs, c.lr, {}, true).code() == errc::invalid_argument);
+      }
+    }
+  }
 }

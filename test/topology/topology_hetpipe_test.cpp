@@ -216,9 +216,10 @@ BOOST_AUTO_TEST_CASE(optimizer_step_is_shared_by_parameter_bytes) {
 
 BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) {
   // wave_copy_ms 2, wave_sum_ms 4 over 4 equal units, Nm = 2, two stages of
-  // 2 units: stage 0 holds 2 slots (the slot copy, the copy before the step,
-  // the sum: (2 + 2 + 4) / 2 = 4 ms), the last stage 1 slot ((2 + 4) / 2 =
-  // 3 ms); drained waves pay none.
+  // 2 units: each pays the slot copy and the sum, (2 + 4) / 2 = 3 ms; on a
+  // cuda device stage 0, which holds 2 slots, also copies its weights before
+  // the step ((2 + 2 + 4) / 2 = 4 ms; a cpu stage sums in the step's pass);
+  // drained waves pay none.
   auto db = uniform_db(4, {{"a", 1.0}}, 100);
   db.devices["a"].wave_copy_ms = 2.0;
   db.devices["a"].wave_sum_ms = 4.0;
@@ -228,9 +229,16 @@ BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) 
   auto vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
   BOOST_REQUIRE(vw.has_value());
   BOOST_TEST(vw->stages[0].last_unit == 1u);
-  BOOST_TEST(vw->stages[0].compute_ms == 6.0 + 4.0);
-  BOOST_TEST(vw->stages[0].bwd_ms == 4.0 + 4.0);
+  BOOST_TEST(vw->stages[0].compute_ms == 6.0 + 3.0);
+  BOOST_TEST(vw->stages[0].bwd_ms == 4.0 + 3.0);
   BOOST_TEST(vw->stages[1].compute_ms == 6.0 + 3.0);
+  plan_device g0 = dev(0, 0, "a"), g1 = dev(0, 1, "a");
+  g0.cuda = g1.cuda = true;
+  auto on_cuda = partition_virtual_worker({g0, g1}, db, 2);
+  BOOST_REQUIRE(on_cuda.has_value());
+  BOOST_TEST(on_cuda->stages[0].last_unit == 1u);
+  BOOST_TEST(on_cuda->stages[0].compute_ms == 6.0 + 4.0);
+  BOOST_TEST(on_cuda->stages[1].compute_ms == 6.0 + 3.0);
   auto drained = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2, /*overlap_waves=*/false);
   BOOST_REQUIRE(drained.has_value());
   BOOST_TEST(drained->stages[0].compute_ms == 6.0);
