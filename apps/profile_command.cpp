@@ -63,8 +63,8 @@ void print_kinds(const topology::profile_db& db) {
       f += it->second.fwd_ms;
       b += it->second.bwd_ms;
     }
-    std::printf("  %-24s fwd %9.3f ms  bwd %9.3f ms  optimizer step %8.3f ms  weights copy %.3f / sum %.3f ms  memory %s\n",
-                kind.c_str(), f, b, d.update_ms, d.wave_copy_ms, d.wave_sum_ms,
+    std::printf("  %-24s fwd %9.3f ms  bwd %9.3f ms  optimizer step %8.3f ms  weights copy %.3f / sum %.3f / add %.3f ms  memory %s\n",
+                kind.c_str(), f, b, d.update_ms, d.wave_copy_ms, d.wave_sum_ms, d.wave_add_ms,
                 d.memory_bytes ? (std::to_string(d.memory_bytes) + " B").c_str() : "(the topology's)");
   }
 }
@@ -118,15 +118,17 @@ topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
       cost.bwd_ms = median_of(b);
     }
   for (auto& [kind, d] : out.devices) {
-    std::vector<double> u, wc, ws;
+    std::vector<double> u, wc, ws, wa;
     for (const auto& r : runs) {
       u.push_back(r.devices.at(kind).update_ms);
       wc.push_back(r.devices.at(kind).wave_copy_ms);
       ws.push_back(r.devices.at(kind).wave_sum_ms);
+      wa.push_back(r.devices.at(kind).wave_add_ms);
     }
     d.update_ms = median_of(u);
     d.wave_copy_ms = median_of(wc);
     d.wave_sum_ms = median_of(ws);
+    d.wave_add_ms = median_of(wa);
   }
   // dp's host ring and co-located step: over the runs that measured them
   // (0 = not measured).

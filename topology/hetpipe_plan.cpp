@@ -54,13 +54,23 @@ double wave_ms(const std::vector<plan_device>& devs, std::size_t j, std::size_t 
   return db.wave_ms(devs[j].kind, first, last, k > 1 && devs[j].cuda);
 }
 
+// A stage's passes over its weights once per wave (its rebase and push; with
+// the shard of its weights on its node, the shard's add and answer too), per
+// minibatch: on its device's cores (hetflow run gives a local node the CPUs
+// of its cpu devices, so its shard and push thread share them).
+double sync_share_ms(const std::vector<plan_device>& devs, std::size_t j, std::size_t first, std::size_t last,
+                     const profile_db& db, int nm, bool shard_here) {
+  if (devs[j].cuda) return 0.0;  // a cuda stage's are not profiled (they run on its device and its host's other cores)
+  return db.wave_sync_ms(devs[j].kind, first, last, shard_here) / double(std::max(1, nm));
+}
+
 // Stage j of S on devs[j] holding units [first, last].
 stage_eval eval_stage(const std::vector<plan_device>& devs, std::size_t j, std::size_t first, std::size_t last,
-                      const profile_db& db, int nm, bool overlap) {
+                      const profile_db& db, int nm, bool overlap, bool shard_here) {
   stage_eval e;
   const std::size_t S = devs.size();
   e.compute = db.compute_ms(devs[j].kind, first, last) + db.update_ms(devs[j].kind, first, last) +
-              wave_ms(devs, j, first, last, db, nm, overlap);
+              wave_ms(devs, j, first, last, db, nm, overlap) + sync_share_ms(devs, j, first, last, db, nm, shard_here);
   if (j + 1 < S) e.send += hop_ms(devs[j], devs[j + 1], db.units[last].output_bytes, db);
   if (j > 0) e.send += hop_ms(devs[j - 1], devs[j], db.units[first - 1].output_bytes, db);
   const uint64_t k = uint64_t(std::min<std::size_t>(std::size_t(nm), S - j));
@@ -77,7 +87,8 @@ struct order_result {
 };
 
 // Dynamic programming over boundaries for one device order.
-order_result best_boundaries(const std::vector<plan_device>& devs, const profile_db& db, int nm, bool overlap) {
+order_result best_boundaries(const std::vector<plan_device>& devs, const profile_db& db, int nm, bool overlap,
+                             bool shard_here) {
   const std::size_t S = devs.size(), n = db.units.size();
   order_result out;
   if (S == 0 || n < S) return out;
@@ -86,7 +97,7 @@ order_result best_boundaries(const std::vector<plan_device>& devs, const profile
   std::vector<std::vector<cell>> best(S, std::vector<cell>(n, {inf, inf}));
   std::vector<std::vector<std::size_t>> from(S, std::vector<std::size_t>(n, 0));
   for (std::size_t i = 0; i + S <= n; ++i) {
-    auto e = eval_stage(devs, 0, 0, i, db, nm, overlap);
+    auto e = eval_stage(devs, 0, 0, i, db, nm, overlap, shard_here);
     if (e.fits) best[0][i] = {e.stage_ms, e.stage_ms};
   }
   for (std::size_t j = 1; j < S; ++j) {
@@ -94,7 +105,7 @@ order_result best_boundaries(const std::vector<plan_device>& devs, const profile
       for (std::size_t f = j; f <= i; ++f) {                // stage j starts at f
         const cell& prev = best[j - 1][f - 1];
         if (prev.first == inf) continue;
-        auto e = eval_stage(devs, j, f, i, db, nm, overlap);
+        auto e = eval_stage(devs, j, f, i, db, nm, overlap, shard_here);
         if (!e.fits) continue;
         cell c{std::max(prev.first, e.stage_ms), prev.second + e.stage_ms};
         if (c < best[j][i]) {
@@ -118,12 +129,12 @@ order_result best_boundaries(const std::vector<plan_device>& devs, const profile
 }
 
 virtual_worker_plan build_vw(const std::vector<plan_device>& devs, const std::vector<std::size_t>& ends,
-                             const profile_db& db, int nm, bool overlap) {
+                             const profile_db& db, int nm, bool overlap, bool shard_here) {
   virtual_worker_plan vw;
   std::size_t first = 0;
   double transfers = 0;
   for (std::size_t j = 0; j < devs.size(); ++j) {
-    auto e = eval_stage(devs, j, first, ends[j], db, nm, overlap);
+    auto e = eval_stage(devs, j, first, ends[j], db, nm, overlap, shard_here);
     stage_plan s;
     s.device = devs[j];
     s.first_unit = first;
@@ -140,6 +151,7 @@ virtual_worker_plan build_vw(const std::vector<plan_device>& devs, const std::ve
     }
     s.bwd_ms += db.update_ms(devs[j].kind, first, ends[j]);  // the local update follows backward
     s.bwd_ms += wave_ms(devs, j, first, ends[j], db, nm, overlap);  // (the slot's copy is at its forward: same sum)
+    s.bwd_ms += sync_share_ms(devs, j, first, ends[j], db, nm, shard_here);  // (once a wave: spread over its minibatches)
     if (j + 1 < devs.size()) transfers += hop_ms(devs[j], devs[j + 1], db.units[ends[j]].output_bytes, db);
     vw.latency_ms += e.compute;
     vw.stages.push_back(std::move(s));
@@ -300,7 +312,8 @@ expected<std::vector<std::vector<plan_device>>> allocate_virtual_workers(const s
 }
 
 expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_device>& devices,
-                                                       const profile_db& db, int nm, bool overlap_waves) {
+                                                       const profile_db& db, int nm, bool overlap_waves,
+                                                       bool shards_local) {
   if (devices.empty()) return make_error(errc::invalid_argument, "a virtual worker needs at least one device");
   if (devices.size() > db.units.size())
     return make_error(errc::invalid_argument, "a virtual worker of " + std::to_string(devices.size()) +
@@ -320,7 +333,7 @@ expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_de
     std::map<std::pair<int, std::string>, std::size_t> used;
     std::vector<plan_device> devs;
     for (const auto& c : order) devs.push_back(pool[c][used[c]++]);
-    auto r = best_boundaries(devs, db, nm, overlap_waves);
+    auto r = best_boundaries(devs, db, nm, overlap_waves, shards_local);
     if (std::tie(r.max_stage, r.sum) < std::tie(best.max_stage, best.sum)) {
       best = std::move(r);
       best_devs = std::move(devs);
@@ -342,7 +355,7 @@ expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_de
                           " with one minibatch in flight; the devices have " +
                           (unlimited ? std::string("some unlimited") : format_gib(mem)) + ")");
   }
-  return build_vw(best_devs, best.ends, db, nm, overlap_waves);
+  return build_vw(best_devs, best.ends, db, nm, overlap_waves, shards_local);
 }
 
 std::vector<int> place_ps_shards(const std::vector<virtual_worker_plan>& vws, const profile_db& db,
@@ -456,7 +469,7 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
     p.nodes = node_names;
     bool ok = true;
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      auto vw = partition_virtual_worker(groups[g], db, nm, o.overlap_waves);
+      auto vw = partition_virtual_worker(groups[g], db, nm, o.overlap_waves, p.ps_local);
       if (!vw) {
         last_error = vw.error().with_context("virtual worker " + std::to_string(g));
         ok = false;

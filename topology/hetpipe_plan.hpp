@@ -9,6 +9,10 @@
 //
 //   compute_j  = sum over its units of fwd_ms + bwd_ms on d_j's kind, + its
 //                share of the kind's update_ms (the local optimizer step)
+//                + on a cpu device its passes over its weights once per
+//                wave / Nm (profile_db::wave_sync_ms: rebase and push, and
+//                with PS local its shard's add and pull answer, all on the
+//                stage's cores)
 //                + with overlapped waves its share of the bookkeeping per
 //                minibatch (profile_db::wave_ms: its weights copied into the
 //                minibatch's slot, on a cuda device with several slots also
@@ -140,9 +144,12 @@ struct virtual_worker_plan {
 // stage (dynamic programming) under each device's memory. errc::out_of_memory
 // saying what fits nowhere when no order fits; invalid_argument when there
 // are more devices than units. `overlap_waves`: the stages pay the
-// bookkeeping of overlapped waves (profile_db::wave_ms).
+// bookkeeping of overlapped waves (profile_db::wave_ms). Every cpu stage
+// pays its passes over its weights once per wave (profile_db::wave_sync_ms,
+// per minibatch), `shards_local`: with its PS shard's (ps_placement local).
 expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_device>& devices,
-                                                       const profile_db& db, int nm, bool overlap_waves = true);
+                                                       const profile_db& db, int nm, bool overlap_waves = true,
+                                                       bool shards_local = false);
 
 struct hetpipe_plan {
   allocation_policy policy = allocation_policy::ed;

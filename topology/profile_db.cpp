@@ -82,6 +82,16 @@ double profile_db::update_ms(std::string_view kind, std::size_t first, std::size
   return it->second.update_ms * double(params_bytes(first, last)) / double(all);
 }
 
+double profile_db::wave_sync_ms(std::string_view kind, std::size_t first, std::size_t last, bool shard_here) const {
+  auto it = devices.find(kind);
+  if (it == devices.end() || units.empty()) return 0.0;
+  const double copy = it->second.wave_copy_ms, add = it->second.wave_add_ms;
+  const double whole = 2 * copy + add + (shard_here ? copy + add : 0.0);
+  const uint64_t all = params_bytes(0, units.size() - 1);
+  if (whole <= 0 || all == 0) return 0.0;
+  return whole * double(params_bytes(first, last)) / double(all);
+}
+
 double profile_db::wave_ms(std::string_view kind, std::size_t first, std::size_t last, bool before_copy) const {
   auto it = devices.find(kind);
   if (it == devices.end() || units.empty()) return 0.0;
@@ -140,17 +150,19 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
     for (auto& [kind, d] : devs->items()) {
       if (!d.is_object()) return r.err("devices." + kind, "must be an object");
       for (auto& [k, v] : d.items())
-        if (k != "memory_bytes" && k != "update_ms" && k != "wave_copy_ms" && k != "wave_sum_ms")
+        if (k != "memory_bytes" && k != "update_ms" && k != "wave_copy_ms" && k != "wave_sum_ms" && k != "wave_add_ms")
           return r.err("devices." + kind + "." + k,
-                       "unknown key (expected memory_bytes, update_ms, wave_copy_ms, wave_sum_ms)");
+                       "unknown key (expected memory_bytes, update_ms, wave_copy_ms, wave_sum_ms, wave_add_ms)");
       HF_ASSIGN_OR_RETURN(uint64_t mem, r.bytes(d, "memory_bytes", "devices." + kind, false, 0));
       HF_ASSIGN_OR_RETURN(double upd, r.number(d, "update_ms", "devices." + kind, false, 0.0));
       HF_ASSIGN_OR_RETURN(double wc, r.number(d, "wave_copy_ms", "devices." + kind, false, 0.0));
       HF_ASSIGN_OR_RETURN(double ws, r.number(d, "wave_sum_ms", "devices." + kind, false, 0.0));
+      HF_ASSIGN_OR_RETURN(double wa, r.number(d, "wave_add_ms", "devices." + kind, false, 0.0));
       db.devices[kind].memory_bytes = mem;
       db.devices[kind].update_ms = upd;
       db.devices[kind].wave_copy_ms = wc;
       db.devices[kind].wave_sum_ms = ws;
+      db.devices[kind].wave_add_ms = wa;
     }
   }
   auto links = doc.find("links");
@@ -255,6 +267,7 @@ std::string to_json(const profile_db& db, int indent) {
     if (d.update_ms > 0) devs[k]["update_ms"] = d.update_ms;
     if (d.wave_copy_ms > 0) devs[k]["wave_copy_ms"] = d.wave_copy_ms;
     if (d.wave_sum_ms > 0) devs[k]["wave_sum_ms"] = d.wave_sum_ms;
+    if (d.wave_add_ms > 0) devs[k]["wave_add_ms"] = d.wave_add_ms;
   }
   doc["devices"] = devs;
   doc["links"] = json{{"intra_node_gbps", db.links.intra_node_gbps},

@@ -9,7 +9,8 @@
 //               "devices": {"titan-v": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}],
 //    "devices": {"titan-v": {"memory_bytes": 12884901888,
 //                            "update_ms": 0.5,                // optional
-//                            "wave_copy_ms": 0.1, "wave_sum_ms": 0.2}},  // optional
+//                            "wave_copy_ms": 0.1, "wave_sum_ms": 0.2,
+//                            "wave_add_ms": 0.15}},          // optional
 //    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56,
 //              "latency_us": 5,                          // optional
 //              "host_ring_gbps": 46, "host_ring_latency_us": 0,
@@ -22,7 +23,9 @@
 // HetPipe stage's per-minibatch bookkeeping with overlapped waves, over every
 // parameter: one copy of the weights, and what summing the step's changes
 // into the wave's update adds to the step - on a cpu in the step's own pass,
-// on a cuda device d += a - b after it; see wave_ms) 0;
+// on a cuda device d += a - b after it; see wave_ms) 0; wave_add_ms (one
+// pass d += a over every parameter: with wave_copy_ms what a cpu stage and
+// its local shard do per wave, see wave_sync_ms) 0;
 // links.intra_node_gbps 100, inter_node_gbps 10,
 // latency_us 5 (per transfer). Times are per minibatch of `batch` samples;
 // activation_bytes is what one minibatch keeps from forward to backward.
@@ -56,7 +59,8 @@ struct profile_device {
   uint64_t memory_bytes = 0;  // 0 = not given (the topology's device memory must say)
   double update_ms = 0.0;     // optimizer step over all the model's parameters (0 = not given)
   double wave_copy_ms = 0.0;  // one copy of all the model's parameters (0 = not given)
-  double wave_sum_ms = 0.0;   // d += a - b over all the model's parameters (0 = not given)
+  double wave_sum_ms = 0.0;   // summing a step into a wave's update, over all the model's parameters (0 = not given)
+  double wave_add_ms = 0.0;   // d += a over all the model's parameters (0 = not given)
 };
 
 struct link_profile {
@@ -105,6 +109,15 @@ struct profile_db {
   // several slots), and the step summed into the wave's update (hp_core.cpp's
   // forward_in_slot and local_update).
   double wave_ms(std::string_view kind, std::size_t first, std::size_t last, bool before_copy) const;
+  // A HetPipe stage's passes over its weights once per wave on the host,
+  // its share of units [first, last] on `kind` (by parameter bytes), from
+  // wave_copy_ms and wave_add_ms: the stage's rebase on the pulled weights
+  // (a copy and its own unpushed wave added) and its push's copy of the
+  // wave's update into the message; with `shard_here` (the shard of its
+  // weights on its node, sharing its cores) also the shard's add of that
+  // update and its copy of the weights into the pull's answer (hp_stage.cpp,
+  // hp_ps.cpp). 0 where the profile times neither (cuda kinds).
+  double wave_sync_ms(std::string_view kind, std::size_t first, std::size_t last, bool shard_here) const;
   // The same profile at another batch size: times and activation/output
   // bytes scale linearly (an approximation: small batches use devices worse).
   profile_db at_batch(int64_t batch) const;

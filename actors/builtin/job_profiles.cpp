@@ -12,6 +12,7 @@
 
 #include "actors/hetpipe/hp_core.hpp"
 #include "actors/ring/host_ring_probe.hpp"
+#include "kernels/cpu/elementwise.hpp"
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/profile.hpp"
@@ -167,12 +168,13 @@ expected<update_times> time_update(const topology::cluster& c, kernels::model& m
   return out;
 }
 
-double time_weights_copy(kernels::model& m) {
-  if (m.where().kind != kernels::device_kind::cpu) return 0.0;
+weight_passes time_weight_passes(kernels::model& m) {
+  weight_passes out;
+  if (m.where().kind != kernels::device_kind::cpu) return out;
   auto all = m.parameters();
-  // A slot's copy of the weights, for at most 64 MiB of them (another copy
-  // of a VGG-16 would be 0.5 GiB), the time then scaled to all of them (the
-  // pass is linear in bytes).
+  // For at most 64 MiB of weights (more copies of a VGG-16 would be 0.5
+  // GiB each), the times then scaled to all of them (the passes are linear
+  // in bytes).
   constexpr int64_t budget = int64_t{64} << 20;
   int64_t all_bytes = 0, timed_bytes = 0;
   std::vector<kernels::parameter*> params;
@@ -184,22 +186,36 @@ double time_weights_copy(kernels::model& m) {
       timed_bytes += b;
     }
   }
-  if (timed_bytes == 0) return 0.0;
-  std::vector<std::vector<float>> slot;
-  for (auto* p : params) slot.emplace_back(std::size_t(p->value.numel()));
-  std::vector<double> copies;
+  if (timed_bytes == 0) return out;
+  std::vector<std::vector<float>> slot, sum;
+  for (auto* p : params) {
+    slot.emplace_back(std::size_t(p->value.numel()));
+    sum.emplace_back(std::size_t(p->value.numel()), 0.0f);
+  }
+  std::vector<double> copies, adds;
   cache_evictor evict;
+  using clk = std::chrono::steady_clock;
+  auto ms_since = [](clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); };
   m.context().run([&] {
     for (int i = 0; i < 7; ++i) {
       evict();
-      auto t0 = std::chrono::steady_clock::now();
+      auto t0 = clk::now();
       for (std::size_t k = 0; k < params.size(); ++k)
         hetpipe::copy_floats(slot[k].data(), params[k]->value.f32(), params[k]->value.numel());
-      copies.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      copies.push_back(ms_since(t0));
+      evict();
+      t0 = clk::now();
+      for (std::size_t k = 0; k < params.size(); ++k)
+        kernels::cpu::add(sum[k].data(), params[k]->value.f32(), sum[k].data(), params[k]->value.numel());
+      adds.push_back(ms_since(t0));
     }
   });
   std::sort(copies.begin(), copies.end());
-  return copies[copies.size() / 2] * double(all_bytes) / double(timed_bytes);
+  std::sort(adds.begin(), adds.end());
+  const double scale = double(all_bytes) / double(timed_bytes);
+  out.copy_ms = copies[copies.size() / 2] * scale;
+  out.add_ms = adds[adds.size() / 2] * scale;
+  return out;
 }
 
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
@@ -366,7 +382,9 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       HF_ASSIGN_OR_RETURN(const update_times ut, time_update(c, m));
       db.devices[d.profile].update_ms = ut.step_ms;
       db.devices[d.profile].wave_sum_ms = ut.sum_ms;
-      db.devices[d.profile].wave_copy_ms = time_weights_copy(m);
+      const weight_passes wp = time_weight_passes(m);
+      db.devices[d.profile].wave_copy_ms = wp.copy_ms;
+      db.devices[d.profile].wave_add_ms = wp.add_ms;
     }
   if (db.units.empty())
     return make_error(errc::invalid_argument,

@@ -38,10 +38,16 @@ struct update_times {
 };
 expected<update_times> time_update(const topology::cluster& c, kernels::model& m);
 
-// Median ms of one copy of every weight of a cpu model `m` (hp_core.hpp's
-// copy_floats into a minibatch's slot, in m's cpu context); 0 on a cuda
-// model (its stage copies on the device: not timed).
-double time_weights_copy(kernels::model& m);
+// Medians in ms of one pass over every weight of a cpu model `m`, in m's
+// cpu context: a copy (hp_core.hpp's copy_floats: into a minibatch's slot,
+// the pulled weights into the local ones, an update or weights into a
+// message) and d += a (kernels::cpu::add: a rebase adding the stage's own
+// wave, the shard adding a pushed one). {0, 0} on a cuda model (its stage
+// works on the device: not timed).
+struct weight_passes {
+  double copy_ms = 0, add_ms = 0;
+};
+weight_passes time_weight_passes(kernels::model& m);
 
 // How much longer a training step of `members` dp replicas on one host
 // takes, until the slowest of them is done, when they start each step

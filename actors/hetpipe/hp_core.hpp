@@ -89,7 +89,7 @@ namespace hetflow::hetpipe {
 
 // A cpu stage's copy of its weights (split over the calling cpu context's
 // threads): into a minibatch's slot at its forward, per minibatch. The
-// profiler times the same pass (job_profiles.cpp, time_weights_copy); the
+// profiler times the same pass (job_profiles.cpp, time_weight_passes); the
 // step summed into the wave's update is the optimizer's step_summed.
 void copy_floats(float* dst, const float* src, int64_t n);
 

@@ -127,9 +127,10 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
       double ms = 0;
       for (const auto& u : db.units)
         if (auto it = u.devices.find(kind); it != u.devices.end()) ms += it->second.fwd_ms + it->second.bwd_ms;
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s%s %.3f ms (+ step %.3f, waves' copies %.3f / sum %.3f)", kinds.empty() ? "" : "; ",
-                    kind.c_str(), ms, d.update_ms, d.wave_copy_ms, d.wave_sum_ms);
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "%s%s %.3f ms (+ step %.3f, waves' copies %.3f / sum %.3f / add %.3f)",
+                    kinds.empty() ? "" : "; ", kind.c_str(), ms, d.update_ms, d.wave_copy_ms, d.wave_sum_ms,
+                    d.wave_add_ms);
       kinds += buf;
     }
     log_info("hetpipe: profiles (" + db.source + ", " +

@@ -219,7 +219,9 @@ BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) 
   // 2 units: each pays the slot copy and the sum, (2 + 4) / 2 = 3 ms; on a
   // cuda device stage 0, which holds 2 slots, also copies its weights before
   // the step ((2 + 2 + 4) / 2 = 4 ms; a cpu stage sums in the step's pass);
-  // drained waves pay none.
+  // drained waves pay none. Every cpu stage also pays its once-a-wave passes
+  // (rebase and push: 2 copies, no add timed here: 2 * 2 / 2 units' share =
+  // 2 ms a wave, 1 ms a minibatch at Nm = 2; per_wave_passes_... below).
   auto db = uniform_db(4, {{"a", 1.0}}, 100);
   db.devices["a"].wave_copy_ms = 2.0;
   db.devices["a"].wave_sum_ms = 4.0;
@@ -229,9 +231,9 @@ BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) 
   auto vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
   BOOST_REQUIRE(vw.has_value());
   BOOST_TEST(vw->stages[0].last_unit == 1u);
-  BOOST_TEST(vw->stages[0].compute_ms == 6.0 + 3.0);
-  BOOST_TEST(vw->stages[0].bwd_ms == 4.0 + 3.0);
-  BOOST_TEST(vw->stages[1].compute_ms == 6.0 + 3.0);
+  BOOST_TEST(vw->stages[0].compute_ms == 6.0 + 3.0 + 1.0);
+  BOOST_TEST(vw->stages[0].bwd_ms == 4.0 + 3.0 + 1.0);
+  BOOST_TEST(vw->stages[1].compute_ms == 6.0 + 3.0 + 1.0);
   plan_device g0 = dev(0, 0, "a"), g1 = dev(0, 1, "a");
   g0.cuda = g1.cuda = true;
   auto on_cuda = partition_virtual_worker({g0, g1}, db, 2);
@@ -241,8 +243,8 @@ BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) 
   BOOST_TEST(on_cuda->stages[1].compute_ms == 6.0 + 3.0);
   auto drained = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2, /*overlap_waves=*/false);
   BOOST_REQUIRE(drained.has_value());
-  BOOST_TEST(drained->stages[0].compute_ms == 6.0);
-  BOOST_TEST(drained->stages[1].compute_ms == 6.0);
+  BOOST_TEST(drained->stages[0].compute_ms == 6.0 + 1.0);
+  BOOST_TEST(drained->stages[1].compute_ms == 6.0 + 1.0);
   // From a file, and back.
   auto parsed = parse_profile_db(R"({"batch": 8, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
       "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "devices": {"x": {"wave_copy_ms": 0.25, "wave_sum_ms": 0.5}}})",
@@ -255,6 +257,56 @@ BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) 
   BOOST_TEST(again->devices.at("x").wave_sum_ms == 0.5);
   // hetflow run overlaps unless the job drains.
   BOOST_TEST(hetpipe_options{}.overlap_waves);
+}
+
+BOOST_AUTO_TEST_CASE(per_wave_passes_on_cpu_stages) {
+  // wave_copy_ms 2, wave_add_ms 3 over 4 equal units: a stage's rebase and
+  // push (2 copies + 1 add = 7 ms for the whole model) and, with the shard
+  // of its weights on its node, the shard's add and answer (+ 3 + 2 = 12
+  // ms), by parameter bytes, once a wave: per minibatch / Nm.
+  auto db = uniform_db(4, {{"a", 1.0}}, 100);
+  db.devices["a"].wave_copy_ms = 2.0;
+  db.devices["a"].wave_add_ms = 3.0;
+  BOOST_TEST(db.wave_sync_ms("a", 0, 3, false) == 7.0);
+  BOOST_TEST(db.wave_sync_ms("a", 0, 3, true) == 12.0);
+  BOOST_TEST(db.wave_sync_ms("a", 2, 3, true) == 6.0);
+  BOOST_TEST(db.wave_sync_ms("b", 0, 3, true) == 0.0);  // no such kind
+  auto spread = partition_virtual_worker({dev(0, 0, "a"), dev(1, 0, "a")}, db, 2, /*overlap_waves=*/false);
+  auto local = partition_virtual_worker({dev(0, 0, "a"), dev(1, 0, "a")}, db, 2, false, /*shards_local=*/true);
+  BOOST_REQUIRE(spread.has_value());
+  BOOST_REQUIRE(local.has_value());
+  BOOST_TEST(spread->stages[0].compute_ms == 6.0 + 3.5 / 2);
+  BOOST_TEST(local->stages[0].compute_ms == 6.0 + 6.0 / 2);
+  BOOST_TEST(local->stages[1].bwd_ms == 4.0 + 6.0 / 2);
+  // Nm spreads a wave's passes over more minibatches.
+  auto local4 = partition_virtual_worker({dev(0, 0, "a"), dev(1, 0, "a")}, db, 4, false, true);
+  BOOST_REQUIRE(local4.has_value());
+  BOOST_TEST(local4->stages[1].compute_ms == 6.0 + 6.0 / 4);
+  // cuda stages: not profiled, not priced.
+  plan_device g0 = dev(0, 0, "a"), g1 = dev(1, 0, "a");
+  g0.cuda = g1.cuda = true;
+  auto on_cuda = partition_virtual_worker({g0, g1}, db, 2, false, true);
+  BOOST_REQUIRE(on_cuda.has_value());
+  BOOST_TEST(on_cuda->stages[0].compute_ms == 6.0);
+  // The planner: one VW, PS "auto" = local, so its stages pay their shards' passes.
+  hetpipe_options o;
+  o.nm = 2;
+  o.virtual_workers = 1;
+  o.ps_auto = true;
+  o.overlap_waves = false;
+  auto plan = plan_hetpipe({dev(0, 0, "a"), dev(1, 0, "a")}, {"n0", "n1"}, db, o);
+  BOOST_REQUIRE(plan.has_value());
+  BOOST_TEST(plan->ps_local);
+  BOOST_TEST(plan->virtual_workers[0].stages[0].compute_ms == 6.0 + 6.0 / 2);
+  // From a file, and back.
+  auto parsed = parse_profile_db(R"({"batch": 8, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "devices": {"x": {"wave_copy_ms": 0.25, "wave_add_ms": 0.5}}})",
+                                 "s.json");
+  BOOST_REQUIRE(parsed.has_value());
+  BOOST_TEST(parsed->wave_sync_ms("x", 0, 0, true) == 3 * 0.25 + 2 * 0.5);
+  auto again = parse_profile_db(to_json(*parsed), "again.json");
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->devices.at("x").wave_add_ms == 0.5);
 }
 
 BOOST_AUTO_TEST_CASE(fast_device_gets_more_units) {
