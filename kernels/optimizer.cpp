@@ -11,63 +11,47 @@
 namespace hetflow::kernels {
 namespace {
 
+// Where a step's change to each weight goes: nowhere (a plain step), added
+// to d (d += after - before) or stored there (d = after - before): HetPipe's
+// overlapped waves sum their steps in the step's own pass, with no copy of
+// the weights before it.
+enum class change_sink { none, add, store };
+template <change_sink S> using sink_tag = std::integral_constant<change_sink, S>;
+
+template <change_sink S> inline void put_change(float* __restrict d, int64_t j, float after, float before) {
+  if constexpr (S == change_sink::add) d[j] += after - before;
+  else if constexpr (S == change_sink::store) d[j] = after - before;
+}
+
 // The update loops: separate arrays (restrict) and no branches inside, so
 // they vectorise (a fused select on `nesterov` kept GCC from it: 3x slower).
-void sgd_plain(float* __restrict w, const float* __restrict g, int64_t n, float lr, float wd) {
-  for (int64_t j = 0; j < n; ++j) w[j] -= lr * (g[j] + wd * w[j]);
-}
-
-void sgd_momentum(float* __restrict w, const float* __restrict g, float* __restrict buf, int64_t n, float lr,
-                  float mu, float wd) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float v = mu * buf[j] + (g[j] + wd * w[j]);
-    buf[j] = v;
-    w[j] -= lr * v;
-  }
-}
-
-void sgd_nesterov(float* __restrict w, const float* __restrict g, float* __restrict buf, int64_t n, float lr,
-                  float mu, float wd) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float d = g[j] + wd * w[j];
-    const float v = mu * buf[j] + d;
-    buf[j] = v;
-    w[j] -= lr * (d + mu * v);
-  }
-}
-
-// The same updates, each weight's change added to d (d += after - before)
-// or, without Add, stored there (d = after - before), in the step's pass: no
-// copy of the weights before it.
-template <bool Add>
-void sgd_plain_sum(float* __restrict w, const float* __restrict g, float* __restrict d, int64_t n, float lr,
-                   float wd) {
+// d: the change's sink (unused with change_sink::none).
+template <change_sink S>
+void sgd_plain(float* __restrict w, const float* __restrict g, float* __restrict d, int64_t n, float lr, float wd) {
   for (int64_t j = 0; j < n; ++j) {
     const float o = w[j];
     const float x = o - lr * (g[j] + wd * o);
     w[j] = x;
-    if constexpr (Add) d[j] += x - o;
-    else d[j] = x - o;
+    put_change<S>(d, j, x, o);
   }
 }
 
-template <bool Add>
-void sgd_momentum_sum(float* __restrict w, const float* __restrict g, float* __restrict buf,
-                      float* __restrict d, int64_t n, float lr, float mu, float wd) {
+template <change_sink S>
+void sgd_momentum(float* __restrict w, const float* __restrict g, float* __restrict buf, float* __restrict d,
+                  int64_t n, float lr, float mu, float wd) {
   for (int64_t j = 0; j < n; ++j) {
     const float o = w[j];
     const float v = mu * buf[j] + (g[j] + wd * o);
     buf[j] = v;
     const float x = o - lr * v;
     w[j] = x;
-    if constexpr (Add) d[j] += x - o;
-    else d[j] = x - o;
+    put_change<S>(d, j, x, o);
   }
 }
 
-template <bool Add>
-void sgd_nesterov_sum(float* __restrict w, const float* __restrict g, float* __restrict buf,
-                      float* __restrict d, int64_t n, float lr, float mu, float wd) {
+template <change_sink S>
+void sgd_nesterov(float* __restrict w, const float* __restrict g, float* __restrict buf, float* __restrict d,
+                  int64_t n, float lr, float mu, float wd) {
   for (int64_t j = 0; j < n; ++j) {
     const float o = w[j];
     const float e = g[j] + wd * o;
@@ -75,15 +59,14 @@ void sgd_nesterov_sum(float* __restrict w, const float* __restrict g, float* __r
     buf[j] = v;
     const float x = o - lr * (e + mu * v);
     w[j] = x;
-    if constexpr (Add) d[j] += x - o;
-    else d[j] = x - o;
+    put_change<S>(d, j, x, o);
   }
 }
 
-template <bool Add>
-void adam_update_sum(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-                     float* __restrict d, int64_t n, float step_size, float b1, float b2, float eps, float wd,
-                     float inv_sqrt_bc2) {
+template <change_sink S>
+void adam_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+                 float* __restrict d, int64_t n, float step_size, float b1, float b2, float eps, float wd,
+                 float inv_sqrt_bc2) {
   for (int64_t j = 0; j < n; ++j) {
     const float o = w[j];
     const float gj = g[j] + wd * o;
@@ -93,20 +76,7 @@ void adam_update_sum(float* __restrict w, const float* __restrict g, float* __re
     v[j] = vj;
     const float x = o - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
     w[j] = x;
-    if constexpr (Add) d[j] += x - o;
-    else d[j] = x - o;
-  }
-}
-
-void adam_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-                 int64_t n, float step_size, float b1, float b2, float eps, float wd, float inv_sqrt_bc2) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float gj = g[j] + wd * w[j];
-    const float mj = b1 * m[j] + (1.0f - b1) * gj;
-    const float vj = b2 * v[j] + (1.0f - b2) * gj * gj;
-    m[j] = mj;
-    v[j] = vj;
-    w[j] -= step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + eps);
+    put_change<S>(d, j, x, o);
   }
 }
 
@@ -174,22 +144,24 @@ template <class Update> void for_each_segment(parameter& p, slot& s, Update&& up
                       });
 }
 
-// Runs `update` on parameter p (for_each_segment) and, when `sum` is set,
-// adds each weight's change to it (add) or stores it there:
-// `fused(add_tag, w, g, a, b, d, n)` does both in one pass over a dense
-// parameter; a sparse one is copied before its rows' update and
+// Runs `update(tag, w, g, a, b, d, n)` over parameter p: a plain step
+// (change_sink::none) without `sum`; with it, the change of each weight
+// added to `sum` (add) or stored there, in the same pass over a dense
+// parameter; a sparse one is copied before its rows' plain update and
 // differenced after it.
-template <class Update, class Fused>
-void update_summed(parameter& p, slot& s, float* sum, bool add, Update&& update, Fused&& fused) {
+template <class Update> void update_summed(parameter& p, slot& s, float* sum, bool add, Update&& update) {
+  auto plain = [&](float* w, const float* g, float* a, float* b, int64_t n) {
+    update(sink_tag<change_sink::none>{}, w, g, a, b, nullptr, n);
+  };
   if (!sum) {
-    for_each_segment(p, s, update);
+    for_each_segment(p, s, plain);
     return;
   }
   const int64_t n = p.value.numel();
   float* w = p.value.f32();
   if (p.sparse) {
     std::vector<float> before(w, w + n);
-    for_each_segment(p, s, update);
+    for_each_segment(p, s, plain);
     cpu::parallel_elements(n, [&](int64_t lo, int64_t hi) {
       if (add)
         for (int64_t k = lo; k < hi; ++k) sum[k] += w[k] - before[std::size_t(k)];
@@ -202,8 +174,8 @@ void update_summed(parameter& p, slot& s, float* sum, bool add, Update&& update,
   float* a = s.a.value.f32();
   float* b = s.b.value.empty() ? nullptr : s.b.value.f32();
   cpu::parallel_elements(n, [&](int64_t lo, int64_t hi) {
-    if (add) fused(std::true_type{}, w + lo, g + lo, a + lo, b ? b + lo : nullptr, sum + lo, hi - lo);
-    else fused(std::false_type{}, w + lo, g + lo, a + lo, b ? b + lo : nullptr, sum + lo, hi - lo);
+    if (add) update(sink_tag<change_sink::add>{}, w + lo, g + lo, a + lo, b ? b + lo : nullptr, sum + lo, hi - lo);
+    else update(sink_tag<change_sink::store>{}, w + lo, g + lo, a + lo, b ? b + lo : nullptr, sum + lo, hi - lo);
   });
 }
 
@@ -216,16 +188,25 @@ status check_sums(std::span<parameter* const> params, std::span<float* const> su
   return {};
 }
 
-class sgd final : public optimizer {
+// The cpu optimizers: step() and step_summed() are one update rule's run().
+class cpu_optimizer : public optimizer {
+public:
+  status step(std::span<parameter* const> params, double lr) final { return run(params, lr, {}, true); }
+  status step_summed(std::span<parameter* const> params, double lr, std::span<float* const> sums,
+                     bool add) final {
+    HF_RETURN_IF_ERROR(check_sums(params, sums, what()));
+    return run(params, lr, sums, add);
+  }
+
+protected:
+  // sums empty: a plain step.
+  virtual status run(std::span<parameter* const> params, double lr, std::span<float* const> sums, bool add) = 0;
+  virtual const char* what() const noexcept = 0;
+};
+
+class sgd final : public cpu_optimizer {
 public:
   explicit sgd(const optimizer_config& c) : c_(c) {}
-
-  status step(std::span<parameter* const> params, double lr_d) override { return run(params, lr_d, {}, true); }
-  status step_summed(std::span<parameter* const> params, double lr_d, std::span<float* const> sums,
-                     bool add) override {
-    HF_RETURN_IF_ERROR(check_sums(params, sums, "sgd"));
-    return run(params, lr_d, sums, add);
-  }
 
   std::vector<state_tensor*> state() override {
     std::vector<state_tensor*> out;
@@ -235,7 +216,8 @@ public:
   }
 
 private:
-  status run(std::span<parameter* const> params, double lr_d, std::span<float* const> sums, bool add) {
+  const char* what() const noexcept override { return "sgd"; }
+  status run(std::span<parameter* const> params, double lr_d, std::span<float* const> sums, bool add) override {
     HF_RETURN_IF_ERROR(check_params(params, slots_, false, "sgd"));
     const float lr = float(lr_d), mu = float(c_.momentum), wd = float(c_.weight_decay);
     const bool nesterov = c_.nesterov;
@@ -243,19 +225,13 @@ private:
       parameter& p = *params[i];
       // Buffers start at zero, so mu*buf + d is PyTorch's "buf = d" on the
       // first step, and lazily so for sparse rows first touched later.
-      update_summed(
-          p, slots_[i], sums.empty() ? nullptr : sums[i], add,
-          [=](float* w, const float* g, float* buf, float*, int64_t n) {
-            if (mu == 0.0f) sgd_plain(w, g, n, lr, wd);
-            else if (nesterov) sgd_nesterov(w, g, buf, n, lr, mu, wd);
-            else sgd_momentum(w, g, buf, n, lr, mu, wd);
-          },
-          [=](auto add_tag, float* w, const float* g, float* buf, float*, float* d, int64_t n) {
-            constexpr bool A = decltype(add_tag)::value;
-            if (mu == 0.0f) sgd_plain_sum<A>(w, g, d, n, lr, wd);
-            else if (nesterov) sgd_nesterov_sum<A>(w, g, buf, d, n, lr, mu, wd);
-            else sgd_momentum_sum<A>(w, g, buf, d, n, lr, mu, wd);
-          });
+      update_summed(p, slots_[i], sums.empty() ? nullptr : sums[i], add,
+                    [=](auto tag, float* w, const float* g, float* buf, float*, float* d, int64_t n) {
+                      constexpr change_sink S = decltype(tag)::value;
+                      if (mu == 0.0f) sgd_plain<S>(w, g, d, n, lr, wd);
+                      else if (nesterov) sgd_nesterov<S>(w, g, buf, d, n, lr, mu, wd);
+                      else sgd_momentum<S>(w, g, buf, d, n, lr, mu, wd);
+                    });
       ++p.version;
     }
     ++steps_;
@@ -266,16 +242,9 @@ private:
   std::vector<slot> slots_;
 };
 
-class adam final : public optimizer {
+class adam final : public cpu_optimizer {
 public:
   explicit adam(const optimizer_config& c) : c_(c) {}
-
-  status step(std::span<parameter* const> params, double lr_d) override { return run(params, lr_d, {}, true); }
-  status step_summed(std::span<parameter* const> params, double lr_d, std::span<float* const> sums,
-                     bool add) override {
-    HF_RETURN_IF_ERROR(check_sums(params, sums, "adam"));
-    return run(params, lr_d, sums, add);
-  }
 
   std::vector<state_tensor*> state() override {
     std::vector<state_tensor*> out;
@@ -287,7 +256,8 @@ public:
   }
 
 private:
-  status run(std::span<parameter* const> params, double lr_d, std::span<float* const> sums, bool add) {
+  const char* what() const noexcept override { return "adam"; }
+  status run(std::span<parameter* const> params, double lr_d, std::span<float* const> sums, bool add) override {
     HF_RETURN_IF_ERROR(check_params(params, slots_, true, "adam"));
     const int64_t t = steps_ + 1;
     const float b1 = float(c_.beta1), b2 = float(c_.beta2), eps = float(c_.eps), wd = float(c_.weight_decay);
@@ -297,14 +267,10 @@ private:
     const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
     for (std::size_t i = 0; i < params.size(); ++i) {
       parameter& p = *params[i];
-      update_summed(
-          p, slots_[i], sums.empty() ? nullptr : sums[i], add,
-          [=](float* w, const float* g, float* m, float* v, int64_t n) {
-            adam_update(w, g, m, v, n, step_size, b1, b2, eps, wd, inv_sqrt_bc2);
-          },
-          [=](auto add_tag, float* w, const float* g, float* m, float* v, float* d, int64_t n) {
-            adam_update_sum<decltype(add_tag)::value>(w, g, m, v, d, n, step_size, b1, b2, eps, wd, inv_sqrt_bc2);
-          });
+      update_summed(p, slots_[i], sums.empty() ? nullptr : sums[i], add,
+                    [=](auto tag, float* w, const float* g, float* m, float* v, float* d, int64_t n) {
+                      adam_update<decltype(tag)::value>(w, g, m, v, d, n, step_size, b1, b2, eps, wd, inv_sqrt_bc2);
+                    });
       ++p.version;
     }
     ++steps_;
