@@ -49,9 +49,12 @@ double wave_ms(const std::vector<plan_device>& devs, std::size_t j, std::size_t 
                const profile_db& db, int nm, bool overlap) {
   if (!overlap) return 0.0;
   const std::size_t k = std::min<std::size_t>(std::size_t(nm), devs.size() - j);  // its slots
-  // A cpu stage sums its step's changes in the step's pass; a cuda stage
-  // with several slots copies its weights before the step first.
-  return db.wave_ms(devs[j].kind, first, last, k > 1 && devs[j].cuda);
+  // Its weights copied into each minibatch's slot, but on a cpu stage with
+  // one slot (the slot holds the local weights); a cpu stage sums its step's
+  // changes in the step's pass, a cuda stage with several slots copies its
+  // weights before the step first.
+  const int copies = devs[j].cuda ? (k > 1 ? 2 : 1) : (k > 1 ? 1 : 0);
+  return db.wave_ms(devs[j].kind, first, last, copies);
 }
 
 // A stage's passes over its weights once per wave (its rebase and push; with

@@ -15,9 +15,10 @@
 //                stage's cores)
 //                + with overlapped waves its share of the bookkeeping per
 //                minibatch (profile_db::wave_ms: its weights copied into the
-//                minibatch's slot, on a cuda device with several slots also
-//                the weights before the step, and the step summed into the
-//                wave's update)
+//                minibatch's slot - not on a cpu device with one slot, which
+//                holds the local weights -, on a cuda device with several
+//                slots also the weights before the step, and the step
+//                summed into the wave's update)
 //   t(b)       = transfer of the boundary unit's output_bytes over the link
 //                between d_j and d_j+1 (intra_node_gbps on one node,
 //                inter_node_gbps between nodes, + latency_us)

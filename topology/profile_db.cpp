@@ -92,10 +92,10 @@ double profile_db::wave_sync_ms(std::string_view kind, std::size_t first, std::s
   return whole * double(params_bytes(first, last)) / double(all);
 }
 
-double profile_db::wave_ms(std::string_view kind, std::size_t first, std::size_t last, bool before_copy) const {
+double profile_db::wave_ms(std::string_view kind, std::size_t first, std::size_t last, int copies) const {
   auto it = devices.find(kind);
   if (it == devices.end() || units.empty()) return 0.0;
-  const double whole = it->second.wave_copy_ms * (before_copy ? 2 : 1) + it->second.wave_sum_ms;
+  const double whole = it->second.wave_copy_ms * copies + it->second.wave_sum_ms;
   const uint64_t all = params_bytes(0, units.size() - 1);
   if (whole <= 0 || all == 0) return 0.0;
   return whole * double(params_bytes(first, last)) / double(all);

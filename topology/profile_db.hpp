@@ -103,12 +103,12 @@ struct profile_db {
   // The optimizer step's share of units [first, last] on `kind` (by parameter bytes).
   double update_ms(std::string_view kind, std::size_t first, std::size_t last) const;
   // A HetPipe stage's bookkeeping per minibatch with overlapped waves, its
-  // share of units [first, last] on `kind` (by parameter bytes): the copy of
-  // its weights into the minibatch's slot, the copy of the weights before
-  // the local step where one is made (`before_copy`: a cuda stage with
-  // several slots), and the step summed into the wave's update (hp_core.cpp's
-  // forward_in_slot and local_update).
-  double wave_ms(std::string_view kind, std::size_t first, std::size_t last, bool before_copy) const;
+  // share of units [first, last] on `kind` (by parameter bytes): `copies`
+  // copies of its weights (into the minibatch's slot, except on a cpu stage
+  // with one slot, whose slot holds the local weights; and before the local
+  // step on a cuda stage with several slots) and the step summed into the
+  // wave's update (hp_core.cpp's forward_in_slot and local_update).
+  double wave_ms(std::string_view kind, std::size_t first, std::size_t last, int copies) const;
   // A HetPipe stage's passes over its weights once per wave on the host,
   // its share of units [first, last] on `kind` (by parameter bytes), from
   // wave_copy_ms and wave_add_ms: the stage's rebase on the pulled weights

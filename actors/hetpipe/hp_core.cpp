@@ -56,20 +56,24 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
   // stage's minibatches never cross to the host for their updates); W(c)
   // stays on the host, where pulls arrive and pushes leave.
   sc->device_ = slots[0].where().kind != kernels::device_kind::cpu;
+  sc->shared_slot_ = overlap_nm > 0 && slots.size() == 1 && !sc->device_;
   kernels::device_context& ctx = slots[0].context();
   for (auto* p : ref) {
+    HF_ASSIGN_OR_RETURN(kernels::tensor base, kernels::copy_to_host(ctx, p->value.view()));
+    sc->base_.push_back(std::move(base));
+    if (sc->shared_slot_) continue;
     kernels::parameter q;
     q.name = p->name;
+    // A cpu stage's local gradients are the slot's, lent for each step
+    // (local_update): none of its own. (restore_optimizer makes some.)
     try {
       q.value = sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
                             : kernels::tensor::empty(p->value.shape());
-      q.grad = sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
-                           : kernels::tensor::zeros(p->value.shape());
+      if (sc->device_) q.grad = kernels::tensor::empty_on(ctx.memory(), p->value.shape());
     } catch (const std::bad_alloc&) {
       return make_error(errc::out_of_memory, "hetpipe stage: " + ctx.where().to_string() + " has no room for " + p->name);
     }
     HF_RETURN_IF_ERROR(ctx.copy(p->value.view(), q.value.mutable_view()));
-    HF_ASSIGN_OR_RETURN(kernels::tensor base, kernels::copy_to_host(ctx, p->value.view()));
     // A cuda stage's overlapped waves copy the weights before each step
     // (local_update; one slot: the slot holds them); a cpu stage's step sums
     // its changes in its own pass (optimizer::step_summed).
@@ -82,7 +86,6 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
                           "hetpipe stage: " + ctx.where().to_string() + " has no room for a copy of " + p->name);
       }
     }
-    sc->base_.push_back(std::move(base));
     sc->local_.push_back(std::move(q));
   }
   for (kernels::state_tensor* t : slots[0].state()) {
@@ -110,6 +113,11 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
   sc->loss_grad_.resize(slots.size());
   sc->slots_ = std::move(slots);
   sc->last_ = last;
+  if (sc->shared_slot_) {
+    sc->local_ptrs_ = sc->slots_[0].parameters();
+  } else {
+    for (auto& q : sc->local_) sc->local_ptrs_.push_back(&q);
+  }
   return sc;
 }
 
@@ -124,14 +132,14 @@ int64_t stage_core::parameter_bytes() {
 }
 
 status stage_core::check_values(std::span<const kernels::tensor_view> values) const {
-  if (values.size() != local_.size())
+  if (values.size() != local_ptrs_.size())
     return make_error(errc::internal, "hetpipe stage: got " + std::to_string(values.size()) + " weight tensors, want " +
-                                          std::to_string(local_.size()));
-  for (std::size_t i = 0; i < local_.size(); ++i)
-    if (values[i].type() != dtype::f32 || values[i].byte_size() != local_[i].value.view().byte_size())
+                                          std::to_string(local_ptrs_.size()));
+  for (std::size_t i = 0; i < local_ptrs_.size(); ++i)
+    if (values[i].type() != dtype::f32 || values[i].byte_size() != local(i).value.view().byte_size())
       return make_error(errc::internal, "hetpipe stage: got " + std::to_string(values[i].byte_size()) + " bytes for " +
-                                            local_[i].name + ", want " +
-                                            std::to_string(local_[i].value.view().byte_size()));
+                                            local(i).name + ", want " +
+                                            std::to_string(local(i).value.view().byte_size()));
   return {};
 }
 
@@ -139,9 +147,9 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
   if (overlap_nm_ > 0) return make_error(errc::internal, "hetpipe stage: install() with overlapped waves");
   HF_RETURN_IF_ERROR(check_values(values));
   kernels::device_context& ctx = slots_[0].context();
-  for (std::size_t i = 0; i < local_.size(); ++i) {
-    HF_RETURN_IF_ERROR(ctx.copy(values[i], local_[i].value.mutable_view()));
-    ++local_[i].version;
+  for (std::size_t i = 0; i < local_ptrs_.size(); ++i) {
+    HF_RETURN_IF_ERROR(ctx.copy(values[i], local(i).value.mutable_view()));
+    ++local(i).version;
     std::memcpy(base_[i].f32(), values[i].f32(), values[i].byte_size());
   }
   // Each slot has its own context (stream): the local copy must be complete
@@ -150,7 +158,7 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
   for (auto& m : slots_) {  // from the local copy (on a device: device to device)
     auto ps = m.parameters();
     for (std::size_t i = 0; i < ps.size(); ++i) {
-      HF_RETURN_IF_ERROR(m.context().copy(local_[i].value.view(), ps[i]->value.mutable_view()));
+      HF_RETURN_IF_ERROR(m.context().copy(local(i).value.view(), ps[i]->value.mutable_view()));
       ++ps[i]->version;
     }
   }
@@ -163,9 +171,9 @@ status stage_core::install(std::span<const kernels::tensor_view> values) {
 status stage_core::rebase(std::span<const kernels::tensor_view> values, std::span<const int64_t> included_below) {
   if (overlap_nm_ == 0) return make_error(errc::internal, "hetpipe stage: rebase() with drained waves");
   HF_RETURN_IF_ERROR(check_values(values));
-  if (included_below.size() != local_.size())
+  if (included_below.size() != local_ptrs_.size())
     return make_error(errc::internal, "hetpipe stage: rebase with " + std::to_string(included_below.size()) +
-                                          " wave marks for " + std::to_string(local_.size()) + " tensors");
+                                          " wave marks for " + std::to_string(local_ptrs_.size()) + " tensors");
   // A one-slot stage's update takes the weights before its step from the
   // slot (local_update): they must still be the local weights.
   if (slots_.size() == 1 && slot_mb_[0] >= 0)
@@ -176,12 +184,12 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
     auto& cc = static_cast<kernels::cuda::context&>(ctx);
     std::vector<kernels::tensor_view> from;
     std::vector<kernels::mutable_tensor_view> to;
-    for (std::size_t i = 0; i < local_.size(); ++i) {
+    for (std::size_t i = 0; i < local_ptrs_.size(); ++i) {
       if (values[i].where() == ctx.where()) {
         from.push_back(values[i]);
-        to.push_back(local_[i].value.mutable_view());
+        to.push_back(local(i).value.mutable_view());
       } else {
-        HF_RETURN_IF_ERROR(ctx.copy(values[i], local_[i].value.mutable_view()));
+        HF_RETURN_IF_ERROR(ctx.copy(values[i], local(i).value.mutable_view()));
       }
     }
     HF_RETURN_IF_ERROR(cc.copy_many(from, to));
@@ -190,22 +198,22 @@ status stage_core::rebase(std::span<const kernels::tensor_view> values, std::spa
     for (auto it = delta_.lower_bound(low); it != delta_.end(); ++it) {
       std::vector<kernels::mutable_tensor_view> ys;
       std::vector<kernels::tensor_view> as;
-      for (std::size_t i = 0; i < local_.size(); ++i) {
+      for (std::size_t i = 0; i < local_ptrs_.size(); ++i) {
         if (it->first < included_below[i]) continue;
-        ys.push_back(local_[i].value.mutable_view());
+        ys.push_back(local(i).value.mutable_view());
         as.push_back(it->second[i].view());
       }
       HF_RETURN_IF_ERROR(cc.accumulate_many(ys, as, {}));
     }
   }
-  for (std::size_t i = 0; i < local_.size(); ++i) {
+  for (std::size_t i = 0; i < local_ptrs_.size(); ++i) {
     if (!device_) {
-      float* dst = local_[i].value.f32();
-      copy_floats(dst, values[i].f32(), local_[i].value.numel());
+      float* dst = local(i).value.f32();
+      copy_floats(dst, values[i].f32(), local(i).value.numel());
       for (auto it = delta_.lower_bound(included_below[i]); it != delta_.end(); ++it)
-        kernels::cpu::add(dst, it->second[i].f32(), dst, local_[i].value.numel());
+        kernels::cpu::add(dst, it->second[i].f32(), dst, local(i).value.numel());
     }
-    ++local_[i].version;
+    ++local(i).version;
   }
   // The caller's `values` (message buffers, maybe page-locked) move on once
   // this returns: the copies from them must be done.
@@ -237,7 +245,7 @@ expected<std::vector<kernels::tensor_view>> stage_core::wave_delta(int64_t t) {
   auto& cc = static_cast<kernels::cuda::context&>(slots_[0].context());
   if (delta_host_.empty()) {
     int64_t total = 0;
-    for (auto& q : local_) total += q.value.numel();
+    for (auto* q : local_ptrs_) total += q->value.numel();
     delta_host_ = kernels::tensor::empty({std::max<int64_t>(total, 1)});
     if (cc.pin_host(delta_host_.f32(), std::size_t(total) * sizeof(float))) delta_host_pinned_ = true;
   }
@@ -320,15 +328,16 @@ expected<kernels::tensor_view> stage_core::forward_in_slot(int64_t p, kernels::t
       std::vector<kernels::tensor_view> from;
       std::vector<kernels::mutable_tensor_view> to;
       for (std::size_t i = 0; i < ps.size(); ++i) {
-        from.push_back(local_[i].value.view());
+        from.push_back(local(i).value.view());
         to.push_back(ps[i]->value.mutable_view());
       }
       HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
     }
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      if (!device_) copy_floats(ps[i]->value.f32(), local_[i].value.f32(), local_[i].value.numel());
-      ++ps[i]->version;
-    }
+    if (!shared_slot_)  // (shared: the slot holds the local weights)
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        if (!device_) copy_floats(ps[i]->value.f32(), local(i).value.f32(), local(i).value.numel());
+        ++ps[i]->version;
+      }
     // ... and done before slot s's stream runs the forward.
     if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[0].context().synchronize());
   }
@@ -427,7 +436,7 @@ status stage_core::local_update(int64_t p, double lr) {
   // optimizer live on slot 0's. Slot s's backward must be complete before
   // slot 0's stream reads its gradients.
   if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[s].context().synchronize());
-  for (std::size_t i = 0; i < local_.size(); ++i) targets.push_back(&local_[i]);
+  for (auto* q : local_ptrs_) targets.push_back(q);
   // Overlapped waves sum each step into its wave's update: local - before.
   // On a cpu stage the optimizer adds each weight's change in the step's
   // own pass (step_summed: the same floats as a copy before and a
@@ -438,8 +447,8 @@ status stage_core::local_update(int64_t p, double lr) {
   if (overlap_nm_ > 0 && !one_slot && device_) {
     std::vector<kernels::tensor_view> from;
     std::vector<kernels::mutable_tensor_view> to;
-    for (std::size_t i = 0; i < local_.size(); ++i) {
-      from.push_back(local_[i].value.view());
+    for (std::size_t i = 0; i < local_ptrs_.size(); ++i) {
+      from.push_back(local(i).value.view());
       to.push_back(before_[i].mutable_view());
     }
     HF_RETURN_IF_ERROR(static_cast<kernels::cuda::context&>(slots_[0].context()).copy_many(from, to));
@@ -449,14 +458,16 @@ status stage_core::local_update(int64_t p, double lr) {
   // for it (the optimizers read each parameter's grad when they step), not
   // copied. `sums`: step_summed's.
   auto step = [&](std::span<float* const> sums = {}, bool add = true) -> status {
-    struct lent {  // swapped back however the step ends
-      std::vector<kernels::parameter>& local;
+    struct lent {  // swapped back however the step ends (a shared slot's are the local weights' own)
+      std::vector<kernels::parameter*>& local;
       std::vector<kernels::parameter*>& slot;
+      bool on;
       void swap() {
-        for (std::size_t i = 0; i < local.size(); ++i) std::swap(local[i].grad, slot[i]->grad);
+        if (on)
+          for (std::size_t i = 0; i < local.size(); ++i) std::swap(local[i]->grad, slot[i]->grad);
       }
       ~lent() { swap(); }
-    } grads{local_, ps};
+    } grads{local_ptrs_, ps, !shared_slot_};
     grads.swap();
     return sums.empty() ? opt_->step(targets, lr) : opt_->step_summed(targets, lr, sums, add);
   };
@@ -466,17 +477,17 @@ status stage_core::local_update(int64_t p, double lr) {
     HF_RETURN_IF_ERROR(step());
     auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
     if (fresh) {
-      if (spare_.size() == local_.size()) {
+      if (spare_.size() == local_ptrs_.size()) {
         it->second = std::move(spare_);
         spare_.clear();
       } else {
-        for (auto& q : local_) {
+        for (auto* q : local_ptrs_) {
           try {
-            it->second.push_back(kernels::tensor::empty_on(c0.memory(), q.value.shape()));
+            it->second.push_back(kernels::tensor::empty_on(c0.memory(), q->value.shape()));
           } catch (const std::bad_alloc&) {
             delta_.erase(it);
             return make_error(errc::out_of_memory, "hetpipe stage: " + c0.where().to_string() +
-                                                       " has no room for a wave's update of " + q.name);
+                                                       " has no room for a wave's update of " + q->name);
           }
         }
       }
@@ -484,21 +495,21 @@ status stage_core::local_update(int64_t p, double lr) {
     // A fresh delta starts as local - before (0 + (a - b), the cpu path's rounding).
     std::vector<kernels::mutable_tensor_view> ys;
     std::vector<kernels::tensor_view> as, bs;
-    for (std::size_t i = 0; i < local_.size(); ++i) {
+    for (std::size_t i = 0; i < local_ptrs_.size(); ++i) {
       ys.push_back(it->second[i].mutable_view());
-      as.push_back(local_[i].value.view());
+      as.push_back(local(i).value.view());
       bs.push_back(before(i));
-      ++local_[i].version;
+      ++local(i).version;
     }
     HF_RETURN_IF_ERROR(cc.accumulate_many(ys, as, bs, !fresh));
   } else if (overlap_nm_ > 0) {  // the step, summed into its wave's delta in the same pass
     auto [it, fresh] = delta_.try_emplace(p / overlap_nm_);
     if (fresh) {
-      if (spare_.size() == local_.size()) {
+      if (spare_.size() == local_ptrs_.size()) {
         it->second = std::move(spare_);
         spare_.clear();
       } else {
-        for (auto& q : local_) it->second.push_back(kernels::tensor::empty(q.value.shape()));
+        for (auto* q : local_ptrs_) it->second.push_back(kernels::tensor::empty(q->value.shape()));
       }
     }
     std::vector<float*> sums;
@@ -509,7 +520,7 @@ status stage_core::local_update(int64_t p, double lr) {
       if (fresh) delta_.erase(it);
       return st;
     }
-    for (auto& q : local_) ++q.version;
+    for (auto* q : local_ptrs_) ++q->version;
   } else {
     HF_RETURN_IF_ERROR(step());
   }
@@ -524,7 +535,7 @@ status stage_core::local_update(int64_t p, double lr) {
 status stage_core::restore(kernels::optimizer_kind kind, int64_t steps, std::span<const kernels::tensor> state,
                            std::span<const std::string> names, int64_t next, const std::string& where) {
   std::vector<kernels::parameter*> targets;
-  for (auto& p : local_) targets.push_back(&p);
+  for (auto* p : local_ptrs_) targets.push_back(p);
   HF_RETURN_IF_ERROR(kernels::restore_optimizer(*opt_, kind, targets, steps, state, names, where,
                                                 device_ ? &slots_[0].context() : nullptr));
   next_update_ = next;
@@ -545,9 +556,9 @@ expected<std::vector<kernels::state_tensor>> stage_core::optimizer_state() {
 expected<std::vector<kernels::tensor>> stage_core::wave_update() {
   if (overlap_nm_ > 0) return make_error(errc::internal, "hetpipe stage: wave_update() with overlapped waves");
   std::vector<kernels::tensor> u;
-  for (std::size_t i = 0; i < local_.size(); ++i) {
-    kernels::tensor d = kernels::tensor::empty(local_[i].value.shape());
-    HF_RETURN_IF_ERROR(slots_[0].context().copy(local_[i].value.view(), d.mutable_view()));  // local, then - W(c)
+  for (std::size_t i = 0; i < local_ptrs_.size(); ++i) {
+    kernels::tensor d = kernels::tensor::empty(local(i).value.shape());
+    HF_RETURN_IF_ERROR(slots_[0].context().copy(local(i).value.view(), d.mutable_view()));  // local, then - W(c)
     const float* a = d.f32();
     const float* b = base_[i].f32();
     float* o = d.f32();

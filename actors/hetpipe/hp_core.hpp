@@ -214,7 +214,15 @@ private:
   bool last_ = false;
   bool device_ = false;                       // slots on a cuda device
   std::vector<kernels::tensor> slot_out_, slot_gin_, slot_dx_;  // device slots: host outputs, device grads in, host dx
-  std::vector<kernels::parameter> local_;   // the local weights (optimizer target; on the slots' device)
+  std::vector<kernels::parameter> local_;   // the local weights (optimizer target; on the slots' device), unless shared_slot_
+  // A cpu stage with overlapped waves and one slot: the slot's parameters
+  // are the local weights (each forward takes the weights of now, and the
+  // one minibatch in flight is updated before the next starts), so no copy
+  // of them, and no copy into the slot at each forward.
+  bool shared_slot_ = false;
+  std::vector<kernels::parameter*> local_ptrs_;  // the local weights: &local_[i], or the slot's with shared_slot_
+  kernels::parameter& local(std::size_t i) noexcept { return *local_ptrs_[i]; }
+  const kernels::parameter& local(std::size_t i) const noexcept { return *local_ptrs_[i]; }
   std::vector<kernels::tensor> base_;       // W(c) (host)
   std::unique_ptr<kernels::optimizer> opt_;
   std::vector<int64_t> slot_mb_;            // the minibatch each slot holds (-1: none)

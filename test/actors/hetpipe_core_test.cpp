@@ -900,6 +900,30 @@ BOOST_AUTO_TEST_CASE(overlapped_slots_keep_the_weights_of_their_forward) {
   }
 }
 
+// A cpu stage with one slot and overlapped waves: the slot's parameters are
+// the local weights (a rebase writes them, no copy at the forward); with two
+// slots each forward copies the local weights into its slot.
+BOOST_AUTO_TEST_CASE(overlapped_one_cpu_slot_holds_the_local_weights) {
+  auto spec = whole_spec();
+  auto whole = build(spec);
+  auto init = values_of(whole.parameters());
+  std::vector<kernels::tensor> g;
+  for (auto& t : init) g.push_back(kernels::tensor::filled(t.shape(), 0.5f));
+  for (int slots : {1, 2}) {
+    auto sc = make_stage(whole, 0, 3, slots, false, 2);
+    BOOST_REQUIRE(sc->rebase(views_of(g), std::vector<int64_t>(g.size(), 0)).ok());
+    auto sp = sc->slot(0).parameters();
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < sp.size(); ++i)
+      same += std::memcmp(sp[i]->value.f32(), g[i].f32(), g[i].byte_size()) == 0;
+    BOOST_CHECK_EQUAL(same, slots == 1 ? sp.size() : std::size_t{0});
+    auto b = make_batch(30);
+    sc->slot(0).context().run([&] { BOOST_REQUIRE(sc->forward(0, b.images.view()).has_value()); });
+    for (std::size_t i = 0; i < sp.size(); ++i)  // the forward's weights: G either way
+      BOOST_CHECK(std::memcmp(sp[i]->value.f32(), g[i].f32(), g[i].byte_size()) == 0);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(overlapped_stage_make_errors) {
   auto spec = whole_spec();
   auto whole = build(spec);

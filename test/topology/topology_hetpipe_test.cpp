@@ -216,24 +216,27 @@ BOOST_AUTO_TEST_CASE(optimizer_step_is_shared_by_parameter_bytes) {
 
 BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) {
   // wave_copy_ms 2, wave_sum_ms 4 over 4 equal units, Nm = 2, two stages of
-  // 2 units: each pays the slot copy and the sum, (2 + 4) / 2 = 3 ms; on a
-  // cuda device stage 0, which holds 2 slots, also copies its weights before
-  // the step ((2 + 2 + 4) / 2 = 4 ms; a cpu stage sums in the step's pass);
-  // drained waves pay none. Every cpu stage also pays its once-a-wave passes
+  // 2 units: stage 0 (2 slots) pays the slot copy and the sum, (2 + 4) / 2
+  // = 3 ms, the last stage (1 slot, which holds the local weights on a cpu)
+  // the sum, 4 / 2 = 2 ms; on a cuda device stage 0 also copies its weights
+  // before the step ((2 + 2 + 4) / 2 = 4 ms; a cpu stage sums in the step's
+  // pass) and the last stage copies into its slot (3 ms); drained waves pay
+  // none. Every cpu stage also pays its once-a-wave passes
   // (rebase and push: 2 copies, no add timed here: 2 * 2 / 2 units' share =
   // 2 ms a wave, 1 ms a minibatch at Nm = 2; per_wave_passes_... below).
   auto db = uniform_db(4, {{"a", 1.0}}, 100);
   db.devices["a"].wave_copy_ms = 2.0;
   db.devices["a"].wave_sum_ms = 4.0;
-  BOOST_TEST(db.wave_ms("a", 0, 1, true) == 4.0);
-  BOOST_TEST(db.wave_ms("a", 2, 3, false) == 3.0);
-  BOOST_TEST(db.wave_ms("b", 0, 3, true) == 0.0);  // no such kind
+  BOOST_TEST(db.wave_ms("a", 0, 1, 2) == 4.0);
+  BOOST_TEST(db.wave_ms("a", 2, 3, 1) == 3.0);
+  BOOST_TEST(db.wave_ms("a", 2, 3, 0) == 2.0);
+  BOOST_TEST(db.wave_ms("b", 0, 3, 2) == 0.0);  // no such kind
   auto vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
   BOOST_REQUIRE(vw.has_value());
   BOOST_TEST(vw->stages[0].last_unit == 1u);
   BOOST_TEST(vw->stages[0].compute_ms == 6.0 + 3.0 + 1.0);
   BOOST_TEST(vw->stages[0].bwd_ms == 4.0 + 3.0 + 1.0);
-  BOOST_TEST(vw->stages[1].compute_ms == 6.0 + 3.0 + 1.0);
+  BOOST_TEST(vw->stages[1].compute_ms == 6.0 + 2.0 + 1.0);
   plan_device g0 = dev(0, 0, "a"), g1 = dev(0, 1, "a");
   g0.cuda = g1.cuda = true;
   auto on_cuda = partition_virtual_worker({g0, g1}, db, 2);
@@ -250,7 +253,7 @@ BOOST_AUTO_TEST_CASE(overlapped_waves_bookkeeping_is_shared_by_parameter_bytes) 
       "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "devices": {"x": {"wave_copy_ms": 0.25, "wave_sum_ms": 0.5}}})",
                                  "w.json");
   BOOST_REQUIRE(parsed.has_value());
-  BOOST_TEST(parsed->wave_ms("x", 0, 0, true) == 1.0);
+  BOOST_TEST(parsed->wave_ms("x", 0, 0, 2) == 1.0);
   auto again = parse_profile_db(to_json(*parsed), "again.json");
   BOOST_REQUIRE(again.has_value());
   BOOST_TEST(again->devices.at("x").wave_copy_ms == 0.25);
