@@ -72,7 +72,8 @@ stage_eval eval_stage(const std::vector<plan_device>& devs, std::size_t j, std::
                       const profile_db& db, int nm, bool overlap, bool shard_here) {
   stage_eval e;
   const std::size_t S = devs.size();
-  e.compute = db.compute_ms(devs[j].kind, first, last) + db.update_ms(devs[j].kind, first, last) +
+  e.compute = (db.compute_ms(devs[j].kind, first, last) + db.update_ms(devs[j].kind, first, last)) *
+                  devs[j].compute_factor +
               wave_ms(devs, j, first, last, db, nm, overlap) + sync_share_ms(devs, j, first, last, db, nm, shard_here);
   if (j + 1 < S) e.send += hop_ms(devs[j], devs[j + 1], db.units[last].output_bytes, db);
   if (j > 0) e.send += hop_ms(devs[j - 1], devs[j], db.units[first - 1].output_bytes, db);
@@ -149,10 +150,10 @@ virtual_worker_plan build_vw(const std::vector<plan_device>& devs, const std::ve
     s.stage_ms = e.stage_ms;
     for (std::size_t u = first; u <= ends[j]; ++u) {
       const auto& c = db.units[u].devices.find(devs[j].kind)->second;
-      s.fwd_ms += c.fwd_ms;
-      s.bwd_ms += c.bwd_ms;
+      s.fwd_ms += c.fwd_ms * devs[j].compute_factor;
+      s.bwd_ms += c.bwd_ms * devs[j].compute_factor;
     }
-    s.bwd_ms += db.update_ms(devs[j].kind, first, ends[j]);  // the local update follows backward
+    s.bwd_ms += db.update_ms(devs[j].kind, first, ends[j]) * devs[j].compute_factor;  // the local update follows backward
     s.bwd_ms += wave_ms(devs, j, first, ends[j], db, nm, overlap);  // (the slot's copy is at its forward: same sum)
     s.bwd_ms += sync_share_ms(devs, j, first, ends[j], db, nm, shard_here);  // (once a wave: spread over its minibatches)
     if (j + 1 < devs.size()) transfers += hop_ms(devs[j], devs[j + 1], db.units[ends[j]].output_bytes, db);
@@ -248,6 +249,13 @@ expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_
     }
   }
   if (out.empty()) return make_error(errc::invalid_argument, "the topology lists no devices");
+  if (db.links.host_stage_factor > 0) {
+    std::map<std::string, int> cpus_on;
+    for (const auto& p : out)
+      if (!p.cuda) ++cpus_on[p.host];
+    for (auto& p : out)
+      if (!p.cuda && cpus_on[p.host] >= 2) p.compute_factor = db.links.host_stage_factor;
+  }
   return out;
 }
 

@@ -7,8 +7,10 @@
 //
 // Cost model of one VW with stages 0..S-1 (stage j on device d_j):
 //
-//   compute_j  = sum over its units of fwd_ms + bwd_ms on d_j's kind, + its
-//                share of the kind's update_ms (the local optimizer step)
+//   compute_j  = (sum over its units of fwd_ms + bwd_ms on d_j's kind, + its
+//                share of the kind's update_ms (the local optimizer step))
+//                x d_j's compute_factor (cpu stages of one host computing
+//                at once: links.host_stage_factor)
 //                + on a cpu device its passes over its weights once per
 //                wave / Nm (profile_db::wave_sync_ms: rebase and push, and
 //                with PS local its shard's add and pull answer, all on the
@@ -63,11 +65,15 @@ struct plan_device {
   std::string kind;          // profile kind (the device's `profile`)
   uint64_t memory_bytes = 0; // 0 = no limit known
   bool cuda = false;         // a cuda device (its stage keeps one more copy of its weights)
+  // Multiplies its units' compute and its step: a cpu device whose host has
+  // other cpu devices computing at once (links.host_stage_factor), else 1.
+  double compute_factor = 1.0;
 };
 
 // Every device of the cluster, each with its profile kind (device key
-// `profile`) and memory (the device's `memory`, else the profile's
-// devices.KIND.memory_bytes). errc::invalid_argument naming node and device
+// `profile`), memory (the device's `memory`, else the profile's
+// devices.KIND.memory_bytes) and compute factor (links.host_stage_factor
+// for cpu devices of a host with two or more of them). errc::invalid_argument naming node and device
 // when a device has no profile kind or one the profile file lacks.
 expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_db& db);
 

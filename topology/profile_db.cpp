@@ -170,9 +170,11 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
     if (!links->is_object()) return r.err("links", "must be an object");
     for (auto& [k, v] : links->items())
       if (k != "intra_node_gbps" && k != "inter_node_gbps" && k != "latency_us" && k != "host_ring_gbps" &&
-          k != "host_ring_latency_us" && k != "host_ring_members" && k != "host_ring_step_factor")
+          k != "host_ring_latency_us" && k != "host_ring_members" && k != "host_ring_step_factor" &&
+          k != "host_stage_factor")
         return r.err("links." + k, "unknown key (expected intra_node_gbps, inter_node_gbps, latency_us, "
-                                   "host_ring_gbps, host_ring_latency_us, host_ring_members, host_ring_step_factor)");
+                                   "host_ring_gbps, host_ring_latency_us, host_ring_members, host_ring_step_factor, "
+                                   "host_stage_factor)");
     HF_ASSIGN_OR_RETURN(db.links.intra_node_gbps,
                         r.number(*links, "intra_node_gbps", "links", false, db.links.intra_node_gbps));
     HF_ASSIGN_OR_RETURN(db.links.inter_node_gbps,
@@ -190,6 +192,9 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
                         r.number(*links, "host_ring_step_factor", "links", false, 0.0));
     if (db.links.host_ring_step_factor != 0 && !(db.links.host_ring_step_factor >= 1))
       return r.err("links.host_ring_step_factor", "must be >= 1 (0: not measured)");
+    HF_ASSIGN_OR_RETURN(db.links.host_stage_factor, r.number(*links, "host_stage_factor", "links", false, 0.0));
+    if (db.links.host_stage_factor != 0 && !(db.links.host_stage_factor >= 1))
+      return r.err("links.host_stage_factor", "must be >= 1 (0: not measured)");
     if (db.links.intra_node_gbps <= 0) return r.err("links.intra_node_gbps", "must be > 0");
     if (db.links.inter_node_gbps <= 0) return r.err("links.inter_node_gbps", "must be > 0");
   }
@@ -279,6 +284,7 @@ std::string to_json(const profile_db& db, int indent) {
     if (db.links.host_ring_members > 0) doc["links"]["host_ring_members"] = db.links.host_ring_members;
     if (db.links.host_ring_step_factor > 0) doc["links"]["host_ring_step_factor"] = db.links.host_ring_step_factor;
   }
+  if (db.links.host_stage_factor > 0) doc["links"]["host_stage_factor"] = db.links.host_stage_factor;
   return doc.dump(indent);
 }
 

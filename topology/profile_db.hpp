@@ -15,7 +15,8 @@
 //              "latency_us": 5,                          // optional
 //              "host_ring_gbps": 46, "host_ring_latency_us": 0,
 //              "host_ring_members": 2,
-//              "host_ring_step_factor": 1.2}}            // optional: dp on one host
+//              "host_ring_step_factor": 1.2,             // optional: dp on one host
+//              "host_stage_factor": 1.05}}               // optional: hetpipe stages of one host
 //
 // Defaults: output_bytes (what crosses a stage boundary, each way) =
 // activation_bytes; update_ms (one optimizer step over every parameter; a
@@ -81,6 +82,12 @@ struct link_profile {
   // (forward, backward, optimizer) over one replica's alone, >= 1; it
   // multiplies dp's compute where host_ring_gbps is used. 0 = not measured.
   double host_ring_step_factor = 0.0;
+  // HetPipe: cpu stages of one host computing at once (measured profiles:
+  // colocated_step_factor over the whole model, as many copies as the host
+  // has cpu devices), the slowest one's pass over one alone, >= 1; it
+  // multiplies the units' compute and the step of every cpu stage on a host
+  // with two cpu devices or more. 0 = not measured.
+  double host_stage_factor = 0.0;
 };
 
 // What a measured profile's source says of its links until something

@@ -1,12 +1,17 @@
 #include "actors/builtin/job_profiles.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -98,6 +103,28 @@ uint32_t most_on_one_host(const std::vector<topology::dp_replica>& replicas) {
   uint32_t most = 0;
   for (const auto& r : replicas) most = std::max(most, ++per_host[r.host]);
   return most;
+}
+
+// Member k of colocated_step_factor on its own `threads` CPUs of the
+// machine (k * threads on, in /sys/devices/system/cpu/online's order, round
+// the list), as `hetflow run` gives each local node its own: measured from
+// inside a node, whose mask `hetflow run` narrowed to the node's CPUs, the
+// members would otherwise share them (a factor of 2.3 for two VGG-11 copies
+// on one CPU, 2026-11-29). Best effort: a mask the kernel refuses is left.
+void pin_member(uint32_t k, int threads) {
+  static const std::vector<int> cpus = [] {
+    std::ifstream in("/sys/devices/system/cpu/online");
+    std::string text;
+    std::getline(in, text);
+    auto parsed = topology::parse_cpu_list(text);
+    return parsed ? *parsed : std::vector<int>{};
+  }();
+  if (cpus.empty()) return;
+  const std::size_t t = std::size_t(std::max(1, threads));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (std::size_t i = 0; i < t; ++i) CPU_SET(cpus[(std::size_t(k) * t + i) % cpus.size()], &set);
+  (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
 }
 
 double mean(const std::vector<double>& v) {
@@ -219,7 +246,7 @@ weight_passes time_weight_passes(kernels::model& m) {
 }
 
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
-                                       uint32_t members, int64_t rows) {
+                                       uint32_t members, int64_t rows, int rounds, double phase_seconds) {
   if (members < 2) return 1.0;
   if (rows <= 0) return make_error(errc::invalid_argument, "co-located step: rows must be > 0");
   const kernels::optimizer_config oc = optimizer_config_of(c);
@@ -268,25 +295,27 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     r.times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
     return st;
   };
-  // Passes per phase: until 0.15 s of one replica's passes, 5..60.
+  // Passes per phase: until phase_seconds of one replica's passes, 5..60.
   replica& first = *reps[0];
   for (int i = 0; i < 3; ++i) HF_RETURN_IF_ERROR(step(first));  // warm-up
   first.times.clear();
-  while (first.times.size() < 5 || (first.times.size() < 60 && mean(first.times) * double(first.times.size()) < 0.15))
+  while (first.times.size() < 5 ||
+         (first.times.size() < 60 && mean(first.times) * double(first.times.size()) < phase_seconds))
     HF_RETURN_IF_ERROR(step(first));
   const int passes = int(first.times.size());
   // Rounds of (one replica alone, all at once), alternating against drift;
   // the factor is the median round's ratio of the slowest replica's mean
   // pass to the lone one's.
   std::vector<double> ratios;
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < std::max(1, rounds); ++round) {
     first.times.clear();
     for (int i = 0; i < passes; ++i) HF_RETURN_IF_ERROR(step(first));
     const double alone = mean(first.times);
     for (auto& r : reps) r->times.clear();
     std::barrier<> sync{static_cast<std::ptrdiff_t>(members)};
     std::atomic<bool> failed{false};
-    auto body = [&](replica& r) {
+    auto body = [&](replica& r, uint32_t k) {
+      pin_member(k, threads);
       for (int i = 0; i < passes + 2; ++i) {  // 2 warm-up passes together
         sync.arrive_and_wait();
         if (failed.load()) break;
@@ -308,7 +337,7 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     pool.reserve(members);
     for (uint32_t k = 0; k < members; ++k) {
       try {
-        pool.emplace_back(body, std::ref(*reps[k]));
+        pool.emplace_back(body, std::ref(*reps[k]), k);
       } catch (const std::exception& e) {
         // The threads started wait for members that never come: stand in
         // for them, and stop.
@@ -428,6 +457,34 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       }
     } else {
       db.source += "; host ring not measured (" + ring.error().message() + "): assumed links";
+    }
+  }
+  // HetPipe's cpu stages of one host compute at once: the whole model on
+  // as many copies as the most crowded host has cpu devices, each with the
+  // first such device's threads (3 rounds of 0.1 s phases: ~1 s for VGG-11
+  // w0.25 on the 2-core VM), where the copies fit in memory easily.
+  if (strategy == "hetpipe") {
+    std::map<std::string, std::vector<std::pair<const topology::node_spec*, const topology::device_spec*>>> cpus;
+    for (const auto& n : c.nodes)
+      for (const auto& d : n.devices)
+        if (d.kind == topology::device_kind::cpu) cpus[n.host].push_back({&n, &d});
+    const std::vector<std::pair<const topology::node_spec*, const topology::device_spec*>>* most = nullptr;
+    for (const auto& [host, v] : cpus)
+      if (most == nullptr || v.size() > most->size()) most = &v;
+    if (most != nullptr && most->size() >= 2) {
+      const auto stages = uint32_t(most->size());
+      const uint64_t copies = uint64_t(stages) * topology::dp_replica_memory(db, batch);
+      char buf[96];
+      if (copies > (uint64_t{2} << 30)) {
+        db.source += "; stages computing at once not measured (the copies would take more than 2 GiB)";
+      } else if (auto f = colocated_step_factor(c, spec, cpu_threads(*most->front().first, *most->front().second),
+                                                stages, batch, 3, 0.1)) {
+        db.links.host_stage_factor = *f;
+        std::snprintf(buf, sizeof buf, "; stages computing at once: x %.3f (%u on one host)", *f, stages);
+        db.source += buf;
+      } else {
+        db.source += "; stages computing at once not measured (" + f.error().message() + ")";
+      }
     }
   }
   return db;

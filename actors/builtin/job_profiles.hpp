@@ -55,14 +55,15 @@ weight_passes time_weight_passes(kernels::model& m);
 // backward, the job's optimizer step, on `rows` rows; cpu replicas of
 // `threads` threads, each its own model): >= 1. It prices what co-located
 // replicas take from each other (cores, caches, memory bandwidth) and the
-// wait for the slowest each step. Five rounds, each one replica alone and
+// wait for the slowest each step. `rounds` rounds (5), each one replica alone and
 // then all at once; a round's ratio is the mean over passes of the slowest
 // replica's pass over the lone replica's mean pass; the median round's
-// ratio. A phase is 5..60 passes (until 0.15 s of the lone replica's).
+// ratio. A phase is 5..60 passes (until `phase_seconds`, 0.15 s, of the lone replica's).
 // The replicas are assumed alike (measured_profiles passes the first
-// replica's threads).
+// replica's threads). `rounds` and `phase_seconds`: fewer, shorter rounds
+// (HetPipe's stages: 3 of 0.1 s).
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
-                                       uint32_t members, int64_t rows);
+                                       uint32_t members, int64_t rows, int rounds = 5, double phase_seconds = 0.15);
 
 // Every distinct cpu kind (by threads) of `c` measured at `batch`; cpu
 // devices without a `profile` get "cpu-tN" in `c`. cuda devices need a

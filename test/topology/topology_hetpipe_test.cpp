@@ -762,3 +762,51 @@ BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// links.host_stage_factor: cpu devices of a host with two or more of them
+// compute slower together; plan_devices gives them the factor, which
+// multiplies their units' compute and step (not the waves' passes).
+BOOST_AUTO_TEST_CASE(stages_of_one_host_pay_the_measured_factor) {
+  auto db = uniform_db(4, {{"a", 1.0}}, 100);
+  db.links.host_stage_factor = 1.5;
+  cluster c;
+  auto node = [](std::string name, std::string host, std::vector<device_kind> kinds) {
+    node_spec n;
+    n.name = std::move(name);
+    n.host = std::move(host);
+    for (auto k : kinds) {
+      device_spec d;
+      d.kind = k;
+      d.profile = "a";
+      n.devices.push_back(d);
+    }
+    return n;
+  };
+  c.nodes.push_back(node("n0", "h0", {device_kind::cpu}));
+  c.nodes.push_back(node("n1", "h0", {device_kind::cpu, device_kind::cuda}));
+  c.nodes.push_back(node("n2", "h1", {device_kind::cpu}));
+  auto devs = plan_devices(c, db);
+  BOOST_REQUIRE(devs.has_value());
+  BOOST_REQUIRE_EQUAL(devs->size(), 4u);
+  BOOST_TEST((*devs)[0].compute_factor == 1.5);  // h0: two cpu devices
+  BOOST_TEST((*devs)[1].compute_factor == 1.5);
+  BOOST_TEST((*devs)[2].compute_factor == 1.0);  // the cuda device
+  BOOST_TEST((*devs)[3].compute_factor == 1.0);  // alone on h1
+  auto vw = partition_virtual_worker({(*devs)[0], (*devs)[1]}, db, 2, /*overlap_waves=*/false);
+  BOOST_REQUIRE(vw.has_value());
+  BOOST_TEST(vw->stages[0].compute_ms == 6.0 * 1.5);
+  BOOST_TEST(vw->stages[0].fwd_ms == 2.0 * 1.5);
+  BOOST_TEST(vw->stages[1].bwd_ms == 4.0 * 1.5);
+  // Not measured: 1.
+  db.links.host_stage_factor = 0;
+  auto plain = plan_devices(c, db);
+  BOOST_REQUIRE(plain.has_value());
+  BOOST_TEST((*plain)[0].compute_factor == 1.0);
+  // The profile file keeps it; below 1 is refused.
+  db.links.host_stage_factor = 1.25;
+  auto again = parse_profile_db(to_json(db), "f.json");
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->links.host_stage_factor == 1.25);
+  BOOST_TEST(!parse_profile_db(R"({"batch": 8, "units": [{"name": "a", "params_bytes": 1, "activation_bytes": 1,
+      "devices": {"x": {"fwd_ms": 1, "bwd_ms": 1}}}], "links": {"host_stage_factor": 0.5}})", "f.json").has_value());
+}
