@@ -383,12 +383,24 @@ echo 'profile_file = "fleet.json"' >>"$fleet"
 grep -q "^profiles: .*fleet.json" "$fleet.plan" && grep -Eq "^  [01] +n0 .* old-cpu-t1 " "$fleet.plan" &&
   grep -Eq "^  [01] +n1 .* new-cpu-t1 " "$fleet.plan" || { cat "$fleet.plan"; fail "plan: not from the fleet's kinds"; }
 # The kinds' times decide the plan: the fast kind's stage holds more of
-# LeNet-5's units (the old kind here, the new one when the old kind is made
+# LeNet-5's work (the old kind here, the new one when the old kind is made
 # 3x slower instead), whichever stage it is (the planner may put the units
 # with most weights last, where a stage keeps one weight version fewer).
+# Work: the units' fwd + bwd as the old kind measured them (a count of
+# units would not do: LeNet-5's first three units hold most of its work,
+# and the cut moves by a unit with the per-wave costs).
 first_kind() {
-  awk '$1 ~ /^[01]$/ && $2 ~ /^n[01]$/ && $3 == "cpu:0" { split($5, r, "-"); n = r[2] - r[1] + 1;
-       if (n > best) { best = n; kind = $4 } } END { print kind }' "$1"
+  python3 - "$1" "$HETFLOW_SCRATCH/fleet.json" <<'PY'
+import json, re, sys
+units = json.load(open(sys.argv[2]))["units"]
+work = [u["devices"]["old-cpu-t1"]["fwd_ms"] + u["devices"]["old-cpu-t1"]["bwd_ms"] for u in units]
+share = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"^  [01] +n[01] +cpu:0 +(\S+) +(\d+)-(\d+) ", line)
+    if m:
+        share[m.group(1)] = share.get(m.group(1), 0) + sum(work[int(m.group(2)):int(m.group(3)) + 1])
+print(max(share, key=share.get) if share else "")
+PY
 }
 new_slow=$(first_kind "$fleet.plan")
 python3 - "$HETFLOW_SCRATCH/fleet.json" <<'PY'
@@ -404,11 +416,11 @@ sed 's/^profile_file = "fleet.json"$/profile_file = "fleet.json.swapped"/' "$fle
 "$HETFLOW" plan "$fleet.swapped.toml" >"$fleet.swapped.plan" 2>&1 || { cat "$fleet.swapped.plan"; fail "plan (swapped)"; }
 old_slow=$(first_kind "$fleet.swapped.plan")
 [[ $new_slow == old-cpu-t1 && $old_slow == new-cpu-t1 ]] ||
-  { cat "$fleet.plan" "$fleet.swapped.plan"; fail "plan: the most units did not go to the fast kind ($new_slow, $old_slow)"; }
+  { cat "$fleet.plan" "$fleet.swapped.plan"; fail "plan: the most work did not go to the fast kind ($new_slow, $old_slow)"; }
 run_job "$fleet" "hetpipe with the fleet's profile file"
 [[ $(json_get "$fleet.json" 'd["profile_source"].endswith("fleet.json")') == True ]] ||
   fail "run: profiles not from the fleet's file"
-pass "profile --out/--as/--merge: a fleet's file plans (the most units on the fast kind: $new_slow, then $old_slow) and runs"
+pass "profile --out/--as/--merge: a fleet's file plans (the most work on the fast kind: $new_slow, then $old_slow) and runs"
 
 # --- no profile_file, nodes on several machines: the head asks one node of
 # every other machine to measure that machine's devices (hp_profiles.hpp).
