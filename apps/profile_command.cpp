@@ -130,9 +130,9 @@ topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
     d.wave_sum_ms = median_of(ws);
     d.wave_add_ms = median_of(wa);
   }
-  // dp's host ring and co-located step: over the runs that measured them
-  // (0 = not measured).
-  std::vector<double> ring, latency, factor;
+  // dp's host ring and co-located step, HetPipe's co-located stages: over
+  // the runs that measured them (0 = not measured).
+  std::vector<double> ring, latency, factor, stages;
   for (const auto& r : runs) {
     if (r.links.host_ring_gbps > 0) {
       ring.push_back(r.links.host_ring_gbps);
@@ -140,11 +140,13 @@ topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
       out.links.host_ring_members = r.links.host_ring_members;
     }
     if (r.links.host_ring_step_factor > 0) factor.push_back(r.links.host_ring_step_factor);
+    if (r.links.host_stage_factor > 0) stages.push_back(r.links.host_stage_factor);
   }
   out.links.host_ring_gbps = ring.empty() ? 0.0 : median_of(ring);
   out.links.host_ring_latency_us = latency.empty() ? 0.0 : median_of(latency);
   if (ring.empty()) out.links.host_ring_members = 0;
   out.links.host_ring_step_factor = factor.empty() ? 0.0 : median_of(factor);
+  out.links.host_stage_factor = stages.empty() ? 0.0 : median_of(stages);
   // The first run's own ring numbers ("; host ring measured here: ...") are
   // not what the file holds.
   out.source = out.source.substr(0, out.source.find(';')) + ", the median of " + std::to_string(runs.size()) +

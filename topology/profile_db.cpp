@@ -74,31 +74,26 @@ uint64_t profile_db::activation_bytes(std::size_t first, std::size_t last) const
   return s;
 }
 
+double profile_db::param_share(double whole_ms, std::size_t first, std::size_t last) const {
+  const uint64_t all = units.empty() ? 0 : params_bytes(0, units.size() - 1);
+  return whole_ms > 0 && all > 0 ? whole_ms * double(params_bytes(first, last)) / double(all) : 0.0;
+}
+
 double profile_db::update_ms(std::string_view kind, std::size_t first, std::size_t last) const {
   auto it = devices.find(kind);
-  if (it == devices.end() || it->second.update_ms <= 0 || units.empty()) return 0.0;
-  const uint64_t all = params_bytes(0, units.size() - 1);
-  if (all == 0) return 0.0;
-  return it->second.update_ms * double(params_bytes(first, last)) / double(all);
+  return it == devices.end() ? 0.0 : param_share(it->second.update_ms, first, last);
 }
 
 double profile_db::wave_sync_ms(std::string_view kind, std::size_t first, std::size_t last, bool shard_here) const {
   auto it = devices.find(kind);
-  if (it == devices.end() || units.empty()) return 0.0;
+  if (it == devices.end()) return 0.0;
   const double copy = it->second.wave_copy_ms, add = it->second.wave_add_ms;
-  const double whole = 2 * copy + add + (shard_here ? copy + add : 0.0);
-  const uint64_t all = params_bytes(0, units.size() - 1);
-  if (whole <= 0 || all == 0) return 0.0;
-  return whole * double(params_bytes(first, last)) / double(all);
+  return param_share(2 * copy + add + (shard_here ? copy + add : 0.0), first, last);
 }
 
 double profile_db::wave_ms(std::string_view kind, std::size_t first, std::size_t last, int copies) const {
   auto it = devices.find(kind);
-  if (it == devices.end() || units.empty()) return 0.0;
-  const double whole = it->second.wave_copy_ms * copies + it->second.wave_sum_ms;
-  const uint64_t all = params_bytes(0, units.size() - 1);
-  if (whole <= 0 || all == 0) return 0.0;
-  return whole * double(params_bytes(first, last)) / double(all);
+  return it == devices.end() ? 0.0 : param_share(it->second.wave_copy_ms * copies + it->second.wave_sum_ms, first, last);
 }
 
 profile_db profile_db::at_batch(int64_t b) const {

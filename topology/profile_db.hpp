@@ -125,6 +125,9 @@ struct profile_db {
   // update and its copy of the weights into the pull's answer (hp_stage.cpp,
   // hp_ps.cpp). 0 where the profile times neither (cuda kinds).
   double wave_sync_ms(std::string_view kind, std::size_t first, std::size_t last, bool shard_here) const;
+  // `whole_ms` (a pass over every parameter): the share of units [first,
+  // last] by parameter bytes; 0 for no time or no parameters.
+  double param_share(double whole_ms, std::size_t first, std::size_t last) const;
   // The same profile at another batch size: times and activation/output
   // bytes scale linearly (an approximation: small batches use devices worse).
   profile_db at_batch(int64_t batch) const;

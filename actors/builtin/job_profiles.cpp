@@ -127,6 +127,9 @@ void pin_member(uint32_t k, int threads) {
   (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
 }
 
+using clk = std::chrono::steady_clock;
+double ms_since(clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); }
+
 double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -167,8 +170,6 @@ expected<update_times> time_update(const topology::cluster& c, kernels::model& m
   status st;
   std::optional<cache_evictor> evict;
   if (!cuda) evict.emplace();
-  using clk = std::chrono::steady_clock;
-  auto ms_since = [](clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); };
   m.context().run([&] {
     // Interleaved: the two medians see the same phases of the machine.
     for (int i = 0; i < 7 && st.ok(); ++i) {
@@ -221,8 +222,6 @@ weight_passes time_weight_passes(kernels::model& m) {
   }
   std::vector<double> copies, adds;
   cache_evictor evict;
-  using clk = std::chrono::steady_clock;
-  auto ms_since = [](clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); };
   m.context().run([&] {
     for (int i = 0; i < 7; ++i) {
       evict();
@@ -275,7 +274,6 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
   // One training step as a replica computes it: forward, backward, the
   // optimizer's step (a tiny learning rate: the weights barely move).
   auto step = [&oc](replica& r) {
-    using clk = std::chrono::steady_clock;
     const auto t0 = clk::now();
     status st;
     r.m.context().run([&] {
@@ -464,21 +462,21 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
   // first such device's threads (3 rounds of 0.1 s phases: ~1 s for VGG-11
   // w0.25 on the 2-core VM), where the copies fit in memory easily.
   if (strategy == "hetpipe") {
+    // host -> its cpu devices (node, device)
     std::map<std::string, std::vector<std::pair<const topology::node_spec*, const topology::device_spec*>>> cpus;
     for (const auto& n : c.nodes)
       for (const auto& d : n.devices)
         if (d.kind == topology::device_kind::cpu) cpus[n.host].push_back({&n, &d});
-    const std::vector<std::pair<const topology::node_spec*, const topology::device_spec*>>* most = nullptr;
-    for (const auto& [host, v] : cpus)
-      if (most == nullptr || v.size() > most->size()) most = &v;
-    if (most != nullptr && most->size() >= 2) {
-      const auto stages = uint32_t(most->size());
+    const auto most = std::max_element(cpus.begin(), cpus.end(),
+                                       [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+    if (most != cpus.end() && most->second.size() >= 2) {
+      const auto stages = uint32_t(most->second.size());
+      const auto [node, dev] = most->second.front();
       const uint64_t copies = uint64_t(stages) * topology::dp_replica_memory(db, batch);
       char buf[96];
       if (copies > (uint64_t{2} << 30)) {
         db.source += "; stages computing at once not measured (the copies would take more than 2 GiB)";
-      } else if (auto f = colocated_step_factor(c, spec, cpu_threads(*most->front().first, *most->front().second),
-                                                stages, batch, 3, 0.1)) {
+      } else if (auto f = colocated_step_factor(c, spec, cpu_threads(*node, *dev), stages, batch, 3, 0.1)) {
         db.links.host_stage_factor = *f;
         std::snprintf(buf, sizeof buf, "; stages computing at once: x %.3f (%u on one host)", *f, stages);
         db.source += buf;

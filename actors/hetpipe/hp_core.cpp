@@ -79,8 +79,7 @@ expected<std::unique_ptr<stage_core>> stage_core::make(std::vector<kernels::mode
     // its changes in its own pass (optimizer::step_summed).
     if (overlap_nm > 0 && slots.size() > 1 && sc->device_) {
       try {
-        sc->before_.push_back(sc->device_ ? kernels::tensor::empty_on(ctx.memory(), p->value.shape())
-                                          : kernels::tensor::empty(p->value.shape()));
+        sc->before_.push_back(kernels::tensor::empty_on(ctx.memory(), p->value.shape()));
       } catch (const std::bad_alloc&) {
         return make_error(errc::out_of_memory,
                           "hetpipe stage: " + ctx.where().to_string() + " has no room for a copy of " + p->name);
@@ -431,12 +430,10 @@ status stage_core::local_update(int64_t p, double lr) {
     return make_error(errc::internal, "hetpipe stage: update of minibatch " + std::to_string(p) +
                                           " but its slot holds " + std::to_string(slot_mb_[s]));
   auto ps = slots_[s].parameters();
-  std::vector<kernels::parameter*> targets;
   // On a device each slot has its own stream; the local copy and its
   // optimizer live on slot 0's. Slot s's backward must be complete before
   // slot 0's stream reads its gradients.
   if (device_ && s != 0) HF_RETURN_IF_ERROR(slots_[s].context().synchronize());
-  for (auto* q : local_ptrs_) targets.push_back(q);
   // Overlapped waves sum each step into its wave's update: local - before.
   // On a cpu stage the optimizer adds each weight's change in the step's
   // own pass (step_summed: the same floats as a copy before and a
@@ -469,7 +466,7 @@ status stage_core::local_update(int64_t p, double lr) {
       ~lent() { swap(); }
     } grads{local_ptrs_, ps, !shared_slot_};
     grads.swap();
-    return sums.empty() ? opt_->step(targets, lr) : opt_->step_summed(targets, lr, sums, add);
+    return sums.empty() ? opt_->step(local_ptrs_, lr) : opt_->step_summed(local_ptrs_, lr, sums, add);
   };
   if (overlap_nm_ > 0 && device_) {  // the step, summed into its wave's delta, all on slot 0's stream
     kernels::device_context& c0 = slots_[0].context();
@@ -534,9 +531,7 @@ status stage_core::local_update(int64_t p, double lr) {
 
 status stage_core::restore(kernels::optimizer_kind kind, int64_t steps, std::span<const kernels::tensor> state,
                            std::span<const std::string> names, int64_t next, const std::string& where) {
-  std::vector<kernels::parameter*> targets;
-  for (auto* p : local_ptrs_) targets.push_back(p);
-  HF_RETURN_IF_ERROR(kernels::restore_optimizer(*opt_, kind, targets, steps, state, names, where,
+  HF_RETURN_IF_ERROR(kernels::restore_optimizer(*opt_, kind, local_ptrs_, steps, state, names, where,
                                                 device_ ? &slots_[0].context() : nullptr));
   next_update_ = next;
   std::fill(slot_mb_.begin(), slot_mb_.end(), -1);

@@ -232,7 +232,7 @@ private:
   int overlap_nm_ = 0;
   std::vector<kernels::state_tensor> state_;  // the stage's running statistics (on the slots' device)
   std::map<int64_t, std::vector<kernels::tensor>> delta_;  // overlapped: wave -> sum of its local steps
-  std::vector<kernels::tensor> before_;                    // overlapped, 2+ slots: the local weights before a step
+  std::vector<kernels::tensor> before_;                    // overlapped, cuda, 2+ slots: the local weights before a step
   std::vector<kernels::tensor> spare_;                     // overlapped: a dropped wave's delta, for reuse
   kernels::tensor delta_host_;                             // overlapped, device: wave_delta's host copies, one buffer
                                                            // (the runtime's pushes copy on their own stream instead)

@@ -354,6 +354,9 @@ grep -q "old-cpu-t1 .* fwd .* bwd" "$fleet.p1" || { cat "$fleet.p1"; fail "profi
 "$HETFLOW" profile "$fleet" --out "$HETFLOW_SCRATCH/plain.json" --repeat 2 >"$fleet.p2" 2>&1 &&
   grep -q "the median of 2 measurements" "$fleet.p2" && grep -q "^  cpu-t1 " "$fleet.p2" ||
   { cat "$fleet.p2"; fail "profile --out --repeat 2"; }
+# Two cpu devices on one host: the file holds their co-location factor.
+[[ $(json_get "$HETFLOW_SCRATCH/plain.json" 'd["links"].get("host_stage_factor", 0) >= 1') == True ]] ||
+  { cat "$HETFLOW_SCRATCH/plain.json"; fail "profile --out: no links.host_stage_factor for two cpu nodes of one host"; }
 # A device without `profile` takes the file's cpu-t1 (its threads are 1).
 plain="$HETFLOW_SCRATCH/plain.toml"
 write_topology "$plain" 8975 2 auto "${common[@]}" 'epochs = 1' 'strategy = "hetpipe"' 'nm = 2' 'profile_file = "plain.json"'
