@@ -353,15 +353,25 @@ BOOST_AUTO_TEST_CASE(stale_names_of_dead_creators_are_removed) {
 
 // The host ring probe (host_ring_probe.hpp) times real collectives: a larger
 // vector takes longer, and the bandwidth it reports gives back the time.
+// The small probe's time is mostly waking a sleeping member (the probe's
+// late arrival): with other tests on the CPUs (ctest -j2) that once took
+// 3.7 ms against 2.4 ms for 16 MiB (quiet: about 0.06 against 2.4), so the
+// pair is measured up to three times and 16 MiB must take twice as long
+// once (a probe that did not time the bytes would seldom show that).
 BOOST_AUTO_TEST_CASE(host_ring_probe_times_collectives_of_the_given_size) {
-  auto small = measure_host_ring(2, 4096, 1, 5);
-  BOOST_REQUIRE_MESSAGE(small.has_value(), small.error().to_string());
-  auto big = measure_host_ring(2, uint64_t{16} << 20, 1, 5);
-  BOOST_REQUIRE_MESSAGE(big.has_value(), big.error().to_string());
+  hetflow::expected<host_ring_cost> small = make_error(errc::internal, "not measured"), big = small;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    small = measure_host_ring(2, 4096, 1, 5);
+    BOOST_REQUIRE_MESSAGE(small.has_value(), small.error().to_string());
+    big = measure_host_ring(2, uint64_t{16} << 20, 1, 5);
+    BOOST_REQUIRE_MESSAGE(big.has_value(), big.error().to_string());
+    if (big->ms > 2 * small->ms) break;
+    BOOST_TEST_MESSAGE("attempt " << attempt << ": 4 KiB " << small->ms << " ms, 16 MiB " << big->ms << " ms");
+  }
   BOOST_TEST(small->members == 2u);
   BOOST_TEST(big->bytes == uint64_t{16} << 20);
   BOOST_TEST(small->ms > 0.0);
-  BOOST_TEST(big->ms > small->ms);  // 4096x the bytes: noise cannot hide that
+  BOOST_TEST(big->ms > 2 * small->ms);  // 4096x the bytes
   // t = 2 (N-1)/N * bytes / bw
   const double ms = double(big->bytes) / (big->gbps * 1e9 / 8) * 1e3;
   BOOST_TEST(std::abs(ms - big->ms) < 1e-6 * big->ms);
