@@ -2,7 +2,7 @@
 // instruction counts and profiles of one pass at a time.
 //
 //   pp_profile FILE OUT_DIR [--mode vocab|hash] [--min-count N] [--range N]
-//              [--shards N] [--threads N] [--repeat N] [--staged-memory-max BYTES]
+//              [--shards N] [--threads N] [--repeat N]
 //              [--block-bytes BYTES]
 //   pp_profile --gen ROWS SEED FILE     (= hetflow gen-criteo, without the app)
 //
@@ -52,7 +52,6 @@ int main(int argc, char** argv) {
     else if (k == "--threads") opt.parallelism = std::atoi(v.c_str());
     else if (k == "--repeat") repeat = std::atoi(v.c_str());
     else if (k == "--block-bytes") opt.block_bytes = std::strtoull(v.c_str(), nullptr, 10);
-    else if (k == "--staged-memory-max") opt.staged_memory_max = std::strtoull(v.c_str(), nullptr, 10);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

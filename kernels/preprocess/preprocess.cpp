@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <oneapi/tbb/parallel_for.h>
@@ -609,86 +608,6 @@ private:
 
 }  // namespace
 
-namespace {
-
-// Vocab mode's staged records, written straight into the part's .tmp file
-// through a shared mapping: pass 2 remaps them in place, so the records are
-// neither copied through write() nor held in a second, anonymous copy (on the
-// 2-core VM the kernel's zeroing of a fresh 160 MB anonymous region was 11%
-// of a 1M-row run). The file grows by fallocate in steps (a full disk is an
-// error here, never a SIGBUS later), each step mapped at its place in one
-// range of address space reserved up front. Dirty page-cache pages are
-// written back and reclaimed by the kernel, so the memory cap need not
-// count them.
-class record_region {
-public:
-  record_region() = default;
-  record_region(const record_region&) = delete;
-  record_region& operator=(const record_region&) = delete;
-  ~record_region() { release(); }
-  // Address space for up to n records of fd's file; false when refused.
-  bool reserve(int fd, uint64_t n) {
-    release();
-    if (n == 0 || fd < 0) return false;
-    const uint64_t bytes = round_up(n * sizeof(criteo_record));
-    void* m = ::mmap(nullptr, bytes + huge_page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) return false;
-    map_ = m;
-    map_bytes_ = bytes + huge_page;
-    const auto at = (reinterpret_cast<uintptr_t>(m) + huge_page - 1) & ~(uintptr_t{huge_page} - 1);
-    p_ = reinterpret_cast<criteo_record*>(at);
-    fd_ = fd;
-    reserved_ = bytes;
-    return true;
-  }
-  // Room for n records in all (n <= capacity()): grows the file and maps the
-  // new part.
-  status ensure(uint64_t n, const std::string& path) {
-    const uint64_t need = n * sizeof(criteo_record);
-    if (need <= mapped_) return {};
-    if (need > reserved_) return make_error(errc::internal, "staged records past the reserved mapping");
-    const uint64_t to = std::min(reserved_, std::max(round_up(need), mapped_ + grow_step));
-    const uint64_t len = to - mapped_;
-    if (::fallocate(fd_, 0, static_cast<off_t>(mapped_), static_cast<off_t>(len)) != 0) {
-      int e = errno;
-      // A file system without fallocate: glibc writes the blocks instead.
-      if (e == EOPNOTSUPP || e == ENOSYS)
-        e = ::posix_fallocate(fd_, static_cast<off_t>(mapped_), static_cast<off_t>(len));
-      if (e != 0)
-        return make_error(errc::io_error, "cannot grow " + path + " to " + std::to_string(to) +
-                                              " bytes for the staged records: " + std::strerror(e));
-    }
-    void* m = ::mmap(reinterpret_cast<char*>(p_) + mapped_, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                     fd_, static_cast<off_t>(mapped_));
-    if (m == MAP_FAILED) return make_error(errc::io_error, "cannot map " + path + ": " + std::strerror(errno));
-    mapped_ = to;
-    return {};
-  }
-  // Unmaps; what was written stays in the file.
-  void release() noexcept {
-    if (map_) ::munmap(map_, map_bytes_);
-    map_ = nullptr;
-    p_ = nullptr;
-    map_bytes_ = 0;
-    reserved_ = mapped_ = 0;
-    fd_ = -1;
-  }
-  criteo_record* data() const noexcept { return p_; }
-  uint64_t capacity() const noexcept { return reserved_ / sizeof(criteo_record); }
-
-private:
-  static constexpr uint64_t huge_page = uint64_t{2} << 20;
-  static constexpr uint64_t grow_step = uint64_t{64} << 20;
-  static uint64_t round_up(uint64_t b) noexcept { return (b + huge_page - 1) & ~(huge_page - 1); }
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
-  criteo_record* p_ = nullptr;
-  int fd_ = -1;
-  uint64_t reserved_ = 0, mapped_ = 0;  // bytes
-};
-
-}  // namespace
-
 struct shard_counts::impl {
   std::array<column_table, sparse_columns> tables;
   std::array<uint32_t, sparse_columns> next_local{};
@@ -701,14 +620,15 @@ struct shard_counts::impl {
   std::array<bool, sparse_columns> handed{};  // column_stream, export_column or merge_hashed took the column
   std::string spill_dir;
   int spill_seq = 0;
-  // Staged pass 1: the records go to staged_path + ".tmp", through `mem`
-  // (a shared mapping of it) while they fit staged_memory_max, then by
-  // write().
+  // Staged pass 1: the records go to staged_path + ".tmp" by pwrite(); pass
+  // 2 reads them back chunk by chunk, remaps their ids and writes them over.
+  // (Through a shared mapping of the .tmp instead, until 2026-11-29, the
+  // first touch of each page cost more: on dev-2c-xeon, 1M rows on 2 nodes,
+  // counting 0.375 s against 0.317 s a node after a pause, and 10M rows
+  // 4.6-5.3 s against 3.8-4.1 s end to end: bench/RESULTS.md.)
   std::string staged_path;  // the part file, written through staged_path + ".tmp"
   int fd = -1;              // the .tmp, created at the start of pass 1
   bool staging = false;
-  record_region mem;
-  bool mapped = false;      // the staged records so far are mem's first `staged_records`
   uint64_t staged_records = 0;
   shard_result staged;  // rows, lines, bytes, malformed; seconds = pass 1
   int dop = 1;
@@ -1139,13 +1059,6 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
   uint64_t cap = opt.memory_cap;
   if (cap == 0) cap = std::max<uint64_t>(uint64_t{64} << 20, probe_resources().free_memory() / 2);
   out.memory_cap = cap;
-  // Staged records go through a shared mapping of the .tmp (up to
-  // staged_memory_max): pass 2 then remaps them in place, neither reading
-  // them back nor writing them twice.
-  uint64_t max_rows = 0;
-  for (auto& b : blocks) max_rows += b.max_rows();
-  const uint64_t mem_records = std::min(max_rows, opt.staged_memory_max / sizeof(criteo_record));
-  if (staging && mem_records > 0) im.mapped = im.mem.reserve(im.fd, mem_records);
   // A block's records and keys take about 3x its bytes; blocks_per_worker at once.
   parallelism_governor gov(opt.parallelism, opt.block_bytes * 4 * blocks_per_worker);
   malformed_sink sink(pieces, opt);
@@ -1221,32 +1134,10 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
           offsets[i] = im.staged_records + seg_rows;  // in records
           seg_rows += res[i].good;
         }
-        if (im.mapped && im.staged_records + seg_rows > im.mem.capacity()) {
-          // Outgrown: the records so far are in the .tmp already; the rest
-          // follow by write().
-          im.mem.release();
-          im.mapped = false;
-        }
-        if (im.mapped) {
-          if (status s = im.mem.ensure(im.staged_records + seg_rows, tmp); !s.ok()) {
-            res[0].written = s;
-            return;
-          }
-        }
         tbb::parallel_for(std::size_t{0}, seg, [&](std::size_t i) {
           auto& r = res[i];
           criteo_record* recs = r.records.data();
           const uint64_t* locals = r.keys.data();
-          if (im.mapped) {
-            criteo_record* dst = im.mem.data() + offsets[i];
-            for (std::size_t row = 0; row < r.good; ++row) {
-              dst[row].label = recs[row].label;
-              std::memcpy(dst[row].dense, recs[row].dense, sizeof recs[row].dense);
-              for (int c = 0; c < sparse_columns; ++c)
-                dst[row].sparse[c] = static_cast<int32_t>(locals[c * r.stride + row]);
-            }
-            return;
-          }
           for (std::size_t row = 0; row < r.good; ++row)
             for (int c = 0; c < sparse_columns; ++c)
               recs[row].sparse[c] = static_cast<int32_t>(locals[c * r.stride + row]);
@@ -1353,24 +1244,27 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
   int n_big = 0;
   for (int c = 0; c < sparse_columns; ++c)
     if (maps[c].size() * sizeof(int32_t) > (std::size_t{256} << 10)) big[n_big++] = c;
-  // Remap the staged records chunk by chunk, in parallel: in place in the
-  // mapping; or read from the .tmp and written back.
+  // Remap the staged records chunk by chunk, in parallel: each chunk is read
+  // from the .tmp into its worker's buffer (small enough to stay in the L2
+  // cache until it is written back) and written over.
   const uint64_t nrec = im.staged.rows;
   if (nrec != im.staged_records)
     return make_error(errc::internal, "staged " + std::to_string(im.staged_records) + " records for " +
                                           std::to_string(nrec) + " rows");
-  constexpr uint64_t chunk_records = (1u << 20) / sizeof(criteo_record);
+  // 256 KiB chunks: pass 2 of 1M rows on 2 nodes took 41 ms a node against
+  // 47 ms with 1 MiB ones (dev-2c-xeon, 2026-11-29).
+  constexpr uint64_t chunk_records = (std::size_t{256} << 10) / sizeof(criteo_record);
   const uint64_t chunks = (nrec + chunk_records - 1) / chunk_records;
   parallelism_governor gov(opt.parallelism, 2 * chunk_records * sizeof(criteo_record));
   int dop = im.dop;
-  std::vector<std::vector<criteo_record>> bufs;
+  std::vector<raw_array<criteo_record>> bufs;  // one per worker of the arena
   std::vector<status> errs;
   uint64_t next = 0;
   while (next < chunks) {
     if (opt.stop && opt.stop->load()) return stopped();
     dop = gov.update();
     uint64_t seg = std::min<uint64_t>(chunks - next, static_cast<uint64_t>(dop) * 8);
-    bufs.resize(seg);
+    if (bufs.size() < static_cast<std::size_t>(dop)) bufs.resize(static_cast<std::size_t>(dop));
     errs.assign(seg, status{});
     tbb::task_arena arena(dop);
     arena.execute([&] {
@@ -1378,16 +1272,12 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
         uint64_t first = (next + k) * chunk_records;
         uint64_t n = std::min(chunk_records, nrec - first);
         uint64_t off = first * sizeof(criteo_record);
-        criteo_record* buf;
-        if (im.mapped) {
-          buf = im.mem.data() + first;
-        } else {
-          bufs[k].resize(n);
-          buf = bufs[k].data();
-          if (auto s = read_at(im.fd, buf, n * sizeof(criteo_record), off, tmp); !s.ok()) {
-            errs[k] = s;
-            return;
-          }
+        auto& mine = bufs[static_cast<std::size_t>(tbb::this_task_arena::current_thread_index())];
+        mine.reserve(chunk_records);
+        criteo_record* buf = mine.data();
+        if (auto s = read_at(im.fd, buf, n * sizeof(criteo_record), off, tmp); !s.ok()) {
+          errs[k] = s;
+          return;
         }
         // The maps of the big columns do not fit in the cache and the local
         // ids of rare strings are random: prefetch a few rows ahead.
@@ -1404,7 +1294,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
           int32_t* sp = buf[r].sparse;
           for (int c = 0; c < sparse_columns; ++c) sp[c] = map[c][static_cast<uint32_t>(sp[c])];
         }
-        if (!im.mapped) errs[k] = write_at(im.fd, buf, n * sizeof(criteo_record), off, tmp);
+        errs[k] = write_at(im.fd, buf, n * sizeof(criteo_record), off, tmp);
       });
     });
     for (auto& e : errs)
@@ -1421,15 +1311,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
       opt.on_progress(p);
     }
   }
-  im.mem.release();
   int fd = std::exchange(im.fd, -1);
-  // The mapping grew the file in steps: cut it to the records.
-  if (::ftruncate(fd, static_cast<off_t>(nrec * sizeof(criteo_record))) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return make_error(errc::io_error, "cannot truncate " + tmp + ": " + std::strerror(e));
-  }
   im.join_remove_previous();
   if (auto s = finish_file(fd, tmp, im.staged_path); !s.ok()) return s;
   im.finished = true;

@@ -96,10 +96,6 @@ struct preprocess_options {
   // (shard_counts::hashable) by hashing, the rest as sorted streams; false:
   // all as sorted streams (tests compare the two).
   bool hash_merge = true;
-  // Vocab pass 1: the most bytes of staged records written through a shared
-  // mapping of the part's .tmp file (pass 2 remaps them in place there);
-  // beyond, by write() (pass 2 reads them back); 0 = always by write().
-  uint64_t staged_memory_max = UINT64_MAX;
   int parallelism = 0;                  // 0 = auto (resources.hpp)
   std::size_t block_bytes = 1u << 20;
   std::string spill_dir;                // pass-1 run files (created when needed)
