@@ -11,10 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -50,6 +53,62 @@ bool host_is_local(const std::string& host) {
     freeifaddrs(ifs);
   }
   return mine.count(host) > 0;
+}
+
+// Whether this process runs one thread only (a fork copies just the caller).
+bool single_threaded() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Threads:", 0) == 0) return std::strtol(line.c_str() + 8, nullptr, 10) == 1;
+  return false;
+}
+
+// Whether the local nodes start as forks of the launcher, without exec: the
+// pre-processing job (it counts on oneTBB, and no OpenMP kernel runs: libgomp
+// keeps the wait policy it read when the launcher was loaded, and only an
+// exec'd node reads the passive one `run` sets for its children) when the
+// topology loads no plugin (a node's plugins are told its name when they
+// load) and the launcher runs one thread. A fork shares the launcher's
+// loaded and relocated libraries: on the 2-core VM a process's start after a
+// few seconds idle took 40-50 ms, nearly all of it the dynamic libraries'
+// pages (bench/RESULTS.md, 2026-11-29). HETFLOW_NODE_EXEC=1 execs every node.
+bool nodes_by_fork(const topology::cluster& cl) {
+  if (const char* e = std::getenv("HETFLOW_NODE_EXEC"); e != nullptr && std::strcmp(e, "1") == 0) return false;
+  return cl.job.kind == "preprocess" && cl.plugins.empty() && single_threaded();
+}
+
+// A forked node's command line as `ps` and `pgrep -f` see it: what `hetflow
+// node` would have had, written over this process's argument and
+// environment strings (as setproctitle(3) does: the environment is copied
+// to the heap first; the kernel shows a command line whose last NUL was
+// overwritten up to its first NUL, through the environment's area). Cut to
+// the room there is.
+void set_command_line(const std::string& title) {
+  std::ifstream f("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return;
+  // Fields after the command's ")": state is field 3; arg_start .. env_end
+  // are fields 48 .. 51.
+  std::istringstream in(stat.substr(close_paren + 2));
+  std::string field;
+  unsigned long long v[52] = {};
+  for (int i = 3; i <= 51 && in >> field; ++i) v[i] = std::strtoull(field.c_str(), nullptr, 10);
+  char* const arg_start = reinterpret_cast<char*>(v[48]);
+  char* const env_end = reinterpret_cast<char*>(v[51]);
+  if (arg_start == nullptr || env_end <= arg_start) return;
+  // The environment strings move to the heap before their room is reused.
+  std::size_t n = 0;
+  while (environ[n] != nullptr) ++n;
+  char** fresh = static_cast<char**>(std::malloc((n + 1) * sizeof(char*)));
+  if (fresh == nullptr) return;
+  for (std::size_t i = 0; i < n; ++i) fresh[i] = ::strdup(environ[i]);
+  fresh[n] = nullptr;
+  environ = fresh;
+  const std::size_t room = static_cast<std::size_t>(env_end - arg_start);
+  std::memset(arg_start, 0, room);
+  std::memcpy(arg_start, title.data(), std::min(title.size(), room - 1));
 }
 
 struct child {
@@ -220,6 +279,7 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
   char exe_buf[4096] = {};
   if (ssize_t n = readlink("/proc/self/exe", exe_buf, sizeof exe_buf - 1); n > 0) self_exe = exe_buf;
   pid_t launcher_pid = getpid();
+  const bool by_fork = nodes_by_fork(cl);
   auto t0 = clock_type::now();
 
   for (auto& c : children) {
@@ -249,6 +309,8 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
       args.push_back("--strategy");
       args.push_back(opts.strategy);
     }
+    std::fflush(nullptr);  // a forked node must not write the launcher's buffered output again
+    std::cout.flush();
     pid_t pid = fork();
     if (pid < 0) {
       std::perror("hetflow run: fork");
@@ -269,6 +331,31 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
         setenv("HETFLOW_CPUS", c.cpus.c_str(), 1);
       else
         unsetenv("HETFLOW_CPUS");
+      if (by_fork) {
+        // What exec would have closed: the launcher's signalfd and every
+        // pipe end but this node's stdout and stderr.
+        ::close(sfd);
+        for (const auto& o : children) {
+          if (o.out_fd >= 0) ::close(o.out_fd);
+          if (o.err_fd >= 0) ::close(o.err_fd);
+        }
+        for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+        actors::node_options o;
+        o.topology = opts.topology;
+        o.name = c.name;
+        o.report = c.report;
+        o.trace = c.trace;
+        if (auto max = kernels::trace::max_events_from_env()) o.trace_max_events = *max;
+        o.join_timeout_s = opts.join_timeout_s;
+        o.resume = opts.resume;
+        o.strategy = opts.strategy;
+        std::string title;
+        for (const auto& a : args) title += (title.empty() ? "" : " ") + a;
+        set_command_line(title);
+        const int rc = actors::run_node(o, reg);
+        std::fflush(nullptr);
+        std::exit(rc);
+      }
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

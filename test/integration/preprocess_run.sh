@@ -85,6 +85,14 @@ json_get "$S/vocab-3.json" 'd["vocabulary"]["merge_nodes"] == 3 and {c["node"] f
   grep -q True || { cat "$S/vocab-3.json"; fail "vocab, 3 nodes: the merge was not spread over the nodes"; }
 pass "vocab: 3 nodes == 1 node byte for byte, the columns merged on all 3"
 
+# `hetflow run` forks a preprocess job's local nodes without exec (launcher.cpp,
+# nodes_by_fork); HETFLOW_NODE_EXEC=1 execs them as for any other job: the
+# same bytes either way.
+HETFLOW_NODE_EXEC=1 run vocab-x 2 7936 'categorical = { mode = "vocab", min_count = 3 }' 'chunk_bytes = "64KiB"' ||
+  { cat "$S/vocab-x.log"; fail "vocab: 2-node run with HETFLOW_NODE_EXEC=1"; }
+same_as_vocab_1 vocab-x "vocab, 2 nodes exec'd"
+pass "vocab: 2 nodes exec'd (HETFLOW_NODE_EXEC=1) == 1 node byte for byte"
+
 # The input is cut by the nodes' cores, measured at the start: the report
 # says so, and each part holds its node's share of the input bytes (to a
 # line at either end).
