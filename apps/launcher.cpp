@@ -71,8 +71,9 @@ bool single_threaded() {
 // topology loads no plugin (a node's plugins are told its name when they
 // load) and the launcher runs one thread. A fork shares the launcher's
 // loaded and relocated libraries: on the 2-core VM a process's start after a
-// few seconds idle took 40-50 ms, nearly all of it the dynamic libraries'
-// pages (bench/RESULTS.md, 2026-11-29). HETFLOW_NODE_EXEC=1 execs every node.
+// few seconds idle took 40-100 ms, nearly all of it the first touch of the
+// dynamic libraries' pages; 2-node jobs ended 4% sooner forked (median of 8,
+// bench/RESULTS.md, 2026-11-29). HETFLOW_NODE_EXEC=1 execs every node.
 bool nodes_by_fork(const topology::cluster& cl) {
   if (const char* e = std::getenv("HETFLOW_NODE_EXEC"); e != nullptr && std::strcmp(e, "1") == 0) return false;
   return cl.job.kind == "preprocess" && cl.plugins.empty() && single_threaded();
