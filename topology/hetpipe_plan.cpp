@@ -68,8 +68,27 @@ double sync_share_ms(const std::vector<plan_device>& devs, std::size_t j, std::s
 }
 
 // Stage j of S on devs[j] holding units [first, last].
+// Weight-sized buffers a stage of k slots keeps on its device (hp_core.cpp,
+// stage_core::make and its updates), with `optimizer_states` per weight
+// (sgd with momentum 1, plain sgd 0, adam 2):
+//   each slot's weights and gradients                         2k
+//   the local weights: a cpu stage's, unless its one slot's   1 (overlapped, one slot: 0)
+//     are them; a cuda stage's, and their gradients           2
+//   W(c), the last pull (host: a cpu stage's device)          1 (cuda: 0)
+//   the optimizer's state                                     optimizer_states
+//   overlapped: the wave updates (this wave's, the previous   3
+//     one's until the shards hold it, a spare); a cuda stage
+//     of 2+ slots also the weights before each step           1
+//   drained: the wave's update, made at its end (host)        1 (cuda: 0)
+//   cuda: the buffer the pulls are uploaded into              1
+uint64_t weight_copies(bool cuda, bool overlap, uint64_t k, int optimizer_states) {
+  const uint64_t o = uint64_t(std::max(0, optimizer_states));
+  if (cuda) return 2 * k + 2 + o + (overlap ? 3 + (k >= 2 ? 1 : 0) : 0) + 1;
+  return 2 * k + (overlap && k == 1 ? 0 : 1) + 1 + o + (overlap ? 3 : 1);
+}
+
 stage_eval eval_stage(const std::vector<plan_device>& devs, std::size_t j, std::size_t first, std::size_t last,
-                      const profile_db& db, int nm, bool overlap, bool shard_here) {
+                      const profile_db& db, int nm, bool overlap, bool shard_here, int optimizer_states) {
   stage_eval e;
   const std::size_t S = devs.size();
   e.compute = (db.compute_ms(devs[j].kind, first, last) + db.update_ms(devs[j].kind, first, last)) *
@@ -78,7 +97,8 @@ stage_eval eval_stage(const std::vector<plan_device>& devs, std::size_t j, std::
   if (j + 1 < S) e.send += hop_ms(devs[j], devs[j + 1], db.units[last].output_bytes, db);
   if (j > 0) e.send += hop_ms(devs[j - 1], devs[j], db.units[first - 1].output_bytes, db);
   const uint64_t k = uint64_t(std::min<std::size_t>(std::size_t(nm), S - j));
-  e.memory = db.params_bytes(first, last) * (k + 3 + (devs[j].cuda ? 1 : 0)) + db.activation_bytes(first, last) * k;
+  e.memory = db.params_bytes(first, last) * weight_copies(devs[j].cuda, overlap, k, optimizer_states) +
+             db.activation_bytes(first, last) * k;
   e.fits = devs[j].memory_bytes == 0 || e.memory <= devs[j].memory_bytes;
   e.stage_ms = e.compute + e.send;
   return e;
@@ -92,7 +112,7 @@ struct order_result {
 
 // Dynamic programming over boundaries for one device order.
 order_result best_boundaries(const std::vector<plan_device>& devs, const profile_db& db, int nm, bool overlap,
-                             bool shard_here) {
+                             bool shard_here, int optimizer_states) {
   const std::size_t S = devs.size(), n = db.units.size();
   order_result out;
   if (S == 0 || n < S) return out;
@@ -101,7 +121,7 @@ order_result best_boundaries(const std::vector<plan_device>& devs, const profile
   std::vector<std::vector<cell>> best(S, std::vector<cell>(n, {inf, inf}));
   std::vector<std::vector<std::size_t>> from(S, std::vector<std::size_t>(n, 0));
   for (std::size_t i = 0; i + S <= n; ++i) {
-    auto e = eval_stage(devs, 0, 0, i, db, nm, overlap, shard_here);
+    auto e = eval_stage(devs, 0, 0, i, db, nm, overlap, shard_here, optimizer_states);
     if (e.fits) best[0][i] = {e.stage_ms, e.stage_ms};
   }
   for (std::size_t j = 1; j < S; ++j) {
@@ -109,7 +129,7 @@ order_result best_boundaries(const std::vector<plan_device>& devs, const profile
       for (std::size_t f = j; f <= i; ++f) {                // stage j starts at f
         const cell& prev = best[j - 1][f - 1];
         if (prev.first == inf) continue;
-        auto e = eval_stage(devs, j, f, i, db, nm, overlap, shard_here);
+        auto e = eval_stage(devs, j, f, i, db, nm, overlap, shard_here, optimizer_states);
         if (!e.fits) continue;
         cell c{std::max(prev.first, e.stage_ms), prev.second + e.stage_ms};
         if (c < best[j][i]) {
@@ -133,12 +153,12 @@ order_result best_boundaries(const std::vector<plan_device>& devs, const profile
 }
 
 virtual_worker_plan build_vw(const std::vector<plan_device>& devs, const std::vector<std::size_t>& ends,
-                             const profile_db& db, int nm, bool overlap, bool shard_here) {
+                             const profile_db& db, int nm, bool overlap, bool shard_here, int optimizer_states) {
   virtual_worker_plan vw;
   std::size_t first = 0;
   double transfers = 0;
   for (std::size_t j = 0; j < devs.size(); ++j) {
-    auto e = eval_stage(devs, j, first, ends[j], db, nm, overlap, shard_here);
+    auto e = eval_stage(devs, j, first, ends[j], db, nm, overlap, shard_here, optimizer_states);
     stage_plan s;
     s.device = devs[j];
     s.first_unit = first;
@@ -324,7 +344,7 @@ expected<std::vector<std::vector<plan_device>>> allocate_virtual_workers(const s
 
 expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_device>& devices,
                                                        const profile_db& db, int nm, bool overlap_waves,
-                                                       bool shards_local) {
+                                                       bool shards_local, int optimizer_states) {
   if (devices.empty()) return make_error(errc::invalid_argument, "a virtual worker needs at least one device");
   if (devices.size() > db.units.size())
     return make_error(errc::invalid_argument, "a virtual worker of " + std::to_string(devices.size()) +
@@ -344,7 +364,7 @@ expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_de
     std::map<std::pair<int, std::string>, std::size_t> used;
     std::vector<plan_device> devs;
     for (const auto& c : order) devs.push_back(pool[c][used[c]++]);
-    auto r = best_boundaries(devs, db, nm, overlap_waves, shards_local);
+    auto r = best_boundaries(devs, db, nm, overlap_waves, shards_local, optimizer_states);
     if (std::tie(r.max_stage, r.sum) < std::tie(best.max_stage, best.sum)) {
       best = std::move(r);
       best_devs = std::move(devs);
@@ -353,7 +373,8 @@ expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_de
     // order (fastest device on the heaviest part) would do there.
   } while (++tried < 40320 && std::next_permutation(order.begin(), order.end()));
   if (best.ends.empty()) {
-    uint64_t total = db.params_bytes(0, db.units.size() - 1) * 4 + db.activation_bytes(0, db.units.size() - 1);
+    uint64_t total = db.params_bytes(0, db.units.size() - 1) * weight_copies(false, overlap_waves, 1, optimizer_states) +
+                     db.activation_bytes(0, db.units.size() - 1);
     uint64_t mem = 0;
     bool unlimited = false;
     for (const auto& d : devices) {
@@ -366,7 +387,7 @@ expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_de
                           " with one minibatch in flight; the devices have " +
                           (unlimited ? std::string("some unlimited") : format_gib(mem)) + ")");
   }
-  return build_vw(best_devs, best.ends, db, nm, overlap_waves, shards_local);
+  return build_vw(best_devs, best.ends, db, nm, overlap_waves, shards_local, optimizer_states);
 }
 
 std::vector<int> place_ps_shards(const std::vector<virtual_worker_plan>& vws, const profile_db& db,
@@ -480,7 +501,7 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
     p.nodes = node_names;
     bool ok = true;
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      auto vw = partition_virtual_worker(groups[g], db, nm, o.overlap_waves, p.ps_local);
+      auto vw = partition_virtual_worker(groups[g], db, nm, o.overlap_waves, p.ps_local, o.optimizer_states);
       if (!vw) {
         last_error = vw.error().with_context("virtual worker " + std::to_string(g));
         ok = false;
@@ -547,6 +568,12 @@ expected<hetpipe_options> hetpipe_options_of(const cluster& c) {
   o.ps_local = placement == "local";
   o.batch = p.get_int("batch_size", 0);
   o.overlap_waves = !runtime_drains_waves(c);
+  // As the stages' optimizer (kernels::optimizer_config): sgd keeps a
+  // velocity per weight unless momentum is 0, adam two moments.
+  if (p.get_string("optimizer", "sgd") == "adam")
+    o.optimizer_states = 2;
+  else
+    o.optimizer_states = p.get_number("momentum", 0.9) != 0.0 ? 1 : 0;
   return o;
 }
 

@@ -111,6 +111,9 @@ struct hetpipe_options {
   // The runtime overlaps waves (hetpipe_waves = "overlap", the default): each
   // stage then pays profile_db::wave_ms per minibatch.
   bool overlap_waves = true;
+  // Weight-sized buffers the stages' optimizer keeps per weight (the job's
+  // optimizer: sgd with momentum 1, plain sgd 0, adam 2): the memory model.
+  int optimizer_states = 1;
 };
 
 // Groups devices into VWs. NP: the devices of one node form a VW (VW count =
@@ -154,9 +157,12 @@ struct virtual_worker_plan {
 // bookkeeping of overlapped waves (profile_db::wave_ms). Every cpu stage
 // pays its passes over its weights once per wave (profile_db::wave_sync_ms,
 // per minibatch), `shards_local`: with its PS shard's (ps_placement local).
+// A stage's memory: its units' activations for each minibatch it keeps, and
+// its weights times the buffers of their size it keeps (hetpipe_plan.cpp,
+// weight_copies; `optimizer_states` as in hetpipe_options).
 expected<virtual_worker_plan> partition_virtual_worker(const std::vector<plan_device>& devices,
                                                        const profile_db& db, int nm, bool overlap_waves = true,
-                                                       bool shards_local = false);
+                                                       bool shards_local = false, int optimizer_states = 1);
 
 struct hetpipe_plan {
   allocation_policy policy = allocation_policy::ed;

@@ -341,16 +341,19 @@ BOOST_AUTO_TEST_CASE(transfers_count_and_prefer_one_node) {
 
 BOOST_AUTO_TEST_CASE(memory_limits_boundaries_and_nm) {
   // params 100 B, activations 1000 B per unit. Stage 0 of 2 keeps
-  // k = min(Nm, 2) minibatches: memory = 100 u (k+3) + 1000 u k.
+  // k = min(Nm, 2) minibatches: memory = 100 u (2k + 6) + 1000 u k for a cpu
+  // stage with overlapped waves and sgd with momentum (weight_copies:
+  // slots' weights and gradients 2k, local weights 1, W(c) 1, momentum 1,
+  // wave updates 3), and 100 u 7 + 1000 u for the last stage's one slot.
   auto db = uniform_db(4, {{"a", 1.0}}, 100, 1000);
-  // Unlimited: 2 + 2 units; with Nm 2 stage 0 needs 200*5 + 2000*2 = 5000 B.
+  // Unlimited: 2 + 2 units; with Nm 2 stage 0 needs 200*10 + 2000*2 = 6000 B.
   auto free_vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
   BOOST_REQUIRE(free_vw.has_value());
-  BOOST_TEST(free_vw->stages[0].memory_bytes == 5000u);
+  BOOST_TEST(free_vw->stages[0].memory_bytes == 6000u);
   BOOST_TEST(free_vw->stages[0].kept_minibatches == 2);
   BOOST_TEST(free_vw->stages[1].kept_minibatches == 1);
-  BOOST_TEST(free_vw->stages[1].memory_bytes == 200u * 4 + 2000u);
-  // Device 0 limited to 3000 B: with Nm 2 it can hold one unit only (100*5 + 1000*2 = 2500).
+  BOOST_TEST(free_vw->stages[1].memory_bytes == 200u * 7 + 2000u);
+  // Device 0 limited to 3000 B: with Nm 2 it can hold one unit only (100*10 + 1000*2 = 3000).
   auto limited = partition_virtual_worker({dev(0, 0, "a", 3000), dev(1, 0, "a", 0)}, db, 2);
   BOOST_REQUIRE(limited.has_value());
   for (const auto& s : limited->stages)
@@ -381,25 +384,57 @@ BOOST_AUTO_TEST_CASE(auto_nm_is_the_smallest_that_reaches_the_best_throughput) {
   BOOST_TEST(q->nm == 1);
 }
 
-BOOST_AUTO_TEST_CASE(a_cuda_stage_counts_its_upload_copy) {
-  // 2 units of 1000 params bytes, no activations, Nm = 1: each stage keeps
-  // params * (1 + 3), a cuda stage one more copy (the pulls' upload buffer).
+BOOST_AUTO_TEST_CASE(a_stage_counts_every_weight_sized_buffer_it_keeps) {
+  // 2 units of 1000 params bytes, no activations: each stage's memory is
+  // 1000 x the weight-sized buffers it keeps (hp_core.cpp, stage_core; the
+  // table at weight_copies in hetpipe_plan.cpp).
   auto db = uniform_db(2, {{"a", 1.0}}, 1000, 0);
-  auto cpu = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 1);
-  BOOST_REQUIRE(cpu.has_value());
-  for (const auto& st : cpu->stages) BOOST_TEST(st.memory_bytes == 4000u);
   auto gpu0 = dev(0, 0, "a"), gpu1 = dev(0, 1, "a");
   gpu0.cuda = gpu1.cuda = true;
-  auto cuda = partition_virtual_worker({gpu0, gpu1}, db, 1);
-  BOOST_REQUIRE(cuda.has_value());
-  for (const auto& st : cuda->stages) BOOST_TEST(st.memory_bytes == 5000u);
+  auto each = [&](bool cuda, int nm, bool overlap, int states) {
+    std::vector<uint64_t> out;
+    auto vw = cuda ? partition_virtual_worker({gpu0, gpu1}, db, nm, overlap, false, states)
+                   : partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, nm, overlap, false, states);
+    BOOST_REQUIRE(vw.has_value());
+    for (const auto& st : vw->stages) out.push_back(st.memory_bytes);
+    return out;
+  };
+  using v = std::vector<uint64_t>;
+  // Nm 1, overlapped, sgd with momentum: a cpu stage's one slot holds its
+  // local weights (slot weights and gradients 2, W(c) 1, momentum 1, wave
+  // updates 3); a cuda stage keeps its own weights and gradients (2) and
+  // the pulls' upload buffer (1), W(c) stays on the host.
+  BOOST_TEST(each(false, 1, true, 1) == (v{7000, 7000}));
+  BOOST_TEST(each(true, 1, true, 1) == (v{9000, 9000}));
+  // Nm 2: stage 0 keeps 2 slots (4), the local weights (cpu), and on cuda
+  // the weights before each step.
+  BOOST_TEST(each(false, 2, true, 1) == (v{10000, 7000}));
+  BOOST_TEST(each(true, 2, true, 1) == (v{12000, 9000}));
+  // Drained waves: one update made at the wave's end (on the host).
+  BOOST_TEST(each(false, 1, false, 1) == (v{6000, 6000}));
+  BOOST_TEST(each(true, 1, false, 1) == (v{6000, 6000}));
+  // The optimizer's state: plain sgd none, adam two moments.
+  BOOST_TEST(each(false, 1, true, 0) == (v{6000, 6000}));
+  BOOST_TEST(each(false, 1, true, 2) == (v{8000, 8000}));
   // A cap between the two: the cpu pair fits, the cuda pair does not.
   auto capped = [](plan_device d) {
-    d.memory_bytes = 4500;
+    d.memory_bytes = 8000;
     return d;
   };
   BOOST_TEST(partition_virtual_worker({capped(dev(0, 0, "a")), capped(dev(0, 1, "a"))}, db, 1).has_value());
   BOOST_TEST(!partition_virtual_worker({capped(gpu0), capped(gpu1)}, db, 1).has_value());
+  // The job's optimizer sets the count (hetpipe_options_of).
+  auto states = [](std::vector<std::pair<std::string, setting_value>> keys) {
+    cluster c;
+    c.job.kind = "train";
+    for (auto& [k, val] : keys) c.job.params.set(k, val);
+    auto o = hetpipe_options_of(c);
+    BOOST_REQUIRE(o.has_value());
+    return o->optimizer_states;
+  };
+  BOOST_TEST(states({}) == 1);
+  BOOST_TEST(states({{"momentum", 0.0}}) == 0);
+  BOOST_TEST(states({{"optimizer", std::string("adam")}}) == 2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
