@@ -1,5 +1,6 @@
 #include "kernels/dataset.hpp"
 
+#include <sys/mman.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -10,6 +11,24 @@
 #include "kernels/random.hpp"
 
 namespace hetflow::kernels {
+namespace {
+
+// A training set is read a few random rows at a time (memory_source's
+// gather): on 4 KiB pages nearly every row misses the TLB, and in a VM each
+// miss walks two page tables. Asked before the set is written, the kernel
+// backs its 2 MiB-aligned interior with transparent huge pages where it is
+// in madvise mode (Debian's default) and has them. mlp on Fashion-MNIST, one
+// thread (dev-2c-xeon, 2026-11-29): the 64-row gather's mean 147 us -> 58 us
+// (median 51 -> 31), 30.9-32.5k -> 32.5-34.0k samples/s. Best effort.
+void prefer_huge_pages(tensor& t) {
+  constexpr uintptr_t huge = uintptr_t{2} << 20;
+  const auto a = reinterpret_cast<uintptr_t>(t.bytes());
+  const uintptr_t first = (a + huge - 1) & ~(huge - 1), end = (a + t.byte_size()) & ~(huge - 1);
+  if (end > first) (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_HUGEPAGE);
+}
+
+}  // namespace
+
 
 shape image_dataset::sample_shape() const {
   const shape& s = images.shape();
@@ -99,6 +118,7 @@ expected<image_dataset> load_fashion_mnist(const std::string& dir, bool train) {
   d.classes = 10;
   const int64_t n = idims[0], h = idims[1], w = idims[2];
   d.images = tensor::empty({n, 1, h, w});
+  prefer_huge_pages(d.images);
   const uint8_t* px = img_raw.data() + 16;
   float* out = d.images.f32();
   cpu::parallel_elements(n * h * w, [=](int64_t b, int64_t e) {
@@ -123,6 +143,7 @@ image_dataset make_synthetic_images(const shape& sample, int64_t count, int64_t 
   shape s{count};
   for (int64_t dim : sample.dims()) s.push_back(dim);
   d.images = tensor::empty(s);
+  prefer_huge_pages(d.images);
   std::vector<float> protos(std::size_t(classes * per));
   rng proto_rng(splitmix64(seed ^ 0x9e0709e5ull));
   for (float& v : protos) v = proto_rng.normal();
