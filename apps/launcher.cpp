@@ -281,6 +281,9 @@ int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
   if (ssize_t n = readlink("/proc/self/exe", exe_buf, sizeof exe_buf - 1); n > 0) self_exe = exe_buf;
   pid_t launcher_pid = getpid();
   const bool by_fork = nodes_by_fork(cl);
+  if (by_fork)
+    std::fprintf(stderr, "hetflow run: the local nodes are forks of this process, not exec'd (a preprocess job; "
+                         "HETFLOW_NODE_EXEC=1 execs them)\n");
   auto t0 = clock_type::now();
 
   for (auto& c : children) {

@@ -67,7 +67,6 @@ double sync_share_ms(const std::vector<plan_device>& devs, std::size_t j, std::s
   return db.wave_sync_ms(devs[j].kind, first, last, shard_here) / double(std::max(1, nm));
 }
 
-// Stage j of S on devs[j] holding units [first, last].
 // Weight-sized buffers a stage of k slots keeps on its device (hp_core.cpp,
 // stage_core::make and its updates), with `optimizer_states` per weight
 // (sgd with momentum 1, plain sgd 0, adam 2):
@@ -87,6 +86,7 @@ uint64_t weight_copies(bool cuda, bool overlap, uint64_t k, int optimizer_states
   return 2 * k + (overlap && k == 1 ? 0 : 1) + 1 + o + (overlap ? 3 : 1);
 }
 
+// Stage j of S on devs[j] holding units [first, last].
 stage_eval eval_stage(const std::vector<plan_device>& devs, std::size_t j, std::size_t first, std::size_t last,
                       const profile_db& db, int nm, bool overlap, bool shard_here, int optimizer_states) {
   stage_eval e;

@@ -28,12 +28,13 @@
 //                [gradients back]: the stage pays for what it sends
 //   latency L  = sum_j compute_j + 2 * sum_b t(b)   (one minibatch, fwd+bwd)
 //   period T   = max(max_j stage_ms_j, L / Nm)     (Nm in flight)
-//   memory_j   = params_j * (k_j + 3 + c_j) + activation_j * k_j,
+//   memory_j   = params_j * w_j + activation_j * k_j,
 //                k_j = min(Nm, S - j) minibatches in flight at stage j (each
-//                keeps its activations and the weight version it started
-//                with; +3: gradient, optimizer state, the wave's aggregated
-//                update; c_j = 1 on a cuda device: the pulled weights'
-//                upload buffer, hp_stage.cpp's uploader)
+//                slot keeps its activations, the weight version it started
+//                with and its gradients); w_j the weight-sized buffers the
+//                stage keeps (hetpipe_plan.cpp, weight_copies: the slots'
+//                2 k_j, the local weights, W(c), the optimizer's state, the
+//                wave updates, on a cuda device the pulls' upload buffer)
 //
 // WSP across VWs (every VW runs Nm-minibatch waves; D = staleness): per wave
 // every stage pushes its aggregated update to the PS shards of its units and
@@ -64,7 +65,7 @@ struct plan_device {
   std::size_t device = 0;    // index into the node's devices
   std::string kind;          // profile kind (the device's `profile`)
   uint64_t memory_bytes = 0; // 0 = no limit known
-  bool cuda = false;         // a cuda device (its stage keeps one more copy of its weights)
+  bool cuda = false;         // a cuda device (its stage's buffers differ: weight_copies)
   // Multiplies its units' compute and its step: a cpu device whose host has
   // other cpu devices computing at once (links.host_stage_factor), else 1.
   double compute_factor = 1.0;

@@ -91,7 +91,11 @@ pass "vocab: 3 nodes == 1 node byte for byte, the columns merged on all 3"
 HETFLOW_NODE_EXEC=1 run vocab-x 2 7936 'categorical = { mode = "vocab", min_count = 3 }' 'chunk_bytes = "64KiB"' ||
   { cat "$S/vocab-x.log"; fail "vocab: 2-node run with HETFLOW_NODE_EXEC=1"; }
 same_as_vocab_1 vocab-x "vocab, 2 nodes exec'd"
-pass "vocab: 2 nodes exec'd (HETFLOW_NODE_EXEC=1) == 1 node byte for byte"
+grep -q "the local nodes are forks of this process" "$S/vocab-2.log" ||
+  { cat "$S/vocab-2.log"; fail "vocab: the 2 local nodes were not forked"; }
+! grep -q "the local nodes are forks of this process" "$S/vocab-x.log" ||
+  { cat "$S/vocab-x.log"; fail "vocab: HETFLOW_NODE_EXEC=1 still forked the nodes"; }
+pass "vocab: 2 nodes forked (the default) or exec'd (HETFLOW_NODE_EXEC=1) == 1 node byte for byte"
 
 # The input is cut by the nodes' cores, measured at the start: the report
 # says so, and each part holds its node's share of the input bytes (to a

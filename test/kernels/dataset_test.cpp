@@ -5,10 +5,12 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "kernels/dataset.hpp"
@@ -128,6 +130,30 @@ BOOST_AUTO_TEST_CASE(synthetic_is_deterministic_and_shardable) {
   auto c = make_synthetic_images({2, 5, 5}, 20, 4, 10);
   BOOST_CHECK_GT(max_abs_diff(a.images.view(), c.images.view()), 0.0f);
   for (int32_t y : a.labels) BOOST_CHECK(y >= 0 && y < 4);
+}
+
+BOOST_AUTO_TEST_CASE(a_training_set_asks_for_huge_pages) {
+  // 8 MiB of samples: its 2 MiB-aligned interior lies in a mapping the
+  // kernel marks "hg" (MADV_HUGEPAGE) in /proc/self/smaps. A kernel without
+  // transparent huge pages marks nothing: skipped.
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) return;
+  auto d = make_synthetic_images({1, 32, 32}, 2048, 2, 3);
+  const auto a = reinterpret_cast<uintptr_t>(d.images.f32());
+  const uintptr_t inside = ((a + (uintptr_t{2} << 20) - 1) & ~((uintptr_t{2} << 20) - 1)) + 4096;
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_it = false, advised = false, found = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line (keys end in ':')
+      in_it = lo <= inside && inside < hi;
+      found = found || in_it;
+    } else if (in_it && line.rfind("VmFlags:", 0) == 0) {
+      advised = line.find(" hg") != std::string::npos;
+    }
+  }
+  BOOST_REQUIRE(found);
+  BOOST_CHECK_MESSAGE(advised, "the training set's pages are not advised MADV_HUGEPAGE");
 }
 
 BOOST_AUTO_TEST_CASE(normalisation_gives_zero_mean_unit_std_per_channel) {
