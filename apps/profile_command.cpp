@@ -118,17 +118,19 @@ topology::profile_db median_profile(std::vector<topology::profile_db> runs) {
       cost.bwd_ms = median_of(b);
     }
   for (auto& [kind, d] : out.devices) {
-    std::vector<double> u, wc, ws, wa;
+    std::vector<double> u, wc, ws, wa, sf;
     for (const auto& r : runs) {
       u.push_back(r.devices.at(kind).update_ms);
       wc.push_back(r.devices.at(kind).wave_copy_ms);
       ws.push_back(r.devices.at(kind).wave_sum_ms);
       wa.push_back(r.devices.at(kind).wave_add_ms);
+      if (r.devices.at(kind).step_factor > 0) sf.push_back(r.devices.at(kind).step_factor);
     }
     d.update_ms = median_of(u);
     d.wave_copy_ms = median_of(wc);
     d.wave_sum_ms = median_of(ws);
     d.wave_add_ms = median_of(wa);
+    d.step_factor = sf.empty() ? 0.0 : median_of(sf);
   }
   // dp's host ring and co-located step, HetPipe's co-located stages: over
   // the runs that measured them (0 = not measured).

@@ -517,6 +517,7 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
   j["step_ms"] = est->step_ms;
   j["compute_ms"] = est->compute_ms;
   j["allreduce_ms"] = est->allreduce_ms;
+  if (est->handover_ms > 0) j["handover_ms"] = est->handover_ms;
   if (!est->allreduce_model.empty()) j["allreduce_model"] = est->allreduce_model;
   if (db->links.host_ring_gbps > 0)
     j["host_ring"] = json{{"gbps", db->links.host_ring_gbps},
@@ -524,6 +525,7 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
                           {"members", db->links.host_ring_members},
                           {"step_factor", db->links.host_ring_step_factor}};
   j["step_factor"] = est->step_factor;
+  j["device_step_factor"] = est->device_step_factor;
   j["global_batch"] = est->global_batch;
   json reps = json::array();
   for (std::size_t i = 0; i < est->replicas.size(); ++i)
@@ -544,6 +546,7 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
                 est->replicas[i].device, est->replicas[i].kind.c_str(), static_cast<long long>(est->rows[i]));
   for (const auto& l : est->left_out) std::printf("  left out: %s\n", l.c_str());
   std::printf("  step %.3f ms = compute %.3f ms", est->step_ms, est->compute_ms);
+  if (est->device_step_factor != 1) std::printf(" (x %.2f: a whole step over its units)", est->device_step_factor);
   if (est->step_factor > 1) std::printf(" (x %.2f: replicas computing at once)", est->step_factor);
   std::printf(" + all-reduce %.3f ms%s\n", est->allreduce_ms,
               est->allreduce_model.empty() ? "" : (" (" + est->allreduce_model + ")").c_str());

@@ -61,9 +61,12 @@ expected<dp_estimate> estimate_dp(const std::vector<plan_device>& devices, const
     break;
   }
   double compute = 0;
-  for (std::size_t i = 0; i < e.replicas.size(); ++i)
-    compute = std::max(compute, db.compute_ms(e.replicas[i].kind, 0, n - 1) * double(e.rows[i]) / double(db.batch) +
-                                    db.update_ms(e.replicas[i].kind, 0, n - 1));
+  for (std::size_t i = 0; i < e.replicas.size(); ++i) {
+    const std::string& kind = e.replicas[i].kind;
+    const double c = (db.compute_ms(kind, 0, n - 1) * double(e.rows[i]) / double(db.batch) + db.update_ms(kind, 0, n - 1)) *
+                     db.step_factor(kind);
+    if (c > compute) compute = c, e.device_step_factor = db.step_factor(kind);
+  }
   e.compute_ms = compute;
   const std::size_t N = e.replicas.size();
   if (N > 1) {
@@ -93,6 +96,15 @@ expected<dp_estimate> estimate_dp(const std::vector<plan_device>& devices, const
     const double bytes = double(db.params_bytes(0, n - 1));
     const double per_ms = gbps * 1e9 / 8 / 1e3;
     e.allreduce_ms = 2.0 * double(N - 1) / double(N) * bytes / per_ms + 2.0 * double(N - 1) * latency_us / 1e3;
+    // The host ring's probe times the collective from the members' hands;
+    // a replica hands its gradients to its ring member and gets the sum
+    // back by actor messages, one each way (the links' message latency):
+    // inside mlp's dp runs the replica waited 0.043-0.045 ms longer for
+    // each sum than its member took (2026-11-29, 2-core VM).
+    if (e.allreduce_model == "host ring (shared memory)") {
+      e.handover_ms = 2.0 * db.links.latency_us / 1e3;
+      e.allreduce_ms += e.handover_ms;
+    }
   }
   e.step_ms = e.compute_ms + e.allreduce_ms;
   e.samples_per_s = e.step_ms > 0 ? double(e.global_batch) * 1e3 / e.step_ms : 0.0;
@@ -111,8 +123,10 @@ expected<dp_estimate> estimate_single(const plan_device& device, const profile_d
   e.replicas = {device};
   e.rows = {batch};
   e.global_batch = batch;
-  e.compute_ms = db.compute_ms(device.kind, 0, db.units.size() - 1) * double(batch) / double(db.batch) +
-                 db.update_ms(device.kind, 0, db.units.size() - 1);
+  e.device_step_factor = db.step_factor(device.kind);
+  e.compute_ms = (db.compute_ms(device.kind, 0, db.units.size() - 1) * double(batch) / double(db.batch) +
+                  db.update_ms(device.kind, 0, db.units.size() - 1)) *
+                 e.device_step_factor;
   e.step_ms = e.compute_ms;
   e.samples_per_s = e.step_ms > 0 ? double(batch) * 1e3 / e.step_ms : 0.0;
   return e;

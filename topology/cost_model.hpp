@@ -14,7 +14,13 @@
 // profile has that measured (links.host_ring_gbps, host_ring_latency_us,
 // for host_ring_members replicas or any) those replace the links, and the
 // compute is multiplied by links.host_ring_step_factor (the slowest of the
-// co-located replicas computing at once, over one alone). No
+// co-located replicas computing at once, over one alone), and the sum
+// pays two actor messages more (2 x links.latency_us: the gradients to the
+// replica's ring member and the sum back; the ring's probe times the
+// collective from the members' hands). A replica's
+// compute (and a single device's) is its units' fwd + bwd at its rows plus
+// the update, times its kind's devices[kind].step_factor (a whole step
+// over its units, where the profile has it measured). No
 // overlap of the sum with backward is assumed (hetflow's buckets overlap it
 // for large models: this is an upper bound on step time).
 // Single device: the fastest device that holds the model, alone.
@@ -35,9 +41,11 @@ struct dp_estimate {
   std::vector<int64_t> rows;             // of the global batch
   std::vector<std::string> left_out;     // "n3 dev0 (rtx-2060): needs 7.1 GiB, has 6.0 GiB"
   int64_t global_batch = 0;
-  double compute_ms = 0.0;               // slowest replica's fwd + bwd + update (x step_factor)
+  double compute_ms = 0.0;               // slowest replica's (fwd + bwd + update) x device_step_factor (x step_factor)
+  double device_step_factor = 1.0;       // its kind's devices[kind].step_factor (1: not given)
   double step_factor = 1.0;              // links.host_ring_step_factor where it applied
-  double allreduce_ms = 0.0;
+  double allreduce_ms = 0.0;             // the ring's sum (with handover_ms)
+  double handover_ms = 0.0;              // host ring: the gradients to the ring member and the sum back (2 x links.latency_us)
   std::string allreduce_model;           // what priced it: "host ring (shared memory)", "inter-node links", ...
   double step_ms = 0.0;
   double samples_per_s = 0.0;

@@ -84,6 +84,11 @@ double profile_db::update_ms(std::string_view kind, std::size_t first, std::size
   return it == devices.end() ? 0.0 : param_share(it->second.update_ms, first, last);
 }
 
+double profile_db::step_factor(std::string_view kind) const {
+  auto it = devices.find(kind);
+  return it == devices.end() || it->second.step_factor <= 0 ? 1.0 : it->second.step_factor;
+}
+
 double profile_db::wave_sync_ms(std::string_view kind, std::size_t first, std::size_t last, bool shard_here) const {
   auto it = devices.find(kind);
   if (it == devices.end()) return 0.0;
@@ -145,14 +150,19 @@ expected<profile_db> parse_profile_db(std::string_view text, const std::string& 
     for (auto& [kind, d] : devs->items()) {
       if (!d.is_object()) return r.err("devices." + kind, "must be an object");
       for (auto& [k, v] : d.items())
-        if (k != "memory_bytes" && k != "update_ms" && k != "wave_copy_ms" && k != "wave_sum_ms" && k != "wave_add_ms")
+        if (k != "memory_bytes" && k != "update_ms" && k != "wave_copy_ms" && k != "wave_sum_ms" && k != "wave_add_ms" &&
+            k != "step_factor")
           return r.err("devices." + kind + "." + k,
-                       "unknown key (expected memory_bytes, update_ms, wave_copy_ms, wave_sum_ms, wave_add_ms)");
+                       "unknown key (expected memory_bytes, update_ms, wave_copy_ms, wave_sum_ms, wave_add_ms, "
+                       "step_factor)");
       HF_ASSIGN_OR_RETURN(uint64_t mem, r.bytes(d, "memory_bytes", "devices." + kind, false, 0));
       HF_ASSIGN_OR_RETURN(double upd, r.number(d, "update_ms", "devices." + kind, false, 0.0));
       HF_ASSIGN_OR_RETURN(double wc, r.number(d, "wave_copy_ms", "devices." + kind, false, 0.0));
       HF_ASSIGN_OR_RETURN(double ws, r.number(d, "wave_sum_ms", "devices." + kind, false, 0.0));
       HF_ASSIGN_OR_RETURN(double wa, r.number(d, "wave_add_ms", "devices." + kind, false, 0.0));
+      HF_ASSIGN_OR_RETURN(double sf, r.number(d, "step_factor", "devices." + kind, false, 0.0));
+      if (!(sf >= 0) || sf > 100) return r.err("devices." + kind + ".step_factor", "must be > 0 and <= 100 (0: not given)");
+      db.devices[kind].step_factor = sf;
       db.devices[kind].memory_bytes = mem;
       db.devices[kind].update_ms = upd;
       db.devices[kind].wave_copy_ms = wc;
@@ -268,6 +278,7 @@ std::string to_json(const profile_db& db, int indent) {
     if (d.wave_copy_ms > 0) devs[k]["wave_copy_ms"] = d.wave_copy_ms;
     if (d.wave_sum_ms > 0) devs[k]["wave_sum_ms"] = d.wave_sum_ms;
     if (d.wave_add_ms > 0) devs[k]["wave_add_ms"] = d.wave_add_ms;
+    if (d.step_factor > 0) devs[k]["step_factor"] = d.step_factor;
   }
   doc["devices"] = devs;
   doc["links"] = json{{"intra_node_gbps", db.links.intra_node_gbps},

@@ -10,7 +10,8 @@
 //    "devices": {"titan-v": {"memory_bytes": 12884901888,
 //                            "update_ms": 0.5,                // optional
 //                            "wave_copy_ms": 0.1, "wave_sum_ms": 0.2,
-//                            "wave_add_ms": 0.15}},          // optional
+//                            "wave_add_ms": 0.15,            // optional
+//                            "step_factor": 1.08}},          // optional
 //    "links": {"intra_node_gbps": 100, "inter_node_gbps": 56,
 //              "latency_us": 5,                          // optional
 //              "host_ring_gbps": 46, "host_ring_latency_us": 0,
@@ -62,6 +63,15 @@ struct profile_device {
   double wave_copy_ms = 0.0;  // one copy of all the model's parameters (0 = not given)
   double wave_sum_ms = 0.0;   // summing a step into a wave's update, over all the model's parameters (0 = not given)
   double wave_add_ms = 0.0;   // d += a over all the model's parameters (0 = not given)
+  // A whole training step of the whole model on this kind (forward,
+  // backward, the optimizer's step; the mean over passes) over what the
+  // units' times and update_ms give for it (0 = not given: 1). Measured
+  // profiles time it (job_profiles.cpp): what a step costs beyond its units
+  // timed one by one - their slower passes (the medians leave them out),
+  // the caches one leaves to the next and the step leaves to the next
+  // forward. The cost model multiplies single-device and dp replicas'
+  // compute by it; HetPipe's stages are priced by their units alone.
+  double step_factor = 0.0;
 };
 
 struct link_profile {
@@ -109,6 +119,8 @@ struct profile_db {
   uint64_t activation_bytes(std::size_t first, std::size_t last) const;
   // The optimizer step's share of units [first, last] on `kind` (by parameter bytes).
   double update_ms(std::string_view kind, std::size_t first, std::size_t last) const;
+  // devices[kind].step_factor, 1 where not given.
+  double step_factor(std::string_view kind) const;
   // A HetPipe stage's bookkeeping per minibatch with overlapped waves, its
   // share of units [first, last] on `kind` (by parameter bytes): `copies`
   // copies of its weights (into the minibatch's slot, except on a cpu stage

@@ -196,6 +196,43 @@ expected<update_times> time_update(const topology::cluster& c, kernels::model& m
   return out;
 }
 
+expected<double> time_whole_step(const topology::cluster& c, kernels::model& m, int64_t rows, double phase_seconds) {
+  if (rows <= 0) return make_error(errc::invalid_argument, "whole step: rows must be > 0");
+  if (m.where().kind != kernels::device_kind::cpu) return make_error(errc::unsupported, "whole step: cpu models only");
+  const kernels::optimizer_config oc = optimizer_config_of(c);
+  HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
+  kernels::tensor x = kernels::random_input(m, rows, 7);
+  kernels::shape out{rows};
+  for (int64_t d : m.sample_shape(m.size()).dims()) out.push_back(d);
+  kernels::tensor dy = kernels::tensor::empty(out);
+  for (float& v : dy.f32_span()) v = 1e-3f;
+  auto params = m.parameters();
+  std::vector<double> times;
+  status st;
+  // One step; its ms (st says whether it ran).
+  auto pass = [&] {
+    const auto t0 = clk::now();
+    if (auto y = m.forward(x.view(), kernels::mode::train); !y) st = y.error();
+    else if (auto d = m.backward(dy.view(), false); !d) st = d.error();
+    else st = opt->step(params, oc.lr * 1e-6);
+    return ms_since(t0);
+  };
+  m.context().run([&] {
+    // Untimed: 3 passes and 0.03 s at least (a fresh process's first
+    // passes touch their memory for the first time); timed: 5..100 passes,
+    // until phase_seconds.
+    double warm_ms = 0;
+    for (int warm = 0; st.ok() && (warm < 3 || (warm_ms < 30 && warm < 100)); ++warm) warm_ms += pass();
+    while (st.ok() && (times.size() < 5 ||
+                       (times.size() < 100 && mean(times) * double(times.size()) < phase_seconds * 1e3))) {
+      const double ms = pass();
+      if (st.ok()) times.push_back(ms);
+    }
+  });
+  HF_RETURN_IF_ERROR(st);
+  return mean(times);
+}
+
 weight_passes time_weight_passes(kernels::model& m) {
   weight_passes out;
   if (m.where().kind != kernels::device_kind::cpu) return out;
@@ -245,7 +282,8 @@ weight_passes time_weight_passes(kernels::model& m) {
 }
 
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
-                                       uint32_t members, int64_t rows, int rounds, double phase_seconds) {
+                                       uint32_t members, int64_t rows, int rounds, double phase_seconds,
+                                       uint64_t sweep_bytes, double* together_ms) {
   if (members < 2) return 1.0;
   if (rows <= 0) return make_error(errc::invalid_argument, "co-located step: rows must be > 0");
   const kernels::optimizer_config oc = optimizer_config_of(c);
@@ -255,6 +293,7 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     kernels::tensor x, dy;
     std::vector<double> times;  // seconds of each timed pass
     status st;
+    std::vector<float> sweep;  // sweep_bytes: read and written between backward and the step
   };
   std::vector<std::unique_ptr<replica>> reps;
   for (uint32_t k = 0; k < members; ++k) {
@@ -269,12 +308,14 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     for (int64_t d : sample.dims()) out.push_back(d);
     kernels::tensor dy = kernels::tensor::empty(out);
     for (float& v : dy.f32_span()) v = 1e-3f;
-    reps.push_back(std::make_unique<replica>(replica{std::move(m), std::move(opt), std::move(x), std::move(dy), {}, {}}));
+    reps.push_back(std::make_unique<replica>(replica{std::move(m), std::move(opt), std::move(x), std::move(dy), {}, {},
+                                                     std::vector<float>(std::size_t(sweep_bytes / sizeof(float)))}));
   }
   // One training step as a replica computes it: forward, backward, the
   // optimizer's step (a tiny learning rate: the weights barely move).
   auto step = [&oc](replica& r) {
     const auto t0 = clk::now();
+    clk::duration swept{};
     status st;
     r.m.context().run([&] {
       auto y = r.m.forward(r.x.view(), kernels::mode::train);
@@ -287,10 +328,19 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
         st = d.error();
         return;
       }
+      // The sum's traffic: a dp replica's gradients go through the host
+      // ring (its own and the peers' read, the average written) before the
+      // step, and leave the caches to the step and the next forward as
+      // that does. Not timed: the cost model prices the sum itself.
+      if (!r.sweep.empty()) {
+        const auto s0 = clk::now();
+        for (float& v : r.sweep) v = v * 0.5f + 1.0f;
+        swept = clk::now() - s0;
+      }
       auto params = r.m.parameters();
       st = r.opt->step(params, oc.lr * 1e-6);
     });
-    r.times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
+    r.times.push_back(std::chrono::duration<double>(clk::now() - t0 - swept).count());
     return st;
   };
   // Passes per phase: until phase_seconds of one replica's passes, 5..60.
@@ -304,7 +354,7 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
   // Rounds of (one replica alone, all at once), alternating against drift;
   // the factor is the median round's ratio of the slowest replica's mean
   // pass to the lone one's.
-  std::vector<double> ratios;
+  std::vector<std::pair<double, double>> ratios;  // (ratio, slowest mean pass in ms)
   for (int round = 0; round < std::max(1, rounds); ++round) {
     first.times.clear();
     for (int i = 0; i < passes; ++i) HF_RETURN_IF_ERROR(step(first));
@@ -354,11 +404,13 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
       slowest += m;
     }
     slowest /= double(passes);
-    if (alone > 0) ratios.push_back(slowest / alone);
+    if (alone > 0) ratios.push_back({slowest / alone, slowest * 1e3});
   }
   if (ratios.empty()) return make_error(errc::internal, "co-located step: no pass timed");
   std::sort(ratios.begin(), ratios.end());
-  return std::max(1.0, ratios[ratios.size() / 2]);
+  const auto& median = ratios[ratios.size() / 2];
+  if (together_ms) *together_ms = median.second;
+  return std::max(1.0, median.first);
 }
 
 expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch) {
@@ -412,6 +464,19 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       const weight_passes wp = time_weight_passes(m);
       db.devices[d.profile].wave_copy_ms = wp.copy_ms;
       db.devices[d.profile].wave_add_ms = wp.add_ms;
+      // A whole step over its units' medians and the update (cpu: a cuda
+      // step would need timing to its end on the device; not measured; nor
+      // for a HetPipe job, whose stages the cost model prices by their
+      // units: it would only delay the job's start).
+      // mlp on 1 thread, batch 64: profiled 1.68 ms, 1.86 ms a step inside
+      // a run (2026-11-29, 2-core VM: forward +0.07, backward +0.04, the
+      // optimizer +0.06 ms, the batch's gather 0.04).
+      if (!cuda && c.job.params.get_string("strategy", "single") != "hetpipe") {
+        const std::size_t last = db.units.size() - 1;
+        const double profiled = db.compute_ms(d.profile, 0, last) + db.update_ms(d.profile, 0, last);
+        HF_ASSIGN_OR_RETURN(const double whole, time_whole_step(c, m, batch));
+        if (profiled > 0 && whole > 0) db.devices[d.profile].step_factor = std::min(100.0, whole / profiled);
+      }
     }
   if (db.units.empty())
     return make_error(errc::invalid_argument,
@@ -444,13 +509,30 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       const int64_t rows = strategy == "auto" ? std::max<int64_t>(1, batch / int64_t(reps->size())) : batch;
       const uint64_t copies = uint64_t(members) * topology::dp_replica_memory(db, rows);
       if (node != nullptr && first.spec.kind == topology::device_kind::cpu && copies <= (uint64_t{2} << 30)) {
-        auto f = colocated_step_factor(c, spec, cpu_threads(*node, first.spec), members, rows);
-        if (f) {
-          db.links.host_ring_step_factor = *f;
-          std::snprintf(buf, sizeof buf, "; replicas computing at once: x %.3f", *f);
+        // The factor prices the replicas' step as they take it at once
+        // (the slowest one's, with the sum's memory traffic between
+        // backward and the step) over one replica's whole step as the
+        // profile gives it (its units, the update, its kind's step_factor):
+        // what co-located replicas take from each other, the wait for the
+        // slowest each step, and the caches the sum leaves to the step and
+        // the next forward. Without the sum's traffic mlp's dp on 2 x 1
+        // thread was predicted 15-31% above the measured (2026-11-29).
+        double together = 0;
+        const uint64_t sweep = 2 * db.params_bytes(0, db.units.size() - 1);
+        auto f = colocated_step_factor(c, spec, cpu_threads(*node, first.spec), members, rows, 5, 0.15, sweep,
+                                       &together);
+        const std::size_t last = db.units.size() - 1;
+        const double profiled = (db.compute_ms(first.spec.profile, 0, last) * double(rows) / double(db.batch) +
+                                 db.update_ms(first.spec.profile, 0, last)) *
+                                db.step_factor(first.spec.profile);
+        if (f && profiled > 0 && together > 0) {
+          db.links.host_ring_step_factor = std::max(1.0, together / profiled);
+          std::snprintf(buf, sizeof buf, "; replicas computing at once: x %.3f (%.3f ms a step, %.3f ms profiled)",
+                        db.links.host_ring_step_factor, together, profiled);
           db.source += buf;
         } else {
-          db.source += "; replicas computing at once not measured (" + f.error().message() + ")";
+          db.source += "; replicas computing at once not measured (" +
+                       (f ? std::string("no step timed") : f.error().message()) + ")";
         }
       }
     } else {

@@ -38,6 +38,14 @@ struct update_times {
 };
 expected<update_times> time_update(const topology::cluster& c, kernels::model& m);
 
+// The mean ms of a whole training step of cpu model `m` on `rows` random
+// rows, as a single device or a dp replica takes it: forward, backward and
+// the job's optimizer step, one after the other (untimed: 3 passes and
+// 0.03 s at least; then 5..100 passes, until `phase_seconds` of them).
+// Changes m's weights (a tiny learning rate) and gradients.
+expected<double> time_whole_step(const topology::cluster& c, kernels::model& m, int64_t rows,
+                                 double phase_seconds = 0.3);
+
 // Medians in ms of one pass over every weight of a cpu model `m`, in m's
 // cpu context: a copy (hp_core.hpp's copy_floats: into a minibatch's slot,
 // the pulled weights into the local ones, an update or weights into a
@@ -62,8 +70,14 @@ weight_passes time_weight_passes(kernels::model& m);
 // The replicas are assumed alike (measured_profiles passes the first
 // replica's threads). `rounds` and `phase_seconds`: fewer, shorter rounds
 // (HetPipe's stages: 3 of 0.1 s).
+// `sweep_bytes` > 0: each pass also reads and writes a buffer of that many
+// bytes between backward and the optimizer's step, as a dp step's gradient
+// sum does (measured_profiles: twice the gradients). `together_ms`, when
+// given: the median round's mean over passes of the slowest replica's
+// pass, in ms (the step the replicas take at once).
 expected<double> colocated_step_factor(const topology::cluster& c, const kernels::model_spec& spec, int threads,
-                                       uint32_t members, int64_t rows, int rounds = 5, double phase_seconds = 0.15);
+                                       uint32_t members, int64_t rows, int rounds = 5, double phase_seconds = 0.15,
+                                       uint64_t sweep_bytes = 0, double* together_ms = nullptr);
 
 // Every distinct cpu kind (by threads) of `c` measured at `batch`; cpu
 // devices without a `profile` get "cpu-tN" in `c`. cuda devices need a
@@ -71,7 +85,9 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
 // the host's shared-memory all-reduce is measured too (links.host_ring_*,
 // actors/ring/host_ring_probe.hpp) at the model's parameter bytes, and
 // (cpu replicas whose copies take at most 2 GiB together) the replicas'
-// co-located step (links.host_ring_step_factor, colocated_step_factor).
+// co-located step (links.host_ring_step_factor: colocated_step_factor's
+// step at once, with a sum's memory traffic, over what the units' profiles
+// and the update give for it).
 expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch);
 
 // The job's profile_file when it names one, else measured_profiles.

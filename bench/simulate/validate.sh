@@ -11,38 +11,37 @@
 #   HETFLOW=/path/to/hetflow bench/simulate/validate.sh
 #   CONFIGS="lenet5-hetpipe-1vw lenet5-hetpipe-2vw" bench/simulate/validate.sh   # a subset
 #
+# Each configuration is simulated and run REPEAT times (default 3), one after
+# the other; the error is the median prediction's against the median
+# measurement (this VM's speed moves by several % between a simulation and
+# the run after it); every repeat's own error is listed too.
+#
 # Timings on a busy machine are noise: run it on a quiet one.
 set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 hetflow="${HETFLOW:-$src/build/bin/hetflow}"
 dir="$src/bench/simulate/validate"
+REPEAT=${REPEAT:-3}
+(( REPEAT >= 1 )) || { echo "REPEAT must be >= 1" >&2; exit 2; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-echo "| config | predicted samples/s | measured samples/s | error | dp model |"
-echo "|---|---:|---:|---:|---|"
+echo "| config | predicted samples/s | measured samples/s | error | each repeat | cost model (single, dp; the last repeat) |"
+echo "|---|---:|---:|---:|---|---|"
 for cfg in ${CONFIGS:-lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1vw lenet5-hetpipe-2vw}; do
   f="$dir/$cfg.toml"
   "$hetflow" profile "$f" > "$tmp/$cfg.profile.txt" 2>&1 || true
   as_run=()
   [[ "$cfg" == *hetpipe* ]] && as_run=(--as-run)  # the waves as the runtime does them (overlapped unless drained)
-  "$hetflow" simulate "$f" --json "${as_run[@]}" > "$tmp/$cfg.sim.json"
-  "$hetflow" run "$f" --report "$tmp/$cfg.report.json" > "$tmp/$cfg.run.txt" 2>&1
-  python3 - "$cfg" "$tmp/$cfg.sim.json" "$tmp/$cfg.report.json" <<'PY'
-import json, sys
-cfg, sim, rep = sys.argv[1:]
-sj = json.load(open(sim))
-p = sj["simulated_samples_per_s"]
-# dp: the co-located step factor and the all-reduce's time and model
-note = ""
-if "allreduce_ms" in sj and len(sj.get("replicas", [])) > 1:
-    note = f"compute x {sj.get('step_factor', 1.0):.2f}, all-reduce {sj['allreduce_ms']:.3f} ms ({sj.get('allreduce_model', '')})"
-r = json.load(open(rep))
-# hetpipe: the run's head simulates its own plan (the profiles it measured,
-# the waves as the runtime does them); a separate `simulate` measures its own
-# profiles and may cut the stages elsewhere.
-if "simulated_samples_per_s" in r:
-    p = r["simulated_samples_per_s"]
+  pairs=()
+  for ((k = 1; k <= REPEAT; k++)); do
+    "$hetflow" simulate "$f" --json "${as_run[@]}" > "$tmp/$cfg.$k.sim.json"
+    "$hetflow" run "$f" --report "$tmp/$cfg.$k.report.json" > "$tmp/$cfg.$k.run.txt" 2>&1
+    pairs+=("$tmp/$cfg.$k.sim.json" "$tmp/$cfg.$k.report.json")
+  done
+  python3 - "$cfg" "${pairs[@]}" <<'PY'
+import json, statistics, sys
+cfg, files = sys.argv[1], sys.argv[2:]
 def find_epochs(o):
     if isinstance(o, dict):
         if "epochs" in o and isinstance(o["epochs"], list):
@@ -51,11 +50,31 @@ def find_epochs(o):
             e = find_epochs(v)
             if e: return e
     return None
-ep = find_epochs(r) or []
-# the last epoch (the first includes start-up and the speed probe)
-m = ep[-1]["samples_per_s"] if ep else float("nan")
+preds, meas, note = [], [], ""
+for sim, rep in zip(files[0::2], files[1::2]):
+    sj = json.load(open(sim))
+    p = sj["simulated_samples_per_s"]
+    note = ""
+    if sj.get("device_step_factor", 1.0) != 1.0:
+        note = f"whole step x {sj['device_step_factor']:.2f}"
+    if "allreduce_ms" in sj and len(sj.get("replicas", [])) > 1:
+        note += f", at once x {sj.get('step_factor', 1.0):.2f}, all-reduce {sj['allreduce_ms']:.3f} ms ({sj.get('allreduce_model', '')}"
+        note += f"; hand-over {sj['handover_ms']:.3f} ms)" if "handover_ms" in sj else ")"
+    r = json.load(open(rep))
+    # hetpipe: the run's head simulates its own plan (the profiles it
+    # measured, the waves as the runtime does them); a separate `simulate`
+    # measures its own profiles and may cut the stages elsewhere.
+    if "simulated_samples_per_s" in r:
+        p = r["simulated_samples_per_s"]
+    ep = find_epochs(r) or []
+    # the last epoch (the first includes start-up and the speed probe)
+    m = ep[-1]["samples_per_s"] if ep else float("nan")
+    preds.append(p)
+    meas.append(m)
+p, m = statistics.median(preds), statistics.median(meas)
 err = (p - m) / m * 100 if m == m and m > 0 else float("nan")
-print(f"| {cfg} | {p:.0f} | {m:.0f} | {err:+.1f}% | {note} |")
+each = " ".join(f"{(a - b) / b * 100:+.1f}%" if b == b and b > 0 else "nan" for a, b in zip(preds, meas))
+print(f"| {cfg} | {p:.0f} | {m:.0f} | {err:+.1f}% | {each} | {note} |")
 PY
 done
 echo

@@ -64,6 +64,26 @@ BOOST_AUTO_TEST_CASE(co_located_replicas_are_timed_together) {
   BOOST_TEST(*f >= 1.0);
   BOOST_TEST(std::isfinite(*f));
   BOOST_TEST(*f < 100.0);
+  // With a sum's traffic between backward and the step (not timed) and the
+  // step at once in ms.
+  double together = -1;
+  auto g = colocated_step_factor(c, *spec, 1, 2, 16, 2, 0.02, 4 << 20, &together);
+  BOOST_REQUIRE_MESSAGE(g.has_value(), (g ? std::string() : g.error().message()));
+  BOOST_TEST(together > 0.0);
+  BOOST_TEST(together < 10000.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_whole_step_is_timed_on_cpu_models) {
+  auto c = two_replicas("single");
+  auto spec = train_model_spec(c);
+  BOOST_REQUIRE(spec.has_value());
+  auto m = kernels::build_model(*spec, kernels::device::cpu(), {1, 1});
+  BOOST_REQUIRE(m.has_value());
+  auto ms = time_whole_step(c, *m, 16, 0.02);
+  BOOST_REQUIRE_MESSAGE(ms.has_value(), (ms ? std::string() : ms.error().message()));
+  BOOST_TEST(*ms > 0.0);
+  BOOST_TEST(std::isfinite(*ms));
+  BOOST_TEST(!time_whole_step(c, *m, 0).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(measured_profiles_record_the_step_factor_for_dp_on_one_host_only) {
@@ -79,6 +99,13 @@ BOOST_AUTO_TEST_CASE(measured_profiles_record_the_step_factor_for_dp_on_one_host
   auto sdb = measured_profiles(single, 16);
   BOOST_REQUIRE(sdb.has_value());
   BOOST_TEST(sdb->links.host_ring_step_factor == 0.0);
+  // Every measured cpu kind has its whole step timed: a finite factor over
+  // its units (a whole step does all their work, and more).
+  BOOST_REQUIRE(!sdb->devices.empty());
+  for (const auto& [kind, d] : sdb->devices) {
+    BOOST_TEST(d.step_factor > 0.5, kind << ": " << d.step_factor);
+    BOOST_TEST(d.step_factor < 100.0, kind << ": " << d.step_factor);
+  }
 
   // One replica per host: no host ring, no co-located step.
   auto apart = two_replicas("dp", "127.0.0.2");

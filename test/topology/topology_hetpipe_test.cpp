@@ -770,6 +770,70 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
   BOOST_TEST(std::abs(unmeasured->allreduce_ms - 0.002) < 1e-9);
 }
 
+// devices[kind].step_factor (a whole step over its units, measured)
+// multiplies a single device's and a dp replica's compute, under the host
+// ring's factor; a HetPipe stage is priced by its units alone.
+BOOST_AUTO_TEST_CASE(a_kinds_step_factor_prices_whole_steps_not_stages) {
+  auto db = uniform_db(4, {{"a", 1.0}, {"b", 2.0}}, 100);
+  db.devices["a"].update_ms = 4.0;
+  const double single_plain = estimate_single(dev(0, 0, "a"), db, 32)->step_ms;
+  auto vw_plain = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(vw_plain.has_value());
+  BOOST_TEST(db.step_factor("a") == 1.0);  // not given
+  db.devices["a"].step_factor = 1.1;
+  BOOST_TEST(db.step_factor("a") == 1.1);
+  BOOST_TEST(db.step_factor("b") == 1.0);
+  BOOST_TEST(db.step_factor("nope") == 1.0);
+  auto single = estimate_single(dev(0, 0, "a"), db, 32);
+  BOOST_REQUIRE(single.has_value());
+  BOOST_TEST(std::abs(single->step_ms - 1.1 * single_plain) < 1e-9);
+  BOOST_TEST(single->device_step_factor == 1.1);
+  // dp: each replica's compute carries its own kind's factor; the slowest
+  // one's is the step's, and the host ring's factor multiplies it.
+  auto on = [](int node, std::string kind) {
+    auto d = dev(node, 0, kind);
+    d.host = "h";
+    return d;
+  };
+  db.links.host_ring_gbps = 16;
+  db.links.host_ring_members = 2;
+  auto plain = estimate_dp({on(0, "a"), on(1, "a")}, db, 64, true);
+  BOOST_REQUIRE(plain.has_value());
+  db.devices["a"].step_factor = 1.5;
+  auto slowed = estimate_dp({on(0, "a"), on(1, "a")}, db, 64, true);
+  BOOST_REQUIRE(slowed.has_value());
+  BOOST_TEST(std::abs(slowed->compute_ms - 1.5 / 1.1 * plain->compute_ms) < 1e-9);
+  BOOST_TEST(slowed->device_step_factor == 1.5);
+  db.links.host_ring_step_factor = 1.2;
+  auto both = estimate_dp({on(0, "a"), on(1, "a")}, db, 64, true);
+  BOOST_REQUIRE(both.has_value());
+  BOOST_TEST(std::abs(both->compute_ms - 1.2 * slowed->compute_ms) < 1e-9);
+  // Kind b computes twice as long per unit; with a's factor at 3 a is the slower replica.
+  db.links.host_ring_step_factor = 0;
+  db.devices["a"].step_factor = 3.0;
+  auto mixed = estimate_dp({on(0, "a"), on(1, "b")}, db, 64, true);
+  BOOST_REQUIRE(mixed.has_value());
+  BOOST_TEST(mixed->device_step_factor == 3.0);
+  // HetPipe's stages: unchanged.
+  auto vw = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
+  BOOST_REQUIRE(vw.has_value());
+  BOOST_TEST(vw->stages[0].compute_ms == vw_plain->stages[0].compute_ms);
+  BOOST_TEST(vw->period_ms == vw_plain->period_ms);
+  // The key round-trips and is checked.
+  auto again = parse_profile_db(to_json(db), "again.json");
+  BOOST_REQUIRE_MESSAGE(again.has_value(), (again ? std::string() : again.error().message()));
+  BOOST_TEST(again->devices.at("a").step_factor == 3.0);
+  BOOST_TEST(again->step_factor("b") == 1.0);
+  const std::string units = R"("units": [{"name": "u", "params_bytes": 10, "activation_bytes": 20,
+    "devices": {"k": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}])";
+  for (const char* bad : {"-1", "101", "\"x\""}) {
+    auto b = parse_profile_db("{\"batch\": 8, " + units + R"(, "devices": {"k": {"step_factor": )" + bad + "}}}",
+                              "p.json");
+    BOOST_REQUIRE_MESSAGE(!b.has_value(), bad);
+    BOOST_TEST(b.error().message().find("devices.k.step_factor") != std::string::npos, b.error().message());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
   const std::string units = R"("units": [{"name": "u", "params_bytes": 10, "activation_bytes": 20,
     "devices": {"k": {"fwd_ms": 1.0, "bwd_ms": 2.0}}}])";
