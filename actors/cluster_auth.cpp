@@ -1,11 +1,12 @@
 #include "actors/cluster_auth.hpp"
 
-#include <openssl/crypto.h>
+#include <dlfcn.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -31,7 +32,41 @@ status check_length(const std::string& s, const std::string& what) {
   return {};
 }
 
+// OpenSSL's HMAC, loaded at the first MAC: hetflow links no libcrypto. Only
+// a cluster with a secret makes MACs (nonces come from getrandom, MACs are
+// compared here), and linked, libcrypto's relocation took ~5-10 ms of every
+// process's start after a pause on the 2-core VM (2026-11-29).
+struct libcrypto {
+  decltype(&::HMAC) hmac = nullptr;
+  decltype(&::EVP_sha256) sha256 = nullptr;
+  std::string error;  // why not, when not loaded
+};
+
+const libcrypto& crypto() {
+  static const libcrypto lib = [] {
+    libcrypto c;
+    void* h = ::dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* why = ::dlerror();
+      c.error = "cannot load OpenSSL's libcrypto.so.3 (Debian package libssl3) for the cluster secret's MACs: " +
+                std::string(why ? why : "unknown error");
+      return c;
+    }
+    c.hmac = reinterpret_cast<decltype(&::HMAC)>(::dlsym(h, "HMAC"));
+    c.sha256 = reinterpret_cast<decltype(&::EVP_sha256)>(::dlsym(h, "EVP_sha256"));
+    if (!c.hmac || !c.sha256) c.error = "libcrypto.so.3 has no HMAC or EVP_sha256 (OpenSSL 3 expected)";
+    return c;
+  }();
+  return lib;
+}
+
 }  // namespace
+
+status check_crypto() {
+  const auto& c = crypto();
+  if (!c.error.empty()) return make_error(errc::unsupported, c.error);
+  return {};
+}
 
 expected<std::string> load_cluster_secret(const topology::runtime_settings& rt, std::string* warning) {
   if (!rt.secret_file.empty()) {
@@ -47,6 +82,7 @@ expected<std::string> load_cluster_secret(const topology::runtime_settings& rt, 
       *warning = "the cluster secret file " + path + " can be read by other users (chmod 600 it)";
     std::string secret = rstrip(os.str());
     HF_RETURN_IF_ERROR(check_length(secret, "the cluster secret file " + path));
+    HF_RETURN_IF_ERROR(check_crypto());
     return secret;
   }
   if (!rt.secret_env.empty()) {
@@ -57,6 +93,7 @@ expected<std::string> load_cluster_secret(const topology::runtime_settings& rt, 
                             ", which is not set (or empty) for this node; export the cluster secret in it");
     std::string secret = rstrip(v);
     HF_RETURN_IF_ERROR(check_length(secret, "the environment variable " + rt.secret_env));
+    HF_RETURN_IF_ERROR(check_crypto());
     return secret;
   }
   return std::string{};
@@ -64,16 +101,26 @@ expected<std::string> load_cluster_secret(const topology::runtime_settings& rt, 
 
 std::vector<char> random_nonce(std::size_t n) {
   std::vector<char> out(n);
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1)
-    throw std::runtime_error("RAND_bytes failed: no entropy for the authentication nonce");
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::getrandom(out.data() + got, n - got, 0);  // the kernel's CSPRNG, blocks until seeded
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw std::runtime_error(std::string("getrandom failed: no entropy for the authentication nonce: ") +
+                               std::strerror(errno));
+    got += std::size_t(r);
+  }
   return out;
 }
 
 std::vector<char> hmac_sha256(std::string_view key, std::string_view data) {
+  const auto& c = crypto();
+  if (!c.error.empty()) throw std::runtime_error(c.error);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &len);
+  if (c.hmac(c.sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+             data.size(), md, &len) == nullptr)
+    throw std::runtime_error("HMAC-SHA256 failed");
   return std::vector<char>(reinterpret_cast<char*>(md), reinterpret_cast<char*>(md) + len);
 }
 
@@ -97,7 +144,12 @@ uint64_t data_plane_token(std::string_view secret, std::string_view cluster_name
 }
 
 bool mac_equal(const std::vector<char>& a, const std::vector<char>& b) {
-  return a.size() == b.size() && !a.empty() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  if (a.size() != b.size() || a.empty()) return false;
+  // Every byte compared, whatever differs (as CRYPTO_memcmp): the time says
+  // nothing about where a forged MAC goes wrong.
+  volatile unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff = diff | static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
 }  // namespace hetflow::actors

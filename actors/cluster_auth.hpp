@@ -1,5 +1,6 @@
 // cluster_auth: the cluster secret and the HMAC challenge nodes use to prove
-// it to each other on connect. Plain C++ (OpenSSL), no CAF.
+// it to each other on connect. Plain C++ (OpenSSL's HMAC, loaded when a
+// secret needs it; nonces from getrandom), no CAF.
 //
 //   joining node J                              listening node L (its gate)
 //   ----------------------------------------    -------------------------------
@@ -40,8 +41,13 @@ inline constexpr std::size_t min_secret_bytes = 16;
 // others may read (mode & 077).
 expected<std::string> load_cluster_secret(const topology::runtime_settings& rt, std::string* warning = nullptr);
 
-// `n` bytes from OpenSSL's CSPRNG.
+// `n` bytes from the kernel's CSPRNG (getrandom).
 std::vector<char> random_nonce(std::size_t n = 32);
+
+// Whether the MACs can be made: OpenSSL's libcrypto.so.3 is loaded at the
+// first (load_cluster_secret checks it when a secret is set; hetflow does
+// not link it). hmac_sha256 and auth_mac throw std::runtime_error without it.
+status check_crypto();
 
 // HMAC-SHA256(key, label || for each part: 8-byte little-endian length || bytes).
 std::vector<char> auth_mac(std::string_view key, std::string_view label,

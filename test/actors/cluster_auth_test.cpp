@@ -61,6 +61,23 @@ BOOST_AUTO_TEST_CASE(nonces_are_fresh) {
   BOOST_TEST(!mac_equal(a, b));
 }
 
+// The comparison looks at every byte: a MAC differing only in its last
+// byte, or in its first, does not match; nor does one of another length.
+BOOST_AUTO_TEST_CASE(mac_equal_compares_every_byte) {
+  std::vector<char> a(32, 'x');
+  BOOST_TEST(mac_equal(a, a));
+  for (std::size_t i : {std::size_t{0}, std::size_t{17}, std::size_t{31}}) {
+    auto b = a;
+    b[i] = static_cast<char>(b[i] ^ 0x01);
+    BOOST_TEST(!mac_equal(a, b), "byte " << i);
+  }
+  BOOST_TEST(!mac_equal(a, std::vector<char>(33, 'x')));
+  // The nonces fill what they are asked for, from the kernel's CSPRNG.
+  BOOST_TEST(random_nonce(1000).size() == 1000u);
+  BOOST_TEST(random_nonce(0).empty());
+  BOOST_TEST(check_crypto().ok());  // libcrypto.so.3 is installed where this runs
+}
+
 BOOST_AUTO_TEST_CASE(no_secret_configured_means_empty) {
   topology::runtime_settings rt;
   auto s = load_cluster_secret(rt);
