@@ -42,7 +42,9 @@ bash -c "$pipeline" >packages 2>packages.err
 grep -qx libcaf-core0.17 packages || { cat packages; fail "runtime packages lack libcaf-core0.17"; }
 grep -qx libc6 packages || { cat packages; fail "runtime packages lack libc6"; }
 # The libraries hetflow loads with dlopen (kernels/cpu/dnnl_lazy.cpp,
-# actors/cluster_auth.cpp): ldd of the binary does not list them.
+# actors/dataplane/ucx_lazy.cpp, actors/cluster_auth.cpp): ldd of the binary
+# does not list them.
 grep -qx libdnnl2 packages || { cat packages; fail "runtime packages lack libdnnl2 (oneDNN, loaded at the first CPU kernel)"; }
 grep -qx libssl3 packages || { cat packages; fail "runtime packages lack libssl3 (libcrypto, loaded for a cluster secret)"; }
+grep -qx libucx0 packages || { cat packages; fail "runtime packages lack libucx0 (UCX, loaded when its data plane starts)"; }
 pass "runtime packages of the binary: $(tr '\n' ' ' <packages)"
