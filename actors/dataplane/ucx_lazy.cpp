@@ -11,48 +11,15 @@
 // listed here is an undefined reference at link time: add it below.
 // Without the library, each call fails (UCS_ERR_UNSUPPORTED, and one
 // message on stderr naming it), and data_plane = "auto" falls back to CAF.
-#include <dlfcn.h>
-
-#include <cstdio>
-
 #include <ucp/api/ucp.h>
 
-namespace {
+#include "schemas/lazy_library.hpp"
 
-void* library() {
-  static void* const handle = [] {
-    void* h = ::dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* why = ::dlerror();
-      std::fprintf(stderr, "hetflow: cannot load UCX (libucp.so.0, Debian package libucx0) for the UCX data plane: %s\n",
-                   why ? why : "unknown error");
-    }
-    return h;
-  }();
-  return handle;
-}
+// Constant-initialized (constexpr constructor): ready before any static constructor calls in.
+static constinit hetflow::lazy_library ucx_lib("libucp.so.0", "UCX (Debian package libucx0), which the UCX data plane needs");
 
-void* resolve(const char* name) {
-  void* h = library();
-  if (h == nullptr) return nullptr;
-  void* f = ::dlsym(h, name);
-  if (f == nullptr) std::fprintf(stderr, "hetflow: libucp.so.0 has no %s (UCX 1.13 or later expected)\n", name);
-  return f;
-}
-
-}  // namespace
-
-#define HF_UCX(ret, name, params, args, fail)                               \
-  extern "C" ret name params {                                            \
-    static const auto f = reinterpret_cast<ret(*) params>(resolve(#name)); \
-    if (f == nullptr) return fail;                                        \
-    return f args;                                                        \
-  }
-#define HF_UCX_VOID(name, params, args)                                      \
-  extern "C" void name params {                                            \
-    static const auto f = reinterpret_cast<void(*) params>(resolve(#name)); \
-    if (f != nullptr) f args;                                              \
-  }
+#define HF_UCX(ret, name, params, args, fail) HETFLOW_LAZY_FORWARD(ucx_lib, ret, name, params, args, fail)
+#define HF_UCX_VOID(name, params, args) HETFLOW_LAZY_FORWARD_VOID(ucx_lib, name, params, args)
 
 HF_UCX_VOID(ucp_cleanup, (ucp_context_h context_p), (context_p))
 HF_UCX(ucs_status_t, ucp_config_modify, (ucp_config_t *config, const char *name, const char *value), (config, name, value), UCS_ERR_UNSUPPORTED)

@@ -11,44 +11,15 @@
 // starts to call that is not listed here is an undefined reference at link
 // time: add it below. Without the library, each call fails
 // (dnnl_runtime_error, and one message on stderr naming the library).
-#include <dlfcn.h>
-
-#include <cstdio>
-
 #include <dnnl.h>
 #include <dnnl_debug.h>
 
-namespace {
+#include "schemas/lazy_library.hpp"
 
-void* library() {
-  static void* const handle = [] {
-    void* h = ::dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* why = ::dlerror();
-      std::fprintf(stderr, "hetflow: cannot load oneDNN (libdnnl.so.2, Debian package libdnnl2), which the CPU kernels need: %s\n",
-                   why ? why : "unknown error");
-    }
-    return h;
-  }();
-  return handle;
-}
+// Constant-initialized (constexpr constructor): ready before any static constructor calls in.
+static constinit hetflow::lazy_library dnnl_lib("libdnnl.so.2", "oneDNN (Debian package libdnnl2), which the CPU kernels need");
 
-void* resolve(const char* name) {
-  void* h = library();
-  if (h == nullptr) return nullptr;
-  void* f = ::dlsym(h, name);
-  if (f == nullptr) std::fprintf(stderr, "hetflow: libdnnl.so.2 has no %s (oneDNN 2.x expected)\n", name);
-  return f;
-}
-
-}  // namespace
-
-#define HF_DNNL(ret, name, params, args, fail)                                       \
-  extern "C" ret name params {                                                     \
-    static const auto f = reinterpret_cast<ret(*) params>(resolve(#name));         \
-    if (f == nullptr) return fail;                                                 \
-    return f args;                                                                 \
-  }
+#define HF_DNNL(ret, name, params, args, fail) HETFLOW_LAZY_FORWARD(dnnl_lib, ret, name, params, args, fail)
 
 HF_DNNL(dnnl_status_t, dnnl_batch_normalization_backward_desc_init, (dnnl_batch_normalization_desc_t *bnrm_desc, dnnl_prop_kind_t prop_kind, const dnnl_memory_desc_t *diff_data_desc, const dnnl_memory_desc_t *data_desc, float epsilon, unsigned flags), (bnrm_desc, prop_kind, diff_data_desc, data_desc, epsilon, flags), dnnl_runtime_error)
 HF_DNNL(dnnl_status_t, dnnl_batch_normalization_forward_desc_init, (dnnl_batch_normalization_desc_t *bnrm_desc, dnnl_prop_kind_t prop_kind, const dnnl_memory_desc_t *data_desc, float epsilon, unsigned flags), (bnrm_desc, prop_kind, data_desc, epsilon, flags), dnnl_runtime_error)
