@@ -1,6 +1,5 @@
 #include "actors/cluster_auth.hpp"
 
-#include <dlfcn.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/random.h>
@@ -12,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "schemas/lazy_library.hpp"
 
 namespace hetflow::actors {
 
@@ -35,36 +36,19 @@ status check_length(const std::string& s, const std::string& what) {
 // OpenSSL's HMAC, loaded at the first MAC: hetflow links no libcrypto. Only
 // a cluster with a secret makes MACs (nonces come from getrandom, MACs are
 // compared here), and linked, libcrypto's relocation took ~5-10 ms of every
-// process's start after a pause on the 2-core VM (2026-11-29).
-struct libcrypto {
-  decltype(&::HMAC) hmac = nullptr;
-  decltype(&::EVP_sha256) sha256 = nullptr;
-  std::string error;  // why not, when not loaded
-};
-
-const libcrypto& crypto() {
-  static const libcrypto lib = [] {
-    libcrypto c;
-    void* h = ::dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* why = ::dlerror();
-      c.error = "cannot load OpenSSL's libcrypto.so.3 (Debian package libssl3) for the cluster secret's MACs: " +
-                std::string(why ? why : "unknown error");
-      return c;
-    }
-    c.hmac = reinterpret_cast<decltype(&::HMAC)>(::dlsym(h, "HMAC"));
-    c.sha256 = reinterpret_cast<decltype(&::EVP_sha256)>(::dlsym(h, "EVP_sha256"));
-    if (!c.hmac || !c.sha256) c.error = "libcrypto.so.3 has no HMAC or EVP_sha256 (OpenSSL 3 expected)";
-    return c;
-  }();
-  return lib;
-}
+// process's start after a pause on the 2-core VM (2026-11-29). Failures
+// are reported by check_crypto, not on stderr.
+constinit hetflow::lazy_library libcrypto("libcrypto.so.3",
+                                          "OpenSSL's libcrypto (Debian package libssl3), which the cluster secret's "
+                                          "MACs need",
+                                          false);
 
 }  // namespace
 
 status check_crypto() {
-  const auto& c = crypto();
-  if (!c.error.empty()) return make_error(errc::unsupported, c.error);
+  if (const std::string& e = libcrypto.load_error(); !e.empty()) return make_error(errc::unsupported, e);
+  if (!libcrypto.symbol("HMAC") || !libcrypto.symbol("EVP_sha256"))
+    return make_error(errc::unsupported, "libcrypto.so.3 has no HMAC or EVP_sha256 (OpenSSL 3 expected)");
   return {};
 }
 
@@ -114,12 +98,13 @@ std::vector<char> random_nonce(std::size_t n) {
 }
 
 std::vector<char> hmac_sha256(std::string_view key, std::string_view data) {
-  const auto& c = crypto();
-  if (!c.error.empty()) throw std::runtime_error(c.error);
+  static const auto hmac = reinterpret_cast<decltype(&::HMAC)>(libcrypto.symbol("HMAC"));
+  static const auto sha256 = reinterpret_cast<decltype(&::EVP_sha256)>(libcrypto.symbol("EVP_sha256"));
+  if (hmac == nullptr || sha256 == nullptr) throw std::runtime_error(check_crypto().message());
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  if (c.hmac(c.sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-             data.size(), md, &len) == nullptr)
+  if (hmac(sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+           data.size(), md, &len) == nullptr)
     throw std::runtime_error("HMAC-SHA256 failed");
   return std::vector<char>(reinterpret_cast<char*>(md), reinterpret_cast<char*>(md) + len);
 }

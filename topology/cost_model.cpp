@@ -62,10 +62,8 @@ expected<dp_estimate> estimate_dp(const std::vector<plan_device>& devices, const
   }
   double compute = 0;
   for (std::size_t i = 0; i < e.replicas.size(); ++i) {
-    const std::string& kind = e.replicas[i].kind;
-    const double c = (db.compute_ms(kind, 0, n - 1) * double(e.rows[i]) / double(db.batch) + db.update_ms(kind, 0, n - 1)) *
-                     db.step_factor(kind);
-    if (c > compute) compute = c, e.device_step_factor = db.step_factor(kind);
+    const double c = db.whole_step_ms(e.replicas[i].kind, e.rows[i]);
+    if (c > compute) compute = c, e.device_step_factor = db.step_factor(e.replicas[i].kind);
   }
   e.compute_ms = compute;
   const std::size_t N = e.replicas.size();
@@ -124,9 +122,7 @@ expected<dp_estimate> estimate_single(const plan_device& device, const profile_d
   e.rows = {batch};
   e.global_batch = batch;
   e.device_step_factor = db.step_factor(device.kind);
-  e.compute_ms = (db.compute_ms(device.kind, 0, db.units.size() - 1) * double(batch) / double(db.batch) +
-                  db.update_ms(device.kind, 0, db.units.size() - 1)) *
-                 e.device_step_factor;
+  e.compute_ms = db.whole_step_ms(device.kind, batch);
   e.step_ms = e.compute_ms;
   e.samples_per_s = e.step_ms > 0 ? double(batch) * 1e3 / e.step_ms : 0.0;
   return e;

@@ -89,6 +89,12 @@ double profile_db::step_factor(std::string_view kind) const {
   return it == devices.end() || it->second.step_factor <= 0 ? 1.0 : it->second.step_factor;
 }
 
+double profile_db::whole_step_ms(std::string_view kind, int64_t rows) const {
+  if (units.empty() || batch <= 0) return 0.0;
+  const std::size_t last = units.size() - 1;
+  return (compute_ms(kind, 0, last) * double(rows) / double(batch) + update_ms(kind, 0, last)) * step_factor(kind);
+}
+
 double profile_db::wave_sync_ms(std::string_view kind, std::size_t first, std::size_t last, bool shard_here) const {
   auto it = devices.find(kind);
   if (it == devices.end()) return 0.0;

@@ -121,6 +121,10 @@ struct profile_db {
   double update_ms(std::string_view kind, std::size_t first, std::size_t last) const;
   // devices[kind].step_factor, 1 where not given.
   double step_factor(std::string_view kind) const;
+  // One training step of the whole model on `kind` at `rows` rows, as a
+  // single device or a dp replica takes it: the units' fwd + bwd scaled
+  // from `batch` to `rows`, plus the update, times step_factor(kind).
+  double whole_step_ms(std::string_view kind, int64_t rows) const;
   // A HetPipe stage's bookkeeping per minibatch with overlapped waves, its
   // share of units [first, last] on `kind` (by parameter bytes): `copies`
   // copies of its weights (into the minibatch's slot, except on a cpu stage

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -136,6 +137,34 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / double(v.size());
 }
 
+// A model's inputs for timed training steps: `rows` random rows (seeded)
+// and an output gradient of 1e-3 everywhere.
+struct step_inputs {
+  kernels::tensor x, dy;
+};
+step_inputs make_step_inputs(kernels::model& m, int64_t rows, uint64_t seed) {
+  step_inputs in{kernels::random_input(m, rows, seed), {}};
+  kernels::shape out{rows};
+  for (int64_t d : m.sample_shape(m.size()).dims()) out.push_back(d);
+  in.dy = kernels::tensor::empty(out);
+  for (float& v : in.dy.f32_span()) v = 1e-3f;
+  return in;
+}
+
+// One training step of `m`, in its context: forward, backward, `between`
+// (if any), the optimizer's step at a tiny learning rate (the weights
+// barely move).
+status train_step(kernels::model& m, const step_inputs& in, kernels::optimizer& opt, double lr,
+                  const std::function<void()>& between = {}) {
+  auto y = m.forward(in.x.view(), kernels::mode::train);
+  if (!y) return y.error();
+  auto d = m.backward(in.dy.view(), false);
+  if (!d) return d.error();
+  if (between) between();
+  auto params = m.parameters();
+  return opt.step(params, lr * 1e-6);
+}
+
 // Written before each timed pass of the optimizer's step and the weights'
 // copy: the caches as a backward pass leaves them (activations streamed
 // through), not as the same pass just before left them. Timed warm, the
@@ -201,20 +230,12 @@ expected<double> time_whole_step(const topology::cluster& c, kernels::model& m, 
   if (m.where().kind != kernels::device_kind::cpu) return make_error(errc::unsupported, "whole step: cpu models only");
   const kernels::optimizer_config oc = optimizer_config_of(c);
   HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
-  kernels::tensor x = kernels::random_input(m, rows, 7);
-  kernels::shape out{rows};
-  for (int64_t d : m.sample_shape(m.size()).dims()) out.push_back(d);
-  kernels::tensor dy = kernels::tensor::empty(out);
-  for (float& v : dy.f32_span()) v = 1e-3f;
-  auto params = m.parameters();
+  const step_inputs in = make_step_inputs(m, rows, 7);
   std::vector<double> times;
   status st;
-  // One step; its ms (st says whether it ran).
-  auto pass = [&] {
+  auto pass = [&] {  // its ms (st says whether it ran)
     const auto t0 = clk::now();
-    if (auto y = m.forward(x.view(), kernels::mode::train); !y) st = y.error();
-    else if (auto d = m.backward(dy.view(), false); !d) st = d.error();
-    else st = opt->step(params, oc.lr * 1e-6);
+    st = train_step(m, in, *opt, oc.lr);
     return ms_since(t0);
   };
   m.context().run([&] {
@@ -290,7 +311,7 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
   struct replica {
     kernels::model m;
     std::unique_ptr<kernels::optimizer> opt;
-    kernels::tensor x, dy;
+    step_inputs in;
     std::vector<double> times;  // seconds of each timed pass
     status st;
     std::vector<float> sweep;  // sweep_bytes: read and written between backward and the step
@@ -302,43 +323,26 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     bo.seed = 1 + k;
     HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), bo));
     HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
-    kernels::tensor x = kernels::random_input(m, rows, 7 + k);
-    kernels::shape out{rows};
-    const kernels::shape& sample = m.sample_shape(m.size());
-    for (int64_t d : sample.dims()) out.push_back(d);
-    kernels::tensor dy = kernels::tensor::empty(out);
-    for (float& v : dy.f32_span()) v = 1e-3f;
-    reps.push_back(std::make_unique<replica>(replica{std::move(m), std::move(opt), std::move(x), std::move(dy), {}, {},
+    step_inputs in = make_step_inputs(m, rows, 7 + k);
+    reps.push_back(std::make_unique<replica>(replica{std::move(m), std::move(opt), std::move(in), {}, {},
                                                      std::vector<float>(std::size_t(sweep_bytes / sizeof(float)))}));
   }
-  // One training step as a replica computes it: forward, backward, the
-  // optimizer's step (a tiny learning rate: the weights barely move).
+  // One training step as a replica computes it. The sum's traffic between
+  // backward and the step: a dp replica's gradients go through the host
+  // ring (its own and the peers' read, the average written) before the
+  // step, and leave the caches to the step and the next forward as that
+  // does. Not timed: the cost model prices the sum itself.
   auto step = [&oc](replica& r) {
     const auto t0 = clk::now();
     clk::duration swept{};
     status st;
     r.m.context().run([&] {
-      auto y = r.m.forward(r.x.view(), kernels::mode::train);
-      if (!y) {
-        st = y.error();
-        return;
-      }
-      auto d = r.m.backward(r.dy.view(), false);
-      if (!d) {
-        st = d.error();
-        return;
-      }
-      // The sum's traffic: a dp replica's gradients go through the host
-      // ring (its own and the peers' read, the average written) before the
-      // step, and leave the caches to the step and the next forward as
-      // that does. Not timed: the cost model prices the sum itself.
-      if (!r.sweep.empty()) {
+      st = train_step(r.m, r.in, *r.opt, oc.lr, [&] {
+        if (r.sweep.empty()) return;
         const auto s0 = clk::now();
         for (float& v : r.sweep) v = v * 0.5f + 1.0f;
         swept = clk::now() - s0;
-      }
-      auto params = r.m.parameters();
-      st = r.opt->step(params, oc.lr * 1e-6);
+      });
     });
     r.times.push_back(std::chrono::duration<double>(clk::now() - t0 - swept).count());
     return st;
@@ -464,16 +468,17 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       const weight_passes wp = time_weight_passes(m);
       db.devices[d.profile].wave_copy_ms = wp.copy_ms;
       db.devices[d.profile].wave_add_ms = wp.add_ms;
-      // A whole step over its units' medians and the update (cpu: a cuda
-      // step would need timing to its end on the device; not measured; nor
-      // for a HetPipe job, whose stages the cost model prices by their
-      // units: it would only delay the job's start).
-      // mlp on 1 thread, batch 64: profiled 1.68 ms, 1.86 ms a step inside
-      // a run (2026-11-29, 2-core VM: forward +0.07, backward +0.04, the
-      // optimizer +0.06 ms, the batch's gather 0.04).
-      if (!cuda && c.job.params.get_string("strategy", "single") != "hetpipe") {
-        const std::size_t last = db.units.size() - 1;
-        const double profiled = db.compute_ms(d.profile, 0, last) + db.update_ms(d.profile, 0, last);
+      // A whole step over its units' medians and the update, where a cost
+      // model prices whole steps (single, dp, and auto, which weighs them;
+      // HetPipe's stages, ps and ralp price units: timing it would only
+      // delay their start). On cpu kinds: a cuda step would need timing to
+      // its end on the device. mlp on 1 thread, batch 64: profiled 1.68
+      // ms, 1.86 ms a step inside a run (2026-11-29, 2-core VM: forward
+      // +0.07, backward +0.04, the optimizer +0.06 ms, the batch's gather
+      // 0.04).
+      if (const std::string s = c.job.params.get_string("strategy", "single");
+          !cuda && (s == "single" || s == "dp" || s == "auto")) {
+        const double profiled = db.whole_step_ms(d.profile, batch);  // no step_factor yet: 1
         HF_ASSIGN_OR_RETURN(const double whole, time_whole_step(c, m, batch));
         if (profiled > 0 && whole > 0) db.devices[d.profile].step_factor = std::min(100.0, whole / profiled);
       }
@@ -521,10 +526,7 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
         const uint64_t sweep = 2 * db.params_bytes(0, db.units.size() - 1);
         auto f = colocated_step_factor(c, spec, cpu_threads(*node, first.spec), members, rows, 5, 0.15, sweep,
                                        &together);
-        const std::size_t last = db.units.size() - 1;
-        const double profiled = (db.compute_ms(first.spec.profile, 0, last) * double(rows) / double(db.batch) +
-                                 db.update_ms(first.spec.profile, 0, last)) *
-                                db.step_factor(first.spec.profile);
+        const double profiled = db.whole_step_ms(first.spec.profile, rows);
         if (f && profiled > 0 && together > 0) {
           db.links.host_ring_step_factor = std::max(1.0, together / profiled);
           std::snprintf(buf, sizeof buf, "; replicas computing at once: x %.3f (%.3f ms a step, %.3f ms profiled)",

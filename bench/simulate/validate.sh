@@ -54,12 +54,14 @@ preds, meas, note = [], [], ""
 for sim, rep in zip(files[0::2], files[1::2]):
     sj = json.load(open(sim))
     p = sj["simulated_samples_per_s"]
-    note = ""
+    parts = []
     if sj.get("device_step_factor", 1.0) != 1.0:
-        note = f"whole step x {sj['device_step_factor']:.2f}"
+        parts.append(f"whole step x {sj['device_step_factor']:.2f}")
     if "allreduce_ms" in sj and len(sj.get("replicas", [])) > 1:
-        note += f", at once x {sj.get('step_factor', 1.0):.2f}, all-reduce {sj['allreduce_ms']:.3f} ms ({sj.get('allreduce_model', '')}"
-        note += f"; hand-over {sj['handover_ms']:.3f} ms)" if "handover_ms" in sj else ")"
+        ring = f"all-reduce {sj['allreduce_ms']:.3f} ms ({sj.get('allreduce_model', '')}"
+        ring += f"; hand-over {sj['handover_ms']:.3f} ms)" if "handover_ms" in sj else ")"
+        parts += [f"at once x {sj.get('step_factor', 1.0):.2f}", ring]
+    note = ", ".join(parts)
     r = json.load(open(rep))
     # hetpipe: the run's head simulates its own plan (the profiles it
     # measured, the waves as the runtime does them); a separate `simulate`

@@ -106,6 +106,12 @@ BOOST_AUTO_TEST_CASE(measured_profiles_record_the_step_factor_for_dp_on_one_host
     BOOST_TEST(d.step_factor > 0.5, kind << ": " << d.step_factor);
     BOOST_TEST(d.step_factor < 100.0, kind << ": " << d.step_factor);
   }
+  // Not where no cost model prices whole steps (ps and ralp price units,
+  // as HetPipe's stages do).
+  auto ps = two_replicas("ps");
+  auto pdb = measured_profiles(ps, 16);
+  BOOST_REQUIRE_MESSAGE(pdb.has_value(), (pdb ? std::string() : pdb.error().message()));
+  for (const auto& [kind, d] : pdb->devices) BOOST_TEST(d.step_factor == 0.0, kind);
 
   // One replica per host: no host ring, no co-located step.
   auto apart = two_replicas("dp", "127.0.0.2");

@@ -48,6 +48,13 @@ plan_device dev(int node, std::size_t index, std::string kind, uint64_t mem = 0)
   return d;
 }
 
+// dev(node, 0, kind) on host `host`.
+plan_device on_host(int node, std::string host, std::string kind = "a") {
+  auto d = dev(node, 0, std::move(kind));
+  d.host = std::move(host);
+  return d;
+}
+
 hetpipe_plan one_vw_plan(const profile_db& db, std::vector<plan_device> devs, int nm, int staleness) {
   hetpipe_options o;
   o.policy = allocation_policy::np;
@@ -716,11 +723,7 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
   db.links.inter_node_gbps = 8;
   db.links.host_ring_gbps = 16;  // 2000 B -> 0.001 ms, plus 2 steps of 5 us
   db.links.host_ring_latency_us = 5;
-  auto on = [](int node, std::string host) {
-    auto d = dev(node, 0, "a");
-    d.host = std::move(host);
-    return d;
-  };
+  auto on = [](int node, std::string host) { return on_host(node, std::move(host)); };
   auto same = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
   BOOST_REQUIRE(same.has_value());
   BOOST_TEST(std::abs(same->allreduce_ms - 0.011) < 1e-9);
@@ -770,6 +773,27 @@ BOOST_AUTO_TEST_CASE(replicas_of_one_host_sum_through_the_measured_host_ring) {
   BOOST_TEST(std::abs(unmeasured->allreduce_ms - 0.002) < 1e-9);
 }
 
+// The host ring's sum pays the hand-over to the ring member and back (two
+// actor messages at links.latency_us); the links' ring prices its own
+// latency per step and no hand-over.
+BOOST_AUTO_TEST_CASE(a_host_ring_sum_pays_the_hand_over_to_the_ring_member) {
+  auto db = uniform_db(2, {{"a", 1.0}}, 1000, 100);
+  db.links.inter_node_gbps = 8;
+  db.links.host_ring_gbps = 16;  // 2000 B -> 0.001 ms
+  db.links.latency_us = 20;
+  auto on = [](int node, std::string host) { return on_host(node, std::move(host)); };
+  auto same = estimate_dp({on(0, "h"), on(1, "h")}, db, 0);
+  BOOST_REQUIRE(same.has_value());
+  BOOST_TEST(same->allreduce_model == "host ring (shared memory)");
+  BOOST_TEST(std::abs(same->handover_ms - 0.04) < 1e-12);
+  BOOST_TEST(std::abs(same->allreduce_ms - (0.001 + 0.04)) < 1e-9);
+  BOOST_TEST(std::abs(same->step_ms - (same->compute_ms + same->allreduce_ms)) < 1e-12);
+  auto apart = estimate_dp({on(0, "h"), on(1, "g")}, db, 0);
+  BOOST_REQUIRE(apart.has_value());
+  BOOST_TEST(apart->handover_ms == 0.0);
+  BOOST_TEST(std::abs(apart->allreduce_ms - (0.002 + 0.04)) < 1e-9);  // 2000 B at 8 Gb/s, 2 x 20 us of ring steps
+}
+
 // devices[kind].step_factor (a whole step over its units, measured)
 // multiplies a single device's and a dp replica's compute, under the host
 // ring's factor; a HetPipe stage is priced by its units alone.
@@ -790,11 +814,7 @@ BOOST_AUTO_TEST_CASE(a_kinds_step_factor_prices_whole_steps_not_stages) {
   BOOST_TEST(single->device_step_factor == 1.1);
   // dp: each replica's compute carries its own kind's factor; the slowest
   // one's is the step's, and the host ring's factor multiplies it.
-  auto on = [](int node, std::string kind) {
-    auto d = dev(node, 0, kind);
-    d.host = "h";
-    return d;
-  };
+  auto on = [](int node, std::string kind) { return on_host(node, "h", std::move(kind)); };
   db.links.host_ring_gbps = 16;
   db.links.host_ring_members = 2;
   auto plain = estimate_dp({on(0, "a"), on(1, "a")}, db, 64, true);
