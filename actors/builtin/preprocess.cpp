@@ -37,9 +37,10 @@
 //                            (assign_merge_columns); a column is hashed when
 //                            every shard can hash it (shard_counts::hashable)
 //     <-- (ppmerge, hashed, holders, assign) -- to every node holding a shard
+//     on a thread of its own (the actor keeps taking what others push):
 //     hashed columns merged elsewhere, at once:
 //     -- (pphpush, i, c, chunk, last) ---------------------> inbox of node k
-//     starts pp_merge_k for its columns (assign[c] == k)
+//     then, on the same thread, pp_merge_k for its columns (assign[c] == k)
 //     sorted columns:
 //     <-- request (pppull, i, c, max) -------------  k-way merge of the N sorted
 //     --- chunk (<= chunk_bytes) ------------------>  count streams, pulled chunk by
@@ -579,6 +580,37 @@ void merger(caf::actor_system& sys, merge_plan p) {
                static_cast<uint32_t>(p.index), static_cast<uint32_t>(in_flight));
 }
 
+// A hashed column of a shard this node holds, for the node merging it.
+struct push_job {
+  int column = 0;
+  int shard = 0;
+  pp::shard_counts* counts = nullptr;  // the slot's (the shard joins this thread before dropping them)
+  caf::actor to;                       // the merging node's shard actor
+};
+
+// Sends each push job's entries (pphpush, chunk by chunk, in order: one
+// thread, one connection per node pair); false after a failure, which goes
+// to the coordinator as a failed merge.
+bool push_counts(const merge_plan& p, const std::vector<push_job>& jobs, kernels::trace::track_id tk) {
+  for (const push_job& j : jobs) {
+    if (p.svc->stopping()) return false;
+    kernels::trace::scope t_push("merge: push counts", tk, "column", j.column + 1);
+    auto e = j.counts->export_column(j.column);
+    if (!e) {
+      caf::anon_send(p.vocab, pp_merge_fail_atom::value,
+                     "node '" + p.svc->node_name() + "', shard " + std::to_string(j.shard) + ": " + e.error().message());
+      return false;
+    }
+    std::size_t next = 0;
+    do {
+      auto chunk = pp::next_hex_column_chunk(*e, next, p.cfg.chunk_bytes);
+      caf::anon_send(j.to, pp_hpush_atom::value, static_cast<uint32_t>(j.shard), static_cast<uint32_t>(j.column),
+                     std::move(chunk), next >= e->entries());
+    } while (next < e->entries());
+  }
+  return true;
+}
+
 // ---- the shard ------------------------------------------------------------------
 
 // One slice of the input (shard i of N) held by this node's shard actor: its
@@ -989,27 +1021,25 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         if (sl->counts) sl->counts->sort_deferred(~hashed, p.in_flight);
       // The pushes first: the other nodes' mergers wait for them, and this
       // node's merger would share its cores with them (they touch
-      // different columns of the counts).
+      // different columns of the counts). Both on a thread of their own:
+      // this actor stays free to take the other nodes' pushed counts as
+      // they come (pushed from this actor, they waited in its mailbox until
+      // its own pushes were done: a merger waited 12-56 ms for counts
+      // already sent).
+      std::vector<push_job> pushes;
       for (int c = 0; c < pp::sparse_columns; ++c) {
         const auto m = static_cast<int>(merger_of[std::size_t(c)]);
         if (!in_mask(hashed, c) || m == st->index) continue;
         auto to = st->svc->find_actor(shard_actor(m));
         if (!to) return shard_fail(self, *st, "no actor " + shard_actor(m));
-        for (auto& sl : st->slots) {
-          if (!sl->counts) continue;
-          kernels::trace::scope t_push("merge: push counts", st->tk, "column", c + 1);
-          auto e = sl->counts->export_column(c);
-          if (!e) return shard_fail(self, *st, "shard " + std::to_string(sl->index) + ": " + e.error().message());
-          std::size_t next = 0;
-          do {
-            auto chunk = pp::next_hex_column_chunk(*e, next, st->cfg.chunk_bytes);
-            self->send(to, pp_hpush_atom::value, static_cast<uint32_t>(sl->index), static_cast<uint32_t>(c),
-                       std::move(chunk), next >= e->entries());
-          } while (next < e->entries());
-        }
+        for (auto& sl : st->slots)
+          if (sl->counts) pushes.push_back({c, sl->index, &*sl->counts, to});
       }
-      if (p.columns)
-        st->merging = std::thread([&sys = self->system(), p = std::move(p)]() mutable { merger(sys, std::move(p)); });
+      if (p.columns || !pushes.empty())
+        st->merging = std::thread([&sys = self->system(), p = std::move(p), pushes = std::move(pushes)]() mutable {
+          if (push_counts(p, pushes, kernels::trace::track("pp_merge_" + std::to_string(p.index))) && p.columns)
+            merger(sys, std::move(p));
+        });
     },
     [self, st](pp_go_atom) { run_pass2(self, *st); },
     [self, st](pp_finish_atom) { shard_finish(self, *st); },
