@@ -751,34 +751,6 @@ void shard_counts::sort_deferred(uint32_t columns, int parallelism) {
   });
 }
 
-expected<hex_column> shard_counts::export_column(int c) {
-  if (!hashable(c)) return make_error(errc::internal, "column C" + std::to_string(c + 1) + " cannot merge by hashing");
-  auto& im = *impl_;
-  column_table& t = im.tables[c];
-  auto& ci = im.ids[c];
-  hex_column out;
-  ci.owner.assign(im.next_local[c], dropped_owner);
-  if (t.empty_local != no_local) {
-    out.has_empty = true;
-    out.empty_count = t.empty_count;
-    ci.owner[t.empty_local] = 0;
-  }
-  out.pairs.resize(2 * t.hex.size());
-  uint32_t* w = out.pairs.data();
-  uint32_t e = out.has_empty ? 1 : 0;
-  t.hex.for_each([&](uint32_t key, uint32_t local, uint32_t count) {
-    *w++ = key;
-    *w++ = count;
-    ci.owner[local] = e++;
-  });
-  ci.entries = e;
-  ci.dropped = 0;
-  ci.streamed = true;
-  t.clear_and_release();
-  im.handed[c] = true;
-  return out;
-}
-
 namespace {
 
 // Sorts (value << 32 | number) entries by value (LSD radix on the top 32 bits,
@@ -802,7 +774,160 @@ void sort_by_value(std::vector<uint64_t>& v) {
   }
 }
 
+
+// A hex table's entries in increasing value order, as (value << 32 | local
+// id), and each local id's count (the table holds no foreign entries).
+struct sorted_hex {
+  std::vector<uint64_t> entries;
+  std::vector<uint32_t> count_of;
+};
+sorted_hex sort_hex_table(const hex_table& h, uint32_t locals) {
+  sorted_hex out;
+  out.entries.reserve(h.size());
+  out.count_of.resize(locals);
+  h.for_each([&](uint32_t key, uint32_t local, uint32_t count) {
+    out.entries.push_back(uint64_t{key} << 32 | local);
+    out.count_of[local] = count;
+  });
+  sort_by_value(out.entries);
+  return out;
+}
+
+// Whether a hex column's values increase strictly (export_column's order).
+bool values_increase(const hex_column& h) {
+  for (std::size_t j = 1; j < h.values(); ++j)
+    if (h.pairs[2 * j] <= h.pairs[2 * j - 2]) return false;
+  return true;
+}
+
 }  // namespace
+
+expected<hex_column> shard_counts::export_column(int c) {
+  if (!hashable(c)) return make_error(errc::internal, "column C" + std::to_string(c + 1) + " cannot merge by hashing");
+  auto& im = *impl_;
+  column_table& t = im.tables[c];
+  auto& ci = im.ids[c];
+  hex_column out;
+  ci.owner.assign(im.next_local[c], dropped_owner);
+  if (t.empty_local != no_local) {
+    out.has_empty = true;
+    out.empty_count = t.empty_count;
+    ci.owner[t.empty_local] = 0;
+  }
+  // In increasing value order: the merging shard then merges sorted arrays
+  // in one pass (merge_hashed), and the sort is spread over the shards.
+  const sorted_hex sorted = sort_hex_table(t.hex, im.next_local[c]);
+  out.pairs.resize(2 * sorted.entries.size());
+  uint32_t* w = out.pairs.data();
+  uint32_t e = out.has_empty ? 1 : 0;
+  for (const uint64_t x : sorted.entries) {
+    const auto local = static_cast<uint32_t>(x);
+    *w++ = static_cast<uint32_t>(x >> 32);
+    *w++ = sorted.count_of[local];
+    ci.owner[local] = e++;
+  }
+  ci.entries = e;
+  ci.dropped = 0;
+  ci.streamed = true;
+  t.clear_and_release();
+  im.handed[c] = true;
+  return out;
+}
+
+
+expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector<const hex_column*>& others,
+                                                        uint64_t min_count,
+                                                        const std::function<void(std::string_view, uint64_t)>& keep,
+                                                        std::vector<std::vector<int32_t>>& other_ids) {
+  const std::string col = "column C" + std::to_string(c + 1);
+  auto& im = *impl_;
+  column_table& t = im.tables[c];
+  auto& ci = im.ids[c];
+  const uint32_t locals = im.next_local[c];
+  const sorted_hex own = sort_hex_table(t.hex, locals);
+  t.hex.clear_and_release();
+  bool empty_seen = t.empty_local != no_local;
+  uint64_t empty_total = empty_seen ? t.empty_count : 0;
+  for (const hex_column* o : others)
+    if (o->has_empty) {
+      empty_seen = true;
+      empty_total += o->empty_count;
+    }
+  column_merge_stats st;
+  st.distinct = empty_seen ? 1 : 0;
+  // Ids in merge order: byte order (the empty string first, then the values
+  // in numeric order = byte order).
+  int32_t next = 0, empty_id = -1;
+  if (empty_seen && empty_total >= min_count) {
+    empty_id = next++;
+    keep(std::string_view("", 0), empty_total);  // a non-null pointer: add() memcpys it
+  }
+  ci.owner.resize(locals);
+  ci.ids.assign(locals, -1);
+  uint64_t covered = 0;
+  if (t.empty_local != no_local) {
+    ci.ids[t.empty_local] = empty_id;
+    ++covered;
+  }
+  other_ids.assign(others.size(), {});
+  for (std::size_t k = 0; k < others.size(); ++k) {
+    other_ids[k].resize(others[k]->entries());
+    if (others[k]->has_empty) other_ids[k][0] = empty_id;
+  }
+  // One pass over every input at once: input 0 is this shard's entries,
+  // input k + 1 others[k]'s values; at[i]: its next entry.
+  constexpr uint64_t done = uint64_t{1} << 32;  // past every value
+  const std::size_t inputs = others.size() + 1;
+  std::vector<std::size_t> at(inputs, 0);
+  auto value_of = [&](std::size_t i) -> uint64_t {
+    if (i == 0) return at[0] < own.entries.size() ? own.entries[at[0]] >> 32 : done;
+    const hex_column& o = *others[i - 1];
+    return at[i] < o.values() ? o.pairs[2 * at[i]] : done;
+  };
+  std::vector<uint64_t> head(inputs);
+  for (std::size_t i = 0; i < inputs; ++i) head[i] = value_of(i);
+  char buf[8];
+  for (;;) {
+    const uint64_t v = *std::min_element(head.begin(), head.end());
+    if (v == done) break;
+    uint64_t total = 0;
+    for (std::size_t i = 0; i < inputs; ++i) {
+      if (head[i] != v) continue;
+      total += i == 0 ? own.count_of[static_cast<uint32_t>(own.entries[at[0]])] : others[i - 1]->pairs[2 * at[i] + 1];
+    }
+    ++st.distinct;
+    int32_t id = -1;
+    if (total >= min_count) {
+      if (next >= INT32_MAX - 1)  // ids, the OOV id and the empty string's fit int32
+        return make_error(errc::out_of_memory, col + ": more than 2^31-2 kept strings; use hash mode");
+      id = next++;
+      hex8_chars(static_cast<uint32_t>(v), buf);
+      keep(std::string_view(buf, 8), total);
+    }
+    for (std::size_t i = 0; i < inputs; ++i) {
+      if (head[i] != v) continue;
+      if (i == 0) {
+        ci.ids[static_cast<uint32_t>(own.entries[at[0]])] = id;
+        ++covered;
+      } else {
+        other_ids[i - 1][at[i] + (others[i - 1]->has_empty ? 1 : 0)] = id;
+      }
+      ++at[i];
+      head[i] = value_of(i);
+    }
+  }
+  st.kept = static_cast<uint64_t>(next);
+  if (covered != locals)
+    return make_error(errc::internal, col + ": " + std::to_string(covered) + " entries for " +
+                                          std::to_string(locals) + " local ids");
+  for (uint32_t l = 0; l < locals; ++l) ci.owner[l] = l;
+  ci.entries = locals;
+  ci.dropped = 0;
+  ci.streamed = true;
+  ci.oov = next;
+  t.clear_and_release();
+  return st;
+}
 
 expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector<const hex_column*>& others,
                                                         uint64_t min_count,
@@ -814,7 +939,9 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   column_table& t = im.tables[c];
   hex_table& h = t.hex;
   im.handed[c] = true;
-  // The other shards' entries, added to this table; where[k][j]: the slot of
+  if (std::all_of(others.begin(), others.end(), [](const hex_column* o) { return values_increase(*o); }))
+    return merge_sorted(c, others, min_count, keep, other_ids);
+  // Others in any other order: added to this table; where[k][j]: the slot of
   // others[k]'s j-th value.
   // Grown once up front when the others' entries would take the table well
   // past its limit: growing midway rehashes it and then looks every added

@@ -145,18 +145,21 @@ public:
   // `parallelism` threads, as pass 1 does the others (else the first pull
   // of each sorts it, on the shard actor's thread).
   void sort_deferred(uint32_t columns, int parallelism);
-  // A hashable column's entries in table order, for another shard's
-  // merge_hashed; its ids come back in that order (add_column_ids). Hands
-  // over the column's memory, like column_stream (call one of them, once).
+  // A hashable column's entries in increasing value order, for another
+  // shard's merge_hashed; its ids come back in that order
+  // (add_column_ids). Hands over the column's memory, like column_stream
+  // (call one of them, once).
   expected<hex_column> export_column(int c);
-  // Merges a hashable column: adds the other shards' entries (export_column)
-  // into this shard's table, then gives the kept strings (total count >=
-  // min_count) contiguous ids in byte order - the same ids as
-  // merge_column_ids over sorted streams - calls keep(s, total) for each in
-  // id order, sets this shard's own ids and OOV id, and puts the id of each
-  // of others[k]'s entries (-1 = OOV) in other_ids[k]. Only the kept strings
-  // are sorted. Fails when a total passes 2^32 - 1 (the caller keeps jobs
-  // of more rows off this path).
+  // Merges a hashable column: gives the kept strings of this shard's and the
+  // other shards' entries (total count >= min_count) contiguous ids in byte
+  // order - the same ids as merge_column_ids over sorted streams - calls
+  // keep(s, total) for each in id order, sets this shard's own ids and OOV
+  // id, and puts the id of each of others[k]'s entries (-1 = OOV) in
+  // other_ids[k]. When every other's values increase (export_column's
+  // order), this shard's table is sorted and all are merged in one pass;
+  // else their entries are added into the table (hashing; only the kept
+  // strings are sorted), which fails when a total passes 2^32 - 1 (the
+  // caller keeps jobs of more rows off this path).
   expected<column_merge_stats> merge_hashed(int c, const std::vector<const hex_column*>& others, uint64_t min_count,
                                             const std::function<void(std::string_view, uint64_t)>& keep,
                                             std::vector<std::vector<int32_t>>& other_ids);
@@ -173,6 +176,10 @@ public:
 
   struct impl;
   std::unique_ptr<impl> impl_;
+  // merge_hashed when every other's values increase.
+  expected<column_merge_stats> merge_sorted(int c, const std::vector<const hex_column*>& others, uint64_t min_count,
+                                            const std::function<void(std::string_view, uint64_t)>& keep,
+                                            std::vector<std::vector<int32_t>>& other_ids);
 };
 
 // Pass 1. With `staged_path` it also stages the shard's records (in memory,

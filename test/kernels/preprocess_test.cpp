@@ -807,17 +807,13 @@ BOOST_AUTO_TEST_CASE(vocab_file_lines_are_string_tab_count) {
   BOOST_CHECK(read_all(d / pp::vocab_file_name(3)) == want);
 }
 
-BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
-  // Hex ids from small pools, so a string's count crosses min_count only
-  // when the shards' counts are added; the empty string in the first rows
-  // only (so in some shards and not others); a last shard of a few rows.
-  // Merging by hashing and as sorted streams give the same bytes, and the
-  // same vocabularies, for 2, 3 and 5 shards and min_count 1, 2, 5 and one
-  // above every count; C3 holds only the empty string.
-  fs::path d = scratch("hashed");
+// Rows whose hex ids come from small pools, so a string's count crosses
+// min_count only when the shards' counts are added; the empty string in the
+// first 40 rows of every other column (so in some shards and not others);
+// C3 holds only the empty string.
+std::string skewed_hex_text(int rows) {
   uint64_t seed = 11;
   std::string text;
-  const int rows = 4003;
   for (int row = 0; row < rows; ++row) {
     std::string line;
     pp::synthetic_criteo_line(5, static_cast<uint64_t>(row), line);
@@ -835,7 +831,19 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
     for (std::size_t i = 0; i < f.size(); ++i) line += (i ? "\t" : "") + f[i];
     text += line + "\n";
   }
-  write_all(d / "skewed.tsv", text);
+  return text;
+}
+
+BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
+  // Hex ids from small pools, so a string's count crosses min_count only
+  // when the shards' counts are added; the empty string in the first rows
+  // only (so in some shards and not others); a last shard of a few rows.
+  // Merging by hashing and as sorted streams give the same bytes, and the
+  // same vocabularies, for 2, 3 and 5 shards and min_count 1, 2, 5 and one
+  // above every count; C3 holds only the empty string.
+  fs::path d = scratch("hashed");
+  const int rows = 4003;
+  write_all(d / "skewed.tsv", skewed_hex_text(rows));
   const std::vector<std::string> files = {(d / "skewed.tsv").string()};
   // (100000: no string is kept, the empty one included.)
   for (uint64_t min_count : {uint64_t{1}, uint64_t{2}, uint64_t{5}, uint64_t{100000}})
@@ -863,6 +871,87 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
         BOOST_CHECK_EQUAL(vocab[1][2], min_count <= rows ? "\t" + std::to_string(rows) + "\n" : std::string());
       }
     }
+}
+
+BOOST_AUTO_TEST_CASE(hashed_merge_of_sorted_and_shuffled_exports_agree) {
+  // export_column gives a column's values in increasing order, and
+  // merge_hashed then merges every shard's entries in one pass over sorted
+  // arrays; others in any other order are added into its table (hashing).
+  // Both give the same vocabulary, the same id for every other shard's
+  // entry, and the same records for the merging shard, for min_count 1, 2
+  // and 5 (shards 1 and 2 merged into shard 0, counted twice).
+  fs::path d = scratch("sorted-merge");
+  write_all(d / "skewed.tsv", skewed_hex_text(3001));
+  auto in = pp::input_set::open({(d / "skewed.tsv").string()});
+  BOOST_REQUIRE(in.has_value());
+  const auto plan = pp::plan_shards(in->sizes(), 3);
+  BOOST_REQUIRE_EQUAL(plan.size(), 3u);
+  for (uint64_t min_count : {uint64_t{1}, uint64_t{2}, uint64_t{5}}) {
+    BOOST_TEST_CONTEXT("min_count " << min_count) {
+      pp::preprocess_options o;
+      o.min_count = min_count;
+      o.parallelism = 1;
+      o.block_bytes = 16 << 10;
+      o.defer_sort = true;
+      o.spill_dir = (d / "spill").string();
+      const fs::path part[2] = {d / "sorted.bin", d / "shuffled.bin"};
+      auto a = pp::count_shard(*in, plan[0], o, part[0].string());
+      auto b = pp::count_shard(*in, plan[0], o, part[1].string());
+      auto s1 = pp::count_shard(*in, plan[1], o);
+      auto s2 = pp::count_shard(*in, plan[2], o);
+      BOOST_REQUIRE(a && b && s1 && s2);
+      std::mt19937_64 rng(min_count);
+      int shuffled_columns = 0;
+      for (int c = 0; c < 26; ++c) {
+        BOOST_TEST_CONTEXT("column " << c) {
+          BOOST_REQUIRE(a->hashable(c) && s1->hashable(c) && s2->hashable(c));
+          auto e1 = s1->export_column(c);
+          auto e2 = s2->export_column(c);
+          BOOST_REQUIRE(e1 && e2);
+          std::vector<const pp::hex_column*> sorted = {&*e1, &*e2}, shuffled;
+          std::vector<pp::hex_column> copies;
+          std::vector<std::vector<std::size_t>> perms;
+          for (const pp::hex_column* e : sorted) {
+            for (std::size_t j = 1; j < e->values(); ++j) BOOST_REQUIRE_LT(e->pairs[2 * j - 2], e->pairs[2 * j]);
+            std::vector<std::size_t> perm(e->values());
+            for (std::size_t j = 0; j < perm.size(); ++j) perm[j] = j;
+            std::shuffle(perm.begin(), perm.end(), rng);
+            pp::hex_column h;
+            h.has_empty = e->has_empty;
+            h.empty_count = e->empty_count;
+            for (std::size_t j : perm) h.pairs.insert(h.pairs.end(), {e->pairs[2 * j], e->pairs[2 * j + 1]});
+            copies.push_back(std::move(h));
+            perms.push_back(std::move(perm));
+          }
+          for (auto& h : copies) shuffled.push_back(&h);
+          if (e1->values() > 2 && perms[0] != std::vector<std::size_t>(perms[0].size())) ++shuffled_columns;
+          std::vector<std::pair<std::string, uint64_t>> kept[2];
+          std::vector<std::vector<int32_t>> ids[2];
+          auto ra = a->merge_hashed(c, sorted, min_count, [&](std::string_view s, uint64_t n) { kept[0].emplace_back(s, n); }, ids[0]);
+          auto rb = b->merge_hashed(c, shuffled, min_count, [&](std::string_view s, uint64_t n) { kept[1].emplace_back(s, n); }, ids[1]);
+          BOOST_REQUIRE_MESSAGE(ra && rb, (ra ? rb.error().to_string() : ra.error().to_string()));
+          BOOST_CHECK_EQUAL(ra->distinct, rb->distinct);
+          BOOST_CHECK_EQUAL(ra->kept, rb->kept);
+          BOOST_CHECK(kept[0] == kept[1]);
+          for (std::size_t k = 0; k < 2; ++k) {
+            const std::size_t skip = sorted[k]->has_empty ? 1 : 0;
+            BOOST_REQUIRE_EQUAL(ids[0][k].size(), sorted[k]->entries());
+            BOOST_REQUIRE_EQUAL(ids[1][k].size(), sorted[k]->entries());
+            if (skip) BOOST_CHECK_EQUAL(ids[0][k][0], ids[1][k][0]);
+            for (std::size_t j = 0; j < perms[k].size(); ++j)
+              BOOST_CHECK_EQUAL(ids[1][k][skip + j], ids[0][k][skip + perms[k][j]]);
+          }
+        }
+      }
+      BOOST_CHECK_GT(shuffled_columns, 10);
+      auto fa = pp::finish_shard(*a, o);
+      auto fb = pp::finish_shard(*b, o);
+      BOOST_REQUIRE(fa && fb);
+      const std::string ra = read_all(part[0]), rb = read_all(part[1]);
+      BOOST_CHECK_GT(ra.size(), 0u);
+      BOOST_CHECK_MESSAGE(ra == rb, "records differ: " + first_difference(rb, ra));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(mixed_strings_get_ids_in_byte_order) {
