@@ -289,6 +289,10 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
         ++failures;
         continue;
       }
+      // The job's first samples where its dataset gives them (as `hetflow
+      // run` and `simulate` profile), else random inputs.
+      const auto sample = actors::sample_input(c, *m, po.batch);
+      po.input = sample ? &*sample : nullptr;
       auto prof = kernels::profile_model(*m, po);
       if (!prof) {
         std::fprintf(stderr, "hetflow profile: %s\n", prof.error().to_string().c_str());

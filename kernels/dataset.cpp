@@ -4,6 +4,9 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <limits>
 #include <filesystem>
 #include <memory>
 
@@ -42,9 +45,11 @@ struct gz_closer {
 };
 using gz_ptr = std::unique_ptr<gzFile_s, gz_closer>;
 
-// Whole file (gzip or raw: zlib reads both) into memory.
+// Whole file (gzip or raw: zlib reads both) into memory; at most max_bytes
+// of it when given (the rest is not read, nor decompressed).
 expected<std::vector<uint8_t>> read_maybe_gz(const std::string& dir, const std::string& stem,
-                                             std::string& used_path) {
+                                             std::string& used_path,
+                                             uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) {
   namespace fs = std::filesystem;
   std::string path;
   for (const std::string& cand : {dir + "/" + stem + ".gz", dir + "/" + stem}) {
@@ -62,8 +67,9 @@ expected<std::vector<uint8_t>> read_maybe_gz(const std::string& dir, const std::
   gzbuffer(f.get(), 1 << 20);
   std::vector<uint8_t> out;
   std::vector<uint8_t> chunk(1 << 20);
-  for (;;) {
-    int n = gzread(f.get(), chunk.data(), unsigned(chunk.size()));
+  while (out.size() < max_bytes) {
+    const auto want = static_cast<unsigned>(std::min<uint64_t>(chunk.size(), max_bytes - out.size()));
+    int n = gzread(f.get(), chunk.data(), want);
     if (n < 0) {
       int zerr = 0;
       const char* msg = gzerror(f.get(), &zerr);
@@ -80,7 +86,10 @@ expected<std::vector<uint8_t>> read_maybe_gz(const std::string& dir, const std::
 uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
 
 // Parses an IDX header of unsigned bytes with `rank` dims; returns dims.
-expected<std::vector<int64_t>> idx_dims(const std::vector<uint8_t>& raw, int rank, const std::string& path) {
+// `whole`: raw must hold exactly what the header says, else at least the
+// header (a prefix of the file).
+expected<std::vector<int64_t>> idx_dims(const std::vector<uint8_t>& raw, int rank, const std::string& path,
+                                        bool whole = true) {
   if (raw.size() < 4 + 4 * std::size_t(rank))
     return make_error(errc::parse_error, path + ": truncated IDX header (" + std::to_string(raw.size()) + " bytes)");
   uint32_t magic = be32(raw.data());
@@ -96,7 +105,7 @@ expected<std::vector<int64_t>> idx_dims(const std::vector<uint8_t>& raw, int ran
     dims.push_back(be32(raw.data() + 4 + 4 * i));
     total *= uint64_t(dims.back());
   }
-  if (raw.size() != 4 + 4 * std::size_t(rank) + total)
+  if (whole && raw.size() != 4 + 4 * std::size_t(rank) + total)
     return make_error(errc::parse_error, path + ": header says " + std::to_string(total) + " values but the file has " +
                                              std::to_string(raw.size() - 4 - 4 * std::size_t(rank)));
   return dims;
@@ -104,16 +113,32 @@ expected<std::vector<int64_t>> idx_dims(const std::vector<uint8_t>& raw, int ran
 
 }  // namespace
 
-expected<image_dataset> load_fashion_mnist(const std::string& dir, bool train) {
+expected<image_dataset> load_fashion_mnist(const std::string& dir, bool train, int64_t max_rows) {
   const std::string prefix = train ? "train" : "t10k";
   std::string img_path, lbl_path;
-  HF_ASSIGN_OR_RETURN(auto img_raw, read_maybe_gz(dir, prefix + "-images-idx3-ubyte", img_path));
-  HF_ASSIGN_OR_RETURN(auto lbl_raw, read_maybe_gz(dir, prefix + "-labels-idx1-ubyte", lbl_path));
-  HF_ASSIGN_OR_RETURN(auto idims, idx_dims(img_raw, 3, img_path));
-  HF_ASSIGN_OR_RETURN(auto ldims, idx_dims(lbl_raw, 1, lbl_path));
+  // The first max_rows samples: the headers, then as many bytes as they
+  // need (Fashion-MNIST's images are 28 x 28; a file with other dims is
+  // read whole).
+  const bool part = max_rows >= 0;
+  const uint64_t img_cap = part ? 16 + uint64_t(max_rows) * 28 * 28 : std::numeric_limits<uint64_t>::max();
+  const uint64_t lbl_cap = part ? 8 + uint64_t(max_rows) : std::numeric_limits<uint64_t>::max();
+  HF_ASSIGN_OR_RETURN(auto img_raw, read_maybe_gz(dir, prefix + "-images-idx3-ubyte", img_path, img_cap));
+  HF_ASSIGN_OR_RETURN(auto lbl_raw, read_maybe_gz(dir, prefix + "-labels-idx1-ubyte", lbl_path, lbl_cap));
+  HF_ASSIGN_OR_RETURN(auto idims, idx_dims(img_raw, 3, img_path, !part));
+  HF_ASSIGN_OR_RETURN(auto ldims, idx_dims(lbl_raw, 1, lbl_path, !part));
   if (idims[0] != ldims[0])
     return make_error(errc::parse_error, img_path + " has " + std::to_string(idims[0]) + " images but " + lbl_path +
                                              " has " + std::to_string(ldims[0]) + " labels");
+  if (part) {
+    const int64_t rows = std::min(idims[0], max_rows);
+    if (idims[1] * idims[2] != 28 * 28 || img_raw.size() < 16 + uint64_t(rows * idims[1] * idims[2]) ||
+        lbl_raw.size() < 8 + uint64_t(rows))
+    {
+      HF_ASSIGN_OR_RETURN(image_dataset all, load_fashion_mnist(dir, train, -1));
+      return first_samples(all, rows);
+    }
+    idims[0] = ldims[0] = rows;
+  }
   image_dataset d;
   d.classes = 10;
   const int64_t n = idims[0], h = idims[1], w = idims[2];
@@ -204,6 +229,19 @@ void normalize(image_dataset& data, const normalization& st) {
                           for (int64_t j = 0; j < hw; ++j) p[j] = (p[j] - m) * inv;
                         }
                       });
+}
+
+image_dataset first_samples(const image_dataset& d, int64_t rows) {
+  rows = std::clamp<int64_t>(rows, 0, d.size());
+  image_dataset out;
+  out.classes = d.classes;
+  shape s{rows};
+  const shape one = d.sample_shape();
+  for (int64_t dim : one.dims()) s.push_back(dim);
+  out.images = tensor::empty(s);
+  if (rows > 0) std::memcpy(out.images.f32(), d.images.f32(), std::size_t(rows * one.numel()) * sizeof(float));
+  out.labels.assign(d.labels.begin(), d.labels.begin() + rows);
+  return out;
 }
 
 }  // namespace hetflow::kernels

@@ -24,7 +24,12 @@ struct image_dataset {
 // Reads `<dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]` (gzip or
 // raw; the .gz name is tried first). Pixels become floats in [0, 1].
 // errc::not_found / io_error / parse_error name the file and the problem.
-expected<image_dataset> load_fashion_mnist(const std::string& dir, bool train);
+// max_rows >= 0: only the first max_rows samples (only what they need of the
+// files is read and decompressed).
+expected<image_dataset> load_fashion_mnist(const std::string& dir, bool train, int64_t max_rows = -1);
+
+// The first `rows` samples of d (all of them if it has fewer), copied.
+image_dataset first_samples(const image_dataset& d, int64_t rows);
 
 // `count` samples of shape `sample` (C, H, W) in `classes` classes: each class
 // has a fixed random prototype image and sample i is its class's prototype

@@ -41,6 +41,8 @@ tensor random_input(const model& m, int64_t batch, uint64_t seed) {
 expected<model_profile> profile_model(model& m, const profile_options& o) {
   if (o.batch <= 0 || o.iterations <= 0 || o.warmup < 0)
     return make_error(errc::invalid_argument, "profile: batch and iterations must be > 0");
+  if (o.input != nullptr && (o.input->shape().rank() == 0 || o.input->shape()[0] != o.batch))
+    return make_error(errc::invalid_argument, "profile: the input's rows are not the batch");
   model_profile prof;
   prof.model = m.name();
   prof.where = m.where().to_string();
@@ -57,7 +59,7 @@ expected<model_profile> profile_model(model& m, const profile_options& o) {
   };
   ctx.run([&] {
     using clk = std::chrono::steady_clock;
-    auto xd = on_device(random_input(m, o.batch, o.seed));
+    auto xd = on_device(o.input != nullptr ? o.input->clone() : random_input(m, o.batch, o.seed));
     if (!xd) {
       st = xd.error();
       return;

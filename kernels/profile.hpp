@@ -47,13 +47,16 @@ struct profile_options {
   int warmup = 2;
   int iterations = 5;
   uint64_t seed = 7;             // random inputs
+  // Rows to time with, (batch, sample...) on the host (e.g.
+  // sample_training_batch); null: random normal inputs (random_input).
+  const tensor* input = nullptr;
   double warmup_seconds = 0.03;
   double min_seconds = 0.05;
   int max_iterations = 100;
 };
 
-// Times every unit of `m` on its device with random inputs (valid ids for
-// dlrm). Runs inside m.context().run. Changes no parameter values, but
+// Times every unit of `m` on its device with options.input, else random
+// inputs (valid ids for dlrm). Runs inside m.context().run. Changes no parameter values, but
 // overwrites gradients and batch norm running statistics (profile a fresh
 // model, or one whose state you do not need).
 expected<model_profile> profile_model(model& m, const profile_options& options = {});

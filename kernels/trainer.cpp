@@ -1694,6 +1694,30 @@ expected<training_data> load_training_data(const train_config& c, bool normalize
   return d;
 }
 
+expected<tensor> sample_training_batch(const train_config& c, int64_t rows) {
+  if (rows <= 0) return make_error(errc::invalid_argument, "sample batch: rows must be > 0");
+  image_dataset d;
+  if (c.data.kind == dataset_kind::fashion_mnist) {
+    HF_ASSIGN_OR_RETURN(d, load_fashion_mnist(c.data.path, true, rows));
+  } else if (c.data.kind == dataset_kind::synthetic) {
+    d = make_synthetic_images(c.data.sample, std::min(rows, std::max<int64_t>(1, c.data.train_size)), c.data.classes,
+                              c.seed, c.data.noise);
+  } else {
+    return make_error(errc::unsupported, "sample batch: image datasets only");
+  }
+  if (d.size() == 0) return make_error(errc::invalid_argument, "sample batch: the training set is empty");
+  normalize(d, channel_stats(d));
+  if (d.size() == rows) return std::move(d.images);
+  shape s{rows};
+  const shape one = d.sample_shape();
+  for (int64_t dim : one.dims()) s.push_back(dim);
+  tensor x = tensor::empty(s);
+  const std::size_t per = std::size_t(one.numel());
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(x.f32() + std::size_t(i) * per, d.images.f32() + std::size_t(i % d.size()) * per, per * sizeof(float));
+  return x;
+}
+
 expected<train_report> train_from_source(const train_config& c, batch_source& source, const image_dataset& test,
                                          const progress_callback& progress) {
   auto t_start = clock_type::now();

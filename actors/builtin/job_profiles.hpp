@@ -4,6 +4,7 @@
 // the hetpipe runtime's head, which plans the same way `hetflow plan` does.
 #pragma once
 
+#include <optional>
 #include <cstdint>
 
 #include "kernels/layer_spec.hpp"
@@ -36,6 +37,14 @@ int cpu_threads(const topology::node_spec& n, const topology::device_spec& d);
 struct update_times {
   double step_ms = 0, sum_ms = 0;
 };
+// The job's first `rows` training samples as model m takes them
+// (kernels::sample_training_batch), for timing it: profiles timed on them
+// see the data's speed, not random values'. Strategies single and dp only
+// (the others' cost models are still tuned to random inputs; see the
+// definition). Empty otherwise, when the dataset gives none (criteo kinds,
+// a missing file), or when its samples are not m's input.
+std::optional<kernels::tensor> sample_input(const topology::cluster& c, const kernels::model& m, int64_t rows);
+
 expected<update_times> time_update(const topology::cluster& c, kernels::model& m);
 
 // The mean ms of a whole training step of cpu model `m` on `rows` random

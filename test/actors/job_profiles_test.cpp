@@ -8,6 +8,7 @@
 
 #include "actors/builtin/job_profiles.hpp"
 #include "actors/registry.hpp"
+#include "kernels/profile.hpp"
 #include "topology/parser.hpp"
 
 using namespace hetflow;
@@ -71,6 +72,52 @@ BOOST_AUTO_TEST_CASE(co_located_replicas_are_timed_together) {
   BOOST_REQUIRE_MESSAGE(g.has_value(), (g ? std::string() : g.error().message()));
   BOOST_TEST(together > 0.0);
   BOOST_TEST(together < 10000.0);
+}
+
+BOOST_AUTO_TEST_CASE(single_and_dp_profiles_time_the_jobs_own_samples) {
+  // Strategies single and dp time their models on the job's first samples,
+  // normalised (kernels::sample_training_batch: repeated when the set is
+  // smaller than the rows); the others on random inputs (no sample).
+  auto spec = train_model_spec(two_replicas("dp"));
+  BOOST_REQUIRE(spec.has_value());
+  auto m = kernels::build_model(*spec, kernels::device::cpu(), {1, 1});
+  BOOST_REQUIRE(m.has_value());
+  for (const std::string strategy : {"single", "dp"}) {
+    auto x = sample_input(two_replicas(strategy), *m, 100);
+    BOOST_REQUIRE_MESSAGE(x.has_value(), strategy);
+    BOOST_CHECK(x->shape() == (kernels::shape{100, 1, 8, 8}));
+    double sum = 0, sq = 0;
+    const int64_t per = 64, n = 64 * per;  // the set's 64 samples
+    for (int64_t i = 0; i < n; ++i) {
+      sum += x->f32()[i];
+      sq += double(x->f32()[i]) * x->f32()[i];
+    }
+    BOOST_CHECK_SMALL(sum / double(n), 1e-3);
+    BOOST_CHECK_CLOSE(std::sqrt(sq / double(n)), 1.0, 1.0);
+    for (int64_t i = 0; i < 36 * per; ++i) BOOST_REQUIRE_EQUAL(x->f32()[64 * per + i], x->f32()[i]);
+  }
+  for (const std::string strategy : {"hetpipe", "ps", "auto"})
+    BOOST_CHECK_MESSAGE(!sample_input(two_replicas(strategy), *m, 100).has_value(), strategy);
+  // A model whose input is not the dataset's samples: none.
+  auto other = kernels::make_model_spec("mlp", {});
+  BOOST_REQUIRE(other.has_value());
+  auto m2 = kernels::build_model(*other, kernels::device::cpu(), {1, 1});
+  BOOST_REQUIRE(m2.has_value());
+  BOOST_CHECK(!sample_input(two_replicas("single"), *m2, 16).has_value());
+  // The profiler takes the rows given, and only a batch of them.
+  kernels::profile_options po;
+  po.batch = 16;
+  auto rows16 = sample_input(two_replicas("single"), *m, 16);
+  BOOST_REQUIRE(rows16.has_value());
+  po.input = &*rows16;
+  po.iterations = 1;
+  po.min_seconds = 0;
+  po.warmup_seconds = 0;
+  BOOST_CHECK(kernels::profile_model(*m, po).has_value());
+  po.batch = 8;
+  auto wrong = kernels::profile_model(*m, po);
+  BOOST_REQUIRE(!wrong.has_value());
+  BOOST_CHECK(wrong.error().code() == errc::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(a_whole_step_is_timed_on_cpu_models) {

@@ -80,6 +80,49 @@ BOOST_AUTO_TEST_CASE(reads_gzip_and_raw_idx) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(the_first_rows_read_only_what_they_need_and_equal_the_whole_sets) {
+  // 28 x 28 images (the bounded read's size) in gzip and raw files: the first
+  // rows are the whole set's first rows; more rows than the set has give
+  // the whole set; a file cut short past the wanted rows still reads them.
+  for (bool gz : {true, false}) {
+    temp_dir d;
+    const int n = 7;
+    std::vector<uint8_t> px(static_cast<std::size_t>(n) * 28 * 28), lb(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 13 + 5);
+    for (int i = 0; i < n; ++i) lb[std::size_t(i)] = uint8_t((i * 3) % 10);
+    const std::string ext = gz ? ".gz" : "";
+    write_idx(d.path / ("train-images-idx3-ubyte" + ext), 0x803, {uint32_t(n), 28, 28}, px, gz);
+    write_idx(d.path / ("train-labels-idx1-ubyte" + ext), 0x801, {uint32_t(n)}, lb, gz);
+    auto all = load_fashion_mnist(d.path.string(), true);
+    BOOST_REQUIRE_MESSAGE(all.has_value(), all.error().to_string());
+    for (int64_t rows : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{7}, int64_t{50}}) {
+      BOOST_TEST_CONTEXT("gz " << gz << " rows " << rows) {
+        auto part = load_fashion_mnist(d.path.string(), true, rows);
+        BOOST_REQUIRE_MESSAGE(part.has_value(), part.error().to_string());
+        const int64_t want = std::min<int64_t>(rows, n);
+        BOOST_CHECK(part->images.shape() == (shape{want, 1, 28, 28}));
+        BOOST_REQUIRE_EQUAL(part->size(), want);
+        const image_dataset head = first_samples(*all, rows);
+        BOOST_CHECK(head.images.shape() == part->images.shape());
+        for (int64_t i = 0; i < want * 28 * 28; ++i) BOOST_REQUIRE_EQUAL(part->images.f32()[i], all->images.f32()[i]);
+        for (int64_t i = 0; i < want; ++i) {
+          BOOST_CHECK_EQUAL(part->labels[std::size_t(i)], all->labels[std::size_t(i)]);
+          BOOST_CHECK_EQUAL(head.labels[std::size_t(i)], all->labels[std::size_t(i)]);
+        }
+      }
+    }
+    // The images file cut after 4 images: 3 rows still read; the whole set
+    // is an error.
+    std::vector<uint8_t> cut(px.begin(), px.begin() + 4 * 28 * 28);
+    write_idx(d.path / ("train-images-idx3-ubyte" + ext), 0x803, {uint32_t(n), 28, 28}, cut, gz);
+    auto three = load_fashion_mnist(d.path.string(), true, 3);
+    BOOST_REQUIRE_MESSAGE(three.has_value(), three.error().to_string());
+    BOOST_CHECK_EQUAL(three->size(), 3);
+    BOOST_CHECK(!load_fashion_mnist(d.path.string(), true).has_value());
+    BOOST_CHECK(!load_fashion_mnist(d.path.string(), true, 5).has_value());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(bad_files_name_the_file) {
   temp_dir d;
   auto missing = load_fashion_mnist(d.path.string(), false);
