@@ -793,6 +793,34 @@ sorted_hex sort_hex_table(const hex_table& h, uint32_t locals) {
   return out;
 }
 
+// The empty string's entries in a merge: whether any shard saw it, and its
+// total count.
+std::pair<bool, uint64_t> empty_string_total(const column_table& t, const std::vector<const hex_column*>& others) {
+  bool seen = t.empty_local != no_local;
+  uint64_t total = seen ? t.empty_count : 0;
+  for (const hex_column* o : others)
+    if (o->has_empty) {
+      seen = true;
+      total += o->empty_count;
+    }
+  return {seen, total};
+}
+
+// A merged column's own ids are set (ids[local]): each local id is its own
+// entry, `covered` of them were set (all, or the merge lost some), OOV id
+// `oov`.
+status settle_own_ids(column_ids& ci, uint32_t locals, uint64_t covered, int32_t oov, const std::string& col) {
+  if (covered != locals)
+    return make_error(errc::internal, col + ": " + std::to_string(covered) + " entries for " +
+                                          std::to_string(locals) + " local ids");
+  for (uint32_t l = 0; l < locals; ++l) ci.owner[l] = l;
+  ci.entries = locals;
+  ci.dropped = 0;
+  ci.streamed = true;
+  ci.oov = oov;
+  return {};
+}
+
 // Whether a hex column's values increase strictly (export_column's order).
 bool values_increase(const hex_column& h) {
   for (std::size_t j = 1; j < h.values(); ++j)
@@ -846,13 +874,7 @@ expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector
   const uint32_t locals = im.next_local[c];
   const sorted_hex own = sort_hex_table(t.hex, locals);
   t.hex.clear_and_release();
-  bool empty_seen = t.empty_local != no_local;
-  uint64_t empty_total = empty_seen ? t.empty_count : 0;
-  for (const hex_column* o : others)
-    if (o->has_empty) {
-      empty_seen = true;
-      empty_total += o->empty_count;
-    }
+  const auto [empty_seen, empty_total] = empty_string_total(t, others);
   column_merge_stats st;
   st.distinct = empty_seen ? 1 : 0;
   // Ids in merge order: byte order (the empty string first, then the values
@@ -917,14 +939,7 @@ expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector
     }
   }
   st.kept = static_cast<uint64_t>(next);
-  if (covered != locals)
-    return make_error(errc::internal, col + ": " + std::to_string(covered) + " entries for " +
-                                          std::to_string(locals) + " local ids");
-  for (uint32_t l = 0; l < locals; ++l) ci.owner[l] = l;
-  ci.entries = locals;
-  ci.dropped = 0;
-  ci.streamed = true;
-  ci.oov = next;
+  HF_RETURN_IF_ERROR(settle_own_ids(ci, locals, covered, next, col));
   t.clear_and_release();
   return st;
 }
@@ -966,13 +981,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
     return make_error(errc::out_of_memory, col + ": more than 2^32 table slots; merge by sorting");
   if (regrown)
     for (std::size_t k = 0; k < others.size(); ++k) h.find_run(others[k]->pairs.data(), others[k]->values(), where[k].data());
-  bool empty_seen = t.empty_local != no_local;
-  uint64_t empty_total = empty_seen ? t.empty_count : 0;
-  for (const hex_column* o : others)
-    if (o->has_empty) {
-      empty_seen = true;
-      empty_total += o->empty_count;
-    }
+  const auto [empty_seen, empty_total] = empty_string_total(t, others);
   // One pass over the table (a random access per kept entry afterwards cost
   // more than the rest of the merge: ~70 ns each on the 2-core VM). Each
   // kept entry is numbered in scan order: kept holds (value << 32 | number),
@@ -1033,14 +1042,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
     ci.ids[t.empty_local] = empty_id;
     ++covered;
   }
-  if (covered != locals)
-    return make_error(errc::internal, col + ": " + std::to_string(covered) + " entries for " +
-                                          std::to_string(locals) + " local ids");
-  for (uint32_t l = 0; l < locals; ++l) ci.owner[l] = l;
-  ci.entries = locals;
-  ci.dropped = 0;
-  ci.streamed = true;
-  ci.oov = next;
+  HF_RETURN_IF_ERROR(settle_own_ids(ci, locals, covered, next, col));
   other_ids.assign(others.size(), {});
   for (std::size_t k = 0; k < others.size(); ++k) {
     auto& ids = other_ids[k];
