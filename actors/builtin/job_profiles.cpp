@@ -116,8 +116,6 @@ std::optional<kernels::tensor> sample_input(const topology::cluster& c, const ke
   return std::move(*x);
 }
 
-namespace {
-
 kernels::optimizer_config optimizer_config_of(const topology::cluster& c) {
   const auto& p = c.job.params;
   kernels::optimizer_config oc;
@@ -127,6 +125,8 @@ kernels::optimizer_config optimizer_config_of(const topology::cluster& c) {
   oc.weight_decay = p.get_number("weight_decay", 0.0);
   return oc;
 }
+
+namespace {
 
 // The most replicas that share one host.
 uint32_t most_on_one_host(const std::vector<topology::dp_replica>& replicas) {

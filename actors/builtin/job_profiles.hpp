@@ -9,6 +9,7 @@
 
 #include "kernels/layer_spec.hpp"
 #include "kernels/model.hpp"
+#include "kernels/optimizer.hpp"
 #include "kernels/zoo.hpp"
 #include "schemas/error.hpp"
 #include "topology/cluster.hpp"
@@ -37,6 +38,10 @@ int cpu_threads(const topology::node_spec& n, const topology::device_spec& d);
 struct update_times {
   double step_ms = 0, sum_ms = 0;
 };
+// The job's optimizer: [job] optimizer, lr, momentum, weight_decay with
+// their defaults (the train job's and the profiles' alike).
+kernels::optimizer_config optimizer_config_of(const topology::cluster& c);
+
 // The job's first `rows` training samples as model m takes them
 // (kernels::sample_training_batch), for timing it: profiles timed on them
 // see the data's speed, not random values'. Strategies single and dp only

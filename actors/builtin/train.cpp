@@ -118,11 +118,7 @@ expected<kernels::train_config> train_config_of(const topology::cluster& c, cons
   if (p.contains("top_mlp")) cfg.dlrm.top_mlp = p.get_ints("top_mlp");
   cfg.epochs = static_cast<int>(p.get_int("epochs", 3));
   cfg.batch_size = p.get_int("batch_size", 64);
-  std::string opt = p.get_string("optimizer", "sgd");
-  cfg.optimizer.kind = opt == "adam" ? kernels::optimizer_kind::adam : kernels::optimizer_kind::sgd;
-  cfg.optimizer.lr = p.get_number("lr", 0.05);
-  cfg.optimizer.momentum = p.get_number("momentum", 0.9);
-  cfg.optimizer.weight_decay = p.get_number("weight_decay", 0.0);
+  cfg.optimizer = optimizer_config_of(c);
   std::string sched = p.get_string("lr_schedule", "constant");
   cfg.schedule.kind = sched == "step"     ? kernels::lr_schedule_kind::step
                       : sched == "cosine" ? kernels::lr_schedule_kind::cosine
