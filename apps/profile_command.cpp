@@ -291,7 +291,7 @@ int profile_command(const std::vector<std::string>& args, const actors::registry
       }
       // The job's first samples where its dataset gives them (as `hetflow
       // run` and `simulate` profile), else random inputs.
-      const auto sample = actors::sample_input(c, *m, po.batch);
+      const auto sample = actors::sample_input(c, *spec, po.batch);
       po.input = sample ? &*sample : nullptr;
       auto prof = kernels::profile_model(*m, po);
       if (!prof) {

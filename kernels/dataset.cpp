@@ -3,11 +3,11 @@
 #include <sys/mman.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 #include "kernels/cpu/parallel.hpp"

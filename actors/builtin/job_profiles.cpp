@@ -88,22 +88,17 @@ int cpu_threads(const topology::node_spec& n, const topology::device_spec& d) {
   return topology::cpu_device_threads(n, d, int(std::thread::hardware_concurrency()));
 }
 
-// The job's first `rows` training samples as the model takes them
-// (kernels::sample_training_batch): profiles timed on them see the data's
-// speed, not random values' (LeNet-5's max pooling ran 1.8x slower on
-// random normal inputs, and the simulator under-predicted its single-device
-// run by 13-26%, 2026-12-06). Empty (random inputs then) for strategies
-// other than single and dp, when the dataset gives none (criteo kinds, a
-// missing file), or when its samples are not the model's input.
-std::optional<kernels::tensor> sample_input(const topology::cluster& c, const kernels::model& m, int64_t rows) {
+// LeNet-5's max pooling ran 1.8x slower on random normal inputs than on
+// Fashion-MNIST, and the simulator under-predicted its single-device run by
+// 13-26% (2026-12-06). Only where the cost model prices whole steps
+// (single, dp): HetPipe's stages (and ps, ralp, auto) are priced by their
+// units plus transfers that miss the stage's hand-off of activations to the
+// data plane (0.2 ms a LeNet-5 minibatch traced, 0.04 ms priced at the
+// assumed 100 Gb/s); on the job's samples the 1-VW simulation came out
+// 20-30% high, on random inputs (slower pooling) within 12%. Random inputs
+// there until the hand-off is priced.
+std::optional<kernels::tensor> sample_input(const topology::cluster& c, const kernels::model_spec& spec, int64_t rows) {
   if (c.nodes.empty() || rows <= 0) return std::nullopt;
-  // Only where the cost model prices whole steps (single, dp). HetPipe's
-  // stages (and ps, ralp, auto) are priced by their units plus transfers
-  // that miss the stage's hand-off of activations to the data plane (0.2 ms
-  // a LeNet-5 minibatch traced, 0.04 ms priced at the assumed 100 Gb/s):
-  // on the job's samples the 1-VW simulation came out 20-30% high, on
-  // random inputs (slower pooling) within 12% (2026-12-06). Random inputs
-  // there until the hand-off is priced.
   if (const std::string s = c.job.params.get_string("strategy", "single"); s != "single" && s != "dp")
     return std::nullopt;
   auto cfg = builtin::train_config_of(c, c.nodes.front().name);
@@ -111,7 +106,7 @@ std::optional<kernels::tensor> sample_input(const topology::cluster& c, const ke
   auto x = kernels::sample_training_batch(*cfg, rows);
   if (!x) return std::nullopt;
   kernels::shape want{rows};
-  for (int64_t d : m.spec().input.dims()) want.push_back(d);
+  for (int64_t d : spec.input.dims()) want.push_back(d);
   if (x->shape() != want) return std::nullopt;
   return std::move(*x);
 }
@@ -167,15 +162,15 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / double(v.size());
 }
 
-// A model's inputs for timed training steps: the job's first `rows` samples
-// (sample_input), else `rows` random rows (seeded); and an output gradient of
-// 1e-3 everywhere.
+// A model's inputs for timed training steps: `sample` (sample_input's rows)
+// if given, else `rows` random rows (seeded); and an output gradient of 1e-3
+// everywhere.
 struct step_inputs {
   kernels::tensor x, dy;
 };
-step_inputs make_step_inputs(const topology::cluster& c, kernels::model& m, int64_t rows, uint64_t seed) {
-  auto sample = sample_input(c, m, rows);
-  step_inputs in{sample ? std::move(*sample) : kernels::random_input(m, rows, seed), {}};
+step_inputs make_step_inputs(const std::optional<kernels::tensor>& sample, kernels::model& m, int64_t rows,
+                             uint64_t seed) {
+  step_inputs in{sample ? sample->clone() : kernels::random_input(m, rows, seed), {}};
   kernels::shape out{rows};
   for (int64_t d : m.sample_shape(m.size()).dims()) out.push_back(d);
   in.dy = kernels::tensor::empty(out);
@@ -262,7 +257,7 @@ expected<double> time_whole_step(const topology::cluster& c, kernels::model& m, 
   if (m.where().kind != kernels::device_kind::cpu) return make_error(errc::unsupported, "whole step: cpu models only");
   const kernels::optimizer_config oc = optimizer_config_of(c);
   HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
-  const step_inputs in = make_step_inputs(c, m, rows, 7);
+  const step_inputs in = make_step_inputs(sample_input(c, m.spec(), rows), m, rows, 7);
   std::vector<double> times;
   status st;
   auto pass = [&] {  // its ms (st says whether it ran)
@@ -349,13 +344,14 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     std::vector<float> sweep;  // sweep_bytes: read and written between backward and the step
   };
   std::vector<std::unique_ptr<replica>> reps;
+  const auto sample = sample_input(c, spec, rows);  // every member times the same rows
   for (uint32_t k = 0; k < members; ++k) {
     kernels::build_options bo;
     bo.threads = threads;
     bo.seed = 1 + k;
     HF_ASSIGN_OR_RETURN(kernels::model m, kernels::build_model(spec, kernels::device::cpu(), bo));
     HF_ASSIGN_OR_RETURN(auto opt, kernels::make_optimizer(oc));
-    step_inputs in = make_step_inputs(c, m, rows, 7 + k);
+    step_inputs in = make_step_inputs(sample, m, rows, 7 + k);
     reps.push_back(std::make_unique<replica>(replica{std::move(m), std::move(opt), std::move(in), {}, {},
                                                      std::vector<float>(std::size_t(sweep_bytes / sizeof(float)))}));
   }
@@ -481,7 +477,7 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
       kernels::model& m = *built;
       kernels::profile_options po;
       po.batch = batch;
-      const auto sample = sample_input(c, m, batch);
+      const auto sample = sample_input(c, spec, batch);
       if (sample) po.input = &*sample;
       HF_ASSIGN_OR_RETURN(kernels::model_profile prof, kernels::profile_model(m, po));
       if (db.units.empty())

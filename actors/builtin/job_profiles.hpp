@@ -4,8 +4,8 @@
 // the hetpipe runtime's head, which plans the same way `hetflow plan` does.
 #pragma once
 
-#include <optional>
 #include <cstdint>
+#include <optional>
 
 #include "kernels/layer_spec.hpp"
 #include "kernels/model.hpp"
@@ -42,13 +42,13 @@ struct update_times {
 // their defaults (the train job's and the profiles' alike).
 kernels::optimizer_config optimizer_config_of(const topology::cluster& c);
 
-// The job's first `rows` training samples as model m takes them
+// The job's first `rows` training samples as a model of `spec` takes them
 // (kernels::sample_training_batch), for timing it: profiles timed on them
 // see the data's speed, not random values'. Strategies single and dp only
 // (the others' cost models are still tuned to random inputs; see the
 // definition). Empty otherwise, when the dataset gives none (criteo kinds,
-// a missing file), or when its samples are not m's input.
-std::optional<kernels::tensor> sample_input(const topology::cluster& c, const kernels::model& m, int64_t rows);
+// a missing file), or when its samples are not the model's input.
+std::optional<kernels::tensor> sample_input(const topology::cluster& c, const kernels::model_spec& spec, int64_t rows);
 
 expected<update_times> time_update(const topology::cluster& c, kernels::model& m);
 

@@ -305,6 +305,24 @@ public:
   virtual status error() const { return {}; }
 };
 
+// A hex table's entries counted at least drop_below times, in increasing
+// value order.
+std::vector<hex_entry> sorted_hex_entries(const hex_table& h, uint64_t drop_below = 0) {
+  std::vector<hex_entry> v;
+  if (drop_below > 1) {
+    std::size_t kept = 0;
+    h.for_each([&](uint32_t, uint32_t, uint32_t count) { kept += count >= drop_below; });
+    v.reserve(kept);
+  } else {
+    v.reserve(h.size());
+  }
+  h.for_each([&](uint32_t key, uint32_t local, uint32_t count) {
+    if (count >= drop_below) v.push_back({key, local, count});
+  });
+  sort_by_key(v);
+  return v;
+}
+
 // A column table sorted without building strings, three sorted runs merged
 // on the fly: the hex values (numeric order = the strings' order), the other
 // small keys as (bswap(lo), bswap(hi)) - bytes 0..14 big-endian, then the
@@ -317,18 +335,7 @@ public:
 // on 1M Criteo rows at min_count 3), and the sort and the merge skip them.
 class table_source final : public local_source {
 public:
-  explicit table_source(const column_table& t, uint64_t drop_below = 0) {
-    std::size_t kept = 0;
-    if (drop_below > 1) {
-      t.hex.for_each([&](uint32_t, uint32_t, uint32_t count) { kept += count >= drop_below; });
-      hex_.reserve(kept);
-    } else {
-      hex_.reserve(t.hex.size());
-    }
-    t.hex.for_each([&](uint32_t key, uint32_t local, uint32_t count) {
-      if (count >= drop_below) hex_.push_back({key, local, count});
-    });
-    sort_by_key(hex_);
+  explicit table_source(const column_table& t, uint64_t drop_below = 0) : hex_(sorted_hex_entries(t.hex, drop_below)) {
     for (const auto& sl : t.strings.small_slots())
       if (sl.key.hi != small_key_empty_hi && sl.value.count >= drop_below)
         small_.push_back({__builtin_bswap64(sl.key.lo), __builtin_bswap64(sl.key.hi), sl.value.local_plus1 - 1,
@@ -753,46 +760,6 @@ void shard_counts::sort_deferred(uint32_t columns, int parallelism) {
 
 namespace {
 
-// Sorts (value << 32 | number) entries by value (LSD radix on the top 32 bits,
-// 11 bits a pass; values are distinct).
-void sort_by_value(std::vector<uint64_t>& v) {
-  if (v.size() < 4096) {
-    std::sort(v.begin(), v.end());
-    return;
-  }
-  std::vector<uint64_t> tmp(v.size());
-  std::vector<uint32_t> hist(3 * 2048, 0);
-  for (uint64_t e : v)
-    for (int k = 0; k < 3; ++k) ++hist[std::size_t(k) * 2048 + ((e >> (32 + 11 * k)) & 0x7ff)];
-  for (int k = 0; k < 3; ++k) {
-    uint32_t* h = hist.data() + std::size_t(k) * 2048;
-    uint32_t sum = 0;
-    for (int b = 0; b < 2048; ++b) sum += std::exchange(h[b], sum);
-    const int shift = 32 + 11 * k;
-    for (uint64_t e : v) tmp[h[(e >> shift) & 0x7ff]++] = e;
-    v.swap(tmp);
-  }
-}
-
-
-// A hex table's entries in increasing value order, as (value << 32 | local
-// id), and each local id's count (the table holds no foreign entries).
-struct sorted_hex {
-  std::vector<uint64_t> entries;
-  std::vector<uint32_t> count_of;
-};
-sorted_hex sort_hex_table(const hex_table& h, uint32_t locals) {
-  sorted_hex out;
-  out.entries.reserve(h.size());
-  out.count_of.resize(locals);
-  h.for_each([&](uint32_t key, uint32_t local, uint32_t count) {
-    out.entries.push_back(uint64_t{key} << 32 | local);
-    out.count_of[local] = count;
-  });
-  sort_by_value(out.entries);
-  return out;
-}
-
 // The empty string's entries in a merge: whether any shard saw it, and its
 // total count.
 std::pair<bool, uint64_t> empty_string_total(const column_table& t, const std::vector<const hex_column*>& others) {
@@ -844,15 +811,14 @@ expected<hex_column> shard_counts::export_column(int c) {
   }
   // In increasing value order: the merging shard then merges sorted arrays
   // in one pass (merge_hashed), and the sort is spread over the shards.
-  const sorted_hex sorted = sort_hex_table(t.hex, im.next_local[c]);
-  out.pairs.resize(2 * sorted.entries.size());
+  const std::vector<hex_entry> sorted = sorted_hex_entries(t.hex);
+  out.pairs.resize(2 * sorted.size());
   uint32_t* w = out.pairs.data();
   uint32_t e = out.has_empty ? 1 : 0;
-  for (const uint64_t x : sorted.entries) {
-    const auto local = static_cast<uint32_t>(x);
-    *w++ = static_cast<uint32_t>(x >> 32);
-    *w++ = sorted.count_of[local];
-    ci.owner[local] = e++;
+  for (const hex_entry& x : sorted) {
+    *w++ = x.key;
+    *w++ = x.count;
+    ci.owner[x.local] = e++;
   }
   ci.entries = e;
   ci.dropped = 0;
@@ -863,16 +829,19 @@ expected<hex_column> shard_counts::export_column(int c) {
 }
 
 
-expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector<const hex_column*>& others,
-                                                        uint64_t min_count,
-                                                        const std::function<void(std::string_view, uint64_t)>& keep,
-                                                        std::vector<std::vector<int32_t>>& other_ids) {
+namespace {
+
+// merge_hashed when every other's values increase: this shard's table
+// sorted, then one pass over every input at once.
+expected<column_merge_stats> merge_sorted(shard_counts::impl& im, int c, const std::vector<const hex_column*>& others,
+                                          uint64_t min_count,
+                                          const std::function<void(std::string_view, uint64_t)>& keep,
+                                          std::vector<std::vector<int32_t>>& other_ids) {
   const std::string col = "column C" + std::to_string(c + 1);
-  auto& im = *impl_;
   column_table& t = im.tables[c];
   auto& ci = im.ids[c];
   const uint32_t locals = im.next_local[c];
-  const sorted_hex own = sort_hex_table(t.hex, locals);
+  const std::vector<hex_entry> own = sorted_hex_entries(t.hex);
   t.hex.clear_and_release();
   const auto [empty_seen, empty_total] = empty_string_total(t, others);
   column_merge_stats st;
@@ -902,7 +871,7 @@ expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector
   const std::size_t inputs = others.size() + 1;
   std::vector<std::size_t> at(inputs, 0);
   auto value_of = [&](std::size_t i) -> uint64_t {
-    if (i == 0) return at[0] < own.entries.size() ? own.entries[at[0]] >> 32 : done;
+    if (i == 0) return at[0] < own.size() ? own[at[0]].key : done;
     const hex_column& o = *others[i - 1];
     return at[i] < o.values() ? o.pairs[2 * at[i]] : done;
   };
@@ -915,7 +884,7 @@ expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector
     uint64_t total = 0;
     for (std::size_t i = 0; i < inputs; ++i) {
       if (head[i] != v) continue;
-      total += i == 0 ? own.count_of[static_cast<uint32_t>(own.entries[at[0]])] : others[i - 1]->pairs[2 * at[i] + 1];
+      total += i == 0 ? own[at[0]].count : others[i - 1]->pairs[2 * at[i] + 1];
     }
     ++st.distinct;
     int32_t id = -1;
@@ -929,7 +898,7 @@ expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector
     for (std::size_t i = 0; i < inputs; ++i) {
       if (head[i] != v) continue;
       if (i == 0) {
-        ci.ids[static_cast<uint32_t>(own.entries[at[0]])] = id;
+        ci.ids[own[at[0]].local] = id;
         ++covered;
       } else {
         other_ids[i - 1][at[i] + (others[i - 1]->has_empty ? 1 : 0)] = id;
@@ -944,6 +913,29 @@ expected<column_merge_stats> shard_counts::merge_sorted(int c, const std::vector
   return st;
 }
 
+// Sorts (value << 32 | number) entries by value (LSD radix on the top 32 bits,
+// 11 bits a pass; values are distinct).
+void sort_by_value(std::vector<uint64_t>& v) {
+  if (v.size() < 4096) {
+    std::sort(v.begin(), v.end());
+    return;
+  }
+  std::vector<uint64_t> tmp(v.size());
+  std::vector<uint32_t> hist(3 * 2048, 0);
+  for (uint64_t e : v)
+    for (int k = 0; k < 3; ++k) ++hist[std::size_t(k) * 2048 + ((e >> (32 + 11 * k)) & 0x7ff)];
+  for (int k = 0; k < 3; ++k) {
+    uint32_t* h = hist.data() + std::size_t(k) * 2048;
+    uint32_t sum = 0;
+    for (int b = 0; b < 2048; ++b) sum += std::exchange(h[b], sum);
+    const int shift = 32 + 11 * k;
+    for (uint64_t e : v) tmp[h[(e >> shift) & 0x7ff]++] = e;
+    v.swap(tmp);
+  }
+}
+
+}  // namespace
+
 expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector<const hex_column*>& others,
                                                         uint64_t min_count,
                                                         const std::function<void(std::string_view, uint64_t)>& keep,
@@ -955,7 +947,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   hex_table& h = t.hex;
   im.handed[c] = true;
   if (std::all_of(others.begin(), others.end(), [](const hex_column* o) { return values_increase(*o); }))
-    return merge_sorted(c, others, min_count, keep, other_ids);
+    return merge_sorted(im, c, others, min_count, keep, other_ids);
   // Others in any other order: added to this table; where[k][j]: the slot of
   // others[k]'s j-th value.
   // Grown once up front when the others' entries would take the table well

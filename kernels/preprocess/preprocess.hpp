@@ -176,10 +176,6 @@ public:
 
   struct impl;
   std::unique_ptr<impl> impl_;
-  // merge_hashed when every other's values increase.
-  expected<column_merge_stats> merge_sorted(int c, const std::vector<const hex_column*>& others, uint64_t min_count,
-                                            const std::function<void(std::string_view, uint64_t)>& keep,
-                                            std::vector<std::vector<int32_t>>& other_ids);
 };
 
 // Pass 1. With `staged_path` it also stages the shard's records (in memory,
