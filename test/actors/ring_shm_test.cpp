@@ -355,14 +355,17 @@ BOOST_AUTO_TEST_CASE(stale_names_of_dead_creators_are_removed) {
 // vector takes longer, and the bandwidth it reports gives back the time.
 // The small probe's time is mostly waking a sleeping member (the probe's
 // late arrival): with other tests on the CPUs (ctest -j2) that once took
-// 3.7 ms against 2.4 ms for 16 MiB (quiet: about 0.06 against 2.4), so the
-// pair is measured up to three times and 16 MiB must take twice as long
-// once (a probe that did not time the bytes would seldom show that).
+// 3.7 ms against 2.4 ms for 16 MiB (quiet: about 0.06 against 2.4), and
+// on a VM whose vCPU ran 2.5x slow, 7.4 ms three times in a row (CI,
+// 2026-12-06). So the pair is measured up to five times, the small probe's
+// fastest so far kept, and 16 MiB must take twice as long as it once (a
+// probe that did not time the bytes would seldom show that).
 BOOST_AUTO_TEST_CASE(host_ring_probe_times_collectives_of_the_given_size) {
   hetflow::expected<host_ring_cost> small = make_error(errc::internal, "not measured"), big = small;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    small = measure_host_ring(2, 4096, 1, 5);
-    BOOST_REQUIRE_MESSAGE(small.has_value(), small.error().to_string());
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto s = measure_host_ring(2, 4096, 1, 5);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), s.error().to_string());
+    if (!small || s->ms < small->ms) small = s;
     big = measure_host_ring(2, uint64_t{16} << 20, 1, 5);
     BOOST_REQUIRE_MESSAGE(big.has_value(), big.error().to_string());
     if (big->ms > 2 * small->ms) break;
