@@ -36,6 +36,7 @@
 #include "actors/metrics.hpp"
 #include "actors/log.hpp"
 #include "kernels/cpu/omp_policy.hpp"
+#include "kernels/cpu/thread_slice.hpp"
 #include "kernels/preprocess/resources.hpp"
 #include "kernels/waits.hpp"
 #include "actors/node_services.hpp"
@@ -1326,6 +1327,20 @@ int run_node(const node_options& opts, const registry& reg) {
   }
   sh->self_name = opts.name;
   set_log_node_name(opts.name);
+  // A short time slice for every thread of the node (they inherit it from
+  // this one), so a thread woken by a message preempts a computing one at
+  // once instead of after the kernel's default slice (thread_slice.hpp).
+  // Before the node starts its threads. HETFLOW_THREAD_SLICE_US overrides
+  // the file (0: the kernel's default).
+  {
+    int us = sh->cluster.runtime.thread_slice_us;
+    if (const char* e = std::getenv("HETFLOW_THREAD_SLICE_US"); e != nullptr && *e != 0)
+      us = std::max(0, std::atoi(e));
+    if (us > 0) {
+      auto why = kernels::cpu::set_thread_slice_us(uint32_t(us));
+      if (!why.empty()) log_warn("thread_slice_us = " + std::to_string(us) + " not applied: " + why);
+    }
+  }
   if (opts.join_timeout_s) sh->cluster.runtime.join_timeout_s = *opts.join_timeout_s;
   if (opts.resume) sh->cluster.job.params.set("resume", true);
   if (!opts.strategy.empty()) sh->cluster.job.params.set("strategy", opts.strategy);

@@ -67,6 +67,7 @@ struct runtime_settings {
   std::string ucx_error_mode = "auto";   // ucx_error_mode: "auto" | "peer" | "none" (dataplane::ucx_error_mode)
   std::string ucx_net_devices = "auto";  // ucx_net_devices: "auto" | "all" | a UCX device list (net_devices.hpp)
   int scheduler_threads = 0;             // scheduler_threads: CAF workers; 0 = cores
+  int thread_slice_us = 100;             // thread_slice_us: EEVDF slice of a node's threads; 0 = the kernel's
   uint64_t max_message_bytes = 1ull << 30;  // max_message: receiver's bound per message
   std::string pin_local_nodes = "auto";  // pin_local_nodes: "auto" | "off" (hetflow run)
   int metrics_port = 0;                  // metrics_port: node i serves /metrics at port + i; 0 = off

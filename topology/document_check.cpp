@@ -129,6 +129,7 @@ const std::vector<key_spec>& cluster_specs() {
            {"auto", "peer", "none"}),
       spec("ucx_net_devices", key_type::string, false, std::string("auto")),
       spec("scheduler_threads", key_type::integer, false, int64_t{0}, 0, 4096),
+      spec("thread_slice_us", key_type::integer, false, int64_t{100}, 0, 100000),
       spec("max_message", key_type::size, false, int64_t{1} << 30, double(1 << 20)),
       spec("pin_local_nodes", key_type::string, false, std::string("auto"), {}, {}, {"auto", "off"}),
       spec("secret_file", key_type::string, false, std::string()),
@@ -608,6 +609,7 @@ void validator::read_cluster(const toml::node* n, const toml::key* k, cluster& c
   c.runtime.ucx_error_mode = s.get_string("ucx_error_mode", "auto");
   c.runtime.ucx_net_devices = s.get_string("ucx_net_devices", "auto");
   c.runtime.scheduler_threads = static_cast<int>(s.get_int("scheduler_threads", 0));
+  c.runtime.thread_slice_us = static_cast<int>(s.get_int("thread_slice_us", 100));
   c.runtime.max_message_bytes = static_cast<uint64_t>(s.get_int("max_message", 1ll << 30));
   c.runtime.pin_local_nodes = s.get_string("pin_local_nodes", "auto");
   c.runtime.metrics_port = static_cast<int>(s.get_int("metrics_port", 0));

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <set>
 
+#include <thread>
+
+#include "kernels/cpu/thread_slice.hpp"
 #include "kernels/device.hpp"
 #include "kernels/random.hpp"
 #include "kernels/tensor.hpp"
@@ -109,4 +112,24 @@ BOOST_AUTO_TEST_CASE(random_is_deterministic_and_spread) {
   }
   BOOST_CHECK_SMALL(sum / 20000, 0.05);
   BOOST_CHECK_CLOSE(sq / 20000, 1.0, 5.0);
+}
+
+// The slice set on a thread is what the kernel reports for it and for the
+// threads it starts afterwards (the node sets it once, before its threads
+// start). Kernels before 6.12 report no slice (0): then only the call's
+// success is checked.
+BOOST_AUTO_TEST_CASE(thread_slice_is_set_and_inherited) {
+  const uint32_t before = cpu::thread_slice_us();
+  std::thread t([before] {
+    BOOST_TEST(cpu::set_thread_slice_us(250) == "");
+    if (before == 0) return;
+    BOOST_TEST(cpu::thread_slice_us() == 250u);
+    uint32_t child = 0;
+    std::thread([&child] { child = cpu::thread_slice_us(); }).join();
+    BOOST_TEST(child == 250u);
+    BOOST_TEST(cpu::set_thread_slice_us(0) == "");
+    BOOST_TEST(cpu::thread_slice_us() == before);
+  });
+  t.join();
+  BOOST_TEST(cpu::thread_slice_us() == before);  // the test's own thread is untouched
 }

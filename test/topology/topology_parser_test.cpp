@@ -103,6 +103,7 @@ BOOST_AUTO_TEST_CASE(minimal_file_gets_every_default) {
   BOOST_TEST(c.runtime.ucx_tls == "");
   BOOST_TEST(c.runtime.ucx_error_mode == "auto");
   BOOST_TEST(c.runtime.scheduler_threads == 0);
+  BOOST_TEST(c.runtime.thread_slice_us == 100);
   BOOST_TEST(c.runtime.max_message_bytes == (1ull << 30));
   BOOST_TEST(c.plugins.empty());
   BOOST_REQUIRE_EQUAL(c.nodes.size(), 1u);
@@ -153,6 +154,7 @@ BOOST_AUTO_TEST_CASE(full_file_reads_every_key) {
   BOOST_TEST(c.runtime.ucx_tls == "sm,self");
   BOOST_TEST(c.runtime.ucx_error_mode == "none");
   BOOST_TEST(c.runtime.scheduler_threads == 8);
+  BOOST_TEST(c.runtime.thread_slice_us == 250);
   BOOST_TEST(c.runtime.max_message_bytes == 512ull << 20);
   BOOST_REQUIRE_EQUAL(c.plugins.size(), 1u);
   BOOST_TEST(c.plugins[0] == dir / "plugins" / "libfake_plugin.so");
@@ -166,7 +168,7 @@ BOOST_AUTO_TEST_CASE(full_file_reads_every_key) {
   BOOST_TEST((head.devices[0].kind == device_kind::cpu));
   BOOST_TEST(head.devices[0].threads == 4);
   BOOST_TEST(head.devices[0].memory_bytes == 8ull << 30);
-  BOOST_TEST(head.devices[0].where.line == 19u);
+  BOOST_TEST(head.devices[0].where.line == 20u);
   BOOST_TEST(head.devices[0].where.column == 3u);
   BOOST_TEST((head.devices[1].kind == device_kind::cuda));
   BOOST_TEST(head.devices[1].index == 0);
@@ -210,7 +212,7 @@ BOOST_AUTO_TEST_CASE(full_file_reads_every_key) {
   BOOST_TEST(c.actors[2].name == "sink");
   BOOST_TEST(c.actors[2].node == "worker.1");
   BOOST_TEST(c.actors[2].args.get_int("expect") == 10);
-  BOOST_TEST(c.actors[2].where.line == 57u);
+  BOOST_TEST(c.actors[2].where.line == 58u);
 }
 
 BOOST_AUTO_TEST_CASE(table_keys_table_shorthand_and_absent) {
