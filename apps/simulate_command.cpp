@@ -14,6 +14,7 @@
 #include "actors/builtin/job_profiles.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/ps/ps_options.hpp"
+#include "actors/ps/ps_placement.hpp"
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/registry.hpp"
 #include "apps/profile_command.hpp"
@@ -152,13 +153,33 @@ struct estimates {
   double ps_sps = 0, ralp_sps = 0;
   int ps_workers = 0;
   std::string ps_error, ralp_error, ps_note, ralp_note;
+  // What `simulate` prints for them: a BSP step's parts.
+  struct step_parts {
+    int workers = 0, shards = 0;
+    int64_t batch = 0;
+    double step_ms = 0, worker_ms = 0, transfer_ms = 0, server_ms = 0;
+    uint64_t bytes_per_step = 0;  // through the busiest shard's link (ps) or the server's (ralp)
+    std::string cut_unit;         // ralp: the first unit on the server
+    std::size_t cut = 0;
+    std::string cut_source;       // ralp: "ralp_cut" or "cost model"
+    double gbps = 0, latency_us = 0;
+  };
+  step_parts ps_parts, ralp_parts;
 };
 
 // Strategies "ps" and "ralp" from RALP's cost model (BSP steps, every worker
-// a batch of batch_size, as auto's dp and hetpipe): ralp at its best cut;
-// ps is the model's "no cut" candidate, every weight pulled and pushed each
-// step, with the transfer and the updates spread over the job's PS shards
-// (each on its own link: an optimistic spread).
+// a batch of batch_size, as auto's dp and hetpipe): ralp at its ralp_cut, or
+// at the best cut when that is 0 (what the server chooses); ps from the same
+// profile and link, with the model's weights on the job's shards as the
+// workers place them (ps_placement, by each unit's parameter bytes):
+//
+//   step_ms = max over workers of compute(all units)
+//           + max over shards k of ( W x 2 x bytes_k / bandwidth     every worker's push and pull of k's weights
+//                                   + W x update_ms x bytes_k / params  k's optimizer steps, one per push
+//                                   + 2 x latency )                     the last push, then the pull's answer
+//
+// Each shard has a link of its own (the shards run on several nodes); the
+// pulls wait for the slowest shard. No overlap of a step's parts.
 void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db, estimates& e) {
   auto ro = actors::ralp_job::options_of(c);
   if (!ro) {
@@ -172,36 +193,63 @@ void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db
     e.ps_error = e.ralp_error = r.error().message();
     return;
   }
-  const double rows = double(in.workers) * double(r->batch > 0 ? r->batch : in.batch);
+  const int64_t batch = r->batch > 0 ? r->batch : in.batch;
+  const double rows = double(in.workers) * double(batch);
   const topology::ralp_candidate* best = nullptr;
-  const topology::ralp_candidate* no_cut = nullptr;
-  for (const auto& k : r->candidates) {
-    if (k.cut >= db.units.size())
-      no_cut = &k;
-    else if (best == nullptr || k.step_ms < best->step_ms)
-      best = &k;
-  }
+  for (const auto& k : r->candidates)
+    if (k.cut < db.units.size() && (best == nullptr || k.step_ms < best->step_ms)) best = &k;
+  const bool fixed = ro->cut > 0;
+  if (fixed) best = r->find(std::size_t(ro->cut));
   char buf[160];
   if (best != nullptr && best->step_ms > 0) {
     e.ralp_sps = rows / best->step_ms * 1000.0;
     std::snprintf(buf, sizeof buf, "cut before %s, %d worker%s", best->unit.c_str(), in.workers,
                   in.workers == 1 ? "" : "s");
     e.ralp_note = buf;
+    auto& p = e.ralp_parts;
+    p = {in.workers, 1, batch, best->step_ms, best->worker_ms, best->transfer_ms, best->server_ms,
+         best->bytes_per_step, best->unit, best->cut, fixed ? "ralp_cut" : "cost model", in.gbps, in.latency_us};
   } else {
-    e.ralp_error = "the model has no unit to cut before";
+    e.ralp_error = fixed ? "ralp_cut = " + std::to_string(ro->cut) + " is not a unit boundary of the model (1.." +
+                               std::to_string(db.units.size() - 1) + ")"
+                         : "the model has no unit to cut before";
   }
   auto po = actors::ps_job::options_of(c);
   if (!po) {
     e.ps_error = po.error().message();
-  } else if (no_cut != nullptr) {
-    const double shards = double(std::max(1, po->shards));
-    const double step = no_cut->worker_ms + (no_cut->transfer_ms + no_cut->server_ms) / shards;
-    if (step > 0) e.ps_sps = rows / step * 1000.0;
-    e.ps_workers = in.workers;
-    std::snprintf(buf, sizeof buf, "bsp, %d worker%s, %d shard%s", in.workers, in.workers == 1 ? "" : "s", po->shards,
-                  po->shards == 1 ? "" : "s");
-    e.ps_note = buf;
+    return;
   }
+  const topology::profile_db at = db.at_batch(batch);
+  std::vector<int64_t> unit_bytes;
+  for (const auto& u : at.units) unit_bytes.push_back(int64_t(u.params_bytes));
+  const int shards = std::max(1, po->shards);
+  const auto pl = ps::place_by_bytes(unit_bytes, shards);
+  const uint64_t params = at.params_bytes(0, at.units.size() - 1);
+  const double W = double(in.workers);
+  auto& p = e.ps_parts;
+  p.workers = in.workers;
+  p.shards = shards;
+  p.batch = batch;
+  p.gbps = in.gbps;
+  p.latency_us = in.latency_us;
+  for (const auto& kind : in.worker_kinds) p.worker_ms = std::max(p.worker_ms, at.compute_ms(kind, 0, at.units.size() - 1));
+  const double update = at.update_ms(in.server_kind, 0, at.units.size() - 1);
+  for (int k = 0; k < shards; ++k) {
+    const double b = double(pl.bytes_of[std::size_t(k)]);
+    const double transfer = W * 2.0 * b / (in.gbps * 1e9 / 8.0 / 1e3) + 2.0 * in.latency_us / 1e3;
+    const double server = params > 0 ? W * update * b / double(params) : 0.0;
+    if (transfer + server > p.transfer_ms + p.server_ms) {
+      p.transfer_ms = transfer;
+      p.server_ms = server;
+      p.bytes_per_step = uint64_t(W * 2.0 * b);
+    }
+  }
+  p.step_ms = p.worker_ms + p.transfer_ms + p.server_ms;
+  if (p.step_ms > 0) e.ps_sps = rows / p.step_ms * 1000.0;
+  e.ps_workers = in.workers;
+  std::snprintf(buf, sizeof buf, "%s, %d worker%s, %d shard%s", po->model.to_string().c_str(), in.workers,
+                in.workers == 1 ? "" : "s", shards, shards == 1 ? "" : "s");
+  e.ps_note = buf;
 }
 
 // Everything "auto" compares. `devices` with profile kinds.
@@ -493,11 +541,51 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
       return 2;
     }
     est = &*e.dp;
-  } else if (chosen == "single" || chosen == "ps" || chosen == "ralp") {
-    if (chosen != "single") {
-      std::fprintf(stderr, "hetflow simulate: strategy \"%s\" has no cost model yet (issue 6)\n", chosen.c_str());
+  } else if (chosen == "ps" || chosen == "ralp") {
+    const bool ps = chosen == "ps";
+    const double sps = ps ? e.ps_sps : e.ralp_sps;
+    if (!(sps > 0)) {
+      std::fprintf(stderr, "hetflow simulate: %s: strategy %s: %s\n", file.c_str(), chosen.c_str(),
+                   (ps ? e.ps_error : e.ralp_error).c_str());
       return 2;
     }
+    const auto& sp = ps ? e.ps_parts : e.ralp_parts;
+    j["model"] = ps ? "cost model (simulate_command.cpp, estimate_ps_ralp): BSP step = slowest worker's compute + the "
+                      "busiest shard's pushes, updates and pulls"
+                    : "cost model (topology/ralp_cost.hpp): BSP step = workers' lower units + transfers + the "
+                      "server's upper units and updates for every worker";
+    j["simulated_samples_per_s"] = sps;
+    j["predicted_samples_per_s"] = sps;
+    j["step_ms"] = sp.step_ms;
+    j["worker_ms"] = sp.worker_ms;
+    j["transfer_ms"] = sp.transfer_ms;
+    j["server_ms"] = sp.server_ms;
+    j["bytes_per_step"] = sp.bytes_per_step;
+    j["workers"] = sp.workers;
+    j["batch"] = sp.batch;
+    j["link"] = json{{"gbps", sp.gbps}, {"latency_us", sp.latency_us}};
+    if (ps) {
+      j["shards"] = sp.shards;
+      j["consistency"] = e.ps_note;
+    } else {
+      j["cut"] = sp.cut;
+      j["cut_unit"] = sp.cut_unit;
+      j["cut_source"] = sp.cut_source;
+    }
+    if (json_out) {
+      std::printf("%s\n", j.dump(1).c_str());
+      return 0;
+    }
+    std::printf("simulate %s: strategy %s (%s), batch %lld per worker (cost model)\n", file.c_str(), chosen.c_str(),
+                (ps ? e.ps_note : e.ralp_note + ", " + sp.cut_source).c_str(), static_cast<long long>(sp.batch));
+    if (!why.empty()) std::printf("  auto: %s\n", why.c_str());
+    std::printf("  link %.3g Gb/s, %.3g us a message (%s)\n", sp.gbps, sp.latency_us, db->source.c_str());
+    std::printf("  step %.3f ms = workers %.3f ms + transfers %.3f ms (%.1f KiB%s) + %s %.3f ms\n", sp.step_ms,
+                sp.worker_ms, sp.transfer_ms, double(sp.bytes_per_step) / 1024.0,
+                ps ? " through the busiest shard" : "", ps ? "its updates" : "server", sp.server_ms);
+    std::printf("simulated: %.1f samples/s\n", sps);
+    return 0;
+  } else if (chosen == "single") {
     // The head node's first device, as the job runs it.
     auto head = (*devices)[0];
     auto s = topology::estimate_single(head, db->at_batch(batch), batch);

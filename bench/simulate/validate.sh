@@ -2,8 +2,10 @@
 # Simulator validation: predicted (hetflow simulate) vs measured (hetflow run)
 # training throughput on configurations this machine can run: LeNet-5 and the
 # MLP on Fashion-MNIST, one cpu thread, strategy single and dp (2 nodes x 1
-# thread), and LeNet-5 with strategy hetpipe (2 nodes x 1 thread: one VW of
-# two stages, or two VWs of one stage; Nm = 4). Profiles come from the same unit profiler as `hetflow profile`
+# thread), LeNet-5 with strategy hetpipe (2 nodes x 1 thread: one VW of
+# two stages, or two VWs of one stage; Nm = 4), and LeNet-5 with strategy ps
+# (2 workers, 2 shards, bsp) and ralp (the server on n0, one worker on n1),
+# 2 nodes x 1 thread. Profiles come from the same unit profiler as `hetflow profile`
 # (simulate measures them here when the topology names no profile_file; the
 # profile table is printed first). Target: |error| <= 15%.
 #
@@ -26,9 +28,9 @@ REPEAT=${REPEAT:-3}
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-echo "| config | predicted samples/s | measured samples/s | error | each repeat | cost model (single, dp; the last repeat) |"
+echo "| config | predicted samples/s | measured samples/s | error | each repeat | cost model (single, dp, ralp; the last repeat) |"
 echo "|---|---:|---:|---:|---|---|"
-for cfg in ${CONFIGS:-lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1vw lenet5-hetpipe-2vw}; do
+for cfg in ${CONFIGS:-lenet5-single mlp-single lenet5-dp mlp-dp lenet5-hetpipe-1vw lenet5-hetpipe-2vw lenet5-ps lenet5-ralp}; do
   f="$dir/$cfg.toml"
   "$hetflow" profile "$f" > "$tmp/$cfg.profile.txt" 2>&1 || true
   as_run=()
@@ -68,9 +70,24 @@ for sim, rep in zip(files[0::2], files[1::2]):
     # measures its own profiles and may cut the stages elsewhere.
     if "simulated_samples_per_s" in r:
         p = r["simulated_samples_per_s"]
-    ep = find_epochs(r) or []
-    # the last epoch (the first includes start-up and the speed probe)
-    m = ep[-1]["samples_per_s"] if ep else float("nan")
+    # ralp: the server prices the cut it runs with the link it measured
+    # at the start (ralp0's predicted_step_ms); a separate `simulate` can
+    # only take the profile's (assumed) links.
+    for a in r.get("actors", []):
+        met = a.get("metrics", {})
+        if a.get("name", "").startswith("ralp") and met.get("predicted_step_ms", 0) > 0 and "workers" in met:
+            p = met["workers"] * sj["batch"] / met["predicted_step_ms"] * 1000.0
+            note = f"run's own prediction: cut {met.get('cut_unit', '?')}, {met['predicted_step_ms']:.3f} ms a step"
+    # the last epoch (the first includes start-up and the speed probe);
+    # ps and ralp: every worker trains its share of the steps, and the job's
+    # rate is the sum of theirs
+    workers = [a["metrics"]["epochs"] for a in r.get("actors", [])
+               if a.get("name", "").startswith(("psworker", "ralpworker")) and a.get("metrics", {}).get("epochs")]
+    if workers:
+        m = sum(ep[-1]["samples_per_s"] for ep in workers)
+    else:
+        ep = find_epochs(r) or []
+        m = ep[-1]["samples_per_s"] if ep else float("nan")
     preds.append(p)
     meas.append(m)
 p, m = statistics.median(preds), statistics.median(meas)

@@ -127,6 +127,33 @@ n=$("$HETFLOW" plan "$r2.slow.toml" --json | python3 -c "import json,sys; d=json
 [[ "$n" == "0.01 True" ]] || fail "ralp_link_gbps = 0.01: plan says link/cut '$n', want '0.01 True'"
 pass "plan prints the cut table (text and --json); ralp_link_gbps moves the chosen cut"
 
+# --- simulate: ps and ralp by their cost models
+sim_check() {  # sim_check TOPO PYTHON-ASSERTIONS (d: simulate --json)
+  "$HETFLOW" simulate "$1" --json >"$1.sim.json" 2>"$1.sim.err" || { cat "$1.sim.err"; fail "simulate $1 failed"; }
+  python3 - "$1.sim.json" "$2" <<'PY' || { cat "$1.sim.json"; fail "simulate $1: wrong prediction"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["simulated_samples_per_s"] > 0, d
+parts = d["worker_ms"] + d["transfer_ms"] + d["server_ms"]
+assert abs(d["step_ms"] - parts) <= 1e-9 * parts, d
+assert abs(d["simulated_samples_per_s"] - d["workers"] * d["batch"] / d["step_ms"] * 1000) <= 1e-6 * d["simulated_samples_per_s"], d
+exec(sys.argv[2])
+PY
+}
+sim_check "$ps2" 'assert d["strategy"] == "ps" and d["workers"] == 2 and d["shards"] == 1 and d["batch"] == 32, d'
+sim_check "$r2" 'assert d["strategy"] == "ralp" and d["cut"] == 5 and d["cut_unit"] == "fc1" and d["cut_source"] == "ralp_cut", d'
+# The same link, more bytes: the ps step moves every weight, the ralp one the lower ones and the activations.
+python3 - "$ps2.sim.json" "$r2.sim.json" <<'PY' || fail "simulate: ps and ralp step parts disagree"
+import json, sys
+p, r = (json.load(open(f)) for f in sys.argv[1:3])
+assert p["worker_ms"] > r["worker_ms"], (p["worker_ms"], r["worker_ms"])  # ralp workers run units [0, 5) only
+assert r["server_ms"] > p["server_ms"], (r["server_ms"], p["server_ms"])  # the server runs the head for both
+PY
+sed 's/^ralp_cut = 5$/ralp_cut = 9/' "$r2" >"$r2.badcut.toml"
+if "$HETFLOW" simulate "$r2.badcut.toml" >"$r2.badcut.out" 2>&1; then fail "simulate: ralp_cut = 9 accepted"; fi
+grep -q "ralp_cut = 9 is not a unit boundary of the model (1..7)" "$r2.badcut.out" || { cat "$r2.badcut.out"; fail "simulate: ralp_cut = 9: no clear error"; }
+pass "simulate prices ps (busiest shard) and ralp (its ralp_cut) by their cost models; a bad ralp_cut is named"
+
 # --- bad settings
 bad="$HETFLOW_SCRATCH/bad.toml"
 write_topology "$bad" 8860 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280' 'strategy = "ralp"' 'ralp_node = "n7"'
