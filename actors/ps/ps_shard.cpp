@@ -53,7 +53,7 @@ struct shard_state : builtin::job_actor_state {
   std::optional<std::vector<int64_t>> readable_checkpoints;
   int64_t restored_label = -1;
   std::vector<int64_t> restored_clocks;
-  int64_t pulls = 0, pushes = 0, held = 0, max_lag = 0, rows_pulled = 0, rows_pushed = 0;
+  int64_t pulls = 0, pulls_with_push = 0, pushes = 0, held = 0, max_lag = 0, rows_pulled = 0, rows_pushed = 0;
   int64_t bytes_in = 0, bytes_out = 0;
   double wait_seconds = 0, push_seconds = 0;
   bool over = false;
@@ -203,6 +203,37 @@ void on_tick(shard_actor* self) {
   self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
 }
 
+// A pull of clock `clock` by worker w: answered now when the clock table
+// allows, else held until a push or done releases it (answer_ready).
+void take_pull(shard_actor* self, int w, int64_t clock, std::vector<ps::row_request> rows) {
+  auto& st = self->state;
+  ps::pull_ticket t{w, clock, st.next_id++};
+  if (st.core->pull(t)) {
+    answer(self, w, t.clock, st.piece_rows.empty() ? nullptr : &rows);
+  } else {
+    ++st.held;
+    // Held pulls overlap one another: each worker's go on a trace track
+    // of their own.
+    kernels::trace::track_id held_tk = 0;
+    if (kernels::trace::enabled()) {
+      if (st.held_tk.size() <= std::size_t(w)) st.held_tk.resize(std::size_t(w) + 1, 0);
+      auto& tk = st.held_tk[std::size_t(w)];
+      if (tk == 0) tk = kernels::trace::track(st.me + " held pulls of " + worker_name(w));
+      held_tk = tk;
+    }
+    const auto& clocks = st.core->clocks();
+    const int slow = clocks.slowest();
+    auto open = std::make_unique<kernels::waits::scope>(
+        st.me,
+        slow < 0 ? std::string("the other workers")
+                 : who_worker(st.svc, slow) + " (the slowest, at clock " + std::to_string(clocks.clock(slow)) + ")",
+        "the clock that lets it answer " + worker_name(w) + "'s pull of clock " + std::to_string(t.clock) +
+            " (" + clocks.model().to_string() + ")",
+        kernels::waits::span{held_tk, held_tk ? "wait: clock (held pull)" : nullptr, "clock", t.clock});
+    st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(), std::move(rows), std::move(open)};
+  }
+}
+
 void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer_ref& buf) {
   auto& st = self->state;
   if (st.over) return;
@@ -232,31 +263,7 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
         if (!r) return shard_fail(self, st.me + ": " + r.error().message());
         rows = std::move(*r);
       }
-      ps::pull_ticket t{w, m->info.clock, st.next_id++};
-      if (st.core->pull(t)) {
-        answer(self, w, t.clock, st.piece_rows.empty() ? nullptr : &rows);
-      } else {
-        ++st.held;
-        // Held pulls overlap one another: each worker's go on a trace track
-        // of their own.
-        kernels::trace::track_id held_tk = 0;
-        if (kernels::trace::enabled()) {
-          if (st.held_tk.size() <= std::size_t(w)) st.held_tk.resize(std::size_t(w) + 1, 0);
-          auto& tk = st.held_tk[std::size_t(w)];
-          if (tk == 0) tk = kernels::trace::track(st.me + " held pulls of " + worker_name(w));
-          held_tk = tk;
-        }
-        const auto& clocks = st.core->clocks();
-        const int slow = clocks.slowest();
-        auto open = std::make_unique<kernels::waits::scope>(
-            st.me,
-            slow < 0 ? std::string("the other workers")
-                     : who_worker(st.svc, slow) + " (the slowest, at clock " + std::to_string(clocks.clock(slow)) + ")",
-            "the clock that lets it answer " + worker_name(w) + "'s pull of clock " + std::to_string(t.clock) +
-                " (" + clocks.model().to_string() + ")",
-            kernels::waits::span{held_tk, held_tk ? "wait: clock (held pull)" : nullptr, "clock", t.clock});
-        st.waits[t.id] = shard_state::waiting{w, t.clock, clock_type::now(), std::move(rows), std::move(open)};
-      }
+      take_pull(self, w, m->info.clock, std::move(rows));
       break;
     }
     case ps::kind_push: {
@@ -291,6 +298,15 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
         return shard_fail(self, s.message());
       }
       st.push_seconds += since(t0);
+      t_apply.end();
+      if (m->info.flags & ps::flag_pull_next) {
+        if (!st.piece_rows.empty())
+          return shard_fail(self, st.me + ": a push from " + who_worker(st.svc, w) +
+                                      " carries its next pull, but the shard holds table pieces (a pull lists rows)");
+        ++st.pulls;
+        ++st.pulls_with_push;
+        take_pull(self, w, m->info.clock + 1, {});
+      }
       break;
     }
     case ps::kind_done:
@@ -347,7 +363,7 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       int64_t bytes = 0;
       for (auto& p : st.core->params()) bytes += int64_t(p.value.byte_size());
       j.field("bytes", bytes).field("updates", st.core->updates_applied());
-      j.field("pulls", st.pulls).field("pulls_waited", st.held).field("pull_wait_seconds", st.wait_seconds);
+      j.field("pulls", st.pulls).field("pulls_with_push", st.pulls_with_push).field("pulls_waited", st.held).field("pull_wait_seconds", st.wait_seconds);
       j.field("push_seconds", st.push_seconds).field("max_lag", st.max_lag);
       j.field("table_pieces", int64_t(st.piece_rows.size())).field("rows_pulled", st.rows_pulled);
       j.field("rows_pushed", st.rows_pushed).field("bytes_in", st.bytes_in).field("bytes_out", st.bytes_out);

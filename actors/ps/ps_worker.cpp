@@ -368,6 +368,13 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   };
   const auto all_rows = requests_of(pl, sv, nullptr);
   const int W = o.workers;
+  // Pushes go to the shards on other nodes first: a shard on this node
+  // handles its push at once, on this node's cores, and held the remote
+  // pushes back by up to 0.45 ms on a one-core node (traced).
+  std::vector<int> push_order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int sh = 0; sh < o.shards; ++sh)
+      if ((o.shard_nodes[std::size_t(sh)] == svc->node_name()) == (pass == 1)) push_order.push_back(sh);
 
   if (o.resume) {
     HF_RETURN_IF_ERROR(link.send_all(ps::kind_hello, {}));
@@ -398,6 +405,8 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   m.context().run([&] { result = [&]() -> expected<worker_stats> {
   kernels::tensor grad;
   int64_t clock = 0, k = 0;
+  // The previous push carried this step's pull (flag_pull_next).
+  bool pulled_ahead = false;
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
     kernels::epoch_report er;
@@ -448,7 +457,10 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
           asked = requests_of(pl, sv, &*want);
         }
       }
-      HF_RETURN_IF_ERROR(pull_from_all(pull, asked));
+      if (pulled_ahead)
+        pulled_ahead = false;
+      else
+        HF_RETURN_IF_ERROR(pull_from_all(pull, asked));
       // The shards answer once their clock allows (SSP): waiting here is
       // waiting on the slowest worker.
       kernels::waits::scope w_pull(me, "the ps shards",
@@ -491,12 +503,19 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
         std::sort(ord.begin(), ord.end(), [&](int64_t a, int64_t b) { return g.rows[std::size_t(a)] < g.rows[std::size_t(b)]; });
       }
       trace::scope t_push("push", tk, "clock", clock);
-      for (int sh = 0; sh < o.shards; ++sh) {
+      // A dense model's next pull asks for nothing but its clock: it rides
+      // on this push (flag_pull_next), so each shard has it with the push
+      // and answers as soon as its clock allows. A sparse model's lists the
+      // rows of a batch not read yet.
+      const bool next_step = s + W < steps || (epoch + 1 < c.epochs && w < steps);
+      pulled_ahead = !sparse && next_step;
+      for (int sh : push_order) {
         ps::ps_info push;
         push.worker = w;
         push.shard = sh;
         push.clock = clock;
         push.lr = er.lr;
+        if (pulled_ahead) push.flags |= ps::flag_pull_next;
         HF_RETURN_IF_ERROR(link.send(sh, push_message(m, pl, sh, push, me, order)));
       }
       t_push.end();

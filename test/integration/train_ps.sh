@@ -71,6 +71,9 @@ print(f"{mode}: workers {len(ps['workers'])} shards {len(ps['shards'])} steps {s
 assert len(ps["workers"]) == 3 and len(ps["shards"]) == 3
 assert steps == 3 * 120, steps                      # 3 epochs x 120 steps, each once
 assert all(s["updates"] == steps for s in ps["shards"])
+# lenet5 is dense: every pull but each worker's first rides on its push
+# before (flag_pull_next); worker 0's final pull comes alone.
+assert all(s["pulls"] == steps + 1 and s["pulls_with_push"] == steps - 3 for s in ps["shards"]), ps["shards"]
 if bound is not None:
     assert max(stal) <= bound, stal
 # asp makes no staleness promise, so no convergence promise either: well
