@@ -566,7 +566,7 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
     j["link"] = json{{"gbps", sp.gbps}, {"latency_us", sp.latency_us}};
     if (ps) {
       j["shards"] = sp.shards;
-      j["consistency"] = e.ps_note;
+      j["note"] = e.ps_note;  // consistency, workers, shards
     } else {
       j["cut"] = sp.cut;
       j["cut_unit"] = sp.cut_unit;
