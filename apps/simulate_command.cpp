@@ -151,11 +151,10 @@ struct estimates {
   // ps and ralp: samples/s of the cost model (topology/ralp_cost.hpp) and
   // what the number stands for.
   double ps_sps = 0, ralp_sps = 0;
-  int ps_workers = 0;
   std::string ps_error, ralp_error, ps_note, ralp_note;
   // What `simulate` prints for them: a BSP step's parts.
   struct step_parts {
-    int workers = 0, shards = 0;
+    int workers = 0, shards = 0;  // shards: ps only
     int64_t batch = 0;
     double step_ms = 0, worker_ms = 0, transfer_ms = 0, server_ms = 0;
     uint64_t bytes_per_step = 0;  // through the busiest shard's link (ps) or the server's (ralp)
@@ -207,8 +206,18 @@ void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db
                   in.workers == 1 ? "" : "s");
     e.ralp_note = buf;
     auto& p = e.ralp_parts;
-    p = {in.workers, 1, batch, best->step_ms, best->worker_ms, best->transfer_ms, best->server_ms,
-         best->bytes_per_step, best->unit, best->cut, fixed ? "ralp_cut" : "cost model", in.gbps, in.latency_us};
+    p.workers = in.workers;
+    p.batch = batch;
+    p.step_ms = best->step_ms;
+    p.worker_ms = best->worker_ms;
+    p.transfer_ms = best->transfer_ms;
+    p.server_ms = best->server_ms;
+    p.bytes_per_step = best->bytes_per_step;
+    p.cut = best->cut;
+    p.cut_unit = best->unit;
+    p.cut_source = fixed ? "ralp_cut" : "cost model";
+    p.gbps = in.gbps;
+    p.latency_us = in.latency_us;
   } else {
     e.ralp_error = fixed ? "ralp_cut = " + std::to_string(ro->cut) + " is not a unit boundary of the model (1.." +
                                std::to_string(db.units.size() - 1) + ")"
@@ -246,7 +255,6 @@ void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db
   }
   p.step_ms = p.worker_ms + p.transfer_ms + p.server_ms;
   if (p.step_ms > 0) e.ps_sps = rows / p.step_ms * 1000.0;
-  e.ps_workers = in.workers;
   std::snprintf(buf, sizeof buf, "%s, %d worker%s, %d shard%s", po->model.to_string().c_str(), in.workers,
                 in.workers == 1 ? "" : "s", shards, shards == 1 ? "" : "s");
   e.ps_note = buf;
@@ -323,7 +331,7 @@ std::pair<std::string, std::string> choose(const topology::cluster& c, const est
       const int64_t vws = e.hetpipe ? int64_t(e.hetpipe->virtual_workers.size()) : 0;
       hp_short = actors::builtin::check_stream_shards(so->shards(), vws, "virtual workers");
       if (p.get_int("preprocess_shards", 0) > 0)
-        ps_short = actors::builtin::check_stream_shards(so->shards(), e.ps_workers, "ps workers");
+        ps_short = actors::builtin::check_stream_shards(so->shards(), e.ps_parts.workers, "ps workers");
     }
   }
   add("single", e.single ? e.single->samples_per_s : 0, e.single_error);

@@ -302,7 +302,8 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       if (m->info.flags & ps::flag_pull_next) {
         if (!st.piece_rows.empty())
           return shard_fail(self, st.me + ": a push from " + who_worker(st.svc, w) +
-                                      " carries its next pull, but the shard holds table pieces (a pull lists rows)");
+                                      " carries its next pull, but the shard holds table pieces, whose pulls list "
+                                      "rows (nodes running different hetflow builds?)");
         ++st.pulls;
         ++st.pulls_with_push;
         take_pull(self, w, m->info.clock + 1, {});
@@ -363,7 +364,8 @@ void on_shard_wire(shard_actor* self, const std::string& node, const wire_buffer
       int64_t bytes = 0;
       for (auto& p : st.core->params()) bytes += int64_t(p.value.byte_size());
       j.field("bytes", bytes).field("updates", st.core->updates_applied());
-      j.field("pulls", st.pulls).field("pulls_with_push", st.pulls_with_push).field("pulls_waited", st.held).field("pull_wait_seconds", st.wait_seconds);
+      j.field("pulls", st.pulls).field("pulls_with_push", st.pulls_with_push).field("pulls_waited", st.held);
+      j.field("pull_wait_seconds", st.wait_seconds);
       j.field("push_seconds", st.push_seconds).field("max_lag", st.max_lag);
       j.field("table_pieces", int64_t(st.piece_rows.size())).field("rows_pulled", st.rows_pulled);
       j.field("rows_pushed", st.rows_pushed).field("bytes_in", st.bytes_in).field("bytes_out", st.bytes_out);
