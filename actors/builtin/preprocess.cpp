@@ -38,7 +38,8 @@
 //                            every shard can hash it (shard_counts::hashable)
 //     <-- (ppmerge, hashed, holders, assign) -- to every node holding a shard
 //     on a thread of its own (the actor keeps taking what others push):
-//     hashed columns merged elsewhere, at once:
+//     hashed columns merged elsewhere, at once, their values sorted and
+//     delta-coded (next_hex_column_chunk: ~3.5 bytes an entry, not 8):
 //     -- (pphpush, i, c, chunk, last) ---------------------> inbox of node k
 //     then, on the same thread, pp_merge_k for its columns (assign[c] == k)
 //     sorted columns:
@@ -52,7 +53,9 @@
 //                                                     (shard_counts::merge_hashed)
 //     both: kept strings -> vocab-CC.tsv on node k; the id of each of shard i's
 //     entries (K = the OOV id), all chunks sent at once, acks collected after
-//     the last column:
+//     the last column; delta-coded (ppids, mostly a byte an id) where the
+//     entries went sorted - always, since export_column sorts - else plain
+//     int32 (pphids):
 //     <-- request (ppids or pphids, i, c, K, chunk)
 //     --- ack ------------------------------------>
 //                            <-- (ppcolumn, c, distinct, kept, k, threads) per column,
@@ -324,13 +327,13 @@ public:
     return v;
   }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  void send_ids(int i, int c, int32_t oov, std::vector<char> chunk) {
+  // `delta`: the chunk is append_id's (ppids), else plain int32 (pphids).
+  void send_ids(int i, int c, int32_t oov, std::vector<char> chunk, bool delta) {
     const auto ui = static_cast<uint32_t>(i);
     const auto uc = static_cast<uint32_t>(c);
     late_.push_back({i, c, true,
-                     in_mask(p_.hashed, c)
-                         ? blocking_->request(p_.shards[i], timeout_, pp_hids_atom::value, ui, uc, oov, std::move(chunk))
-                         : blocking_->request(p_.shards[i], timeout_, pp_ids_atom::value, ui, uc, oov, std::move(chunk))});
+                     delta ? blocking_->request(p_.shards[i], timeout_, pp_ids_atom::value, ui, uc, oov, std::move(chunk))
+                           : blocking_->request(p_.shards[i], timeout_, pp_hids_atom::value, ui, uc, oov, std::move(chunk))});
   }
   // A pull made past a stream's end: its (empty) reply is collected late.
   void drop_late(int i, int c, handle h) { late_.push_back({i, c, false, h}); }
@@ -418,15 +421,30 @@ std::string merge_one_hashed(const merge_plan& p, int c, kernels::trace::track_i
       continue;
     }
     // At least one chunk (it carries the OOV id), each at most chunk_bytes.
+    // A sorted export's kept ids increase: delta-coded (ppids, mostly a byte
+    // an id), else plain int32 (pphids).
+    const std::vector<int32_t>& v = ids[k];
+    if (pp::kept_ids_increase(v.data(), v.size())) {
+      int32_t prev = -1;
+      std::size_t at = 0;
+      do {
+        std::vector<char> chunk;
+        chunk.reserve(std::min<std::size_t>(cfg.chunk_bytes, 5 * (v.size() - at) + 5));
+        for (; at < v.size() && (chunk.empty() || chunk.size() + 5 <= cfg.chunk_bytes); ++at)
+          pp::append_id(chunk, v[at], prev);
+        rq.send_ids(i, c, oov, std::move(chunk), true);
+      } while (at < v.size());
+      continue;
+    }
     const std::size_t per_chunk = std::max<std::size_t>(1, cfg.chunk_bytes / 4);
     std::size_t at = 0;
     do {
-      const std::size_t n = std::min(per_chunk, ids[k].size() - at);
+      const std::size_t n = std::min(per_chunk, v.size() - at);
       std::vector<char> chunk;
-      pp::append_plain_ids(chunk, ids[k].data() + at, n);
-      rq.send_ids(i, c, oov, std::move(chunk));
+      pp::append_plain_ids(chunk, v.data() + at, n);
+      rq.send_ids(i, c, oov, std::move(chunk), false);
       at += n;
-    } while (at < ids[k].size());
+    } while (at < v.size());
   }
   out.distinct = stats->distinct;
   out.kept = stats->kept;
@@ -501,7 +519,7 @@ std::string merge_one(const merge_plan& p, int c, kernels::trace::track_id tk, r
   // are built already (a few bytes per entry), so nothing more is held.
   for (int i = 0; i < cfg.shards; ++i) {
     if (is_local[std::size_t(i)]) continue;
-    for (auto& chunk : chunks[i]) rq.send_ids(i, c, static_cast<int32_t>(stats->kept), std::move(chunk));
+    for (auto& chunk : chunks[i]) rq.send_ids(i, c, static_cast<int32_t>(stats->kept), std::move(chunk), true);
   }
   out.distinct = stats->distinct;
   out.kept = stats->kept;
@@ -964,8 +982,10 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
                    "corrupt or unexpected count chunk of column C" + std::to_string(uint64_t{column} + 1) +
                        " from shard " + std::to_string(shard) + " (nodes running different hetflow builds?)");
     },
-    // A column's ids for one of this node's shards: in its table order
-    // (hashed columns, plain int32) or in its stream's order (delta-coded).
+    // A column's ids for one of this node's shards, in the order its entries
+    // went out: plain int32 (pphids: a hashed column whose kept ids do not
+    // increase in that order) or delta-coded (ppids: a sorted stream's, or
+    // a hashed column pushed sorted).
     [self, st](pp_hids_atom, uint32_t shard, uint32_t column, int32_t oov_id,
                const std::vector<char>& chunk) -> caf::result<bool> {
       return take_ids(self, *st, shard, column, oov_id, [&](slot&) { return pp::decode_plain_ids(chunk, st->ids); });

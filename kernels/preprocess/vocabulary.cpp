@@ -84,12 +84,19 @@ void append_vocab_record(std::vector<char>& chunk, std::string_view s) {
 
 namespace {
 
-void append_leb(std::vector<char>& chunk, uint32_t v) {
-  do {
-    uint8_t b = v & 0x7f;
+// Writes v's LEB128 bytes (at most 5) at p; returns the end.
+inline char* put_leb(char* p, uint32_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>((v & 0x7f) | 0x80);
     v >>= 7;
-    chunk.push_back(static_cast<char>(b | (v ? 0x80 : 0)));
-  } while (v);
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
+void append_leb(std::vector<char>& chunk, uint32_t v) {
+  char buf[5];
+  chunk.insert(chunk.end(), buf, put_leb(buf, v));
 }
 
 // The LEB128 value at pos (at most 32 bits); false past the chunk's end.
@@ -137,6 +144,16 @@ void append_plain_ids(std::vector<char>& chunk, const int32_t* ids, std::size_t 
   std::memcpy(chunk.data() + at, ids, 4 * n);
 }
 
+bool kept_ids_increase(const int32_t* ids, std::size_t n) {
+  int32_t prev = -1;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (ids[k] < 0) continue;
+    if (ids[k] <= prev) return false;
+    prev = ids[k];
+  }
+  return true;
+}
+
 bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out) {
   if (chunk.size() % 4) return false;
   const std::size_t at = out.size(), n = chunk.size() / 4;
@@ -150,6 +167,8 @@ bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out)
 namespace {
 constexpr uint8_t hex_chunk_empty = 1;  // u8 | u64 count
 constexpr uint8_t hex_chunk_run = 2;    // u8 | u32 n | n x (u32 value | u32 count)
+constexpr uint8_t hex_chunk_delta = 3;  // u8 | u32 n | n x (LEB128 gap | LEB128 count)
+
 }  // namespace
 
 std::vector<char> next_hex_column_chunk(const hex_column& h, std::size_t& next, std::size_t max_bytes) {
@@ -163,14 +182,66 @@ std::vector<char> next_hex_column_chunk(const hex_column& h, std::size_t& next, 
   }
   const std::size_t first = next - (h.has_empty ? 1 : 0);  // into the values
   if (first >= h.values()) return chunk;
-  const std::size_t room = max_bytes > chunk.size() + 5 + 8 ? (max_bytes - chunk.size() - 5) / 8 : 1;
-  const uint32_t n = static_cast<uint32_t>(std::min({room, h.values() - first, std::size_t{UINT32_MAX}}));
-  const std::size_t at = chunk.size();
-  chunk.resize(at + 5 + std::size_t{8} * n);
-  chunk[at] = static_cast<char>(hex_chunk_run);
-  std::memcpy(chunk.data() + at + 1, &n, 4);
-  std::memcpy(chunk.data() + at + 5, h.pairs.data() + 2 * first, std::size_t{8} * n);
-  next += n;
+  const std::size_t left = std::min(h.values() - first, std::size_t{UINT32_MAX});
+  // Values that increase (export_column sorts them) go as LEB128 gaps to the
+  // value before (this chunk's or an earlier one's; a column's first as
+  // itself) and LEB128 counts: about 3.5 bytes an entry instead of 8 on
+  // Criteo's columns, so less for the nodes' connections to copy. Values
+  // out of order (an unsorted export: tests) go plain, until a stretch of
+  // delta_run increasing ones.
+  constexpr std::size_t delta_run = 16;
+  const uint32_t* p = h.pairs.data() + 2 * first;
+  bool have = first > 0;
+  uint32_t last = have ? h.pairs[2 * (first - 1)] : 0;
+  auto increasing_from = [&](std::size_t k) {
+    uint32_t before = last;
+    bool any = have;
+    for (std::size_t j = k; j < std::min(left, k + delta_run); ++j) {
+      if (any && p[2 * j] <= before) return false;
+      any = true;
+      before = p[2 * j];
+    }
+    return true;
+  };
+  chunk.reserve(std::min(max_bytes, chunk.size() + 5 + 10 * left));
+  std::size_t k = 0;  // entries in this chunk
+  while (k < left && (k == 0 || chunk.size() + 5 + 10 <= max_bytes)) {
+    const std::size_t at = chunk.size();
+    chunk.resize(at + 5);
+    uint32_t n = 0;
+    if (!have || p[2 * k] > last) {
+      chunk[at] = static_cast<char>(hex_chunk_delta);
+      // Written through a pointer into room for as many as fit at 10 bytes
+      // an entry (the most one takes; at least one), then cut to what was.
+      const std::size_t end = std::max(at + 5 + 10, std::min(max_bytes, at + 5 + 10 * (left - k)));
+      chunk.resize(end);
+      char* w = chunk.data() + at + 5;
+      const char* stop = chunk.data() + end;
+      do {
+        const uint32_t v = p[2 * k];
+        w = put_leb(w, have ? v - last - 1 : v);
+        w = put_leb(w, p[2 * k + 1]);
+        have = true;
+        last = v;
+        ++n;
+        ++k;
+      } while (k < left && p[2 * k] > last && stop - w >= 10);
+      chunk.resize(static_cast<std::size_t>(w - chunk.data()));
+    } else {
+      chunk[at] = static_cast<char>(hex_chunk_run);
+      do {
+        const std::size_t w = chunk.size();
+        chunk.resize(w + 8);
+        std::memcpy(chunk.data() + w, p + 2 * k, 8);
+        have = true;
+        last = p[2 * k];
+        ++n;
+        ++k;
+      } while (k < left && chunk.size() + 8 <= max_bytes && !increasing_from(k));
+    }
+    std::memcpy(chunk.data() + at + 1, &n, 4);
+  }
+  next += k;
   return chunk;
 }
 
@@ -187,14 +258,38 @@ bool add_hex_column_chunk(hex_column& h, const std::vector<char>& chunk) {
       continue;
     }
     uint32_t n;
-    if (tag != hex_chunk_run || chunk.size() - pos < 4) return false;
+    if ((tag != hex_chunk_run && tag != hex_chunk_delta) || chunk.size() - pos < 4) return false;
     std::memcpy(&n, chunk.data() + pos, 4);
     pos += 4;
-    if ((chunk.size() - pos) / 8 < n) return false;
+    if (tag == hex_chunk_run) {
+      if ((chunk.size() - pos) / 8 < n) return false;
+      if (n == 0) continue;  // (a null data() must not reach memcpy)
+      const std::size_t at = h.pairs.size();
+      h.pairs.resize(at + std::size_t{2} * n);
+      std::memcpy(h.pairs.data() + at, chunk.data() + pos, std::size_t{8} * n);
+      pos += std::size_t{8} * n;
+      continue;
+    }
+    // Delta-coded: at least 2 bytes an entry; values strictly increase.
+    if ((chunk.size() - pos) / 2 < n) return false;
+    bool have = !h.pairs.empty();
+    uint64_t last = have ? h.pairs[h.pairs.size() - 2] : 0;
     const std::size_t at = h.pairs.size();
     h.pairs.resize(at + std::size_t{2} * n);
-    std::memcpy(h.pairs.data() + at, chunk.data() + pos, std::size_t{8} * n);
-    pos += std::size_t{8} * n;
+    uint32_t* out = h.pairs.data() + at;
+    for (uint32_t k = 0; k < n; ++k) {
+      uint64_t gap, count;
+      const bool ok = read_leb(chunk, pos, gap) && read_leb(chunk, pos, count);
+      const uint64_t v = have ? last + 1 + gap : gap;
+      if (!ok || v > UINT32_MAX || count > UINT32_MAX) {
+        h.pairs.resize(at);  // the record's entries go; earlier ones stay
+        return false;
+      }
+      out[2 * k] = static_cast<uint32_t>(v);
+      out[2 * k + 1] = static_cast<uint32_t>(count);
+      have = true;
+      last = v;
+    }
   }
   return true;
 }

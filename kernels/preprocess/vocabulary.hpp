@@ -268,8 +268,9 @@ void append_id(std::vector<char>& chunk, int32_t id, int32_t& prev_kept);
 // Appends a chunk's ids to `out`; false if it is corrupt.
 bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<int32_t>& out);
 
-// A column's counts in one shard's table order (unsorted), for a merge by
-// hashing (shard_counts::export_column, merge_hashed): a column whose strings
+// A column's counts of one shard, for a merge by hashing
+// (shard_counts::export_column gives them in increasing value order;
+// merge_hashed takes any order): a column whose strings
 // are all 8-hex-digit ids (as their values, hex_key.hpp) or the empty
 // string - Criteo's. Entry order: the empty string first (when present),
 // then keys[k]; the merge's ids come back in that order.
@@ -283,13 +284,20 @@ struct hex_column {
 // The next wire chunk of h from entry `next` (advanced), at most max_bytes
 // (and at least one entry); empty once every entry is out. Records,
 // little-endian: u8 1 | u64 count (the empty string: first, at most once);
-// u8 2 | u32 n | n x (u32 value | u32 count).
+// u8 2 | u32 n | n x (u32 value | u32 count); values that increase (a
+// sorted export) as u8 3 | u32 n | n x (LEB128 gap | LEB128 count), the gap
+// being value - (the value before it in the column, this chunk's or an
+// earlier one's) - 1, or the value itself for a column's first.
 std::vector<char> next_hex_column_chunk(const hex_column& h, std::size_t& next, std::size_t max_bytes);
 // Appends a chunk's entries to h; false if it is corrupt.
 bool add_hex_column_chunk(hex_column& h, const std::vector<char>& chunk);
-// The ids of a hex_column's entries on the wire, in entry order (no order
-// to delta-code them by): little-endian int32, OOV as -1.
+// The ids of a hex_column's entries on the wire, in entry order, when their
+// kept ids do not increase (an unsorted export; sorted ones go as
+// append_id's deltas): little-endian int32, OOV as -1.
 void append_plain_ids(std::vector<char>& chunk, const int32_t* ids, std::size_t n);
+// Whether the ids that are not OOV (>= 0) strictly increase: append_id can
+// code them.
+bool kept_ids_increase(const int32_t* ids, std::size_t n);
 // Appends a chunk's ids; false if it is corrupt (its size, an id below -1).
 bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out);
 

@@ -6,8 +6,10 @@
 //                                                         -> chunk_stream
 //   mode 1  id chunks     LEB128 id deltas                -> decode_ids
 //   mode 2  vocab chunks  (u16 len | bytes)*              -> add_vocab_chunk
+//   mode 3  hashed-merge count chunks (the empty string's count, plain
+//           and delta-coded runs of a hex column)        -> add_hex_column_chunk
 //
-// Input: byte 0 picks the mode (mod 3); then chunks, each `u16 length |
+// Input: byte 0 picks the mode (mod 4); then chunks, each `u16 length |
 // bytes` (little-endian), the last one taking whatever is left. Chunks are fed
 // one after another, as they would arrive from one peer.
 //
@@ -123,15 +125,39 @@ void vocab_chunks(const std::vector<std::vector<char>>& chunks) {
     if (!pp::add_vocab_chunk(col, c)) return;
 }
 
+void hex_column_chunks(const std::vector<std::vector<char>>& chunks) {
+  pp::hex_column h;
+  for (const auto& c : chunks) {
+    const std::size_t before = h.values();
+    const bool ok = pp::add_hex_column_chunk(h, c);
+    FUZZ_CHECK(h.values() - before <= c.size() / 2, "at most one entry per 2 bytes");
+    if (!ok) break;  // what came before stays, as the merger would have it
+  }
+  // What was accepted goes out and back the same, in chunks of any size.
+  for (std::size_t max : {std::size_t{1}, std::size_t{64}, std::size_t{1} << 16}) {
+    pp::hex_column back;
+    std::size_t next = 0;
+    for (;;) {
+      auto c = pp::next_hex_column_chunk(h, next, max);
+      if (c.empty()) break;
+      FUZZ_CHECK(pp::add_hex_column_chunk(back, c), "own chunks accepted");
+    }
+    FUZZ_CHECK(next == h.entries() && back.has_empty == h.has_empty && back.empty_count == h.empty_count &&
+                   back.pairs == h.pairs,
+               "next_hex_column_chunk/add_hex_column_chunk round trip");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const unsigned char* data, std::size_t size) {
   if (size == 0) return 0;
   const auto chunks = split_chunks(data + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: count_chunks(chunks); break;
     case 1: id_chunks(chunks); break;
-    default: vocab_chunks(chunks); break;
+    case 2: vocab_chunks(chunks); break;
+    default: hex_column_chunks(chunks); break;
   }
   return 0;
 }

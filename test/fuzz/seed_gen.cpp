@@ -174,6 +174,20 @@ int main(int argc, char** argv) {
     pp::append_vocab_record(b, std::string(300, 'x'));
     write(root / "preprocess_chunks_fuzz", "vocab", framed(2, {a, b}));
   }
+  {
+    // A hashed merge's pushed column: the empty string, increasing values
+    // (delta-coded), then some out of order (plain), in small chunks.
+    pp::hex_column h;
+    h.has_empty = true;
+    h.empty_count = 5;
+    for (uint32_t v : {0u, 7u, 300u, 70000u, 0x7fffffffu, 0xfffffff0u, 3u, 2u, 0xffffffffu})
+      h.pairs.insert(h.pairs.end(), {v, v % 4 + 1});
+    std::vector<std::vector<char>> cs;
+    std::size_t next = 0;
+    do cs.push_back(pp::next_hex_column_chunk(h, next, 32));
+    while (next < h.entries());
+    write(root / "preprocess_chunks_fuzz", "hex_column", framed(3, cs));
+  }
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }

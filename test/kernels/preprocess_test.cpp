@@ -1211,7 +1211,7 @@ BOOST_AUTO_TEST_CASE(hex_column_chunks_and_plain_ids_round_trip_and_refuse_corru
   }
   {
     auto bad = good;
-    bad[0] = 3;
+    bad[0] = 9;  // no such record tag
     pp::hex_column g;
     BOOST_CHECK(!pp::add_hex_column_chunk(g, bad));
     std::vector<char> run(good.begin() + 9, good.end());
@@ -1231,6 +1231,98 @@ BOOST_AUTO_TEST_CASE(hex_column_chunks_and_plain_ids_round_trip_and_refuse_corru
   int32_t minus2 = -2;
   std::memcpy(c.data() + 4, &minus2, 4);
   BOOST_CHECK(!pp::decode_plain_ids(c, back));
+}
+
+BOOST_AUTO_TEST_CASE(sorted_hex_columns_go_delta_coded_and_refuse_corruption) {
+  // export_column sends a column's values in increasing order: they go as
+  // LEB128 gaps and counts, a few bytes an entry, across chunk boundaries;
+  // values out of order go plain, and a column mixing both round-trips.
+  std::mt19937 rng(7);
+  pp::hex_column sorted;
+  sorted.has_empty = true;
+  sorted.empty_count = 99;
+  {
+    std::vector<uint32_t> v;
+    for (int k = 0; k < 200000; ++k) v.push_back(static_cast<uint32_t>(rng()));
+    v.push_back(0);
+    v.push_back(UINT32_MAX);
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    for (uint32_t x : v) sorted.pairs.insert(sorted.pairs.end(), {x, x % 3 == 0 ? 1000000u : 1u + x % 4});
+  }
+  pp::hex_column mixed;  // increasing stretches and out-of-order ones
+  for (uint32_t k = 0; k < 3000; ++k) {
+    const uint32_t x = (k / 100) % 2 ? k * 2654435761u : k * 1000u;
+    mixed.pairs.insert(mixed.pairs.end(), {x, k % 5 + 1});
+  }
+  for (const pp::hex_column* h : {&sorted, &mixed}) {
+    for (std::size_t max : {std::size_t{1}, std::size_t{24}, std::size_t{100}, std::size_t{4096}, std::size_t{1} << 20}) {
+      BOOST_TEST_CONTEXT("column " << (h == &sorted ? "sorted" : "mixed") << " max " << max) {
+        pp::hex_column got;
+        std::size_t next = 0, bytes = 0;
+        for (;;) {
+          auto c = pp::next_hex_column_chunk(*h, next, max);
+          if (c.empty()) break;
+          bytes += c.size();
+          if (max >= 32) BOOST_CHECK_LE(c.size(), max);
+          BOOST_REQUIRE(pp::add_hex_column_chunk(got, c));
+        }
+        BOOST_CHECK_EQUAL(next, h->entries());
+        BOOST_CHECK(got.has_empty == h->has_empty && got.empty_count == h->empty_count && got.pairs == h->pairs);
+        // ~200k random 32-bit values: gaps of ~21k take 3 bytes, counts 1-3.
+        if (h == &sorted && max == (std::size_t{1} << 20)) BOOST_CHECK_LT(bytes, 5 * sorted.values());
+      }
+    }
+  }
+  // Corrupt delta records: every truncation, a value past 2^32 - 1, a
+  // count past it, a LEB128 of more than 5 bytes, more entries than bytes.
+  pp::hex_column h;
+  h.pairs = {5, 1, 300, 2, 70000, 3};
+  std::size_t next = 0;
+  const auto good = pp::next_hex_column_chunk(h, next, 1 << 20);
+  BOOST_REQUIRE_EQUAL(good[0], char(3));
+  BOOST_CHECK_LT(good.size(), 5u + 3 * 8);
+  for (std::size_t cut = 1; cut < good.size(); ++cut) {
+    pp::hex_column g;
+    BOOST_CHECK_MESSAGE(!pp::add_hex_column_chunk(g, std::vector<char>(good.begin(), good.begin() + cut)),
+                        "cut at " << cut);
+  }
+  auto record = [](std::vector<uint8_t> body, uint32_t n) {
+    std::vector<char> c(5 + body.size());
+    c[0] = char(3);
+    std::memcpy(c.data() + 1, &n, 4);
+    for (std::size_t k = 0; k < body.size(); ++k) c[5 + k] = static_cast<char>(body[k]);
+    return c;
+  };
+  {
+    pp::hex_column g;  // UINT32_MAX, then a gap of 0: 2^32
+    BOOST_CHECK(!pp::add_hex_column_chunk(g, record({0xff, 0xff, 0xff, 0xff, 0x0f, 1, 0, 1}, 2)));
+    pp::hex_column g2;  // a count of 2^32
+    BOOST_CHECK(!pp::add_hex_column_chunk(g2, record({1, 0x80, 0x80, 0x80, 0x80, 0x10}, 1)));
+    pp::hex_column g3;  // a 6-byte LEB128
+    BOOST_CHECK(!pp::add_hex_column_chunk(g3, record({0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 1}, 1)));
+    pp::hex_column g4;  // 3 entries promised, 2 given
+    BOOST_CHECK(!pp::add_hex_column_chunk(g4, record({1, 1, 1, 1}, 3)));
+    pp::hex_column g5;  // the gap counts from the previous chunk's last value
+    BOOST_CHECK(pp::add_hex_column_chunk(g5, record({7, 1}, 1)));
+    BOOST_CHECK(pp::add_hex_column_chunk(g5, record({0, 2}, 1)));
+    BOOST_CHECK((g5.pairs == std::vector<uint32_t>{7, 1, 8, 2}));
+  }
+  // A sorted export's ids go delta-coded (one byte for OOV and for small
+  // steps): kept_ids_increase says when append_id can code them.
+  const std::vector<int32_t> up = {-1, 0, 3, -1, 4, 100000, -1};
+  BOOST_CHECK(pp::kept_ids_increase(up.data(), up.size()));
+  const std::vector<int32_t> down = {-1, 5, -1, 2};
+  BOOST_CHECK(!pp::kept_ids_increase(down.data(), down.size()));
+  const std::vector<int32_t> twice = {3, 3};
+  BOOST_CHECK(!pp::kept_ids_increase(twice.data(), twice.size()));
+  std::vector<char> c;
+  int32_t prev = -1;
+  for (int32_t id : up) pp::append_id(c, id, prev);
+  BOOST_CHECK_LE(c.size(), up.size() + 3);
+  std::vector<int32_t> back;
+  int32_t dec = -1;
+  BOOST_CHECK(pp::decode_ids(c, dec, back) && back == up);
 }
 
 BOOST_AUTO_TEST_CASE(hex_runs_round_trip_mixed_with_strings) {
