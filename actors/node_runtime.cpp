@@ -160,6 +160,10 @@ struct node_shared {
   clock_type::time_point started_at = clock_type::now();
   clock_type::time_point job_started_at{};
   double join_s = 0;
+  // [cluster] thread_slice_us as applied at the start (0: the kernel's
+  // default), and whether the kernel reported it back.
+  uint32_t slice_us = 0;
+  bool slice_applied = false;
   double run_s = 0;
 
   void set_exit(int code, std::string reason) {
@@ -1259,6 +1263,15 @@ void write_reports(const node_options& opts, node_shared& sh, int code, const st
   w.field("data_plane", sh.dp ? sh.dp->name() : std::string("none"));
   // What libgomp read at this process's start (kernels/cpu/omp_policy.hpp).
   w.field("omp_wait_policy", kernels::cpu::omp_wait_policy_in_effect());
+  // The time slice asked for, whether the kernel took it (6.12+), and what
+  // /proc/self/task/*/sched shows for the threads still running now (6.6+).
+  {
+    const auto ps = kernels::cpu::process_thread_slices();
+    w.key("thread_slice").begin_object();
+    w.field("requested_us", int64_t{sh.slice_us}).field("applied", sh.slice_applied);
+    w.field("threads", int64_t{ps.threads}).field("min_us", int64_t{ps.min_us}).field("max_us", int64_t{ps.max_us});
+    w.end_object();
+  }
   w.key("timings").begin_object();
   w.field("join_s", sh.join_s).field("total_s", seconds_since(sh.started_at)).end_object();
   if (sh.dp) {
@@ -1339,6 +1352,8 @@ int run_node(const node_options& opts, const registry& reg) {
     if (us > 0) {
       auto why = kernels::cpu::set_thread_slice_us(uint32_t(us));
       if (!why.empty()) log_warn("thread_slice_us = " + std::to_string(us) + " not applied: " + why);
+      sh->slice_us = uint32_t(us);
+      sh->slice_applied = why.empty() && kernels::cpu::thread_slice_us() == uint32_t(us);
     }
   }
   if (opts.join_timeout_s) sh->cluster.runtime.join_timeout_s = *opts.join_timeout_s;

@@ -5,8 +5,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 namespace hetflow::kernels::cpu {
 namespace {
@@ -55,6 +60,26 @@ uint32_t thread_slice_us() {
 #else
   return 0;
 #endif
+}
+
+process_slices process_thread_slices() {
+  process_slices r;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "sched");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("se.slice", 0) != 0) continue;
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) break;
+      const auto us = static_cast<uint32_t>(std::strtoull(line.c_str() + colon + 1, nullptr, 10) / 1000);
+      r.min_us = r.threads == 0 ? us : std::min(r.min_us, us);
+      r.max_us = std::max(r.max_us, us);
+      ++r.threads;
+      break;
+    }
+  }
+  return r;
 }
 
 }  // namespace hetflow::kernels::cpu

@@ -33,4 +33,13 @@ std::string set_thread_slice_us(uint32_t us);
 // not known, e.g. before 6.12 or sched_getattr failed).
 uint32_t thread_slice_us();
 
+// Every thread of this process as /proc/self/task/*/sched shows it
+// ("se.slice", in ns; kernel 6.6+): how many, and the smallest and largest
+// slice in microseconds. threads = 0 where the kernel shows no slice.
+struct process_slices {
+  int threads = 0;
+  uint32_t min_us = 0, max_us = 0;
+};
+process_slices process_thread_slices();
+
 }  // namespace hetflow::kernels::cpu

@@ -61,3 +61,34 @@ json_get "$topo.json" 'all(r["latency_us"] > 0 and r["gbytes_per_s"] > 0 for r i
 sent=$(json_get "$topo.json" '[n for n in d["nodes"] if n["node"] == "n0"][0]["data_plane_stats"]["messages_sent"]')
 [[ $sent == 200136 ]] || fail "transport_bench: node 0 sent $sent messages, want 200136 (pings, warm-up, timed)"
 pass "transport_bench measures every size"
+
+# Every thread of every node runs on the node's time slice ([cluster]
+# thread_slice_us, default 100 us; HETFLOW_THREAD_SLICE_US overrides, 0 =
+# the kernel's own), as each node's report shows it (nodes[].thread_slice,
+# read from /proc/self/task/*/sched at the job's end). Kernels before 6.12
+# take no per-thread slice (applied: false): then only the request is checked.
+topo="$HETFLOW_SCRATCH/slice.toml"
+write_topology "$topo" $((base + 20)) 2 caf 'kind = "skeleton"' 'tensors = 10' 'tensor_bytes = "64KiB"'
+for want in default 250 0; do
+  us=$want
+  envs=()
+  if [[ $want == default ]]; then us=100; else envs=("HETFLOW_THREAD_SLICE_US=$want"); fi
+  timeout 60 env "${envs[@]}" "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.out" 2>&1 ||
+    { cat "$topo.out"; fail "thread slice $want: the run failed"; }
+  json_get "$topo.json" "all(n['thread_slice']['requested_us'] == $us for n in d['nodes']) and len(d['nodes']) == 2" |
+    grep -q True || { python3 -m json.tool "$topo.json"; fail "thread slice $want: want $us us requested on both nodes"; }
+  if ((us > 0)); then
+    applied=$(json_get "$topo.json" "all(n['thread_slice']['applied'] for n in d['nodes'])")
+    if [[ $applied == True ]]; then
+      json_get "$topo.json" "all(s['threads'] >= 3 and s['min_us'] == s['max_us'] == $us for s in (n['thread_slice'] for n in d['nodes']))" |
+        grep -q True || { python3 -m json.tool "$topo.json"; fail "thread slice $want: a thread of a node is not on $us us"; }
+      pass "thread slice $want: every thread of both nodes on $us us"
+    else
+      pass "thread slice $want: requested; this kernel ($(uname -r)) takes no per-thread slice"
+    fi
+  else
+    json_get "$topo.json" "all(not n['thread_slice']['applied'] and (n['thread_slice']['threads'] == 0 or n['thread_slice']['min_us'] > 100) for n in d['nodes'])" |
+      grep -q True || { python3 -m json.tool "$topo.json"; fail "thread slice 0: want the kernel's default slice"; }
+    pass "thread slice 0: the kernel's default slice"
+  fi
+done
