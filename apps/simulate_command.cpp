@@ -174,7 +174,8 @@ struct estimates {
 //
 //   step_ms = max over workers of compute(all units)
 //           + max over shards k of ( W x 2 x bytes_k / bandwidth     every worker's push and pull of k's weights
-//                                   + W x update_ms x bytes_k / params  k's optimizer steps, one per push
+//                                   + W x update_ms x bytes_k / params  k's optimizer steps, one per push, on
+//                                                                       the kind of k's node
 //                                   + 2 x latency )                     the last push, then the pull's answer
 //
 // Each shard has a link of its own (the shards run on several nodes); the
@@ -242,9 +243,20 @@ void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db
   p.gbps = in.gbps;
   p.latency_us = in.latency_us;
   for (const auto& kind : in.worker_kinds) p.worker_ms = std::max(p.worker_ms, at.compute_ms(kind, 0, at.units.size() - 1));
-  const double update = at.update_ms(in.server_kind, 0, at.units.size() - 1);
+  // Each shard steps on its own node's device kind (the profile's kind of
+  // the node's first device, as the ralp server's; the server's when none).
+  auto shard_kind = [&](int k) {
+    const topology::node_spec* n =
+        std::size_t(k) < po->shard_nodes.size() ? c.find_node(po->shard_nodes[std::size_t(k)]) : nullptr;
+    if (n != nullptr && !n->devices.empty()) {
+      std::string kind = topology::device_profile_kind(n->devices.front(), at);
+      if (!kind.empty() && at.devices.count(kind)) return kind;
+    }
+    return in.server_kind;
+  };
   for (int k = 0; k < shards; ++k) {
     const double b = double(pl.bytes_of[std::size_t(k)]);
+    const double update = at.update_ms(shard_kind(k), 0, at.units.size() - 1);
     const double transfer = W * 2.0 * b / (in.gbps * 1e9 / 8.0 / 1e3) + 2.0 * in.latency_us / 1e3;
     const double server = params > 0 ? W * update * b / double(params) : 0.0;
     if (transfer + server > p.transfer_ms + p.server_ms) {

@@ -154,6 +154,40 @@ if "$HETFLOW" simulate "$r2.badcut.toml" >"$r2.badcut.out" 2>&1; then fail "simu
 grep -q "ralp_cut = 9 is not a unit boundary of the model (1..7)" "$r2.badcut.out" || { cat "$r2.badcut.out"; fail "simulate: ralp_cut = 9: no clear error"; }
 pass "simulate prices ps (busiest shard) and ralp (its ralp_cut) by their cost models; a bad ralp_cut is named"
 
+# Each ps shard steps on its own node's kind: a profile file with a "fast"
+# kind and a "slow" one (20x the optimizer step), the second shard on the
+# slow node: the busiest shard's update time is the slow kind's, for that
+# shard's bytes (simulate does not start nodes: the ports are never opened).
+"$HETFLOW" profile "$ps2" --out "$HETFLOW_SCRATCH/kinds.json" >"$HETFLOW_SCRATCH/kinds.out" 2>&1 ||
+  { cat "$HETFLOW_SCRATCH/kinds.out"; fail "profile --out for the kinds"; }
+python3 - "$HETFLOW_SCRATCH/kinds.json" <<'PY' || fail "could not make the fast/slow profile file"
+import json, sys
+d = json.load(open(sys.argv[1]))
+(kind, dev), = d["devices"].items()
+fast = dict(dev, update_ms=1.0)
+slow = dict(dev, update_ms=20.0)
+d["devices"] = {"fast": fast, "slow": slow}
+for u in d["units"]:
+    t = u["devices"][kind]
+    u["devices"] = {"fast": t, "slow": t}
+json.dump(d, open(sys.argv[1], "w"))
+PY
+kinds="$HETFLOW_SCRATCH/kinds.toml"
+write_topology "$kinds" 8895 3 auto "${common[@]}" 'epochs = 1' 'train_size = 2688' 'strategy = "ps"' \
+  'ps_workers = ["n0"]' 'ps_nodes = ["n1", "n2"]' "profile_file = \"$HETFLOW_SCRATCH/kinds.json\""
+sed -i -E 's/^(port = 889[56])$/\1\ndevices = [ { kind = "cpu", threads = 1, profile = "fast" } ]/;
+           s/^(port = 8897)$/\1\ndevices = [ { kind = "cpu", threads = 1, profile = "slow" } ]/' "$kinds"
+sim_check "$kinds" 'assert d["strategy"] == "ps" and d["shards"] == 2 and d["workers"] == 1, d'
+python3 - "$kinds.sim.json" "$HETFLOW_SCRATCH/kinds.json" <<'PY' || { cat "$kinds.sim.json"; fail "simulate: a ps shard did not step on its own node's kind"; }
+import json, sys
+d, prof = (json.load(open(f)) for f in sys.argv[1:3])
+params = sum(u["params_bytes"] for u in prof["units"])
+b = d["bytes_per_step"] / (2 * d["workers"])  # the busiest shard's bytes
+want = d["workers"] * 20.0 * b / params        # its W optimizer steps on the slow kind, pro rata
+assert abs(d["server_ms"] - want) <= 1e-6 * want, (d["server_ms"], want)
+PY
+pass "simulate: each ps shard steps on its own node's kind (the busiest, on the slow node, at 20x)"
+
 # --- bad settings
 bad="$HETFLOW_SCRATCH/bad.toml"
 write_topology "$bad" 8860 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280' 'strategy = "ralp"' 'ralp_node = "n7"'
