@@ -23,9 +23,11 @@
 //
 //   the split (several nodes, no [job] shard_weights; both modes)
 //   pp_shard_i            pp_vocab (head)
-//     -- (ppcap, i, milli-cores) -->  waits for every node still up (a lost
-//                                     one: the others' mean), or fails after
-//                                     request_timeout naming the silent ones
+//     -- (ppcap, i, milli-cores, rows/s) -->  waits for every node still up
+//                                     (a lost one: the others' mean), or fails
+//                                     after request_timeout naming the silent
+//                                     ones; rows/s: its pass-1 speed with
+//                                     split_by = "speed" (0 with "cores")
 //     <-- (ppsplit, weights) ------  to every node: shard i's share of the
 //                                     input bytes is weight i / their sum
 //
@@ -142,6 +144,11 @@ struct job_config {
   // [job] shard_weights: one per node (the input cut in proportion); empty:
   // the nodes' cores, measured at the start (one node: its whole input).
   std::vector<uint64_t> weights;
+  // [job] split_by = "speed": the measured split weighs each node's cores by
+  // its pass-1 speed (pass1_rows_per_s over split_speed_seconds); "cores":
+  // the cores alone.
+  bool split_by_speed = false;
+  double split_speed_seconds = 0.03;
   bool measure_split() const { return shards > 1 && weights.empty(); }
 };
 
@@ -166,6 +173,8 @@ job_config config_of(const topology::cluster& c) {
   j.opt.hash_merge = p.get_bool("hash_merge", true);
   j.chunk_bytes = static_cast<uint64_t>(p.get_int("chunk_bytes", 1 << 20));
   j.request_timeout_s = p.get_number("request_timeout", 60.0);
+  j.split_by_speed = p.get_string("split_by", "cores") == "speed";
+  j.split_speed_seconds = p.get_number("split_speed_time", 0.03);
   j.shards = static_cast<int>(c.nodes.size());
   for (int64_t w : p.get_ints("shard_weights")) j.weights.push_back(static_cast<uint64_t>(std::max<int64_t>(1, w)));
   return j;
@@ -204,6 +213,24 @@ double drill_cap_delay(const std::string& node) {
 uint64_t node_weight(const job_config& cfg) {
   const double cores = pp::probe_resources().capacity_cores(cfg.opt.parallelism);
   return std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(cores * 1000)));
+}
+
+// This node's pass-1 speed for a split by speed (pass1_rows_per_s), in rows
+// per second; 0 for a split by cores. Test only:
+// HETFLOW_DRILL_PP_SPEED=NODE:FACTOR multiplies node NODE's.
+uint64_t node_speed(const job_config& cfg, const std::string& node) {
+  if (!cfg.split_by_speed) return 0;
+  double r = pp::pass1_rows_per_s(cfg.split_speed_seconds);
+  if (const char* d = std::getenv("HETFLOW_DRILL_PP_SPEED"); d != nullptr) {
+    const std::string v = d;
+    const auto colon = v.rfind(':');
+    if (colon != std::string::npos && v.substr(0, colon) == node) r *= std::max(0.0, std::atof(v.c_str() + colon + 1));
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "pass-1 speed: %.2fM rows/s a core (%.0f ms of parsing and counting)", r / 1e6,
+                cfg.split_speed_seconds * 1e3);
+  log_info(buf);
+  return std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(r)));
 }
 
 std::string mib(uint64_t b) {
@@ -917,12 +944,13 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         // go to the coordinator, which sends every node all of them.
         auto v = st->svc->find_actor(vocab_actor);
         if (!v) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
+        const uint64_t speed = node_speed(cfg, st->svc->node_name());
         if (const double d = drill_cap_delay(st->svc->node_name()); d > 0) {
           log_info("drill: the cores report held back " + std::to_string(d).substr(0, 4) + " s");
           self->delayed_send(v, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(d)),
-                             pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg));
+                             pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg), speed);
         } else {
-          self->send(v, pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg));
+          self->send(v, pp_cap_atom::value, static_cast<uint32_t>(st->index), node_weight(cfg), speed);
         }
         st->split_wait.emplace(st->me, std::string(vocab_actor) + " on the head",
                                "the input's split (every node's cores)", kernels::waits::span{st->tk, "wait: split"});
@@ -1101,6 +1129,7 @@ struct vocab_state {
   };
   std::vector<reassignment> reassigned;
   std::vector<uint64_t> caps;  // measured split: each node's milli-cores (0: not yet)
+  std::vector<double> speeds;  // split by speed: each node's pass-1 rows/s (0: not yet)
   bool split_sent = false;
   std::string split_json;      // how the input was cut, for the report
   clock_type::time_point split_t0;  // the job's start: request_timeout for the split counts from it
@@ -1145,26 +1174,39 @@ void finish_merge(caf::event_based_actor* self, vocab_state& st) {
 }
 
 // The split as used: logged, and kept for the report ({"by", "nodes": [{node,
-// weight, share}]}).
+// weight, share}]}; by speed also each node's rows_per_s, 0 for a node lost
+// before it said). Weights by cores or speed are milli-cores (by speed at
+// the fastest node's speed), shown as cores.
 void describe_split(vocab_state& st, const std::vector<uint64_t>& w, const std::string& by) {
   double sum = 0;
   for (uint64_t x : w) sum += static_cast<double>(x);
-  const bool cores = by == "cores";
+  const bool cores = by == "cores", speed = by == "speed";
   json_writer j;
   j.begin_object().field("by", by).key("nodes").begin_array();
   std::string line;
   for (std::size_t i = 0; i < w.size(); ++i) {
-    const double weight = cores ? static_cast<double>(w[i]) / 1000 : static_cast<double>(w[i]);
+    const double weight = cores || speed ? static_cast<double>(w[i]) / 1000 : static_cast<double>(w[i]);
     const double share = sum > 0 ? static_cast<double>(w[i]) / sum : 0;
-    j.begin_object().field("node", st.shard_nodes[i]).field("weight", weight).field("share", share).end_object();
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%s %g (%.0f%%)", i ? ", " : "", st.shard_nodes[i].c_str(), weight, 100 * share);
+    const double rate = speed && i < st.speeds.size() ? st.speeds[i] : 0;
+    j.begin_object().field("node", st.shard_nodes[i]).field("weight", weight).field("share", share);
+    if (speed) j.field("rows_per_s", rate);
+    j.end_object();
+    char buf[128];
+    if (speed)
+      std::snprintf(buf, sizeof buf, "%s%s %g (%.0f%%; %.2fM rows/s a core)", i ? ", " : "", st.shard_nodes[i].c_str(),
+                    weight, 100 * share, rate / 1e6);
+    else
+      std::snprintf(buf, sizeof buf, "%s%s %g (%.0f%%)", i ? ", " : "", st.shard_nodes[i].c_str(), weight, 100 * share);
     line += buf;
   }
   j.end_array().end_object();
   st.split_json = j.str();
   if (w.size() > 1)
-    log_info("input split by " + std::string(cores ? "the nodes' cores" : "[job] shard_weights") + ": " + line);
+    log_info("input split by " +
+             std::string(cores   ? "the nodes' cores"
+                         : speed ? "the nodes' cores x their pass-1 speed"
+                                 : "[job] shard_weights") +
+             ": " + line);
 }
 
 // Measured split: once every node still up has sent its cores, every node
@@ -1181,8 +1223,9 @@ void maybe_send_split(caf::event_based_actor* self, vocab_state& st) {
   std::vector<uint64_t> w = st.caps;
   for (auto& c : w)
     if (c == 0) c = known ? std::max<uint64_t>(1, sum / known) : 1000;
+  if (st.cfg.split_by_speed) w = pp::split_weights(st.caps, st.speeds);
   st.split_sent = true;
-  describe_split(st, w, "cores");
+  describe_split(st, w, st.cfg.split_by_speed ? "speed" : "cores");
   const auto wire = encode_weights(w);
   for (int n : std::set<int>(st.holder.begin(), st.holder.end())) {
     if (st.lost.count(n)) continue;
@@ -1327,7 +1370,10 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   for (int i = 0; i < st->cfg.shards; ++i) st->holder.push_back(i);
   st->reports.resize(static_cast<std::size_t>(st->cfg.shards));
   st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
-  if (st->cfg.measure_split()) st->caps.assign(static_cast<std::size_t>(st->cfg.shards), 0);  // a report may come first
+  if (st->cfg.measure_split()) {  // a report may come first
+    st->caps.assign(static_cast<std::size_t>(st->cfg.shards), 0);
+    st->speeds.assign(static_cast<std::size_t>(st->cfg.shards), 0);
+  }
   self->set_default_handler(caf::skip);
   return {
     [self, st](start_atom) {
@@ -1343,12 +1389,14 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       }
       if (st->failover || !st->split_sent) self->send(self, pp_tick_atom::value);
     },
-    [self, st](pp_cap_atom, uint32_t node, uint64_t milli_cores) {
-      if (node >= static_cast<uint32_t>(st->cfg.shards) || !st->cfg.measure_split())
+    [self, st](pp_cap_atom, uint32_t node, uint64_t milli_cores, uint64_t rows_per_s) {
+      if (node >= static_cast<uint32_t>(st->cfg.shards) || !st->cfg.measure_split() ||
+          (st->cfg.split_by_speed && rows_per_s == 0))
         return vocab_fail(self, *st, "bad cores report from node index " + std::to_string(node) +
                                          " (nodes running different hetflow builds?)");
       if (st->split_sent) return;  // from a node given up on
       st->caps[node] = std::max<uint64_t>(1, milli_cores);
+      st->speeds[node] = double(rows_per_s);
       maybe_send_split(self, *st);
     },
     [self, st](pp_tick_atom) {
@@ -1499,7 +1547,14 @@ void add_preprocess(registry& reg) {
       "threads per node; 0 = auto (free cores, cgroup quota, load; re-checked while running)", 0.0, 4096.0);
   key("shard_weights", key_type::size_list, false, std::nullopt,
       "one positive integer per node: node i's share of the input is its weight over their sum (default: each "
-      "node's cores, measured at the start)");
+      "node's cores, measured at the start, and with split_by = \"speed\" their speed)");
+  key("split_by", key_type::string, false, std::string("cores"),
+      "the measured split (no shard_weights): cores (each node's usable cores) or speed (its cores x its pass-1 "
+      "speed, timed for split_speed_time at the start: for CPUs of different speeds or busy cores)",
+      {}, {}, {"cores", "speed"});
+  key("split_speed_time", key_type::duration, false, 0.03,
+      "split_by = \"speed\": how long each node times pass 1 at the start (tens of ms see a shared core)", 0.001,
+      10.0);
   key("chunk_bytes", key_type::size, false, int64_t{1} << 20,
       "largest count / vocabulary message between nodes", 4096.0, double(64 << 20));
   key("request_timeout", key_type::duration, false, 60.0, "how long a node waits for a peer's reply", 0.1,

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hetflow::kernels::preprocess {
 
@@ -45,6 +46,25 @@ struct resource_snapshot {
 };
 
 resource_snapshot probe_resources(const std::string& root = "/");
+
+// This thread's speed at pass 1's kind of work, in rows per second of wall
+// time: parsing a fixed block of synthetic Criteo rows (the same bytes on
+// every machine, made once per process) and counting their 26 columns in
+// open-addressing tables as count_shard does, again and again for
+// `seconds` (after one untimed pass). What one core of this node gives
+// now: an older or slower CPU reads lower, and so does a core that other
+// work (another process, a hypervisor's other guests) takes turns on - as
+// long as `seconds` spans several of the scheduler's slices of that work
+// (tens of ms: a 2 ms window read full speed or a third of it beside a
+// busy loop on the same core). The preprocess job's split by speed
+// ([job] split_by = "speed") weighs each node's cores by it.
+double pass1_rows_per_s(double seconds = 0.03);
+
+// The split's weights by cores and speed: node i's milli-cores x its rows/s
+// over the fastest node's (at least 1 each). A node whose cores or speed
+// are unknown (0: lost before it said) weighs the mean of the others (1000
+// when none is known).
+std::vector<uint64_t> split_weights(const std::vector<uint64_t>& milli_cores, const std::vector<double>& rows_per_s);
 
 // The degree of parallelism: `forced` (> 0) wins; otherwise the free cores
 // (rounded, at least 1), lowered until `per_worker_bytes` each fit in

@@ -122,6 +122,22 @@ for r in "vocab-w 3 1 0.75" "hash-w 1 4 0.2"; do
   json_get "$S/$name.json" "abs(sorted(d['shards'], key=lambda s: s['shard'])[0]['rows'] / d['rows'] - $share) < 0.01" |
     grep -q True || { python3 -m json.tool "$S/$name.json"; fail "$name: part 0 does not hold $share of the rows"; }
 done
+# split_by = "speed": each node times pass 1 at the start and its cores are
+# weighed by that speed; the drill makes n1 read a tenth of what it measured,
+# so n0 takes most of the input whatever the machine's load. The same bytes
+# as one node.
+HETFLOW_DRILL_PP_SPEED=n1:0.1 run vocab-s 2 7927 'categorical = { mode = "vocab", min_count = 3 }' \
+  'split_by = "speed"' 'split_speed_time = "20ms"' 'chunk_bytes = "64KiB"' ||
+  { cat "$S/vocab-s.log"; fail "vocab: 2-node run with split_by = speed"; }
+same_as_vocab_1 vocab-s "vocab, split_by = speed"
+json_get "$S/vocab-s.json" 'd["split"]["by"] == "speed" and all(n["rows_per_s"] > 0 for n in d["split"]["nodes"]) and d["split"]["nodes"][0]["share"] > 0.6 and abs(sum(n["share"] for n in d["split"]["nodes"]) - 1) < 1e-4' |
+  grep -q True || { python3 -m json.tool "$S/vocab-s.json"; fail "split_by = speed: the report's split"; }
+json_get "$S/vocab-s.json" 'all(abs(s["bytes"] - n["share"] * sum(x["bytes"] for x in d["shards"])) < 8192 for s, n in zip(sorted(d["shards"], key=lambda s: s["shard"]), d["split"]["nodes"]))' |
+  grep -q True || { python3 -m json.tool "$S/vocab-s.json"; fail "split_by = speed: the parts do not follow the split's shares"; }
+grep -q "\[n1\] .*pass-1 speed: [0-9.]*M rows/s a core (20 ms" "$S/vocab-s.log" &&
+  grep -q "input split by the nodes' cores x their pass-1 speed: n0 " "$S/vocab-s.log" ||
+  { cat "$S/vocab-s.log"; fail "split_by = speed: no speed or split line"; }
+pass "vocab: split_by = speed weighs the nodes' cores by their measured pass-1 speed (n0 $(json_get "$S/vocab-s.json" 'round(d["split"]["nodes"][0]["share"], 3)')); == 1 node byte for byte"
 write_topology "$S/badw.toml" 7948 2 auto 'kind = "preprocess"' "inputs = [\"$S/a.tsv\"]" 'shard_weights = [1]'
 "$HETFLOW" validate "$S/badw.toml" >"$S/badw.log" 2>&1 && { cat "$S/badw.log"; fail "shard_weights: 1 weight for 2 nodes accepted"; }
 grep -q "shard_weights needs one weight per node (2), got 1" "$S/badw.log" || { cat "$S/badw.log"; fail "shard_weights: no clear error"; }

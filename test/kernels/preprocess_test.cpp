@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cmath>
 #include <cstring>
@@ -1816,6 +1817,27 @@ BOOST_AUTO_TEST_CASE(cgroup_v2_limits) {
   // Memory: 1 GiB free, 300 MiB per worker -> 3 workers.
   BOOST_CHECK_EQUAL(pp::choose_parallelism(s, 0, 0, 300u << 20, 0, 64), 3);
   BOOST_CHECK_EQUAL(pp::choose_parallelism(s, 0, 0, 300u << 20, 600u << 20, 64), 2);
+}
+
+BOOST_AUTO_TEST_CASE(split_by_speed_weighs_each_nodes_cores_by_its_pass1_speed) {
+  // [job] split_by = "speed": milli-cores x rows/s over the fastest node's.
+  using w = std::vector<uint64_t>;
+  BOOST_CHECK(pp::split_weights({1000, 1000}, {4e6, 2e6}) == (w{1000, 500}));
+  BOOST_CHECK(pp::split_weights({2000, 1000}, {2e6, 4e6}) == (w{1000, 1000}));  // 2 slow cores = 1 fast one
+  BOOST_CHECK(pp::split_weights({500, 4000}, {3e6, 3e6}) == (w{500, 4000}));    // alike CPUs: the cores alone
+  // A node lost before it said (0 cores, or no speed) weighs the others' mean.
+  BOOST_CHECK(pp::split_weights({1000, 0, 1000}, {4e6, 0, 2e6}) == (w{1000, 750, 500}));
+  BOOST_CHECK(pp::split_weights({1000, 1000, 1000}, {4e6, 0, 2e6}) == (w{1000, 750, 500}));
+  BOOST_CHECK(pp::split_weights({0, 0}, {}) == (w{1000, 1000}));
+  BOOST_CHECK(pp::split_weights({1000, 1000}, {1e9, 1}) == (w{1000, 1}));  // at least 1
+  // The speed itself: parsing and counting real rows for the time asked.
+  const auto t0 = std::chrono::steady_clock::now();
+  const double r = pp::pass1_rows_per_s(0.02);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(r > 1e4);   // any machine parses more than 10k rows a second
+  BOOST_TEST(r < 1e9);
+  BOOST_TEST(took >= 0.02);
+  BOOST_TEST(took < 5.0);
 }
 
 BOOST_AUTO_TEST_CASE(governor_follows_the_free_cores_and_pins_when_forced) {
