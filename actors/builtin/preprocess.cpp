@@ -196,16 +196,22 @@ std::optional<std::vector<uint64_t>> decode_weights(const std::vector<char>& b, 
   return w;
 }
 
+// Test drills: environment variable `var` = NODE:NUMBER; the number (>= 0)
+// on node NODE, nothing elsewhere.
+std::optional<double> drill_for(const char* var, const std::string& node) {
+  const char* d = std::getenv(var);
+  if (d == nullptr) return std::nullopt;
+  const std::string v = d;
+  const auto colon = v.rfind(':');
+  if (colon == std::string::npos || v.substr(0, colon) != node) return std::nullopt;
+  return std::max(0.0, std::atof(v.c_str() + colon + 1));
+}
+
 // Test only: HETFLOW_DRILL_PP_CAP_DELAY=NODE:SECONDS holds node NODE's
 // cores report back that long (it_preprocess_run kills the node meanwhile:
 // a node lost before the split). 0 elsewhere.
 double drill_cap_delay(const std::string& node) {
-  const char* d = std::getenv("HETFLOW_DRILL_PP_CAP_DELAY");
-  if (d == nullptr) return 0;
-  const std::string v = d;
-  const auto colon = v.rfind(':');
-  if (colon == std::string::npos || v.substr(0, colon) != node) return 0;
-  return std::max(0.0, std::atof(v.c_str() + colon + 1));
+  return drill_for("HETFLOW_DRILL_PP_CAP_DELAY", node).value_or(0.0);
 }
 
 // This node's weight in the split (resource_snapshot::capacity_cores), in
@@ -220,12 +226,7 @@ uint64_t node_weight(const job_config& cfg) {
 // HETFLOW_DRILL_PP_SPEED=NODE:FACTOR multiplies node NODE's.
 uint64_t node_speed(const job_config& cfg, const std::string& node) {
   if (!cfg.split_by_speed) return 0;
-  double r = pp::pass1_rows_per_s(cfg.split_speed_seconds);
-  if (const char* d = std::getenv("HETFLOW_DRILL_PP_SPEED"); d != nullptr) {
-    const std::string v = d;
-    const auto colon = v.rfind(':');
-    if (colon != std::string::npos && v.substr(0, colon) == node) r *= std::max(0.0, std::atof(v.c_str() + colon + 1));
-  }
+  const double r = pp::pass1_rows_per_s(cfg.split_speed_seconds) * drill_for("HETFLOW_DRILL_PP_SPEED", node).value_or(1.0);
   char buf[128];
   std::snprintf(buf, sizeof buf, "pass-1 speed: %.2fM rows/s a core (%.0f ms of parsing and counting)", r / 1e6,
                 cfg.split_speed_seconds * 1e3);
@@ -1214,16 +1215,10 @@ void describe_split(vocab_state& st, const std::vector<uint64_t>& w, const std::
 // others; its shard goes to a survivor, check_lost).
 void maybe_send_split(caf::event_based_actor* self, vocab_state& st) {
   if (st.split_sent || st.done || !st.cfg.measure_split()) return;
-  uint64_t sum = 0, known = 0;
-  for (int n = 0; n < st.cfg.shards; ++n) {
-    const uint64_t c = st.caps[std::size_t(n)];
-    if (c > 0) sum += c, ++known;
-    else if (!st.lost.count(n) && !st.svc->node_lost(st.shard_nodes[std::size_t(n)])) return;
-  }
-  std::vector<uint64_t> w = st.caps;
-  for (auto& c : w)
-    if (c == 0) c = known ? std::max<uint64_t>(1, sum / known) : 1000;
-  if (st.cfg.split_by_speed) w = pp::split_weights(st.caps, st.speeds);
+  for (int n = 0; n < st.cfg.shards; ++n)
+    if (st.caps[std::size_t(n)] == 0 && !st.lost.count(n) && !st.svc->node_lost(st.shard_nodes[std::size_t(n)]))
+      return;
+  const std::vector<uint64_t> w = pp::split_weights(st.caps, st.cfg.split_by_speed ? st.speeds : std::vector<double>{});
   st.split_sent = true;
   describe_split(st, w, st.cfg.split_by_speed ? "speed" : "cores");
   const auto wire = encode_weights(w);

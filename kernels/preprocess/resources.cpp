@@ -272,7 +272,11 @@ double pass1_rows_per_s(double seconds) {
 
 std::vector<uint64_t> split_weights(const std::vector<uint64_t>& milli_cores, const std::vector<double>& rows_per_s) {
   const std::size_t n = milli_cores.size();
-  auto rate = [&](std::size_t i) { return i < rows_per_s.size() && rows_per_s[i] > 0 ? rows_per_s[i] : 0.0; };
+  const bool by_cores = rows_per_s.empty();
+  auto rate = [&](std::size_t i) {
+    if (by_cores) return 1.0;
+    return i < rows_per_s.size() && rows_per_s[i] > 0 ? rows_per_s[i] : 0.0;
+  };
   double fastest = 0;
   for (std::size_t i = 0; i < n; ++i)
     if (milli_cores[i] > 0) fastest = std::max(fastest, rate(i));

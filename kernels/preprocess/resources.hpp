@@ -60,10 +60,11 @@ resource_snapshot probe_resources(const std::string& root = "/");
 // ([job] split_by = "speed") weighs each node's cores by it.
 double pass1_rows_per_s(double seconds = 0.03);
 
-// The split's weights by cores and speed: node i's milli-cores x its rows/s
-// over the fastest node's (at least 1 each). A node whose cores or speed
-// are unknown (0: lost before it said) weighs the mean of the others (1000
-// when none is known).
+// The measured split's weights: node i's milli-cores, times its rows/s over
+// the fastest node's when `rows_per_s` is given (split_by = "speed"; empty:
+// the cores alone). At least 1 each. A node whose cores (or, by speed, its
+// speed) are unknown (0: lost before it said) weighs the mean of the others
+// (1000 when none is known).
 std::vector<uint64_t> split_weights(const std::vector<uint64_t>& milli_cores, const std::vector<double>& rows_per_s);
 
 // The degree of parallelism: `forced` (> 0) wins; otherwise the free cores

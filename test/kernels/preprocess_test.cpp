@@ -1830,6 +1830,9 @@ BOOST_AUTO_TEST_CASE(split_by_speed_weighs_each_nodes_cores_by_its_pass1_speed) 
   BOOST_CHECK(pp::split_weights({1000, 1000, 1000}, {4e6, 0, 2e6}) == (w{1000, 750, 500}));
   BOOST_CHECK(pp::split_weights({0, 0}, {}) == (w{1000, 1000}));
   BOOST_CHECK(pp::split_weights({1000, 1000}, {1e9, 1}) == (w{1000, 1}));  // at least 1
+  // split_by = "cores": no speeds, the cores alone, a lost node the others' mean.
+  BOOST_CHECK(pp::split_weights({2000, 1000}, {}) == (w{2000, 1000}));
+  BOOST_CHECK(pp::split_weights({2000, 0, 1000}, {}) == (w{2000, 1500, 1000}));
   // The speed itself: parsing and counting real rows for the time asked.
   const auto t0 = std::chrono::steady_clock::now();
   const double r = pp::pass1_rows_per_s(0.02);
