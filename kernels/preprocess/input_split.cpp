@@ -33,12 +33,28 @@ expected<std::shared_ptr<const mapped_file>> mapped_file::open(const std::string
     ::madvise(p, m->size_, MADV_SEQUENTIAL);
     m->data_ = static_cast<const char*>(p);
   }
-  ::close(fd);
+  m->fd_ = fd;
   return std::shared_ptr<const mapped_file>(std::move(m));
 }
 
 mapped_file::~mapped_file() {
   if (data_) ::munmap(const_cast<char*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+status mapped_file::read(uint64_t off, char* dst, std::size_t n) const {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd_, dst, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return make_error(errc::io_error, "cannot read input " + path_ +
+                                            (r < 0 ? std::string(": ") + std::strerror(errno)
+                                                   : std::string(" (it got shorter while the job ran)")));
+    dst += r;
+    off += static_cast<uint64_t>(r);
+    n -= static_cast<std::size_t>(r);
+  }
+  return {};
 }
 
 void mapped_file::drop_pages(uint64_t begin, uint64_t end) const noexcept {

@@ -503,6 +503,48 @@ BOOST_AUTO_TEST_CASE(staged_file_that_cannot_grow_is_a_clear_error_and_leaves_no
   BOOST_CHECK(!fs::exists(out / pp::part_file_name(0)));
 }
 
+BOOST_AUTO_TEST_CASE(input_that_gets_shorter_is_a_clear_error_in_both_passes) {
+  // Blocks are read with pread (mapped_file::read): an input cut short after
+  // it was opened is an io_error naming it, in pass 1 and in hash mode's
+  // one pass, not rows made of what is no longer there. One block for the
+  // whole file, so that cutting the blocks touches no mapped byte past the
+  // new end (that would be SIGBUS, as for any mapping).
+  fs::path d = scratch("shorter");
+  fs::create_directories(d);
+  const std::string file = (d / "in.tsv").string();
+  pp::synthetic_options g;
+  g.rows = 2000;
+  g.seed = 5;
+  BOOST_REQUIRE(pp::write_synthetic_criteo(file, g).ok());
+  const uint64_t size = fs::file_size(file);
+  for (const bool hash : {false, true}) {
+    BOOST_REQUIRE(pp::write_synthetic_criteo(file, g).ok());
+    auto in = pp::input_set::open({file});
+    BOOST_REQUIRE(in.has_value());
+    BOOST_REQUIRE_EQUAL(::truncate(file.c_str(), static_cast<off_t>(size / 2)), 0);
+    pp::preprocess_options o;
+    o.parallelism = 1;
+    o.block_bytes = std::size_t{1} << 30;
+    o.mode = hash ? pp::categorical_mode::hash : pp::categorical_mode::vocab;
+    o.hash_range = 1000;
+    const auto plan = pp::plan_shards(in->sizes(), 1);
+    std::string msg;
+    if (hash) {
+      auto r = pp::apply_shard(*in, plan[0], nullptr, (d / "part").string(), o);
+      BOOST_REQUIRE(!r.has_value());
+      BOOST_CHECK(r.error().code() == hetflow::errc::io_error);
+      msg = r.error().to_string();
+      BOOST_CHECK(!fs::exists(d / "part.tmp"));
+    } else {
+      auto r = pp::count_shard(*in, plan[0], o);
+      BOOST_REQUIRE(!r.has_value());
+      BOOST_CHECK(r.error().code() == hetflow::errc::io_error);
+      msg = r.error().to_string();
+    }
+    BOOST_CHECK_MESSAGE(msg.find(file) != std::string::npos && msg.find("shorter") != std::string::npos, msg);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- fast paths: hex keys and the fast line parser against the generic code ------
