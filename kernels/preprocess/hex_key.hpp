@@ -280,7 +280,7 @@ private:
     }
   }
 
-  // Zeroed slots. From 2 MiB on, fresh anonymous pages (already zero: no
+  // Zeroed slots. From 256 KiB on, fresh anonymous pages (already zero: no
   // memset of tables that are about to be filled at random), 2 MiB aligned
   // and on transparent huge pages where the kernel gives them (madvise
   // mode): the lookups are random, and with 4 KiB pages nearly every one of
@@ -298,14 +298,18 @@ private:
     slot_array() = default;
     explicit slot_array(std::size_t n) : n_(n) {
       const std::size_t bytes = n * sizeof(slot);
-      if (bytes >= huge_page) {
-        map_bytes_ = bytes + huge_page;
+      if (bytes >= huge_from) {
+        // Whole 2 MiB pages: a table of 256 KiB - 1 MiB takes one (on 4 KiB
+        // pages its 64-256 first touches cost ~7 us each on the PVM guest,
+        // see huge_memory.hpp; a growing column passes through all of them).
+        const std::size_t whole = (bytes + huge_page - 1) / huge_page * huge_page;
+        map_bytes_ = whole + huge_page;
         void* m = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) throw std::bad_alloc();
         map_ = m;
         const auto at = (reinterpret_cast<uintptr_t>(m) + huge_page - 1) & ~(uintptr_t{huge_page} - 1);
         p_ = reinterpret_cast<slot*>(at);
-        ::madvise(p_, bytes, MADV_HUGEPAGE);
+        ::madvise(p_, whole, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_WRITE
         (void)::madvise(p_, bytes, MADV_POPULATE_WRITE);  // best effort (see above)
 #endif
@@ -345,6 +349,7 @@ private:
 
   private:
     static constexpr std::size_t huge_page = std::size_t{2} << 20;
+    static constexpr std::size_t huge_from = std::size_t{256} << 10;
     slot* p_ = nullptr;
     std::size_t n_ = 0;
     void* map_ = nullptr;  // the mapping p_ lies in (big arrays)

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "kernels/preprocess/hex_key.hpp"
+#include "kernels/preprocess/huge_memory.hpp"
 #include "kernels/preprocess/line_parser.hpp"
 #include "kernels/preprocess/resources.hpp"
 
@@ -86,61 +87,6 @@ std::vector<block> cut_blocks(const input_set& in, const shard_plan& shard,
   }
   return blocks;
 }
-
-// Uninitialised memory for a block's buffers, reused block after block: from
-// 1 MiB on on 2 MiB-aligned anonymous pages with MADV_HUGEPAGE, so that a
-// buffer is a few TLB entries (and faults) rather than hundreds.
-class huge_buffer {
-public:
-  huge_buffer() = default;
-  huge_buffer(huge_buffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), map_(std::exchange(o.map_, nullptr)),
-        cap_(std::exchange(o.cap_, 0)), map_bytes_(std::exchange(o.map_bytes_, 0)) {}
-  huge_buffer& operator=(huge_buffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      p_ = std::exchange(o.p_, nullptr);
-      map_ = std::exchange(o.map_, nullptr);
-      cap_ = std::exchange(o.cap_, 0);
-      map_bytes_ = std::exchange(o.map_bytes_, 0);
-    }
-    return *this;
-  }
-  ~huge_buffer() { release(); }
-  // At least n bytes; the contents are not kept.
-  char* reserve(std::size_t n) {
-    if (n <= cap_) return p_;
-    release();
-    constexpr std::size_t huge = std::size_t{2} << 20;
-    if (n >= (std::size_t{1} << 20)) {
-      const std::size_t bytes = (n + huge - 1) / huge * huge;
-      map_bytes_ = bytes + huge;
-      void* m = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (m == MAP_FAILED) throw std::bad_alloc();
-      map_ = m;
-      p_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(m) + huge - 1) & ~(uintptr_t{huge} - 1));
-      ::madvise(p_, bytes, MADV_HUGEPAGE);
-      cap_ = bytes;
-    } else {
-      p_ = new char[n];
-      cap_ = n;
-    }
-    return p_;
-  }
-  char* data() const noexcept { return p_; }
-
-private:
-  void release() noexcept {
-    if (map_) ::munmap(map_, map_bytes_);
-    else delete[] p_;
-    map_ = nullptr;
-    p_ = nullptr;
-    cap_ = map_bytes_ = 0;
-  }
-  char* p_ = nullptr;
-  void* map_ = nullptr;
-  std::size_t cap_ = 0, map_bytes_ = 0;
-};
 
 // A block's bytes, read into memory with pread (mapped_file::read), then
 // fast_parse_read_bound zero bytes, so that every line of the block may take
@@ -352,12 +298,12 @@ struct hex_entry {
 };
 
 // Sorts by key (LSD radix, 8 bits a pass; keys are distinct).
-void sort_by_key(std::vector<hex_entry>& v) {
+void sort_by_key(big_vector<hex_entry>& v) {
   if (v.size() < 1024) {
     std::sort(v.begin(), v.end(), [](const hex_entry& x, const hex_entry& y) { return x.key < y.key; });
     return;
   }
-  std::vector<hex_entry> tmp(v.size());
+  big_vector<hex_entry> tmp(v.size());
   std::size_t hist[4][256] = {};
   for (const hex_entry& e : v)
     for (int k = 0; k < 4; ++k) ++hist[k][(e.key >> (8 * k)) & 0xff];
@@ -386,8 +332,8 @@ public:
 
 // A hex table's entries counted at least drop_below times, in increasing
 // value order.
-std::vector<hex_entry> sorted_hex_entries(const hex_table& h, uint64_t drop_below = 0) {
-  std::vector<hex_entry> v;
+big_vector<hex_entry> sorted_hex_entries(const hex_table& h, uint64_t drop_below = 0) {
+  big_vector<hex_entry> v;
   if (drop_below > 1) {
     std::size_t kept = 0;
     h.for_each([&](uint32_t, uint32_t, uint32_t count) { kept += count >= drop_below; });
@@ -508,13 +454,13 @@ private:
     uint32_t local, count;
   };
   bool end() {  // release as soon as consumed
-    std::vector<hex_entry>().swap(hex_);
+    big_vector<hex_entry>().swap(hex_);
     std::vector<sortable>().swap(small_);
     std::vector<long_entry>().swap(long_);
     h_ = i_ = j_ = 0;
     return false;
   }
-  std::vector<hex_entry> hex_;
+  big_vector<hex_entry> hex_;
   std::vector<sortable> small_;
   std::vector<long_entry> long_;
   uint32_t empty_local_ = no_local;
@@ -590,11 +536,11 @@ private:
 // What column_stream() hands out for a column and what finish_shard() needs.
 constexpr uint32_t dropped_owner = ~uint32_t{0};  // a local id whose string was dropped (OOV)
 struct column_ids {
-  std::vector<uint32_t> owner;  // local id -> index of its entry in the column's stream, or dropped_owner
+  big_vector<uint32_t> owner;  // local id -> index of its entry in the column's stream, or dropped_owner
   uint64_t entries = 0;         // entries the stream yielded
   uint64_t dropped = 0;         // strings (= local ids: an unspilled table) left out of the stream
   bool streamed = false;        // the stream reached its end
-  std::vector<int32_t> ids;     // entry -> id (-1 = OOV), from the merge
+  big_vector<int32_t> ids;     // entry -> id (-1 = OOV), from the merge
   int32_t oov = -1;
 };
 
@@ -890,7 +836,7 @@ expected<hex_column> shard_counts::export_column(int c) {
   }
   // In increasing value order: the merging shard then merges sorted arrays
   // in one pass (merge_hashed), and the sort is spread over the shards.
-  const std::vector<hex_entry> sorted = sorted_hex_entries(t.hex);
+  const big_vector<hex_entry> sorted = sorted_hex_entries(t.hex);
   out.pairs.resize(2 * sorted.size());
   uint32_t* w = out.pairs.data();
   uint32_t e = out.has_empty ? 1 : 0;
@@ -920,7 +866,7 @@ expected<column_merge_stats> merge_sorted(shard_counts::impl& im, int c, const s
   column_table& t = im.tables[c];
   auto& ci = im.ids[c];
   const uint32_t locals = im.next_local[c];
-  const std::vector<hex_entry> own = sorted_hex_entries(t.hex);
+  const big_vector<hex_entry> own = sorted_hex_entries(t.hex);
   t.hex.clear_and_release();
   const auto [empty_seen, empty_total] = empty_string_total(t, others);
   column_merge_stats st;
@@ -994,12 +940,12 @@ expected<column_merge_stats> merge_sorted(shard_counts::impl& im, int c, const s
 
 // Sorts (value << 32 | number) entries by value (LSD radix on the top 32 bits,
 // 11 bits a pass; values are distinct).
-void sort_by_value(std::vector<uint64_t>& v) {
+void sort_by_value(big_vector<uint64_t>& v) {
   if (v.size() < 4096) {
     std::sort(v.begin(), v.end());
     return;
   }
-  std::vector<uint64_t> tmp(v.size());
+  big_vector<uint64_t> tmp(v.size());
   std::vector<uint32_t> hist(3 * 2048, 0);
   for (uint64_t e : v)
     for (int k = 0; k < 3; ++k) ++hist[std::size_t(k) * 2048 + ((e >> (32 + 11 * k)) & 0x7ff)];
@@ -1039,7 +985,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   std::size_t bound = h.size();
   for (const hex_column* o : others) bound += o->values();
   if (others.size() == 1 && bound > h.capacity() / 10 * 8) h.reserve(bound);
-  std::vector<std::vector<uint32_t>> where(others.size());
+  std::vector<big_vector<uint32_t>> where(others.size());
   bool regrown = false;
   for (std::size_t k = 0; k < others.size(); ++k) {
     const hex_column& o = *others[k];
@@ -1065,8 +1011,8 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   const uint32_t locals = im.next_local[c];
   ci.owner.resize(locals);
   ci.ids.assign(locals, -1);  // the empty string's entry (not in the table) is set below
-  std::vector<uint64_t> kept;
-  std::vector<uint32_t> kept_count;
+  big_vector<uint64_t> kept;
+  big_vector<uint32_t> kept_count;
   column_merge_stats st;
   st.distinct = empty_seen ? 1 : 0;
   uint64_t covered = 0;
@@ -1097,7 +1043,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
     empty_id = next++;
     keep(std::string_view("", 0), empty_total);  // a non-null pointer: add() memcpys it
   }
-  std::vector<int32_t> id_of(kept.size());  // number -> id
+  big_vector<int32_t> id_of(kept.size());  // number -> id
   char buf[8];
   for (uint64_t e : kept) {
     const uint32_t number = static_cast<uint32_t>(e);
@@ -1412,14 +1358,14 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
   const std::string tmp = im.staged_path + ".tmp";
   // Local id -> id, per column (in place of the owner arrays).
   std::array<const int32_t*, sparse_columns> map{};
-  std::array<std::vector<int32_t>, sparse_columns> maps;
+  std::array<big_vector<int32_t>, sparse_columns> maps;
   for (int c = 0; c < sparse_columns; ++c) {
     auto& ci = im.ids[c];
     if (!ci.streamed || ci.ids.size() != ci.entries || ci.oov < 0)
       return make_error(errc::internal, "column C" + std::to_string(c + 1) + ": got " +
                                             std::to_string(ci.ids.size()) + " ids for " +
                                             std::to_string(ci.entries) + " vocabulary entries");
-    std::vector<int32_t>& m = maps[c];
+    big_vector<int32_t>& m = maps[c];
     m.resize(ci.owner.size());
     uint64_t dropped = 0;
     for (std::size_t l = 0; l < ci.owner.size(); ++l) {
@@ -1437,8 +1383,8 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
       return make_error(errc::internal, "column C" + std::to_string(c + 1) + ": " + std::to_string(dropped) +
                                             " local ids without a vocabulary entry for " +
                                             std::to_string(ci.dropped) + " dropped strings");
-    std::vector<uint32_t>().swap(ci.owner);
-    std::vector<int32_t>().swap(ci.ids);
+    big_vector<uint32_t>().swap(ci.owner);
+    big_vector<int32_t>().swap(ci.ids);
     map[c] = m.data();
   }
   std::array<int, sparse_columns> big{};

@@ -33,6 +33,7 @@
 #include "kernels/preprocess/line_parser.hpp"
 #include "kernels/preprocess/preprocess.hpp"
 #include "kernels/preprocess/resources.hpp"
+#include "kernels/preprocess/huge_memory.hpp"
 #include "kernels/preprocess/synthetic_criteo.hpp"
 
 namespace fs = std::filesystem;
@@ -567,6 +568,36 @@ uint64_t next_random(uint64_t& s) {
 }
 
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(big_vectors_keep_their_contents_across_the_huge_page_threshold) {
+  // big_vector grows through operator new and then its own 2 MiB-aligned
+  // mappings (huge_memory.hpp): the contents survive every reallocation,
+  // and the big arrays start on a 2 MiB boundary.
+  pp::big_vector<uint32_t> v;
+  for (uint32_t i = 0; i < (3u << 20); ++i) {
+    v.push_back(i * 2654435761u);
+    if (v.size() * sizeof(uint32_t) >= pp::huge_memory_from && (i & 0xffff) == 0)
+      BOOST_REQUIRE_EQUAL(reinterpret_cast<uintptr_t>(v.data()) % pp::huge_page_bytes, 0u);
+  }
+  for (uint32_t i = 0; i < v.size(); ++i)
+    if (v[i] != i * 2654435761u) BOOST_FAIL("entry " << i << " lost");
+  pp::big_vector<uint32_t> w(v);  // a copy, then a swap and a release
+  pp::big_vector<uint32_t>().swap(v);
+  BOOST_CHECK(v.empty());
+  BOOST_CHECK_EQUAL(w.size(), std::size_t{3} << 20);
+  BOOST_CHECK_EQUAL(w.back(), ((3u << 20) - 1) * 2654435761u);
+  pp::huge_buffer b;
+  char* p = b.reserve(100);
+  std::memset(p, 1, 100);
+  BOOST_CHECK(b.reserve(50) == p);  // no shrinking, no new buffer
+  p = b.reserve((std::size_t{1} << 20) + 1);
+  BOOST_CHECK_EQUAL(reinterpret_cast<uintptr_t>(p) % pp::huge_page_bytes, 0u);
+  std::memset(p, 2, pp::huge_page_bytes);  // rounded up to a whole 2 MiB page: all of it is usable
+  BOOST_CHECK(b.reserve(pp::huge_page_bytes) == p);
+  pp::huge_buffer moved(std::move(b));
+  BOOST_CHECK(moved.data() == p);
+  BOOST_CHECK(b.data() == nullptr);
+}
 
 BOOST_AUTO_TEST_CASE(hex8_is_exactly_eight_lowercase_hex_digits) {
   // Every byte value at every position of a valid id.
