@@ -141,15 +141,17 @@ void plan_pinning(const topology::cluster& cl, std::vector<child>& children) {
   for (const auto& c : children)
     if (!cl.nodes[std::size_t(c.index)].cpus.empty()) return;
   const std::vector<int> cpus = actors::usable_cpus();
-  // CPUs each node asks for: its largest cpu device `threads` (0: a share).
-  std::vector<std::size_t> want(children.size(), 0);
-  for (std::size_t i = 0; i < children.size(); ++i)
-    for (const auto& d : cl.nodes[std::size_t(children[i].index)].devices)
-      if (d.kind == topology::device_kind::cpu && d.threads > 0) want[i] = std::max(want[i], std::size_t(d.threads));
-  const std::vector<std::size_t> shares = topology::local_cpu_shares(want, cpus.size());
-  if (shares.empty()) {
+  std::vector<int> local;
+  for (const auto& c : children) local.push_back(c.index);
+  const std::vector<std::vector<int>> pinned = topology::auto_pinned_cpus(cl, local, cpus);
+  if (pinned.empty()) {
     std::size_t asked = 0;
-    for (std::size_t w : want) asked += std::max<std::size_t>(w, 1);
+    for (const auto& c : children) {
+      std::size_t w = 0;
+      for (const auto& d : cl.nodes[std::size_t(c.index)].devices)
+        if (d.kind == topology::device_kind::cpu && d.threads > 0) w = std::max(w, std::size_t(d.threads));
+      asked += std::max<std::size_t>(w, 1);
+    }
     std::fprintf(stderr,
                  "hetflow run: not pinning the local nodes to CPUs: they ask for %zu on the %zu this "
                  "process may use\n",
@@ -157,11 +159,8 @@ void plan_pinning(const topology::cluster& cl, std::vector<child>& children) {
     return;
   }
   std::string summary;
-  std::size_t next = 0;
   for (std::size_t i = 0; i < children.size(); ++i) {
-    std::vector<int> mine(cpus.begin() + std::ptrdiff_t(next), cpus.begin() + std::ptrdiff_t(next + shares[i]));
-    next += shares[i];
-    children[i].cpus = topology::format_cpu_list(mine);
+    children[i].cpus = topology::format_cpu_list(pinned[i]);
     summary += (summary.empty() ? "" : ", ") + children[i].name + " " + children[i].cpus;
   }
   std::fprintf(stderr,
@@ -206,6 +205,18 @@ int decode_wait_status(int status) {
 }
 
 }  // namespace
+
+local_pinning local_node_pinning(const topology::cluster& cl) {
+  local_pinning out;
+  for (int i = 0; i < static_cast<int>(cl.nodes.size()); ++i)
+    if (host_is_local(cl.nodes[std::size_t(i)].host)) out.nodes.push_back(i);
+  out.cpus = topology::auto_pinned_cpus(cl, out.nodes, actors::usable_cpus());
+  if (out.cpus.empty()) {
+    out.cpus.resize(out.nodes.size());
+    for (std::size_t k = 0; k < out.nodes.size(); ++k) out.cpus[k] = cl.nodes[std::size_t(out.nodes[k])].cpus;
+  }
+  return out;
+}
 
 int run_local_cluster(const launch_options& opts, const actors::registry& reg) {
   auto parsed = topology::load_topology(opts.topology, reg.catalog());

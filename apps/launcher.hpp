@@ -6,9 +6,14 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace hetflow::actors {
 class registry;
+}
+namespace hetflow::topology {
+struct cluster;
 }
 
 namespace hetflow::apps {
@@ -33,5 +38,14 @@ struct launch_options {
 };
 
 int run_local_cluster(const launch_options& opts, const actors::registry& reg);
+
+// The nodes of `cl` on this machine (indices into cl.nodes) and the CPUs
+// each will run on under `hetflow run`: its own `cpus`, or what
+// pin_local_nodes = "auto" gives it; empty where it is not pinned.
+struct local_pinning {
+  std::vector<int> nodes;
+  std::vector<std::vector<int>> cpus;
+};
+local_pinning local_node_pinning(const topology::cluster& cl);
 
 }  // namespace hetflow::apps

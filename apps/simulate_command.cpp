@@ -17,6 +17,7 @@
 #include "actors/ps/ps_placement.hpp"
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/registry.hpp"
+#include "apps/launcher.hpp"
 #include "apps/profile_command.hpp"
 #include "kernels/model.hpp"
 #include "kernels/optimizer.hpp"
@@ -365,8 +366,15 @@ std::pair<std::string, std::string> choose(const topology::cluster& c, const est
 
 }  // namespace
 
+// profiles_at, with each pinned local node's CPU speed where they are
+// measured here (actors::profiles_on_pinned_nodes).
+expected<topology::profile_db> local_profiles(topology::cluster& c, int64_t measure_batch) {
+  const local_pinning pin = local_node_pinning(c);
+  return actors::profiles_on_pinned_nodes(c, measure_batch, pin.nodes, pin.cpus);
+}
+
 expected<topology::profile_db> job_profiles(topology::cluster& c) {
-  return profiles_at(c, c.job.params.get_int("batch_size", 64));
+  return local_profiles(c, c.job.params.get_int("batch_size", 64));
 }
 
 int plan_hetpipe_command(const topology::cluster& c_in, const std::string& file, bool json_out) {
@@ -475,7 +483,7 @@ int simulate_command(const std::vector<std::string>& args, const actors::registr
         replicas += std::max<std::size_t>(1, n.devices.size());
     measure_batch = std::max<int64_t>(1, batch / int64_t(std::max<std::size_t>(1, replicas)));
   }
-  auto db = profiles_at(c, measure_batch);
+  auto db = local_profiles(c, measure_batch);
   if (!db) {
     std::fprintf(stderr, "hetflow simulate: %s\n", db.error().message().c_str());
     return 2;

@@ -97,4 +97,24 @@ std::vector<std::size_t> local_cpu_shares(const std::vector<std::size_t>& want, 
   return out;
 }
 
+std::vector<std::vector<int>> auto_pinned_cpus(const cluster& cl, const std::vector<int>& local,
+                                               const std::vector<int>& usable) {
+  if (cl.runtime.pin_local_nodes != "auto" || local.size() < 2) return {};
+  for (int i : local)
+    if (!cl.nodes[std::size_t(i)].cpus.empty()) return {};
+  std::vector<std::size_t> want(local.size(), 0);
+  for (std::size_t k = 0; k < local.size(); ++k)
+    for (const auto& d : cl.nodes[std::size_t(local[k])].devices)
+      if (d.kind == device_kind::cpu && d.threads > 0) want[k] = std::max(want[k], std::size_t(d.threads));
+  const std::vector<std::size_t> shares = local_cpu_shares(want, usable.size());
+  if (shares.empty()) return {};
+  std::vector<std::vector<int>> out;
+  std::size_t next = 0;
+  for (std::size_t s : shares) {
+    out.emplace_back(usable.begin() + std::ptrdiff_t(next), usable.begin() + std::ptrdiff_t(next + s));
+    next += s;
+  }
+  return out;
+}
+
 }  // namespace hetflow::topology

@@ -94,7 +94,6 @@ std::string format_cpu_list(const std::vector<int>& cpus);
 // asking node; want[i] == 0 shares what is left (at least one each).
 // Empty when they ask for more than there are.
 std::vector<std::size_t> local_cpu_shares(const std::vector<std::size_t>& want, std::size_t cpus);
-
 // A cpu device's thread count: its `threads`, else its node's `cpus`, else
 // `machine_cpus` (every CPU the node may use).
 int cpu_device_threads(const node_spec& n, const device_spec& d, int machine_cpus);
@@ -113,5 +112,16 @@ struct cluster {
   int node_index(std::string_view name) const;  // -1 if absent
   const node_spec& head() const { return nodes.front(); }
 };
+
+// The CPUs `hetflow run` pins the nodes `local` (indices into cl.nodes, the
+// ones on this machine) to under pin_local_nodes = "auto": one list per
+// node of `local`, in order, contiguous runs of `usable` as
+// local_cpu_shares gives them (each node wants its largest cpu device's
+// `threads`). Empty when it pins none: pin_local_nodes off, fewer than two
+// local nodes, a node with its own `cpus` (each such node then pins itself),
+// or more CPUs asked for than `usable` has.
+std::vector<std::vector<int>> auto_pinned_cpus(const cluster& cl, const std::vector<int>& local,
+                                               const std::vector<int>& usable);
+
 
 }  // namespace hetflow::topology

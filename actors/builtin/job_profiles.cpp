@@ -7,6 +7,7 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -606,6 +607,135 @@ expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure
   const auto& p = c.job.params;
   if (p.contains("profile_file")) return topology::load_profile_db(p.get_string("profile_file"));
   return measured_profiles(c, measure_batch);
+}
+
+}  // namespace hetflow::actors
+
+namespace hetflow::actors {
+namespace {
+
+// A fixed chain of dependent integer multiply-adds: the same instructions on
+// any CPU, so their time compares two CPUs' speed (what a hypervisor takes
+// from one vCPU and not the other shows here as it does in the models'
+// kernels). ~5 ms on a 3 GHz core.
+uint64_t fixed_loop(uint64_t seed) {
+  uint64_t x = seed | 1;
+  for (int i = 0; i < 4'000'000; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+  return x;
+}
+
+// Seconds of fixed_loop on a thread pinned to `cpus`; < 0 when it cannot be pinned.
+double loop_seconds_on(const std::vector<int>& cpus) {
+  double out = -1;
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus)
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) return;
+    (void)fixed_loop(1);  // on the CPU, warm
+    const auto t0 = std::chrono::steady_clock::now();
+    static volatile uint64_t sink;
+    sink = fixed_loop(2);
+    out = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  t.join();
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> node_cpu_speeds(const std::vector<std::vector<int>>& cpus, int rounds) {
+  std::vector<std::vector<double>> t(cpus.size());
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t k = 0; k < cpus.size(); ++k)
+      if (!cpus[k].empty()) t[k].push_back(loop_seconds_on(cpus[k]));
+  std::vector<double> out(cpus.size(), 0.0);
+  for (std::size_t k = 0; k < cpus.size(); ++k) {
+    if (t[k].empty() || *std::min_element(t[k].begin(), t[k].end()) <= 0) continue;
+    std::sort(t[k].begin(), t[k].end());
+    out[k] = t[k][t[k].size() / 2];
+  }
+  return out;
+}
+
+std::string scale_node_kinds(topology::cluster& c, topology::profile_db& db, const std::vector<int>& nodes,
+                             const std::vector<double>& factors, double threshold) {
+  std::string note;
+  for (std::size_t k = 0; k < nodes.size() && k < factors.size(); ++k) {
+    const double f = factors[k];
+    if (!(f > 0) || std::abs(f - 1.0) <= threshold) continue;
+    auto& n = c.nodes[std::size_t(nodes[k])];
+    bool scaled = false;
+    for (auto& d : n.devices) {
+      if (d.kind != topology::device_kind::cpu) continue;
+      const std::string kind = topology::device_profile_kind(d, db);
+      if (kind.empty() || !db.has_kind(kind)) continue;
+      const std::string mine = kind + "@" + n.name;
+      if (!db.has_kind(mine)) {
+        for (auto& u : db.units) {
+          auto it = u.devices.find(kind);
+          if (it != u.devices.end()) u.devices[mine] = {it->second.fwd_ms * f, it->second.bwd_ms * f};
+        }
+        topology::profile_device pd = db.devices[kind];
+        pd.update_ms *= f;
+        pd.wave_copy_ms *= f;
+        pd.wave_sum_ms *= f;
+        pd.wave_add_ms *= f;
+        db.devices[mine] = pd;
+      }
+      d.profile = mine;
+      scaled = true;
+    }
+    if (scaled) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%s%s x %.2f", note.empty() ? "" : ", ", n.name.c_str(), f);
+      note += buf;
+    }
+  }
+  return note;
+}
+
+expected<topology::profile_db> profiles_on_pinned_nodes(topology::cluster& c, int64_t measure_batch,
+                                                        const std::vector<int>& nodes,
+                                                        const std::vector<std::vector<int>>& cpus) {
+  const auto& p = c.job.params;
+  std::size_t pinned = 0, first = cpus.size();
+  for (std::size_t k = 0; k < cpus.size(); ++k)
+    if (!cpus[k].empty()) {
+      ++pinned;
+      if (first == cpus.size()) first = k;
+    }
+  const std::string strategy = p.get_string("strategy", "single");
+  if (p.contains("profile_file") || pinned < 2 || strategy == "hetpipe" || strategy == "auto")
+    return profiles_at(c, measure_batch);
+  // Measured on the first pinned node's CPUs, the reference of the speeds.
+  cpu_set_t old, set;
+  const bool saved = sched_getaffinity(0, sizeof old, &old) == 0;
+  CPU_ZERO(&set);
+  for (int cpu : cpus[first])
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  const bool moved = saved && sched_setaffinity(0, sizeof set, &set) == 0;
+  auto db = profiles_at(c, measure_batch);
+  if (moved) (void)sched_setaffinity(0, sizeof old, &old);
+  if (!db || !moved) return db;
+  const std::vector<double> t = node_cpu_speeds(cpus, 5);
+  if (!(t[first] > 0)) return db;
+  std::vector<double> factors(t.size(), 0.0);
+  std::string all;
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    if (!(t[k] > 0)) continue;
+    factors[k] = t[k] / t[first];
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.2f (CPUs %s)", all.empty() ? "" : ", ",
+                  c.nodes[std::size_t(nodes[k])].name.c_str(), factors[k],
+                  topology::format_cpu_list(cpus[k]).c_str());
+    all += buf;
+  }
+  const std::string scaled = scale_node_kinds(c, *db, nodes, factors, node_speed_threshold);
+  db->source += "; node CPU speeds (a fixed loop's time against the profiled node's): " + all +
+                (scaled.empty() ? "; none off by more than 10%" : "; kinds scaled: " + scaled);
+  return db;
 }
 
 }  // namespace hetflow::actors

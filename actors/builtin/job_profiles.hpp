@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "kernels/layer_spec.hpp"
 #include "kernels/model.hpp"
@@ -106,5 +108,36 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
 
 // The job's profile_file when it names one, else measured_profiles.
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch);
+
+// Per-node CPU speed for measured profiles on one machine (`hetflow
+// simulate` and `plan`). The nodes `hetflow run` starts here are pinned to
+// their own CPUs (apps::local_node_pinning: `nodes`, indices into c.nodes,
+// and each one's `cpus`, empty where unpinned), and those CPUs need not be
+// alike: on the 2-core PVM guest one vCPU ran 2.5x slower than the other for
+// minutes at a time, and ps and ralp, whose workers ran there, were
+// predicted 21% and 38% too fast (bench/RESULTS.md, 2026-12-06). So:
+// profiles_at with the measurement pinned to the first pinned node's CPUs;
+// then each pinned node's CPUs timed against those (node_cpu_speeds, 5
+// rounds in turns, the median); a node whose time is off by more than
+// node_speed_threshold gets its cpu devices' kinds as copies named
+// KIND@NODE with every time (units, update, wave passes) times its factor,
+// and the profile's source lists every node's factor. A profile_file, fewer
+// than two pinned nodes, or strategy hetpipe or auto (a HetPipe run plans
+// its stages from the plain profiles: a plan simulated on scaled ones would
+// not be the one that runs) get profiles_at alone.
+inline constexpr double node_speed_threshold = 0.10;
+expected<topology::profile_db> profiles_on_pinned_nodes(topology::cluster& c, int64_t measure_batch,
+                                                        const std::vector<int>& nodes,
+                                                        const std::vector<std::vector<int>>& cpus);
+// Median seconds (of `rounds`, in turns) of a fixed loop on a thread pinned
+// to each CPU list; 0 where a list is empty or cannot be pinned.
+std::vector<double> node_cpu_speeds(const std::vector<std::vector<int>>& cpus, int rounds);
+// What profiles_on_pinned_nodes does with the factors (time on the node's
+// CPUs over the reference's; factors[k] for c.nodes[nodes[k]], 0 = not
+// measured): KIND@NODE copies scaled, the node's cpu devices moved to them,
+// where |factor - 1| > threshold. Returns "n1 x 2.41, ..." for the nodes it
+// scaled.
+std::string scale_node_kinds(topology::cluster& c, topology::profile_db& db, const std::vector<int>& nodes,
+                             const std::vector<double>& factors, double threshold);
 
 }  // namespace hetflow::actors

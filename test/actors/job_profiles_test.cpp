@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE actors_job_profiles
 #include <boost/test/unit_test.hpp>
 
+#include <sched.h>
+
 #include <cmath>
 #include <string>
 
@@ -164,4 +166,48 @@ BOOST_AUTO_TEST_CASE(measured_profiles_record_the_step_factor_for_dp_on_one_host
   BOOST_REQUIRE(adb.has_value());
   BOOST_TEST(adb->links.host_ring_gbps == 0.0);
   BOOST_TEST(adb->links.host_ring_step_factor == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_slower_nodes_cpu_devices_get_their_own_scaled_kind) {
+  auto ps = two_replicas("ps");
+  auto db = measured_profiles(ps, 16);
+  BOOST_REQUIRE_MESSAGE(db.has_value(), (db ? std::string() : db.error().message()));
+  const std::string kind = ps.nodes[0].devices[0].profile;
+  BOOST_REQUIRE(!kind.empty());
+  BOOST_REQUIRE(db->has_kind(kind));
+  const topology::profile_db before = *db;
+  // Within the threshold: nothing changes.
+  BOOST_TEST(scale_node_kinds(ps, *db, {0, 1}, {1.0, 1.08}, 0.10).empty());
+  BOOST_TEST(ps.nodes[1].devices[0].profile == kind);
+  BOOST_TEST(db->devices.size() == before.devices.size());
+  // b 2.5x slower, a not measured (0).
+  const std::string note = scale_node_kinds(ps, *db, {0, 1}, {0.0, 2.5}, 0.10);
+  BOOST_TEST(note == "b x 2.50");
+  const std::string mine = kind + "@b";
+  BOOST_TEST(ps.nodes[1].devices[0].profile == mine);
+  BOOST_TEST(ps.nodes[0].devices[0].profile == kind);
+  BOOST_REQUIRE(db->has_kind(mine));
+  const std::size_t last = db->units.size() - 1;
+  BOOST_TEST(db->compute_ms(mine, 0, last) == 2.5 * before.compute_ms(kind, 0, last),
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(db->compute_ms(kind, 0, last) == before.compute_ms(kind, 0, last));
+  BOOST_TEST(db->devices.at(mine).update_ms == 2.5 * before.devices.at(kind).update_ms,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(db->devices.at(mine).memory_bytes == before.devices.at(kind).memory_bytes);
+}
+
+BOOST_AUTO_TEST_CASE(node_cpu_speeds_time_each_cpu_list) {
+  // The CPU this test may use, twice, and an empty list: alike times, 0.
+  cpu_set_t set;
+  BOOST_REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  int cpu = -1;
+  for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
+    if (CPU_ISSET(c, &set)) cpu = c;
+  BOOST_REQUIRE(cpu >= 0);
+  const auto t = node_cpu_speeds({{cpu}, {cpu}, {}}, 3);
+  BOOST_REQUIRE(t.size() == 3u);
+  BOOST_TEST(t[0] > 0.0);
+  BOOST_TEST(t[1] > 0.0);
+  BOOST_TEST(t[2] == 0.0);
+  BOOST_TEST(t[0] < 1.0);  // ~5 ms a loop on a 3 GHz core
 }

@@ -320,3 +320,30 @@ ls "$HETFLOW_SCRATCH/ck-od" | grep -q "^ralp0-lower.$name$" && ls "$HETFLOW_SCRA
 rm "$HETFLOW_SCRATCH/ck-od/"ralp0-*.ckpt-000000000800
 resume_and_check "$od" "$want_od" "ralp0: resumed from .*$name (clock $label)" "on demand, resumed from clock $label"
 pass "shell checkpoint: the RALP server wrote clock $label; --resume from it ends with the uninterrupted weights"
+
+# Per-node CPU speed: measured profiles of 2 one-thread nodes that `hetflow
+# run` pins to a CPU each; each node's CPU is timed against the one the
+# profiles were measured on. A busy loop on n1's CPU slows it: n1's device
+# gets its own kind, scaled, and the ps step (BSP: the slowest worker) gets
+# slower. Needs two usable CPUs.
+cpus=($(python3 -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))'))
+if ((${#cpus[@]} == 2)); then
+  speed="$HETFLOW_SCRATCH/speed.toml"
+  write_topology "$speed" 8898 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1280' 'strategy = "ps"'
+  one_thread "$speed"
+  sim_check "$speed" 'assert "node CPU speeds" in d["profiles"] and "n0 1.00 (CPUs" in d["profiles"] and "n1 " in d["profiles"], d["profiles"]'
+  cp "$speed.sim.json" "$speed.alike.json"
+  taskset -c "${cpus[1]}" sh -c 'while :; do :; done' &
+  busy=$!
+  sim_check "$speed" 'assert "kinds scaled: n1 x " in d["profiles"], d["profiles"]'
+  kill "$busy"; wait "$busy" 2>/dev/null || true
+  python3 - "$speed.alike.json" "$speed.sim.json" <<'PY' || fail "simulate: a slower node's CPU did not slow the ps step"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+# n1's worker computes on a CPU shared with the busy loop: ~2x its units.
+assert b["worker_ms"] > 1.5 * a["worker_ms"], (a["worker_ms"], b["worker_ms"])
+PY
+  pass "simulate: a node whose CPU is slower gets its own scaled kind (ps step x$(python3 -c "import json;a,b=(json.load(open(f)) for f in ['$speed.alike.json','$speed.sim.json']);print('%.2f'%(b['worker_ms']/a['worker_ms']))"))"
+else
+  echo "SKIP per-node CPU speed: ${#cpus[@]} usable CPUs here, the check wants 2"
+fi

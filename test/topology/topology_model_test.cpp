@@ -89,6 +89,30 @@ BOOST_AUTO_TEST_CASE(local_cpu_shares_give_asking_nodes_one_more_where_there_are
   BOOST_TEST(local_cpu_shares({2, 0}, 2).empty());          // the sharing node needs one too
 }
 
+BOOST_AUTO_TEST_CASE(auto_pinned_cpus_are_what_hetflow_run_pins_local_nodes_to) {
+  cluster cl;
+  cl.runtime.pin_local_nodes = "auto";
+  for (const char* n : {"a", "b", "c"}) {
+    node_spec s;
+    s.name = n;
+    device_spec d;
+    d.kind = device_kind::cpu;
+    d.threads = 1;
+    s.devices.push_back(d);
+    cl.nodes.push_back(s);
+  }
+  using vv = std::vector<std::vector<int>>;
+  BOOST_TEST((auto_pinned_cpus(cl, {0, 2}, {4, 5}) == vv{{4}, {5}}));  // the 2-core VM: one each
+  BOOST_TEST((auto_pinned_cpus(cl, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6}) == vv{{0, 1}, {2, 3}, {4, 5}}));
+  BOOST_TEST(auto_pinned_cpus(cl, {0}, {0, 1}).empty());          // one local node: not pinned
+  BOOST_TEST(auto_pinned_cpus(cl, {0, 1, 2}, {0, 1}).empty());    // more asked than there are
+  cl.nodes[1].cpus = {3};
+  BOOST_TEST(auto_pinned_cpus(cl, {0, 1}, {0, 1, 2, 3}).empty()); // a node pins itself
+  cl.nodes[1].cpus.clear();
+  cl.runtime.pin_local_nodes = "off";
+  BOOST_TEST(auto_pinned_cpus(cl, {0, 1}, {0, 1}).empty());
+}
+
 BOOST_AUTO_TEST_CASE(cpu_lists_parse_and_format) {
   auto ok = parse_cpu_list("0-3,8,10-11,2");
   BOOST_REQUIRE(ok.has_value());
