@@ -246,7 +246,7 @@ public:
   slot* slot_data() noexcept { return slots_.empty() ? nullptr : &slots_[0]; }
   std::size_t capacity() const noexcept { return slots_.size(); }
   std::size_t size() const noexcept { return size_; }
-  std::size_t memory_bytes() const noexcept { return slots_.size() * sizeof(slot); }
+  std::size_t memory_bytes() const noexcept { return slots_.memory_bytes(); }
   // Visits every (key, local id, count); order unspecified.
   template <class F>
   void for_each(F&& f) const {
@@ -342,6 +342,8 @@ private:
     void release() noexcept { *this = slot_array(); }
     bool empty() const noexcept { return n_ == 0; }
     std::size_t size() const noexcept { return n_; }
+    // What it holds in memory: whole 2 MiB pages where it has its own mapping.
+    std::size_t memory_bytes() const noexcept { return map_ ? map_bytes_ - huge_page : n_ * sizeof(slot); }
     slot& operator[](std::size_t i) noexcept { return p_[i]; }
     const slot& operator[](std::size_t i) const noexcept { return p_[i]; }
     const slot* begin() const noexcept { return p_; }
