@@ -7,6 +7,7 @@
 //   hetflow shell HOST:PORT [--topology FILE] [-c COMMAND] [--json]
 //   hetflow version | help
 #include <malloc.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -236,6 +237,12 @@ int main(int argc, char** argv) {
   // the heap instead of fresh mmaps (page faults on every message).
   mallopt(M_MMAP_THRESHOLD, 512 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Each preprocess input stays open for the job (its blocks are read with
+  // pread): the soft limit on open files (often 1024) up to the hard one.
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   if (argc < 2) return usage_error("missing COMMAND");
   std::string cmd = argv[1];

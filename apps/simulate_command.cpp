@@ -201,6 +201,24 @@ void estimate_ps_ralp(const topology::cluster& c, const topology::profile_db& db
     if (k.cut < db.units.size() && (best == nullptr || k.step_ms < best->step_ms)) best = &k;
   const bool fixed = ro->cut > 0;
   if (fixed) best = r->find(std::size_t(ro->cut));
+  // The run's server picks its cut from plain profiles (its own kind for
+  // every worker): where node speeds scaled a worker's kind (KIND@NODE,
+  // actors::profiles_on_pinned_nodes), the cut is chosen on the plain kinds
+  // and priced on the scaled ones.
+  auto plain = [](std::string k) { return k.substr(0, k.find('@')); };
+  bool scaled = plain(in.server_kind) != in.server_kind;
+  for (const auto& k : in.worker_kinds) scaled |= plain(k) != k;
+  if (!fixed && scaled) {
+    auto in_plain = in;
+    in_plain.server_kind = plain(in.server_kind);
+    for (auto& k : in_plain.worker_kinds) k = plain(k);
+    if (auto rp = topology::estimate_ralp(db, in_plain)) {
+      const topology::ralp_candidate* chosen = nullptr;
+      for (const auto& k : rp->candidates)
+        if (k.cut < db.units.size() && (chosen == nullptr || k.step_ms < chosen->step_ms)) chosen = &k;
+      if (chosen != nullptr) best = r->find(chosen->cut);
+    }
+  }
   char buf[160];
   if (best != nullptr && best->step_ms > 0) {
     e.ralp_sps = rows / best->step_ms * 1000.0;

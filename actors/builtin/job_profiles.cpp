@@ -7,8 +7,10 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -446,8 +448,54 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
   return std::max(1.0, median.first);
 }
 
-expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch) {
+namespace {
+
+// Pins the calling thread to `cpus` until it goes out of scope (then puts
+// its old mask back). Threads it starts meanwhile keep the narrow mask.
+class thread_pin {
+public:
+  explicit thread_pin(const std::vector<int>& cpus) {
+    if (cpus.empty() || sched_getaffinity(0, sizeof old_, &old_) != 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus)
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+    pinned_ = sched_setaffinity(0, sizeof set, &set) == 0;
+  }
+  ~thread_pin() {
+    if (pinned_ && sched_setaffinity(0, sizeof old_, &old_) != 0)
+      std::fprintf(stderr, "hetflow: could not give the profiling thread its CPUs back: %s\n", std::strerror(errno));
+  }
+  thread_pin(const thread_pin&) = delete;
+  thread_pin& operator=(const thread_pin&) = delete;
+  bool pinned() const noexcept { return pinned_; }
+
+private:
+  cpu_set_t old_{};
+  bool pinned_ = false;
+};
+
+}  // namespace
+
+expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch, const std::vector<int>& pin_kinds,
+                                                 bool* kinds_pinned) {
   HF_ASSIGN_OR_RETURN(kernels::model_spec spec, train_model_spec(c));
+  if (kinds_pinned) *kinds_pinned = false;
+  // The kinds' own timing on `pin_kinds` (profiles_on_pinned_nodes), where
+  // every measured cpu kind's threads fit there (a kind of more threads than
+  // CPUs would run many times slower); the host ring and co-located steps
+  // below time several threads at once and run unpinned.
+  std::optional<thread_pin> pin;
+  if (!pin_kinds.empty()) {
+    bool fits = true;
+    for (const auto& n : c.nodes)
+      for (const auto& d : n.devices)
+        if (d.kind == topology::device_kind::cpu && std::size_t(cpu_threads(n, d)) > pin_kinds.size()) fits = false;
+    if (fits) {
+      pin.emplace(pin_kinds);
+      if (kinds_pinned) *kinds_pinned = pin->pinned();
+    }
+  }
   topology::profile_db db;
   db.batch = batch;
   db.source = "profiles measured here (" + spec.name + ", batch " + std::to_string(batch) + ")" +
@@ -514,6 +562,7 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
         if (profiled > 0 && whole > 0) db.devices[d.profile].step_factor = std::min(100.0, whole / profiled);
       }
     }
+  pin.reset();
   if (db.units.empty())
     return make_error(errc::invalid_argument,
                       "[job] has no profile_file and the topology has no device whose profile could be measured "
@@ -620,7 +669,10 @@ namespace {
 // kernels). ~5 ms on a 3 GHz core.
 uint64_t fixed_loop(uint64_t seed) {
   uint64_t x = seed | 1;
-  for (int i = 0; i < 4'000'000; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+  for (int i = 0; i < 4'000'000; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    asm volatile("" : "+r"(x));  // kept a loop, and in place between the clock reads
+  }
   return x;
 }
 
@@ -633,10 +685,10 @@ double loop_seconds_on(const std::vector<int>& cpus) {
     for (int c : cpus)
       if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
     if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) return;
-    (void)fixed_loop(1);  // on the CPU, warm
-    const auto t0 = std::chrono::steady_clock::now();
     static volatile uint64_t sink;
-    sink = fixed_loop(2);
+    sink = fixed_loop(1);  // on the CPU, warm
+    const auto t0 = std::chrono::steady_clock::now();
+    sink = fixed_loop(sink);
     out = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
   t.join();
@@ -709,27 +761,34 @@ expected<topology::profile_db> profiles_on_pinned_nodes(topology::cluster& c, in
   const std::string strategy = p.get_string("strategy", "single");
   if (p.contains("profile_file") || pinned < 2 || strategy == "hetpipe" || strategy == "auto")
     return profiles_at(c, measure_batch);
-  // Measured on the first pinned node's CPUs, the reference of the speeds.
-  cpu_set_t old, set;
-  const bool saved = sched_getaffinity(0, sizeof old, &old) == 0;
-  CPU_ZERO(&set);
-  for (int cpu : cpus[first])
-    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
-  const bool moved = saved && sched_setaffinity(0, sizeof set, &set) == 0;
-  auto db = profiles_at(c, measure_batch);
-  if (moved) (void)sched_setaffinity(0, sizeof old, &old);
-  if (!db || !moved) return db;
+  // The kinds measured on the first pinned node's CPUs: the speeds' reference.
+  bool on_first = false;
+  auto db = measured_profiles(c, measure_batch, cpus[first], &on_first);
+  if (!db) return db;
+  if (!on_first) {
+    db->source += "; node CPU speeds not measured (the kinds' threads do not fit on " +
+                  c.nodes[std::size_t(nodes[first])].name + "'s CPUs, or it could not be pinned)";
+    return db;
+  }
   const std::vector<double> t = node_cpu_speeds(cpus, 5);
-  if (!(t[first] > 0)) return db;
+  if (!(t[first] > 0)) {
+    db->source += "; node CPU speeds not measured (no thread could be pinned to " +
+                  c.nodes[std::size_t(nodes[first])].name + "'s CPUs)";
+    return db;
+  }
   std::vector<double> factors(t.size(), 0.0);
   std::string all;
   for (std::size_t k = 0; k < t.size(); ++k) {
-    if (!(t[k] > 0)) continue;
-    factors[k] = t[k] / t[first];
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%s %.2f (CPUs %s)", all.empty() ? "" : ", ",
-                  c.nodes[std::size_t(nodes[k])].name.c_str(), factors[k],
-                  topology::format_cpu_list(cpus[k]).c_str());
+    if (cpus[k].empty()) continue;
+    char buf[128];
+    if (t[k] > 0) {
+      factors[k] = t[k] / t[first];
+      std::snprintf(buf, sizeof buf, "%s%s %.2f (CPUs %s)", all.empty() ? "" : ", ",
+                    c.nodes[std::size_t(nodes[k])].name.c_str(), factors[k], topology::format_cpu_list(cpus[k]).c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "%s%s not timed (CPUs %s could not be pinned)", all.empty() ? "" : ", ",
+                    c.nodes[std::size_t(nodes[k])].name.c_str(), topology::format_cpu_list(cpus[k]).c_str());
+    }
     all += buf;
   }
   const std::string scaled = scale_node_kinds(c, *db, nodes, factors, node_speed_threshold);

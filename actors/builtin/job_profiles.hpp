@@ -104,7 +104,12 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
 // co-located step (links.host_ring_step_factor: colocated_step_factor's
 // step at once, with a sum's memory traffic, over what the units' profiles
 // and the update give for it).
-expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch);
+// `pin_kinds` (profiles_on_pinned_nodes): the kinds' own timing runs on
+// those CPUs when every cpu kind's threads fit there (*kinds_pinned says
+// whether it did); the host ring and co-located steps stay unpinned.
+expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t batch,
+                                                 const std::vector<int>& pin_kinds = {},
+                                                 bool* kinds_pinned = nullptr);
 
 // The job's profile_file when it names one, else measured_profiles.
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch);
@@ -116,8 +121,9 @@ expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure
 // alike: on the 2-core PVM guest one vCPU ran 2.5x slower than the other for
 // minutes at a time, and ps and ralp, whose workers ran there, were
 // predicted 21% and 38% too fast (bench/RESULTS.md, 2026-12-06). So:
-// profiles_at with the measurement pinned to the first pinned node's CPUs;
-// then each pinned node's CPUs timed against those (node_cpu_speeds, 5
+// measured_profiles with the kinds' timing pinned to the first pinned
+// node's CPUs (where every kind's threads fit there; else no speeds); then
+// each pinned node's CPUs timed against those (node_cpu_speeds, 5
 // rounds in turns, the median); a node whose time is off by more than
 // node_speed_threshold gets its cpu devices' kinds as copies named
 // KIND@NODE with every time (units, update, wave passes) times its factor,

@@ -299,7 +299,7 @@ private:
     explicit slot_array(std::size_t n) : n_(n) {
       const std::size_t bytes = n * sizeof(slot);
       if (bytes >= huge_from) {
-        // Whole 2 MiB pages: a table of 256 KiB - 1 MiB takes one (on 4 KiB
+        // Whole 2 MiB pages: a table of 256 KiB - 2 MiB takes one (on 4 KiB
         // pages its 64-256 first touches cost ~7 us each on the PVM guest,
         // see huge_memory.hpp; a growing column passes through all of them).
         const std::size_t whole = (bytes + huge_page - 1) / huge_page * huge_page;

@@ -47,7 +47,8 @@ bool valid_utf8(std::string_view s) noexcept;
 // still be good). What it accepts, it parses exactly as parse_criteo_line
 // would. It reads up to fast_parse_read_bound(max_field_bytes) bytes from p,
 // possibly past the line's '\n' (64 bytes at a time; the longest good line
-// plus 63 is under the bound): the caller checks that they are mapped.
+// plus 63 is under the bound): the caller makes sure they are readable
+// (parse_block: each block read into a buffer padded by that bound).
 // Needs max_field_bytes >= fast_parse_min_field (the longest good decimal
 // field), else use parse_criteo_line alone.
 inline constexpr std::size_t fast_parse_min_field = 19;

@@ -90,8 +90,9 @@ std::vector<block> cut_blocks(const input_set& in, const shard_plan& shard,
 
 // A block's bytes, read into memory with pread (mapped_file::read), then
 // fast_parse_read_bound zero bytes, so that every line of the block may take
-// the fast parser (it reads past a line's end; the zeros hold no '\n', so a
-// truncated last line still goes to parse_criteo_line). Reading instead of
+// the fast parser (it reads past a line's end; the zeros hold no '\n', so it
+// refuses a last line without one, which parse_block then reports as
+// truncated). Reading instead of
 // scanning the mapping: the scan of 1M generated rows (251 MB, page cache)
 // took 0.17 s from the mapping and 0.08 s read 1 MiB at a time into one
 // buffer, the copy included, on the 2-core PVM guest (2026-12-06): each
@@ -113,6 +114,25 @@ private:
   huge_buffer buf_;
   std::size_t size_ = 0;
 };
+
+// Bytes an allocation of n takes (huge_memory.hpp: whole 2 MiB pages from 1 MiB on).
+constexpr uint64_t huge_bytes(uint64_t n) noexcept {
+  return n >= huge_memory_from ? (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes : n;
+}
+
+// What one block of pass 1 holds (an upper bound): its bytes read in (a
+// block ends at the line end after block_bytes: one more field-bounded line)
+// and the padding, and room for its most rows (a good line has >= 40 bytes)
+// of records and of row keys. For 1 MiB blocks 14 MiB, of which a block of
+// Criteo's ~250-byte lines touches ~10 (the keys are column-major at a
+// stride of the most rows, so each of their pages gets some).
+uint64_t count_block_memory(const preprocess_options& opt) {
+  const uint64_t longest_line = 14 * 20 + 26 * (uint64_t(opt.max_field_bytes) + 1);
+  const uint64_t bytes = opt.block_bytes + longest_line;
+  const uint64_t rows = bytes / 40 + 1;
+  return huge_bytes(bytes + fast_parse_read_bound(opt.max_field_bytes)) + huge_bytes(rows * sizeof(criteo_record)) +
+         huge_bytes(rows * sparse_columns * sizeof(uint64_t));
+}
 
 // Parses every line of a loaded block: good(pl) for a good line, bad(line,
 // index_in_block, error) for a malformed one; returns the number of lines.
@@ -1203,8 +1223,8 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
   uint64_t cap = opt.memory_cap;
   if (cap == 0) cap = std::max<uint64_t>(uint64_t{64} << 20, probe_resources().free_memory() / 2);
   out.memory_cap = cap;
-  // A block's records and keys take about 3x its bytes; blocks_per_worker at once.
-  parallelism_governor gov(opt.parallelism, opt.block_bytes * 4 * blocks_per_worker);
+  // blocks_per_worker blocks at once per worker, each with its buffers.
+  parallelism_governor gov(opt.parallelism, count_block_memory(opt) * blocks_per_worker);
   malformed_sink sink(pieces, opt);
   const dense_table& lut = dense_lut();
   std::vector<count_block_result> res;
@@ -1513,7 +1533,10 @@ expected<shard_result> apply_shard(const input_set& in, const shard_plan& shard,
   };
 
   const dense_table& lut = dense_lut();
-  parallelism_governor gov(opt.parallelism, opt.block_bytes * 3 * blocks_per_worker);
+  // A block's bytes, then its records (160 bytes a row of ~250: under its bytes).
+  parallelism_governor gov(opt.parallelism,
+                           (huge_bytes(opt.block_bytes + fast_parse_read_bound(opt.max_field_bytes)) + opt.block_bytes) *
+                               blocks_per_worker);
   malformed_sink sink(pieces, opt);
   std::vector<apply_block_result> res;
   std::vector<uint64_t> offsets;

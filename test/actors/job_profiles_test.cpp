@@ -197,17 +197,19 @@ BOOST_AUTO_TEST_CASE(a_slower_nodes_cpu_devices_get_their_own_scaled_kind) {
 }
 
 BOOST_AUTO_TEST_CASE(node_cpu_speeds_time_each_cpu_list) {
-  // The CPU this test may use, twice, and an empty list: alike times, 0.
+  // The CPU this test may use, twice, and an empty list: times, and 0.
   cpu_set_t set;
   BOOST_REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
   int cpu = -1;
   for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
     if (CPU_ISSET(c, &set)) cpu = c;
   BOOST_REQUIRE(cpu >= 0);
-  const auto t = node_cpu_speeds({{cpu}, {cpu}, {}}, 3);
-  BOOST_REQUIRE(t.size() == 3u);
+  // A CPU no thread can be pinned to (past CPU_SETSIZE: an empty mask): 0.
+  const auto t = node_cpu_speeds({{cpu}, {cpu}, {}, {CPU_SETSIZE + 1}}, 3);
+  BOOST_REQUIRE(t.size() == 4u);
   BOOST_TEST(t[0] > 0.0);
   BOOST_TEST(t[1] > 0.0);
   BOOST_TEST(t[2] == 0.0);
+  BOOST_TEST(t[3] == 0.0);
   BOOST_TEST(t[0] < 1.0);  // ~5 ms a loop on a 3 GHz core
 }
