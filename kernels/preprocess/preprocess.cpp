@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/parallel_invoke.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
@@ -1223,94 +1224,116 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
   uint64_t cap = opt.memory_cap;
   if (cap == 0) cap = std::max<uint64_t>(uint64_t{64} << 20, probe_resources().free_memory() / 2);
   out.memory_cap = cap;
-  // blocks_per_worker blocks at once per worker, each with its buffers.
-  parallelism_governor gov(opt.parallelism, count_block_memory(opt) * blocks_per_worker);
+  // blocks_per_worker blocks per worker in each of two segments at once
+  // (one counted while the next is parsed), each block with its buffers.
+  parallelism_governor gov(opt.parallelism, count_block_memory(opt) * blocks_per_worker * 2);
   malformed_sink sink(pieces, opt);
   const dense_table& lut = dense_lut();
-  std::vector<count_block_result> res;
   std::vector<uint64_t> offsets;
   uint64_t done_bytes = 0;
+  // Pass 1 in segments of dop * blocks_per_worker blocks: the blocks parsed
+  // in parallel, then one task per column counts the segment's rows, and
+  // the records are staged. The next segment is parsed while this one is
+  // counted (parallel_invoke): the column tasks are as uneven as the
+  // columns (a few hold most distinct strings), and a thread done with its
+  // columns parses instead of waiting for the biggest one. Two segments'
+  // buffers at once (the governor counts both).
+  auto parse_segment = [&](std::vector<count_block_result>& rs, std::size_t first, std::size_t n) {
+    rs.resize(n);
+    tbb::parallel_for(std::size_t{0}, n, [&](std::size_t i) {
+      auto& r = rs[i];
+      const block& b = blocks[first + i];
+      r.lines = r.good = 0;
+      r.hits.clear();
+      for (auto& v : r.others) v.clear();
+      r.read = r.bytes.load(b, opt.max_field_bytes);
+      if (!r.read.ok()) return;
+      // Room for every row the block can hold, so the rows need no
+      // capacity checks.
+      const std::size_t room = b.max_rows();
+      r.records.reserve(room);
+      r.keys.reserve(room * sparse_columns);
+      r.stride = room;
+      criteo_record* recs = r.records.data();
+      uint64_t* keys = r.keys.data();
+      parsed_line pl;
+      auto bad = [&](std::string_view line, uint64_t idx, const parse_error& e) {
+        r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
+      };
+      r.lines = parse_block(r.bytes, opt.max_field_bytes, pl, [&](const parsed_line& pl) {
+        const std::size_t row = r.good++;
+        fill_dense(pl, recs[row], lut);
+        row_keys(pl, keys + row, room, r.others);
+      }, bad);
+    });
+  };
+  auto count_segment = [&](std::vector<count_block_result>& rs) {
+    // One task per column: count, and put the local id in place of the
+    // key (the records get them below, row by row: stores at a 160-byte
+    // stride would miss the cache 26 times per row).
+    tbb::parallel_for(0, sparse_columns, [&](int c) {
+      column_table& t = im.tables[c];
+      uint32_t next_local = im.next_local[c];
+      for (std::size_t i = 0; i < rs.size(); ++i) {
+        const count_block_result& r = rs[i];
+        uint64_t* __restrict keys = r.keys.data() + c * r.stride;  // aliases no table member
+        const auto& others = r.others[c];
+        t.hex.count_run<prefetch_ahead>(keys, r.good, next_local, [&](uint64_t key, uint32_t& next) -> uint32_t {
+          if (key == empty_key) {
+            if (t.empty_local == no_local) t.empty_local = next++;
+            ++t.empty_count;
+            return t.empty_local;
+          }
+          std::string_view s = others[key & 0xffffffffu];
+          string_count& v = t.strings[s];
+          if (v.local_plus1 == 0) {
+            v.local_plus1 = ++next;
+            if (s.size() > small_key_max) t.strings.note_long_bytes(s.size());
+          }
+          ++v.count;
+          return v.local_plus1 - 1;
+        });
+      }
+      im.next_local[c] = next_local;
+    });
+    if (staging) {
+      offsets.resize(rs.size());
+      uint64_t seg_rows = 0;
+      for (std::size_t i = 0; i < rs.size(); ++i) {
+        offsets[i] = im.staged_records + seg_rows;  // in records
+        seg_rows += rs[i].good;
+      }
+      tbb::parallel_for(std::size_t{0}, rs.size(), [&](std::size_t i) {
+        auto& r = rs[i];
+        criteo_record* recs = r.records.data();
+        const uint64_t* locals = r.keys.data();
+        for (std::size_t row = 0; row < r.good; ++row)
+          for (int c = 0; c < sparse_columns; ++c)
+            recs[row].sparse[c] = static_cast<int32_t>(locals[c * r.stride + row]);
+        r.written = write_at(im.fd, recs, r.good * sizeof(criteo_record), offsets[i] * sizeof(criteo_record), tmp);
+      });
+      im.staged_records += seg_rows;
+    }
+  };
+  std::vector<count_block_result> res, ahead;
   std::size_t next = 0;
-  int dop = gov.current();
-  while (next < blocks.size()) {
+  int dop = gov.update();
+  std::size_t seg = std::min(blocks.size(), static_cast<std::size_t>(dop * blocks_per_worker));
+  {
+    tbb::task_arena arena(dop);
+    arena.execute([&] { parse_segment(res, 0, seg); });
+  }
+  while (seg > 0) {
     if (opt.stop && opt.stop->load()) return stopped();
     dop = gov.update();
-    std::size_t seg = std::min(blocks.size() - next, static_cast<std::size_t>(dop * blocks_per_worker));
-    res.resize(seg);
+    const std::size_t after = next + seg;
+    const std::size_t seg_ahead = std::min(blocks.size() - after, static_cast<std::size_t>(dop * blocks_per_worker));
     tbb::task_arena arena(dop);
     arena.execute([&] {
-      tbb::parallel_for(std::size_t{0}, seg, [&](std::size_t i) {
-        auto& r = res[i];
-        const block& b = blocks[next + i];
-        r.lines = r.good = 0;
-        r.hits.clear();
-        for (auto& v : r.others) v.clear();
-        r.read = r.bytes.load(b, opt.max_field_bytes);
-        if (!r.read.ok()) return;
-        // Room for every row the block can hold, so the rows need no
-        // capacity checks.
-        const std::size_t room = b.max_rows();
-        r.records.reserve(room);
-        r.keys.reserve(room * sparse_columns);
-        r.stride = room;
-        criteo_record* recs = r.records.data();
-        uint64_t* keys = r.keys.data();
-        parsed_line pl;
-        auto bad = [&](std::string_view line, uint64_t idx, const parse_error& e) {
-          r.hits.push_back(make_hit(line, idx, e, r.hits.size(), opt));
-        };
-        r.lines = parse_block(r.bytes, opt.max_field_bytes, pl, [&](const parsed_line& pl) {
-          const std::size_t row = r.good++;
-          fill_dense(pl, recs[row], lut);
-          row_keys(pl, keys + row, room, r.others);
-        }, bad);
-      });
-      // One task per column: count, and put the local id in place of the
-      // key (the records get them below, row by row: stores at a 160-byte
-      // stride would miss the cache 26 times per row).
-      tbb::parallel_for(0, sparse_columns, [&](int c) {
-        column_table& t = im.tables[c];
-        uint32_t next_local = im.next_local[c];
-        for (std::size_t i = 0; i < seg; ++i) {
-          const count_block_result& r = res[i];
-          uint64_t* __restrict keys = r.keys.data() + c * r.stride;  // aliases no table member
-          const auto& others = r.others[c];
-          t.hex.count_run<prefetch_ahead>(keys, r.good, next_local, [&](uint64_t key, uint32_t& next) -> uint32_t {
-            if (key == empty_key) {
-              if (t.empty_local == no_local) t.empty_local = next++;
-              ++t.empty_count;
-              return t.empty_local;
-            }
-            std::string_view s = others[key & 0xffffffffu];
-            string_count& v = t.strings[s];
-            if (v.local_plus1 == 0) {
-              v.local_plus1 = ++next;
-              if (s.size() > small_key_max) t.strings.note_long_bytes(s.size());
-            }
-            ++v.count;
-            return v.local_plus1 - 1;
-          });
-        }
-        im.next_local[c] = next_local;
-      });
-      if (staging) {
-        offsets.resize(seg);
-        uint64_t seg_rows = 0;
-        for (std::size_t i = 0; i < seg; ++i) {
-          offsets[i] = im.staged_records + seg_rows;  // in records
-          seg_rows += res[i].good;
-        }
-        tbb::parallel_for(std::size_t{0}, seg, [&](std::size_t i) {
-          auto& r = res[i];
-          criteo_record* recs = r.records.data();
-          const uint64_t* locals = r.keys.data();
-          for (std::size_t row = 0; row < r.good; ++row)
-            for (int c = 0; c < sparse_columns; ++c)
-              recs[row].sparse[c] = static_cast<int32_t>(locals[c * r.stride + row]);
-          r.written = write_at(im.fd, recs, r.good * sizeof(criteo_record), offsets[i] * sizeof(criteo_record), tmp);
-        });
-        im.staged_records += seg_rows;
-      }
+      tbb::parallel_invoke([&] { count_segment(res); },
+                           [&] {
+                             if (seg_ahead > 0) parse_segment(ahead, after, seg_ahead);
+                           });
     });
     uint64_t seg_good = 0;
     for (std::size_t i = 0; i < seg; ++i) {
@@ -1322,7 +1345,9 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       im.staged.lines += res[i].lines;
       done_bytes += blocks[next + i].end - blocks[next + i].begin;
     }
-    next += seg;
+    next = after;
+    std::swap(res, ahead);
+    seg = seg_ahead;
     for (int c = 0; c < sparse_columns; ++c)
       if (im.next_local[c] > (uint32_t{1} << 31))
         return make_error(errc::out_of_memory,
