@@ -14,8 +14,6 @@
 // page at hand it falls back to 4 KiB pages, as before.
 #pragma once
 
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -28,23 +26,20 @@ inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 inline constexpr std::size_t huge_memory_from = std::size_t{1} << 20;
 
 // n bytes (n >= huge_memory_from): a 2 MiB-aligned range of n rounded up to
-// 2 MiB, its own mapping. Throws std::bad_alloc.
-inline void* huge_map(std::size_t n) {
-  const std::size_t bytes = (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
-  void* m = ::mmap(nullptr, bytes + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) throw std::bad_alloc();
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(m) + huge_page_bytes - 1) & ~uintptr_t{huge_page_bytes - 1};
-  // The unaligned head and tail go back at once: the range is then exactly
-  // [at, at + bytes), which huge_unmap(at, n) can compute.
-  const std::size_t head = at - reinterpret_cast<uintptr_t>(m);
-  if (head) ::munmap(m, head);
-  if (huge_page_bytes - head) ::munmap(reinterpret_cast<void*>(at + bytes), huge_page_bytes - head);
-  ::madvise(reinterpret_cast<void*>(at), bytes, MADV_HUGEPAGE);
-  return reinterpret_cast<void*>(at);
-}
-inline void huge_unmap(void* p, std::size_t n) noexcept {
-  ::munmap(p, (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes);
-}
+// 2 MiB. A range freed before (huge_unmap) is handed out again when one of
+// that rounded size is kept: its pages are already there, where a fresh
+// mapping faults each 2 MiB in again, zeroed (the vocabulary merge asks for
+// the same few sizes column after column: a fresh mapping each time made
+// page faults and zeroing a quarter of the merge's CPU on the PVM guest,
+// 2026-12-06). Its contents are then whatever was there. Throws
+// std::bad_alloc.
+void* huge_map(std::size_t n);
+// Gives back huge_map(n): kept for reuse while the kept ranges total at most
+// huge_keep_bytes, else unmapped.
+void huge_unmap(void* p, std::size_t n) noexcept;
+inline constexpr std::size_t huge_keep_bytes = std::size_t{256} << 20;
+// The ranges kept for reuse, in bytes (tests).
+std::size_t huge_kept_bytes() noexcept;
 
 // A std allocator: huge_map from huge_memory_from bytes on.
 template <class T>

@@ -597,6 +597,14 @@ BOOST_AUTO_TEST_CASE(big_vectors_keep_their_contents_across_the_huge_page_thresh
   pp::huge_buffer moved(std::move(b));
   BOOST_CHECK(moved.data() == p);
   BOOST_CHECK(b.data() == nullptr);
+  // A freed range is kept and handed out again for the same whole pages.
+  const std::size_t kept_before = pp::huge_kept_bytes();
+  { pp::huge_buffer gone(std::move(moved)); }
+  BOOST_CHECK_EQUAL(pp::huge_kept_bytes(), kept_before + pp::huge_page_bytes);
+  pp::huge_buffer again;
+  BOOST_CHECK(again.reserve(pp::huge_page_bytes - 5) == p);
+  BOOST_CHECK_EQUAL(pp::huge_kept_bytes(), kept_before);
+  BOOST_CHECK_EQUAL(p[0], 2);  // its contents as they were: not zeroed again
 }
 
 BOOST_AUTO_TEST_CASE(hex8_is_exactly_eight_lowercase_hex_digits) {

@@ -1,0 +1,77 @@
+#include "kernels/preprocess/huge_memory.hpp"
+
+#include <sys/mman.h>
+
+#include <iterator>
+#include <map>
+#include <mutex>
+
+namespace hetflow::kernels::preprocess {
+namespace {
+
+std::size_t whole_pages(std::size_t n) noexcept { return (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes; }
+
+struct kept_ranges {
+  std::mutex mu;
+  std::multimap<std::size_t, void*> by_size;  // whole-page size -> range
+  std::size_t bytes = 0;
+};
+kept_ranges& kept() {
+  static kept_ranges* k = new kept_ranges;  // never destroyed: huge_unmap may run at exit
+  return *k;
+}
+
+}  // namespace
+
+void* huge_map(std::size_t n) {
+  const std::size_t bytes = whole_pages(n);
+  {
+    auto& k = kept();
+    std::lock_guard<std::mutex> g(k.mu);
+    // The last one kept of that size (equal keys keep their insertion
+    // order): its pages were touched last.
+    if (auto [first, last] = k.by_size.equal_range(bytes); first != last) {
+      const auto it = std::prev(last);
+      void* p = it->second;
+      k.by_size.erase(it);
+      k.bytes -= bytes;
+      return p;
+    }
+  }
+  void* m = ::mmap(nullptr, bytes + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(m) + huge_page_bytes - 1) & ~uintptr_t{huge_page_bytes - 1};
+  // The unaligned head and tail go back at once: the range is then exactly
+  // [at, at + bytes), which huge_unmap(at, n) can compute.
+  const std::size_t head = at - reinterpret_cast<uintptr_t>(m);
+  if (head) ::munmap(m, head);
+  if (huge_page_bytes - head) ::munmap(reinterpret_cast<void*>(at + bytes), huge_page_bytes - head);
+  ::madvise(reinterpret_cast<void*>(at), bytes, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(at);
+}
+
+void huge_unmap(void* p, std::size_t n) noexcept {
+  const std::size_t bytes = whole_pages(n);
+  {
+    auto& k = kept();
+    std::lock_guard<std::mutex> g(k.mu);
+    if (k.bytes + bytes <= huge_keep_bytes) {
+      try {
+        k.by_size.emplace(bytes, p);
+        k.bytes += bytes;
+        return;
+      } catch (...) {
+        // no memory for the node: unmap it below
+      }
+    }
+  }
+  ::munmap(p, bytes);
+}
+
+std::size_t huge_kept_bytes() noexcept {
+  auto& k = kept();
+  std::lock_guard<std::mutex> g(k.mu);
+  return k.bytes;
+}
+
+}  // namespace hetflow::kernels::preprocess
