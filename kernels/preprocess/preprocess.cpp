@@ -324,7 +324,13 @@ void sort_by_key(big_vector<hex_entry>& v) {
     std::sort(v.begin(), v.end(), [](const hex_entry& x, const hex_entry& y) { return x.key < y.key; });
     return;
   }
-  big_vector<hex_entry> tmp(v.size());
+  // The scratch half left uninitialised (every entry is written by the
+  // first pass; a value-initialised vector zeroed it first, 3% of the
+  // 2-node merge's CPU in a profile). Four passes: the result is back in v.
+  static_assert(std::is_trivially_copyable_v<hex_entry>);
+  huge_buffer scratch;
+  hex_entry* a = v.data();
+  hex_entry* b = reinterpret_cast<hex_entry*>(scratch.reserve(v.size() * sizeof(hex_entry)));
   std::size_t hist[4][256] = {};
   for (const hex_entry& e : v)
     for (int k = 0; k < 4; ++k) ++hist[k][(e.key >> (8 * k)) & 0xff];
@@ -333,8 +339,8 @@ void sort_by_key(big_vector<hex_entry>& v) {
     for (std::size_t& h : hist[k]) sum += std::exchange(h, sum);
     std::size_t* h = hist[k];
     const int shift = 8 * k;
-    for (const hex_entry& e : v) tmp[h[(e.key >> shift) & 0xff]++] = e;
-    v.swap(tmp);
+    for (std::size_t i = 0, n = v.size(); i < n; ++i) b[h[(a[i].key >> shift) & 0xff]++] = a[i];
+    std::swap(a, b);
   }
 }
 
