@@ -20,7 +20,7 @@
 //      |<---- act_grad (c, dL/dact, loss) --------|  weights, then W upper updates
 //      |   backward units [0, cut)                 |  in worker order
 //      |-- push (c, lr, lower grads) ------------>|  applied in worker order once
-//                                                     every worker pushed clock c
+//          [| flag_pull_next: the pull of c + 1]      every worker pushed clock c
 //   [worker 0: evaluation and end]
 //      |-- pull (c, flag_full [| flag_final]) --->|  lower + upper weights (final:
 //      |<------------ weights (every param) ------|  once every worker finished)
@@ -61,11 +61,15 @@ enum : uint32_t {
   kind_probe = 0x5241000a,  // server -> a worker before its welcome (aux: a sequence number, one tensor):
                             // the worker sends it back at once without the tensor (the link's speed)
 };
-inline constexpr uint32_t protocol_version = 1;
+inline constexpr uint32_t protocol_version = 2;  // 2: flag_pull_next
 
 // ralp_info::flags
 inline constexpr int32_t flag_full = 1;   // pull/weights: every parameter (lower then upper)
 inline constexpr int32_t flag_final = 2;  // pull: once every worker finished
+// push: also the pull of clock + 1 (the worker's next step in the epoch),
+// answered as that pull would be once the push is applied: one message
+// less a step, and the pull cannot wait behind the push on the way.
+inline constexpr int32_t flag_pull_next = 4;
 
 struct ralp_info {
   uint32_t version = protocol_version;

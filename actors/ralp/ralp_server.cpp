@@ -61,7 +61,7 @@ struct server_state : builtin::job_actor_state {
   std::vector<waiting> full_waits;    // pulls of every weight (evaluation, final)
   std::unique_ptr<kernels::waits::scope> acts_wait;  // held activations wait for the missing workers
   uint64_t next_id = 1;
-  int64_t pulls = 0, pulls_waited = 0, activations = 0, pushes = 0;
+  int64_t pulls = 0, pulls_waited = 0, pulls_with_push = 0, activations = 0, pushes = 0;
   int64_t bytes_in = 0, bytes_out = 0;
   int64_t step_bytes = 0;  // of the training steps: lower pulls, weights, activations, act_grads, pushes
   double wait_seconds = 0;
@@ -238,7 +238,8 @@ void report(server_actor* self) {
   j.field("workers", int64_t{st.opts.workers}).field("steps", steps).field("upper_clocks", clocks);
   j.field("lower_updates", core.lower_updates()).field("upper_updates", core.upper_updates());
   j.field("upper_compute_seconds", core.compute_seconds());
-  j.field("pulls", st.pulls).field("pulls_waited", st.pulls_waited).field("pull_wait_seconds", st.wait_seconds);
+  j.field("pulls", st.pulls).field("pulls_waited", st.pulls_waited).field("pulls_with_push", st.pulls_with_push)
+      .field("pull_wait_seconds", st.wait_seconds);
   j.field("activations", st.activations).field("pushes", st.pushes);
   j.field("bytes_in", st.bytes_in).field("bytes_out", st.bytes_out);
   j.field("step_bytes", st.step_bytes);
@@ -353,6 +354,22 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
       {
         kernels::trace::scope t_apply("apply", st.tk, "worker", w);
         if (auto s = st.core->push(w, m->info.clock, m->info.lr, std::move(grads), ready); !s.ok()) return refuse(s);
+      }
+      if (m->info.flags & ralp::flag_pull_next) {
+        // The pull of clock + 1 riding on the push: held like any pull and
+        // answered below with `ready` (after a checkpoint that falls due).
+        ++st.pulls;
+        ++st.pulls_with_push;
+        ps::pull_ticket t{w, m->info.clock + 1, st.next_id++};
+        st.waits[t.id] = server_state::waiting{
+            w, t.clock, 0, clock_type::now(),
+            std::make_shared<kernels::waits::scope>(st.me, slowest_on(self),
+                                                    "the clock that lets it answer " + worker_name(w) +
+                                                        "'s pull of clock " + std::to_string(t.clock) + " (bsp)")};
+        if (st.core->pull(t))
+          ready.push_back(t);
+        else
+          ++st.pulls_waited;
       }
       kernels::waits::progress();
       break;

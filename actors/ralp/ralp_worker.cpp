@@ -195,6 +195,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   wc.model().context().run([&] { result = [&]() -> expected<worker_stats> {
   std::vector<kernels::tensor_view> grads;
   int64_t clock = 0;
+  bool pull_sent = false;  // the last push carried the pull of `clock`
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     HF_RETURN_IF_ERROR(source->begin_epoch(epoch));
     kernels::epoch_report er;
@@ -213,9 +214,12 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       const int64_t bytes_before = link.bytes_sent + link.bytes_received;
       auto tp = clock_type::now();
       kernels::trace::scope t_pull("pull", tk, "clock", clock);
-      ralp::ralp_info pull;
-      pull.clock = clock;
-      HF_RETURN_IF_ERROR(link.send(ralp::kind_pull, pull));
+      if (!pull_sent) {  // else the last push asked for this clock's weights
+        ralp::ralp_info pull;
+        pull.clock = clock;
+        HF_RETURN_IF_ERROR(link.send(ralp::kind_pull, pull));
+      }
+      pull_sent = false;
       HF_ASSIGN_OR_RETURN(auto weights, link.await(ralp::kind_weights, clock, "pull"));
       st.weight_bytes_received += int64_t(weights.msg.buffer()->size());
       HF_RETURN_IF_ERROR(install(wc, weights, false));
@@ -260,8 +264,13 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
       ralp::ralp_info push;
       push.clock = clock;
       push.lr = er.lr;
+      // The next step's pull rides on the push when that step is in this
+      // epoch (its clock is clock + 1); an epoch's first step pulls on its
+      // own, after any evaluation's pull of every weight.
+      if (s + W < steps) push.flags = ralp::flag_pull_next;
       kernels::trace::scope t_push("push", tk, "clock", clock);
       HF_RETURN_IF_ERROR(link.send(ralp::kind_push, push, grads));
+      pull_sent = (push.flags & ralp::flag_pull_next) != 0;
       t_push.end();
       st.compute_seconds += since(tc);
       st.step_bytes += link.bytes_sent + link.bytes_received - bytes_before;
