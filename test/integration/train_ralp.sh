@@ -85,8 +85,10 @@ print(f"bytes per step (both workers): ps {ps_step:.0f} ralp {ralp_step:.0f} (se
 assert ralp_step < 0.5 * ps_step, (ralp_step, ps_step)
 assert abs(srv["bytes_per_step"] - srv["predicted_bytes_per_step"]) <= 0.1 * srv["predicted_bytes_per_step"]
 assert srv["upper_updates"] == srv["lower_updates"] == 252, srv
+# Each step's pull rides on the push before it, but an epoch's first: 41 of 42 a worker an epoch.
+assert srv["pulls_with_push"] == 2 * 3 * 41, srv["pulls_with_push"]
 PY
-pass "2 workers: ralp == ps bsp (loss, test accuracy), fewer bytes per step"
+pass "2 workers: ralp == ps bsp (loss, test accuracy), fewer bytes per step, pulls on the pushes"
 
 # --- ralp_cut = 0: the cost model on the server
 auto="$HETFLOW_SCRATCH/auto.toml"
