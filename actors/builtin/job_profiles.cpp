@@ -680,11 +680,8 @@ uint64_t fixed_loop(uint64_t seed) {
 double loop_seconds_on(const std::vector<int>& cpus) {
   double out = -1;
   std::thread t([&] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int c : cpus)
-      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) return;
+    const thread_pin pin(cpus);
+    if (!pin.pinned()) return;
     static volatile uint64_t sink;
     sink = fixed_loop(1);  // on the CPU, warm
     const auto t0 = std::chrono::steady_clock::now();

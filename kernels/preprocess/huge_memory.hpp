@@ -35,9 +35,11 @@ inline constexpr std::size_t huge_memory_from = std::size_t{1} << 20;
 // std::bad_alloc.
 void* huge_map(std::size_t n);
 // Gives back huge_map(n): kept for reuse while the kept ranges total at most
-// huge_keep_bytes, else unmapped.
+// huge_keep_bytes, else unmapped. What is kept stays resident and is not
+// counted in a job's memory_cap (which bounds the count tables), hence a
+// small bound: the merge's arrays for 1M rows are a few MiB a column.
 void huge_unmap(void* p, std::size_t n) noexcept;
-inline constexpr std::size_t huge_keep_bytes = std::size_t{256} << 20;
+inline constexpr std::size_t huge_keep_bytes = std::size_t{64} << 20;
 // The ranges kept for reuse, in bytes (tests).
 std::size_t huge_kept_bytes() noexcept;
 
