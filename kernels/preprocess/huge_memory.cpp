@@ -2,14 +2,13 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <mutex>
 
 namespace hetflow::kernels::preprocess {
 namespace {
-
-std::size_t whole_pages(std::size_t n) noexcept { return (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes; }
 
 struct kept_ranges {
   std::mutex mu;
@@ -24,7 +23,7 @@ kept_ranges& kept() {
 }  // namespace
 
 void* huge_map(std::size_t n) {
-  const std::size_t bytes = whole_pages(n);
+  const std::size_t bytes = huge_bytes(std::max(n, huge_memory_from));
   {
     auto& k = kept();
     std::lock_guard<std::mutex> g(k.mu);
@@ -51,7 +50,7 @@ void* huge_map(std::size_t n) {
 }
 
 void huge_unmap(void* p, std::size_t n) noexcept {
-  const std::size_t bytes = whole_pages(n);
+  const std::size_t bytes = huge_bytes(std::max(n, huge_memory_from));
   {
     auto& k = kept();
     std::lock_guard<std::mutex> g(k.mu);

@@ -25,6 +25,12 @@ namespace hetflow::kernels::preprocess {
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 inline constexpr std::size_t huge_memory_from = std::size_t{1} << 20;
 
+// What an allocation of n bytes takes here: whole 2 MiB pages from
+// huge_memory_from on, else n.
+constexpr std::size_t huge_bytes(std::size_t n) noexcept {
+  return n >= huge_memory_from ? (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes : n;
+}
+
 // n bytes (n >= huge_memory_from): a 2 MiB-aligned range of n rounded up to
 // 2 MiB. A range freed before (huge_unmap) is handed out again when one of
 // that rounded size is kept: its pages are already there, where a fresh
@@ -88,7 +94,7 @@ public:
   char* reserve(std::size_t n) {
     if (n <= cap_) return p_;
     release();
-    if (n >= huge_memory_from) n = (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+    n = huge_bytes(n);
     p_ = huge_allocator<char>().allocate(n);
     cap_ = n;
     return p_;

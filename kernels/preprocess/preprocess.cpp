@@ -116,11 +116,6 @@ private:
   std::size_t size_ = 0;
 };
 
-// Bytes an allocation of n takes (huge_memory.hpp: whole 2 MiB pages from 1 MiB on).
-constexpr uint64_t huge_bytes(uint64_t n) noexcept {
-  return n >= huge_memory_from ? (n + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes : n;
-}
-
 // What one block of pass 1 holds (an upper bound): its bytes read in (a
 // block ends at the line end after block_bytes: one more field-bounded line)
 // and the padding, and room for its most rows (a good line has >= 40 bytes)
