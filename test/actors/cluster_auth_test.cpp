@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <system_error>
 #include <fstream>
 
 #include "actors/cluster_auth.hpp"
@@ -26,8 +27,24 @@ std::string hex(const std::vector<char>& v) {
   return out;
 }
 
+// This process's scratch folder; removed when the test program exits (set
+// HETFLOW_KEEP_TEST_FILES to keep it for a look after a failure).
+const fs::path& scratch_root() {
+  struct root_dir {
+    fs::path path = fs::temp_directory_path() / ("hetflow-auth-test-" + std::to_string(::getpid()));
+    ~root_dir() {
+      if (std::getenv("HETFLOW_KEEP_TEST_FILES") == nullptr) {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+      }
+    }
+  };
+  static const root_dir r;
+  return r.path;
+}
+
 fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("hetflow-auth-test-" + std::to_string(::getpid()));
+  fs::path dir = scratch_root();
   fs::create_directories(dir);
   return dir / name;
 }

@@ -17,7 +17,9 @@
 #include <csignal>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -41,8 +43,24 @@ namespace pp = hetflow::kernels::preprocess;
 
 namespace {
 
+// This process's scratch folder; removed when the test program exits (set
+// HETFLOW_KEEP_TEST_FILES to keep it for a look after a failure).
+const fs::path& scratch_root() {
+  struct root_dir {
+    fs::path path = fs::temp_directory_path() / ("hetflow-pp-test-" + std::to_string(::getpid()));
+    ~root_dir() {
+      if (std::getenv("HETFLOW_KEEP_TEST_FILES") == nullptr) {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+      }
+    }
+  };
+  static const root_dir r;
+  return r.path;
+}
+
 fs::path scratch(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("hetflow-pp-test-" + std::to_string(::getpid())) / name;
+  fs::path p = scratch_root() / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
