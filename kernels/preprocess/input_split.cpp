@@ -115,4 +115,84 @@ std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, con
   return plan;
 }
 
+shard_plan plan_range(const std::vector<uint64_t>& file_sizes, uint64_t begin, uint64_t end) {
+  shard_plan plan;
+  uint64_t off = 0;
+  for (std::size_t f = 0; f < file_sizes.size(); ++f) {
+    const uint64_t fb = off, fe = off + file_sizes[f];
+    off = fe;
+    const uint64_t b = std::max(begin, fb), e = std::min(end, fe);
+    if (b < e) plan.pieces.push_back({static_cast<int>(f), b - fb, e - fb});
+  }
+  return plan;
+}
+
+uint64_t default_claim_unit(uint64_t total, int shards) {
+  const uint64_t share = total / static_cast<uint64_t>(std::max(1, shards)) / 32;
+  return std::clamp<uint64_t>(share, uint64_t{1} << 20, uint64_t{64} << 20);
+}
+
+range_claims::range_claims(uint64_t total, const std::vector<uint64_t>& weights, uint64_t min_unit)
+    : total_(total), min_unit_(std::max<uint64_t>(1, min_unit)) {
+  const std::size_t n = std::max<std::size_t>(1, weights.size());
+  back_.assign(n, 0);
+  front_.assign(n, 0);
+  claims_.assign(n, 0);
+  frozen_.assign(n, false);
+  // The middle of each share (plan_shards' rule), the first shard at 0 and
+  // the last at the end.
+  std::vector<uint64_t> w = weights;
+  if (w.empty()) w.push_back(1);
+  unsigned __int128 sum = 0;
+  for (auto& x : w) sum += x = std::max<uint64_t>(x, 1);
+  unsigned __int128 before = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint64_t lo = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
+    before += w[i];
+    const uint64_t hi = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
+    const uint64_t start = i == 0 ? 0 : i + 1 == n ? total : lo + (hi - lo) / 2;
+    back_[i] = front_[i] = start;
+  }
+}
+
+byte_range range_claims::claim(int shard) {
+  if (shard < 0 || shard >= shards() || frozen_[std::size_t(shard)]) return {};
+  const auto i = static_cast<std::size_t>(shard);
+  const std::size_t n = back_.size();
+  // The gaps: [left_end, back) and [front, right_end).
+  const uint64_t left_end = i == 0 ? 0 : front_[i - 1];
+  const uint64_t right_end = i + 1 == n ? total_ : back_[i + 1];
+  const uint64_t left = back_[i] > left_end ? back_[i] - left_end : 0;
+  const uint64_t right = right_end > front_[i] ? right_end - front_[i] : 0;
+  if (left == 0 && right == 0) return {};
+  const bool forward = right >= left;
+  const uint64_t gap = forward ? right : left;
+  // Alone on that gap (the neighbour lost, or none: a one-shard job): all
+  // of it; else a quarter, at least min_unit, and not leaving a sliver.
+  const bool alone = forward ? (i + 1 == n || frozen_[i + 1]) : (i == 0 || frozen_[i - 1]);
+  uint64_t unit = alone ? gap : std::max(min_unit_, gap / 4);
+  if (unit >= gap || gap - unit < min_unit_) unit = gap;
+  ++claims_[i];
+  if (forward) {
+    byte_range r{front_[i], front_[i] + unit};
+    front_[i] = r.end;
+    return r;
+  }
+  byte_range r{back_[i] - unit, back_[i]};
+  back_[i] = r.begin;
+  return r;
+}
+
+void range_claims::freeze(int shard) {
+  if (shard >= 0 && shard < shards()) frozen_[std::size_t(shard)] = true;
+}
+bool range_claims::frozen(int shard) const { return shard >= 0 && shard < shards() && frozen_[std::size_t(shard)]; }
+byte_range range_claims::slice(int shard) const {
+  if (shard < 0 || shard >= shards()) return {};
+  return {back_[std::size_t(shard)], front_[std::size_t(shard)]};
+}
+uint64_t range_claims::claims(int shard) const {
+  return shard >= 0 && shard < shards() ? claims_[std::size_t(shard)] : 0;
+}
+
 }  // namespace hetflow::kernels::preprocess

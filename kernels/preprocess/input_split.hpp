@@ -75,5 +75,50 @@ std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, int
 // weight of 0 counts as 1): shard i covers [T*W_i/W, T*W_(i+1)/W), W_i the
 // weights before it. Equal weights give the plan above, byte for byte.
 std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, const std::vector<uint64_t>& weights);
+// The pieces of global bytes [begin, end) of the concatenated inputs (nominal:
+// the lines that start in it).
+shard_plan plan_range(const std::vector<uint64_t>& file_sizes, uint64_t begin, uint64_t end);
+
+// Pass 1 handed out in ranges while it runs (the preprocess job's balance =
+// "steal"), so that a node that is done first takes more of the input:
+// shard 0 starts at the inputs' first byte and goes forward, the last shard
+// at their end and goes backward, a shard between them at the middle of its
+// share (the weights) and goes both ways. A claim takes a quarter of the gap
+// between the shard's front and its neighbour's on the side with the larger
+// gap (at least min_unit; all of it when the neighbour is lost or the rest
+// would be under min_unit), so the claims shrink as the gaps close and each
+// shard's ranges always form one contiguous slice. Every byte is claimed
+// exactly once. Pure bookkeeping, no I/O: the coordinator (pp_vocab) holds
+// one; tests drive it directly.
+struct byte_range {
+  uint64_t begin = 0, end = 0;
+  bool empty() const noexcept { return begin >= end; }
+  uint64_t bytes() const noexcept { return end > begin ? end - begin : 0; }
+};
+class range_claims {
+public:
+  range_claims() = default;
+  range_claims(uint64_t total, const std::vector<uint64_t>& weights, uint64_t min_unit);
+  // The next range for `shard` (empty: nothing is left beside it, and
+  // nothing ever will be).
+  byte_range claim(int shard);
+  // A lost shard claims no more (its neighbours take the gaps beside it);
+  // its slice stays as it is, for another node to count again.
+  void freeze(int shard);
+  bool frozen(int shard) const;
+  // What `shard` has claimed: [back front, forward front).
+  byte_range slice(int shard) const;
+  int shards() const noexcept { return static_cast<int>(back_.size()); }
+  uint64_t total() const noexcept { return total_; }
+  uint64_t claims(int shard) const;  // ranges handed to it
+
+private:
+  uint64_t total_ = 0, min_unit_ = 1;
+  std::vector<uint64_t> back_, front_;  // shard i holds [back_[i], front_[i])
+  std::vector<uint64_t> claims_;
+  std::vector<bool> frozen_;
+};
+// The smallest claim for a job: 1/32 of a node's even share, 1-64 MiB.
+uint64_t default_claim_unit(uint64_t total, int shards);
 
 }  // namespace hetflow::kernels::preprocess

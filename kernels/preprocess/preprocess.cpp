@@ -10,6 +10,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <random>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -57,6 +58,7 @@ inline float dense_value(int64_t x, const dense_table& t) noexcept {
 // A line-aligned slice of one piece.
 struct block {
   int piece = 0;
+  int part = 0;  // the staged part its records go to (count_ranges)
   const mapped_file* file = nullptr;
   uint64_t begin = 0, end = 0;  // aligned: [begin, end) holds whole lines
   // The most rows the block can hold: a good line has at least 40 bytes.
@@ -82,7 +84,7 @@ std::vector<block> cut_blocks(const input_set& in, const shard_plan& shard,
     while (b < e) {
       uint64_t nb = b + block_bytes >= e ? e : align_to_line(f->data(), f->size(), b + block_bytes);
       if (nb > e) nb = e;
-      blocks.push_back({static_cast<int>(pi), f, b, nb});
+      blocks.push_back({static_cast<int>(pi), 0, f, b, nb});
       b = nb;
     }
   }
@@ -680,8 +682,20 @@ struct shard_counts::impl {
   // first touch of each page cost more: on dev-2c-xeon, 1M rows on 2 nodes,
   // counting 0.375 s against 0.317 s a node after a pause, and 10M rows
   // 4.6-5.3 s against 3.8-4.1 s end to end: bench/RESULTS.md.)
-  std::string staged_path;  // the part file, written through staged_path + ".tmp"
-  int fd = -1;              // the .tmp, created at the start of pass 1
+  // One staged part per slice of the input the shard counted: one for
+  // count_shard, one per run of contiguous ranges for count_ranges (a range
+  // that continues a part's last one joins it).
+  struct staged_part {
+    std::string path;   // the final part file ("" until set_part_path, count_ranges)
+    std::string tmp;    // written here, renamed to path by finish_shard
+    int fd = -1;
+    uint64_t records = 0;    // staged so far (write offsets)
+    uint64_t key = 0;        // count_ranges: the first byte of its first range
+    uint64_t next_begin = 0; // count_ranges: where a range continuing it starts
+    uint64_t rows = 0, lines = 0, bytes = 0;
+    bool finished = false;
+  };
+  std::vector<staged_part> parts;
   bool staging = false;
   uint64_t staged_records = 0;
   shard_result staged;  // rows, lines, bytes, malformed; seconds = pass 1
@@ -745,9 +759,10 @@ struct shard_counts::impl {
     std::error_code ec;
     for (auto& rs : runs)
       for (auto& r : rs) fs::remove(r, ec);
-    if (fd >= 0) {
-      ::close(fd);
-      if (!finished) ::unlink((staged_path + ".tmp").c_str());
+    for (auto& p : parts) {
+      if (p.fd < 0) continue;
+      ::close(p.fd);
+      if (!p.finished) ::unlink(p.tmp.c_str());
     }
   }
 };
@@ -1194,39 +1209,46 @@ inline void fill_dense(const parsed_line& pl, criteo_record& rec, const dense_ta
 
 }  // namespace
 
-expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
-                                   const preprocess_options& opt, const std::string& staged_path) {
-  auto t0 = clock_type::now();
-  shard_counts out;
+namespace {
+
+// Appends the next range's blocks (and pieces) for count_pass; false when
+// there is none left.
+using more_blocks = std::function<expected<bool>(std::vector<block>&, std::vector<piece_info>&)>;
+
+status open_staged_part(shard_counts::impl& im, std::string path, std::string tmp, uint64_t key) {
+  shard_counts::impl::staged_part p;
+  p.path = std::move(path);
+  p.tmp = std::move(tmp);
+  p.key = p.next_begin = key;
+  p.fd = ::open(p.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (p.fd < 0) return make_error(errc::io_error, "cannot create " + p.tmp + ": " + std::strerror(errno));
+  im.parts.push_back(std::move(p));
+  im.staging = true;
+  return {};
+}
+
+// Pass 1 over `blocks` and whatever more() appends (see count_shard).
+expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts out,
+                                  std::vector<block> blocks, std::vector<piece_info> pieces,
+                                  const more_blocks& more, clock_type::time_point t0) {
   auto& im = *out.impl_;
   im.spill_dir = opt.spill_dir;
-  const bool staging = !staged_path.empty();
-  std::string tmp;
-  if (staging) {
-    im.staged_path = staged_path;
-    tmp = staged_path + ".tmp";
-    im.fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (im.fd < 0) return make_error(errc::io_error, "cannot create " + tmp + ": " + std::strerror(errno));
-    im.staging = true;
-    // A previous run's part goes now, on a thread of its own at the lowest
-    // nice level, instead of inside finish_shard: freeing its page cache and
-    // blocks took 15 ms for a 160 MB part on the 2-core VM, serial at the end
-    // of the job; here it fills idle moments of pass 1 and the merge. This
-    // shard rewrites that part anyway (finish_file still removes whatever is
-    // there before the rename; a failed run leaves no part for the shard).
-    // Nice 19, not SCHED_IDLE: freeing a file's blocks holds filesystem
-    // journal handles, and a thread that only runs when a core is idle could
-    // hold them while pass 1, keeping every core busy, waits on the journal.
-    im.remove_previous = std::thread([path = staged_path] {
-      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-      ::unlink(path.c_str());
-    });
-  }
-  std::vector<piece_info> pieces;
-  auto blocks = cut_blocks(in, shard, pieces, opt.block_bytes);
-  uint64_t total_bytes = 0;
-  for (auto& b : blocks) total_bytes += b.end - b.begin;
-
+  const bool staging = im.staging;
+  uint64_t known_bytes = 0;  // of the blocks so far (progress)
+  for (auto& b : blocks) known_bytes += b.end - b.begin;
+  bool exhausted = !more;
+  auto fetch = [&](std::size_t want) -> status {
+    // Ranges until `want` blocks are there, or none is left (a range may
+    // hold no line start).
+    while (!exhausted && blocks.size() < want) {
+      const std::size_t had = blocks.size();
+      auto got = more(blocks, pieces);
+      if (!got) return got.error();
+      if (!*got) exhausted = true;
+      for (std::size_t i = had; i < blocks.size(); ++i) known_bytes += blocks[i].end - blocks[i].begin;
+    }
+    return {};
+  };
   uint64_t cap = opt.memory_cap;
   if (cap == 0) cap = std::max<uint64_t>(uint64_t{64} << 20, probe_resources().free_memory() / 2);
   out.memory_cap = cap;
@@ -1273,7 +1295,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       }, bad);
     });
   };
-  auto count_segment = [&](std::vector<count_block_result>& rs) {
+  auto count_segment = [&](std::vector<count_block_result>& rs, std::size_t first) {
     // One task per column: count, and put the local id in place of the
     // key (the records get them below, row by row: stores at a 160-byte
     // stride would miss the cache 26 times per row).
@@ -1303,27 +1325,31 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       im.next_local[c] = next_local;
     });
     if (staging) {
+      // Each block's records go to its part, after the part's earlier rows.
       offsets.resize(rs.size());
-      uint64_t seg_rows = 0;
       for (std::size_t i = 0; i < rs.size(); ++i) {
-        offsets[i] = im.staged_records + seg_rows;  // in records
-        seg_rows += rs[i].good;
+        auto& part = im.parts[static_cast<std::size_t>(blocks[first + i].part)];
+        offsets[i] = part.records;  // in records
+        part.records += rs[i].good;
+        im.staged_records += rs[i].good;
       }
       tbb::parallel_for(std::size_t{0}, rs.size(), [&](std::size_t i) {
         auto& r = rs[i];
+        const auto& part = im.parts[static_cast<std::size_t>(blocks[first + i].part)];
         criteo_record* recs = r.records.data();
         const uint64_t* locals = r.keys.data();
         for (std::size_t row = 0; row < r.good; ++row)
           for (int c = 0; c < sparse_columns; ++c)
             recs[row].sparse[c] = static_cast<int32_t>(locals[c * r.stride + row]);
-        r.written = write_at(im.fd, recs, r.good * sizeof(criteo_record), offsets[i] * sizeof(criteo_record), tmp);
+        r.written = write_at(part.fd, recs, r.good * sizeof(criteo_record), offsets[i] * sizeof(criteo_record),
+                             part.tmp);
       });
-      im.staged_records += seg_rows;
     }
   };
   std::vector<count_block_result> res, ahead;
   std::size_t next = 0;
   int dop = gov.update();
+  if (auto s = fetch(static_cast<std::size_t>(dop * blocks_per_worker)); !s.ok()) return s;
   std::size_t seg = std::min(blocks.size(), static_cast<std::size_t>(dop * blocks_per_worker));
   {
     tbb::task_arena arena(dop);
@@ -1333,23 +1359,33 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
     if (opt.stop && opt.stop->load()) return stopped();
     dop = gov.update();
     const std::size_t after = next + seg;
+    // The next range is asked for while this segment is still to count, so
+    // that its first blocks are parsed meanwhile.
+    if (auto s = fetch(after + static_cast<std::size_t>(dop * blocks_per_worker)); !s.ok()) return s;
     const std::size_t seg_ahead = std::min(blocks.size() - after, static_cast<std::size_t>(dop * blocks_per_worker));
     tbb::task_arena arena(dop);
     arena.execute([&] {
-      tbb::parallel_invoke([&] { count_segment(res); },
+      tbb::parallel_invoke([&] { count_segment(res, next); },
                            [&] {
                              if (seg_ahead > 0) parse_segment(ahead, after, seg_ahead);
                            });
     });
     uint64_t seg_good = 0;
     for (std::size_t i = 0; i < seg; ++i) {
+      const block& b = blocks[next + i];
       seg_good += res[i].good;
       if (!res[i].read.ok()) return res[i].read;
       if (!res[i].written.ok()) return res[i].written;
-      if (auto s = sink.take(blocks[next + i], res[i].lines, res[i].hits); !s.ok()) return s;
+      if (auto s = sink.take(b, res[i].lines, res[i].hits); !s.ok()) return s;
       out.rows += res[i].good;
       im.staged.lines += res[i].lines;
-      done_bytes += blocks[next + i].end - blocks[next + i].begin;
+      done_bytes += b.end - b.begin;
+      if (staging) {
+        auto& part = im.parts[static_cast<std::size_t>(b.part)];
+        part.rows += res[i].good;
+        part.lines += res[i].lines;
+        part.bytes += b.end - b.begin;
+      }
     }
     next = after;
     std::swap(res, ahead);
@@ -1372,7 +1408,7 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
       preprocess_progress p;
       p.pass = "count";
       p.bytes_done = done_bytes;
-      p.bytes_total = total_bytes;
+      p.bytes_total = known_bytes;
       p.rows = out.rows;
       p.parallelism = dop;
       p.memory = current_rss();
@@ -1401,12 +1437,81 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
   return out;
 }
 
+}  // namespace
+
+expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
+                                   const preprocess_options& opt, const std::string& staged_path) {
+  auto t0 = clock_type::now();
+  shard_counts out;
+  auto& im = *out.impl_;
+  if (!staged_path.empty()) {
+    if (auto s = open_staged_part(im, staged_path, staged_path + ".tmp", 0); !s.ok()) return s;
+    // A previous run's part goes now, on a thread of its own at the lowest
+    // nice level, instead of inside finish_shard: freeing its page cache and
+    // blocks took 15 ms for a 160 MB part on the 2-core VM, serial at the end
+    // of the job; here it fills idle moments of pass 1 and the merge. This
+    // shard rewrites that part anyway (finish_file still removes whatever is
+    // there before the rename; a failed run leaves no part for the shard).
+    // Nice 19, not SCHED_IDLE: freeing a file's blocks holds filesystem
+    // journal handles, and a thread that only runs when a core is idle could
+    // hold them while pass 1, keeping every core busy, waits on the journal.
+    im.remove_previous = std::thread([path = staged_path] {
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+      ::unlink(path.c_str());
+    });
+  }
+  std::vector<piece_info> pieces;
+  auto blocks = cut_blocks(in, shard, pieces, opt.block_bytes);
+  return count_pass(opt, std::move(out), std::move(blocks), std::move(pieces), {}, t0);
+}
+
+expected<shard_counts> count_ranges(const input_set& in, const preprocess_options& opt,
+                                    const std::string& staged_prefix, const next_range& next) {
+  auto t0 = clock_type::now();
+  shard_counts out;
+  auto& im = *out.impl_;
+  im.staging = true;
+  const std::vector<uint64_t> sizes = in.sizes();
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += s;
+  int seq = 0;
+  auto more = [&](std::vector<block>& blocks, std::vector<piece_info>& pieces) -> expected<bool> {
+    auto r = next();
+    if (!r) return r.error();
+    if (r->empty()) return false;
+    if (r->end > total) return make_error(errc::invalid_argument, "a range past the inputs' end");
+    // A range that continues a part joins it; any other starts one.
+    int part = -1;
+    for (std::size_t k = 0; k < im.parts.size(); ++k)
+      if (im.parts[k].next_begin == r->begin) part = static_cast<int>(k);
+    if (part < 0) {
+      if (auto s = open_staged_part(im, "", staged_prefix + "-" + std::to_string(seq++) + ".tmp", r->begin); !s.ok())
+        return s;
+      part = static_cast<int>(im.parts.size()) - 1;
+    }
+    im.parts[static_cast<std::size_t>(part)].next_begin = r->end;
+    // cut_blocks numbers a plan's pieces from 0: shift them past the pieces
+    // already there.
+    const int piece_base = static_cast<int>(pieces.size());
+    auto more_blocks = cut_blocks(in, plan_range(sizes, r->begin, r->end), pieces, opt.block_bytes);
+    for (auto& b : more_blocks) {
+      b.piece += piece_base;
+      b.part = part;
+      blocks.push_back(b);
+    }
+    return true;
+  };
+  return count_pass(opt, std::move(out), {}, {}, more, t0);
+}
+
 expected<shard_result> finish_shard(shard_counts& counts, const preprocess_options& opt) {
   auto t0 = clock_type::now();
   auto& im = *counts.impl_;
   if (!im.staging || im.finished)
     return make_error(errc::invalid_argument, "finish_shard needs a staged count_shard, once");
-  const std::string tmp = im.staged_path + ".tmp";
+  for (const auto& p : im.parts)
+    if (p.path.empty() && p.records > 0)
+      return make_error(errc::internal, "a staged part of " + std::to_string(p.records) + " records has no name");
   // Local id -> id, per column (in place of the owner arrays).
   std::array<const int32_t*, sparse_columns> map{};
   std::array<big_vector<int32_t>, sparse_columns> maps;
@@ -1442,9 +1547,10 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
   int n_big = 0;
   for (int c = 0; c < sparse_columns; ++c)
     if (maps[c].size() * sizeof(int32_t) > (std::size_t{256} << 10)) big[n_big++] = c;
-  // Remap the staged records chunk by chunk, in parallel: each chunk is read
-  // from the .tmp into its worker's buffer (small enough to stay in the L2
-  // cache until it is written back) and written over.
+  // Remap the staged records chunk by chunk, in parallel, part after part:
+  // each chunk is read from its part's .tmp into its worker's buffer (small
+  // enough to stay in the L2 cache until it is written back) and written
+  // over.
   const uint64_t nrec = im.staged.rows;
   if (nrec != im.staged_records)
     return make_error(errc::internal, "staged " + std::to_string(im.staged_records) + " records for " +
@@ -1452,71 +1558,97 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
   // 256 KiB chunks: pass 2 of 1M rows on 2 nodes took 41 ms a node against
   // 47 ms with 1 MiB ones (dev-2c-xeon, 2026-11-29).
   constexpr uint64_t chunk_records = (std::size_t{256} << 10) / sizeof(criteo_record);
-  const uint64_t chunks = (nrec + chunk_records - 1) / chunk_records;
   parallelism_governor gov(opt.parallelism, 2 * chunk_records * sizeof(criteo_record));
   int dop = im.dop;
   std::vector<raw_array<criteo_record>> bufs;  // one per worker of the arena
   std::vector<status> errs;
-  uint64_t next = 0;
-  while (next < chunks) {
-    if (opt.stop && opt.stop->load()) return stopped();
-    dop = gov.update();
-    uint64_t seg = std::min<uint64_t>(chunks - next, static_cast<uint64_t>(dop) * 8);
-    if (bufs.size() < static_cast<std::size_t>(dop)) bufs.resize(static_cast<std::size_t>(dop));
-    errs.assign(seg, status{});
-    tbb::task_arena arena(dop);
-    arena.execute([&] {
-      tbb::parallel_for(uint64_t{0}, seg, [&](uint64_t k) {
-        uint64_t first = (next + k) * chunk_records;
-        uint64_t n = std::min(chunk_records, nrec - first);
-        uint64_t off = first * sizeof(criteo_record);
-        auto& mine = bufs[static_cast<std::size_t>(tbb::this_task_arena::current_thread_index())];
-        mine.reserve(chunk_records);
-        criteo_record* buf = mine.data();
-        if (auto s = read_at(im.fd, buf, n * sizeof(criteo_record), off, tmp); !s.ok()) {
-          errs[k] = s;
-          return;
-        }
-        // The maps of the big columns do not fit in the cache and the local
-        // ids of rare strings are random: prefetch a few rows ahead.
-        // Only the maps that outgrow the L2 cache are worth a prefetch.
-        constexpr uint64_t ahead = 4;
-        for (uint64_t r = 0; r < n; ++r) {
-          if (r + ahead < n) {
-            const int32_t* q = buf[r + ahead].sparse;
-            for (int j = 0; j < n_big; ++j) {
-              const int c = big[j];
-              __builtin_prefetch(&map[c][static_cast<uint32_t>(q[c])]);
-            }
+  uint64_t records_done = 0;
+  for (auto& part : im.parts) {
+    const uint64_t chunks = (part.records + chunk_records - 1) / chunk_records;
+    uint64_t next = 0;
+    while (next < chunks) {
+      if (opt.stop && opt.stop->load()) return stopped();
+      dop = gov.update();
+      uint64_t seg = std::min<uint64_t>(chunks - next, static_cast<uint64_t>(dop) * 8);
+      if (bufs.size() < static_cast<std::size_t>(dop)) bufs.resize(static_cast<std::size_t>(dop));
+      errs.assign(seg, status{});
+      tbb::task_arena arena(dop);
+      arena.execute([&] {
+        tbb::parallel_for(uint64_t{0}, seg, [&](uint64_t k) {
+          uint64_t first = (next + k) * chunk_records;
+          uint64_t n = std::min(chunk_records, part.records - first);
+          uint64_t off = first * sizeof(criteo_record);
+          auto& mine = bufs[static_cast<std::size_t>(tbb::this_task_arena::current_thread_index())];
+          mine.reserve(chunk_records);
+          criteo_record* buf = mine.data();
+          if (auto s = read_at(part.fd, buf, n * sizeof(criteo_record), off, part.tmp); !s.ok()) {
+            errs[k] = s;
+            return;
           }
-          int32_t* sp = buf[r].sparse;
-          for (int c = 0; c < sparse_columns; ++c) sp[c] = map[c][static_cast<uint32_t>(sp[c])];
-        }
-        errs[k] = write_at(im.fd, buf, n * sizeof(criteo_record), off, tmp);
+          // The maps of the big columns do not fit in the cache and the local
+          // ids of rare strings are random: prefetch a few rows ahead.
+          // Only the maps that outgrow the L2 cache are worth a prefetch.
+          constexpr uint64_t ahead = 4;
+          for (uint64_t r = 0; r < n; ++r) {
+            if (r + ahead < n) {
+              const int32_t* q = buf[r + ahead].sparse;
+              for (int j = 0; j < n_big; ++j) {
+                const int c = big[j];
+                __builtin_prefetch(&map[c][static_cast<uint32_t>(q[c])]);
+              }
+            }
+            int32_t* sp = buf[r].sparse;
+            for (int c = 0; c < sparse_columns; ++c) sp[c] = map[c][static_cast<uint32_t>(sp[c])];
+          }
+          errs[k] = write_at(part.fd, buf, n * sizeof(criteo_record), off, part.tmp);
+        });
       });
-    });
-    for (auto& e : errs)
-      if (!e.ok()) return e;
-    next += seg;
-    if (opt.on_progress) {
-      preprocess_progress p;
-      p.pass = "apply";
-      p.bytes_done = next >= chunks ? im.staged.bytes : im.staged.bytes * next / chunks;
-      p.bytes_total = im.staged.bytes;
-      p.rows = std::min(nrec, next * chunk_records);
-      p.parallelism = dop;
-      p.memory = current_rss();
-      opt.on_progress(p);
+      for (auto& e : errs)
+        if (!e.ok()) return e;
+      next += seg;
+      if (opt.on_progress) {
+        const uint64_t rows_done = records_done + std::min(part.records, next * chunk_records);
+        preprocess_progress p;
+        p.pass = "apply";
+        p.bytes_done = rows_done >= nrec ? im.staged.bytes : (nrec ? im.staged.bytes * rows_done / nrec : 0);
+        p.bytes_total = im.staged.bytes;
+        p.rows = rows_done;
+        p.parallelism = dop;
+        p.memory = current_rss();
+        opt.on_progress(p);
+      }
     }
+    records_done += part.records;
   }
-  int fd = std::exchange(im.fd, -1);
   im.join_remove_previous();
-  if (auto s = finish_file(fd, tmp, im.staged_path); !s.ok()) return s;
-  im.finished = true;
   shard_result out = std::move(im.staged);
+  for (auto& part : im.parts) {
+    int fd = std::exchange(part.fd, -1);
+    if (part.path.empty()) {  // an unnamed part of no records (a range without a line start)
+      ::close(fd);
+      ::unlink(part.tmp.c_str());
+      part.finished = true;
+      continue;
+    }
+    if (auto s = finish_file(fd, part.tmp, part.path); !s.ok()) return s;
+    part.finished = true;
+    out.parts.push_back({part.path, part.key, part.rows, part.bytes});
+  }
+  im.finished = true;
   out.seconds = seconds_since(t0);
   out.parallelism = dop;
   return out;
+}
+
+std::vector<uint64_t> shard_counts::part_keys() const {
+  std::vector<uint64_t> k;
+  if (impl_)
+    for (const auto& p : impl_->parts) k.push_back(p.key);
+  return k;
+}
+
+void shard_counts::set_part_path(std::size_t k, std::string path) {
+  if (impl_ && k < impl_->parts.size()) impl_->parts[k].path = std::move(path);
 }
 
 // ---- pass 2 --------------------------------------------------------------------
@@ -1738,15 +1870,63 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
   out.parts = static_cast<int>(plan.size());
   if (opt_in.mode == categorical_mode::vocab) {
     std::vector<shard_counts> counts;
+    // balance = "steal": every claim made up front, in a seeded random
+    // order of the shards, then each shard counts its own ranges.
+    const bool steal = opt_in.steal_unit > 0 && plan.size() > 1;
+    std::vector<std::vector<byte_range>> claimed(plan.size());
+    if (steal) {
+      uint64_t total = 0;
+      for (uint64_t z : in->sizes()) total += z;
+      range_claims rc(total, std::vector<uint64_t>(plan.size(), 1), opt_in.steal_unit);
+      std::mt19937_64 rng(opt_in.steal_seed);
+      std::vector<double> w;
+      for (std::size_t i = 0; i < plan.size(); ++i) w.push_back(double(i + 1));
+      std::vector<bool> done(plan.size(), false);
+      for (std::size_t left = plan.size(); left > 0;) {
+        std::discrete_distribution<std::size_t> pick(w.begin(), w.end());
+        const std::size_t k = pick(rng);
+        const byte_range r = rc.claim(static_cast<int>(k));
+        if (!r.empty()) {
+          claimed[k].push_back(r);
+          continue;
+        }
+        if (!done[k]) done[k] = true, --left;
+        w[k] = 0;
+        if (left == 0) break;
+      }
+    }
     for (std::size_t i = 0; i < plan.size(); ++i) {
       preprocess_options opt = opt_in;
       if (plan.size() == 1) opt.drop_below = opt_in.min_count;  // nothing to add to its counts
       else opt.defer_sort = opt_in.hash_merge;
       if (opt.spill_dir.empty()) opt.spill_dir = output_dir + "/.spill";
       opt.spill_dir += "/shard-" + std::to_string(i);
-      auto c = count_shard(*in, plan[i], opt, output_dir + "/" + part_file_name(static_cast<int>(i)));
+      expected<shard_counts> c = make_error(errc::internal, "not counted");
+      if (steal) {
+        std::size_t k = 0;
+        c = count_ranges(*in, opt, output_dir + "/.shard-" + std::to_string(i), [&]() -> expected<byte_range> {
+          return k < claimed[i].size() ? claimed[i][k++] : byte_range{};
+        });
+      } else {
+        c = count_shard(*in, plan[i], opt, output_dir + "/" + part_file_name(static_cast<int>(i)));
+      }
       if (!c) return c.error();
       counts.push_back(std::move(*c));
+    }
+    if (steal) {
+      // The parts in input order, wherever they were counted.
+      std::vector<uint64_t> keys;
+      for (auto& sc : counts)
+        for (uint64_t k : sc.part_keys()) keys.push_back(k);
+      std::sort(keys.begin(), keys.end());
+      for (auto& sc : counts) {
+        const auto mine = sc.part_keys();
+        for (std::size_t k = 0; k < mine.size(); ++k)
+          sc.set_part_path(k, output_dir + "/" +
+                                  part_file_name(static_cast<int>(std::lower_bound(keys.begin(), keys.end(), mine[k]) -
+                                                                  keys.begin())));
+      }
+      out.parts = static_cast<int>(keys.size());
     }
     std::vector<std::vector<int32_t>> ids(plan.size());
     uint64_t rows = 0;

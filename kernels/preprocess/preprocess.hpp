@@ -50,6 +50,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,14 @@ struct preprocess_options {
   // (shard_counts::hashable) by hashing, the rest as sorted streams; false:
   // all as sorted streams (tests compare the two).
   bool hash_merge = true;
+  // preprocess_local with several shards, vocab mode: the shards count the
+  // ranges a range_claims hands out (units of at least steal_unit bytes;
+  // 0 = the fixed split), each claim made by a shard drawn at random
+  // (steal_seed) with shard k weighted k + 1, as the job's balance =
+  // "steal" does with nodes of different speed; the parts are named in
+  // input order. Tests compare it with the fixed split.
+  uint64_t steal_unit = 0;
+  uint64_t steal_seed = 1;
   int parallelism = 0;                  // 0 = auto (resources.hpp)
   std::size_t block_bytes = 1u << 20;
   std::string spill_dir;                // pass-1 run files (created when needed)
@@ -168,6 +177,14 @@ public:
   // the local ids of spilled runs): what merging the column costs.
   uint64_t column_size(int c) const;
 
+  // The staged parts (count_shard: one; count_ranges: one per run of
+  // contiguous ranges), by the first byte of each one's first range, in
+  // the order they were started; set_part_path(k, path) names part k's
+  // file before finish_shard (count_ranges leaves them unnamed; an unnamed
+  // part with no records is dropped).
+  std::vector<uint64_t> part_keys() const;
+  void set_part_path(std::size_t k, std::string path);
+
   uint64_t rows = 0;         // good lines counted
   uint64_t spills = 0;       // run files written
   uint64_t peak_table_bytes = 0;
@@ -185,7 +202,27 @@ public:
 expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
                                    const preprocess_options& opt, const std::string& staged_path = {});
 
+// Pass 1 over ranges handed out while it runs (range_claims; the preprocess
+// job's balance = "steal"): next() gives the next range of global bytes
+// (an empty one: none left); it is asked while the last segment of the
+// ranges before is counted, so the next range's first blocks are parsed
+// meanwhile. All ranges count into one set of tables; the records are
+// staged (always) in staged_prefix + "-K.tmp", one file per run of
+// contiguous ranges (part_keys() says where each begins; set_part_path
+// names them for finish_shard).
+using next_range = std::function<expected<byte_range>()>;
+expected<shard_counts> count_ranges(const input_set& in, const preprocess_options& opt,
+                                    const std::string& staged_prefix, const next_range& next);
+
+struct part_written {
+  std::string path;
+  uint64_t key = 0;        // count_ranges: the first byte of its input
+  uint64_t rows = 0;
+  uint64_t bytes = 0;      // input bytes
+};
+
 struct shard_result {
+  std::vector<part_written> parts;  // finish_shard: the part files written
   uint64_t rows = 0;       // records written
   uint64_t lines = 0;      // lines read (rows + malformed)
   uint64_t bytes = 0;      // input bytes

@@ -326,6 +326,45 @@ BOOST_AUTO_TEST_CASE(matches_reference_all_shards_and_modes) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(ranges_claimed_while_counting_give_the_reference_output) {
+  // balance = "steal": the shards count the ranges range_claims hands out
+  // in a random order (later shards claim more often, as faster nodes
+  // would); the parts, named in input order, hold the reference's records.
+  const auto& in = generated_inputs();
+  for (uint64_t min_count : {uint64_t{1}, uint64_t{3}}) {
+    ref_options ro;
+    ro.vocab = true;
+    ro.min_count = min_count;
+    auto ref = reference(in.files, ro);
+    for (int shards : {2, 3, 4}) {
+      for (uint64_t seed : {1, 2, 3}) {
+        for (std::size_t block : {std::size_t{1} << 20, std::size_t{4096}}) {
+          BOOST_TEST_CONTEXT("min_count " << min_count << " shards " << shards << " seed " << seed << " block " << block) {
+            pp::preprocess_options o;
+            o.min_count = min_count;
+            o.block_bytes = block;
+            o.hash_merge = block != 4096;
+            o.parallelism = 2;
+            o.steal_unit = 64 << 10;
+            o.steal_seed = seed;
+            fs::path out = scratch("steal");
+            auto r = pp::preprocess_local(in.files, out.string(), shards, o);
+            BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().to_string()));
+            BOOST_CHECK_EQUAL(r->rows, 19001u);
+            BOOST_CHECK_GT(r->parts, shards);  // backward claims start parts of their own
+            std::string got = concat_parts(out, r->parts);
+            BOOST_CHECK_MESSAGE(got == ref.records, "records differ: " + first_difference(got, ref.records));
+            BOOST_CHECK(!fs::exists(out / pp::part_file_name(r->parts)));
+            for (auto& e : fs::directory_iterator(out))
+              BOOST_CHECK_MESSAGE(e.path().extension() != ".tmp", "left " << e.path());
+            for (int c = 0; c < 26; ++c) BOOST_CHECK_EQUAL(r->columns[c].kept, ref.vocab[c].size());
+          }
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(min_count_maps_rare_strings_to_oov) {
   fs::path d = scratch("oov");
   // C1 values: "a" x3, "b" x2, "" x1; min_count 2 keeps "a" and "b" (ids 0, 1); "" -> OOV 2.
@@ -1868,6 +1907,74 @@ BOOST_AUTO_TEST_CASE(weighted_plan_cuts_in_proportion_and_equal_weights_are_the_
   r = global_ranges(p, big);
   BOOST_CHECK_EQUAL(r.back().second, (uint64_t{1} << 62) + (uint64_t{1} << 61));
   BOOST_CHECK_EQUAL(r[0].second, r[1].first);
+}
+
+BOOST_AUTO_TEST_CASE(range_claims_hand_out_every_byte_once_in_contiguous_slices) {
+  std::mt19937_64 rng(7);
+  for (int n = 1; n <= 5; ++n) {
+    for (int trial = 0; trial < 40; ++trial) {
+      const uint64_t total = 1 + rng() % 5000;
+      const uint64_t unit = 1 + rng() % 64;
+      std::vector<uint64_t> w;
+      for (int i = 0; i < n; ++i) w.push_back(1 + rng() % 4);
+      pp::range_claims rc(total, w, unit);
+      BOOST_TEST_CONTEXT("n " << n << " trial " << trial << " total " << total << " unit " << unit) {
+        std::vector<uint64_t> owner(total, ~uint64_t{0});
+        std::vector<bool> done(std::size_t(n), false);
+        // A shard that is lost part way stops claiming; the others take the
+        // gaps beside it.
+        const int lost = trial % 3 == 0 && n > 1 ? int(rng() % uint64_t(n)) : -1;
+        int left = n, claims = 0;
+        while (left > 0) {
+          const int k = int(rng() % uint64_t(n));
+          if (done[std::size_t(k)]) continue;
+          if (k == lost && claims > 2 * n) {
+            rc.freeze(k);
+            BOOST_CHECK(rc.claim(k).empty());
+            done[std::size_t(k)] = true, --left;
+            continue;
+          }
+          const pp::byte_range r = rc.claim(k);
+          ++claims;
+          if (r.empty()) {
+            done[std::size_t(k)] = true, --left;
+            continue;
+          }
+          BOOST_REQUIRE_LE(r.end, total);
+          for (uint64_t b = r.begin; b < r.end; ++b) {
+            BOOST_REQUIRE_EQUAL(owner[b], ~uint64_t{0});
+            owner[b] = uint64_t(k);
+          }
+          // Each shard's claims stay one contiguous slice.
+          const pp::byte_range sl = rc.slice(k);
+          BOOST_REQUIRE(sl.begin <= r.begin && r.end <= sl.end);
+        }
+        for (uint64_t b = 0; b < total; ++b) BOOST_REQUIRE_NE(owner[b], ~uint64_t{0});
+        for (int k = 0; k < n; ++k) {
+          const pp::byte_range sl = rc.slice(k);
+          for (uint64_t b = sl.begin; b < sl.end; ++b) BOOST_REQUIRE_EQUAL(owner[b], uint64_t(k));
+        }
+        // The first shard's slice starts at the first byte, the last's ends
+        // at the end.
+        BOOST_CHECK_EQUAL(rc.slice(0).begin, 0u);
+        BOOST_CHECK_EQUAL(rc.slice(n - 1).end, total);
+      }
+    }
+  }
+  // A lone shard takes everything at once.
+  pp::range_claims one(1000, {1}, 10);
+  const pp::byte_range all = one.claim(0);
+  BOOST_CHECK(all.begin == 0 && all.end == 1000);
+  BOOST_CHECK(one.claim(0).empty());
+  // Two alike shards: the claims shrink as the gap closes, down to the unit.
+  pp::range_claims two(1 << 20, {1, 1}, 1 << 12);
+  const pp::byte_range a = two.claim(0), b = two.claim(1);
+  BOOST_CHECK_EQUAL(a.begin, 0u);
+  BOOST_CHECK_EQUAL(a.bytes(), (1u << 20) / 4);
+  BOOST_CHECK_EQUAL(b.end, 1u << 20);
+  BOOST_CHECK_EQUAL(b.bytes(), ((1u << 20) - a.end) / 4);
+  BOOST_CHECK_EQUAL(pp::default_claim_unit(uint64_t{251} << 20, 2), (uint64_t{251} << 20) / 64);
+  BOOST_CHECK_EQUAL(pp::default_claim_unit(1000, 2), uint64_t{1} << 20);
 }
 
 BOOST_AUTO_TEST_CASE(align_to_line_owns_lines_starting_in_range) {
