@@ -130,6 +130,7 @@ using pp_finish_atom = caf::atom_constant<caf::atom("ppfinish")>;
 using pp_tick_atom = caf::atom_constant<caf::atom("pptick")>;
 using pp_cap_atom = caf::atom_constant<caf::atom("ppcap")>;
 using pp_split_atom = caf::atom_constant<caf::atom("ppsplit")>;
+using pp_claim_atom = caf::atom_constant<caf::atom("ppclaim")>;
 
 const char* vocab_actor = "pp_vocab";
 std::string shard_actor(int i) { return "pp_shard_" + std::to_string(i); }
@@ -149,6 +150,13 @@ struct job_config {
   // the cores alone.
   bool split_by_speed = false;
   double split_speed_seconds = 0.03;
+  // [job] balance (vocab mode, several nodes): "steal" - pass 1 takes the
+  // input in ranges handed out while it runs (pp::range_claims), so a node
+  // that is done first counts more; "split" - each node counts its share
+  // of the split. "auto" (the default) steals unless shard_weights or
+  // split_by = "speed" fix the shares.
+  bool steal = false;
+  uint64_t claim_unit = 0;  // [job] claim_unit; 0: pp::default_claim_unit
   bool measure_split() const { return shards > 1 && weights.empty(); }
 };
 
@@ -177,6 +185,10 @@ job_config config_of(const topology::cluster& c) {
   j.split_speed_seconds = p.get_number("split_speed_time", 0.03);
   j.shards = static_cast<int>(c.nodes.size());
   for (int64_t w : p.get_ints("shard_weights")) j.weights.push_back(static_cast<uint64_t>(std::max<int64_t>(1, w)));
+  const std::string balance = p.get_string("balance", "auto");
+  j.steal = j.opt.mode == pp::categorical_mode::vocab && j.shards > 1 &&
+            (balance == "steal" || (balance == "auto" && j.weights.empty() && !j.split_by_speed));
+  j.claim_unit = static_cast<uint64_t>(p.get_int("claim_unit", 0));
   return j;
 }
 
@@ -205,6 +217,12 @@ std::optional<double> drill_for(const char* var, const std::string& node) {
   const auto colon = v.rfind(':');
   if (colon == std::string::npos || v.substr(0, colon) != node) return std::nullopt;
   return std::max(0.0, std::atof(v.c_str() + colon + 1));
+}
+
+// Test only: HETFLOW_DRILL_PP_CLAIM_DELAY=NODE:SECONDS waits that long
+// before each of node NODE's claims (balance = "steal"): a slow node.
+double drill_claim_delay(const std::string& node) {
+  return drill_for("HETFLOW_DRILL_PP_CLAIM_DELAY", node).value_or(0.0);
 }
 
 // Test only: HETFLOW_DRILL_PP_CAP_DELAY=NODE:SECONDS holds node NODE's
@@ -665,6 +683,11 @@ struct slot {
   int index = 0;
   bool started = false;  // start_slot ran (it waits for the split's weights)
   pp::shard_plan plan;
+  // balance = "steal": a shard taken over from a lost node counts the slice
+  // that node had claimed (set by pptake); its own shard claims as it goes.
+  std::optional<pp::byte_range> taken;
+  uint64_t claims = 0;  // ranges claimed (its own shard, steal)
+  std::vector<std::string> part_names;  // steal: the part files it wrote
   std::optional<pp::shard_counts> counts;
   std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
   std::array<bool, pp::sparse_columns> pulled_out{};  // the column's stream has ended
@@ -686,6 +709,7 @@ struct shard_state {
   pp::input_set inputs;
   std::vector<std::unique_ptr<slot>> slots;  // [0]: its own
   std::vector<uint64_t> weights;             // the split (one per node); empty until known
+  std::vector<uint64_t> part_keys;           // steal: every part's first byte, in order (from ppmerge)
   std::optional<kernels::waits::scope> split_wait;  // waiting for them (watchdog)
   std::vector<int32_t> ids;                  // scratch
   clock_type::time_point t0;
@@ -727,8 +751,11 @@ pp::preprocess_options shard_options(shard_state& st, const slot& sl) {
   else o.defer_sort = o.hash_merge;  // columns may merge by hashing (merge_one_hashed)
   o.stop = &st.svc->stopping();
   o.spill_dir = st.cfg.output_dir + "/.spill-" + std::to_string(sl.index);
-  auto printer = std::make_shared<progress_printer>("shard " + std::to_string(sl.index) + " (" +
-                                                    mib(sl.plan.bytes()) + ")");
+  const bool claiming = st.cfg.steal && st.cfg.opt.mode == pp::categorical_mode::vocab;
+  auto printer = std::make_shared<progress_printer>(
+      "shard " + std::to_string(sl.index) +
+      (claiming ? (sl.taken ? " (" + mib(sl.taken->bytes()) + " taken over)" : std::string(" (claiming)"))
+                : " (" + mib(sl.plan.bytes()) + ")"));
   // Trace: progress comes once per segment of a pass; the time since the
   // previous one (or the pass's start) is that segment's.
   auto last_us = std::make_shared<int64_t>(kernels::trace::enabled() ? kernels::trace::now_us() : 0);
@@ -763,6 +790,24 @@ bool apply_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
   std::string part = st.cfg.output_dir + "/" + pp::part_file_name(sl.index);
   kernels::trace::scope t_apply("pass 2: apply", st.tk, "shard", sl.index);
   auto t0 = clock_type::now();
+  const bool named_parts = sl.counts && st.cfg.steal;
+  if (named_parts) {
+    // Each part its file by where it begins among all the job's parts; a
+    // part file numbered past them is an earlier run's.
+    const auto keys = sl.counts->part_keys();
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      auto at = std::lower_bound(st.part_keys.begin(), st.part_keys.end(), keys[k]);
+      if (at == st.part_keys.end() || *at != keys[k]) {
+        shard_fail(self, st, "shard " + std::to_string(sl.index) + ": the coordinator's part list lacks a part");
+        return false;
+      }
+      sl.counts->set_part_path(k, st.cfg.output_dir + "/" +
+                                      pp::part_file_name(static_cast<int>(at - st.part_keys.begin())));
+    }
+    std::error_code ec;
+    for (int i = static_cast<int>(st.part_keys.size());; ++i)
+      if (!fs::remove(st.cfg.output_dir + "/" + pp::part_file_name(i), ec)) break;
+  }
   auto r = sl.counts ? pp::finish_shard(*sl.counts, shard_options(st, sl))
                      : pp::apply_shard(st.inputs, sl.plan, nullptr, part, shard_options(st, sl));
   t_apply.end();
@@ -780,13 +825,26 @@ bool apply_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
                                      : sl.count_seconds + std::chrono::duration<double>(clock_type::now() - t0).count();
   json_writer w;
   w.begin_object().field("shard", int64_t{sl.index}).field("node", st.svc->node_name());
-  w.field("part", pp::part_file_name(sl.index)).field("rows", r->rows).field("lines", r->lines);
+  // balance = "steal": several parts a shard, named by their place in the input.
+  std::string first_part = pp::part_file_name(sl.index);
+  if (named_parts)
+    first_part = r->parts.empty() ? std::string() : fs::path(r->parts.front().path).filename().string();
+  w.field("part", first_part).field("rows", r->rows).field("lines", r->lines);
   w.field("bytes", r->bytes).field("malformed_total", r->malformed.total);
   w.field("seconds", secs).field("count_seconds", sl.count_seconds).field("apply_seconds", r->seconds);
   w.field("rows_per_s", secs > 0 ? r->rows / secs : 0.0);
   w.field("parallelism", int64_t{r->parallelism}).field("spills", sl.spills);
   w.field("peak_count_table_bytes", sl.peak_table_bytes).field("rss_bytes", pp::current_rss());
   w.field("taken_over", sl.index != st.index);
+  if (named_parts) {
+    w.field("claims", sl.claims);
+    w.key("part_files").begin_array();
+    for (const auto& pw : r->parts) sl.part_names.push_back(fs::path(pw.path).filename().string());
+    for (const auto& pw : r->parts)
+      w.begin_object().field("part", fs::path(pw.path).filename().string()).field("rows", pw.rows)
+          .field("bytes", pw.bytes).end_object();
+    w.end_array();
+  }
   w.key("malformed").raw(r->malformed.to_json());
   w.end_object();
   sl.metrics = w.str();
@@ -815,7 +873,8 @@ void shard_finish(caf::event_based_actor* self, shard_state& st) {
     rows += s->rows;
     malformed += s->malformed;
     secs = std::max(secs, s->seconds);
-    names += (names.empty() ? "" : ", ") + pp::part_file_name(s->index);
+    if (s->part_names.empty()) names += (names.empty() ? "" : ", ") + pp::part_file_name(s->index);
+    for (const auto& n : s->part_names) names += (names.empty() ? "" : ", ") + n;
   }
   json_writer w;
   w.begin_object().field("rows", rows).field("malformed_total", malformed).field("seconds", secs);
@@ -844,12 +903,53 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
   sl.started = true;
   sl.plan = pp::plan_shards(st.inputs.sizes(), st.weights)[static_cast<std::size_t>(sl.index)];
   auto r = pp::probe_resources();
-  log_info("shard " + std::to_string(sl.index) + "/" + std::to_string(cfg.shards) + ": " + mib(sl.plan.bytes()) +
-           " of input" + (sl.index != st.index ? " (taken over from a lost node)" : "") + "; " + r.to_string());
+  const std::string what = !cfg.steal ? mib(sl.plan.bytes()) + " of input"
+                           : sl.taken ? "the " + mib(sl.taken->bytes()) + " of input the lost node had claimed"
+                                      : "input claimed as it goes (balance = \"steal\")";
+  log_info("shard " + std::to_string(sl.index) + "/" + std::to_string(cfg.shards) + ": " + what +
+           (sl.index != st.index ? " (taken over from a lost node)" : "") + "; " + r.to_string());
   if (cfg.opt.mode == pp::categorical_mode::hash) return apply_slot(self, st, sl);
   std::string part = cfg.output_dir + "/" + pp::part_file_name(sl.index);
   kernels::trace::scope t_count("pass 1: count", st.tk, "shard", sl.index);
-  auto c = pp::count_shard(st.inputs, sl.plan, shard_options(st, sl), part);
+  expected<pp::shard_counts> c = make_error(errc::internal, "not counted");
+  if (cfg.steal) {
+    // The ranges come from pp_vocab as this node gets through them (its own
+    // shard), or are the slice a lost node had claimed (a shard taken over).
+    pp::next_range next;
+    if (sl.taken) {
+      next = [r = *sl.taken, given = false]() mutable -> expected<pp::byte_range> {
+        if (given) return pp::byte_range{};
+        given = true;
+        return r;
+      };
+    } else {
+      auto v = st.svc->find_actor(vocab_actor);
+      if (!v) {
+        shard_fail(self, st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
+        return false;
+      }
+      auto blocking = std::make_shared<caf::scoped_actor>(self->system());
+      const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.request_timeout_s * 1000));
+      const double delay = drill_claim_delay(st.svc->node_name());
+      next = [blocking, v, timeout, delay, &sl, &sys = self->system()]() -> expected<pp::byte_range> {
+        if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+        expected<pp::byte_range> out = make_error(errc::internal, "no answer to a claim");
+        (*blocking)
+            ->request(v, timeout, pp_claim_atom::value, static_cast<uint32_t>(sl.index))
+            .receive([&](uint64_t b, uint64_t e) { out = pp::byte_range{b, e}; },
+                     [&](caf::error& err) {
+                       out = make_error(errc::peer_down, "claiming input from " + std::string(vocab_actor) +
+                                                             " on the head: " + sys.render(err));
+                     });
+        if (out && !out->empty()) ++sl.claims;
+        return out;
+      };
+    }
+    c = pp::count_ranges(st.inputs, shard_options(st, sl), cfg.output_dir + "/.shard-" + std::to_string(sl.index),
+                         next);
+  } else {
+    c = pp::count_shard(st.inputs, sl.plan, shard_options(st, sl), part);
+  }
   t_count.end();
   if (!c) {
     if (c.error().code() == errc::cancelled) shard_fail(self, st, "stopped");
@@ -877,8 +977,13 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
   // that what pp_vocab fits to the cap is what runs.
   if (st.merge_in_flight == 0) st.merge_in_flight = merge_in_flight(st.cfg);
   report.in_flight = static_cast<uint32_t>(st.merge_in_flight);
+  // balance = "steal": where each of its parts begins (pp_vocab numbers
+  // every node's parts in input order).
+  const std::vector<uint64_t> keys = cfg.steal ? sl.counts->part_keys() : std::vector<uint64_t>{};
+  std::vector<char> key_wire(keys.size() * 8);
+  if (!keys.empty()) std::memcpy(key_wire.data(), keys.data(), key_wire.size());
   self->send(v, pp_counted_atom::value, static_cast<uint32_t>(sl.index), static_cast<uint32_t>(st.index),
-             sl.counts->rows, report.encode());
+             sl.counts->rows, report.encode(), key_wire);
   if (!st.vocab_wait)
     st.vocab_wait.emplace(st.me, std::string(vocab_actor) + " on the head",
                           "the vocabularies' ids (after every shard's pass 1)",
@@ -892,6 +997,32 @@ bool start_slots(caf::event_based_actor* self, shard_state& st) {
   for (std::size_t k = 0; k < st.slots.size(); ++k)
     if (!st.slots[k]->started && !start_slot(self, st, *st.slots[k])) return false;
   return true;
+}
+
+// balance = "steal": a shard stages its parts in .shard-I-K.tmp until pass 2
+// names them; an earlier run's left by a crash go when the shard starts.
+void remove_staged_leftovers(const std::string& dir, int shard) {
+  const std::string prefix = ".shard-" + std::to_string(shard) + "-";
+  std::error_code ec;
+  std::vector<fs::path> old;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+      old.push_back(it->path());
+  }
+  for (auto& p : old) fs::remove(p, ec);
+}
+
+void take_shard(caf::event_based_actor* self, shard_state& st, uint32_t shard, std::optional<pp::byte_range> range) {
+  if (st.done) return;
+  if (shard >= static_cast<uint32_t>(st.cfg.shards) || st.find(shard) || range.has_value() != st.cfg.steal)
+    return shard_fail(self, st, "bad takeover of shard " + std::to_string(shard));
+  log_warn("shard " + std::to_string(st.index) + " takes over shard " + std::to_string(shard) + " (its node is lost)");
+  st.slots.push_back(std::make_unique<slot>());
+  st.slots.back()->index = static_cast<int>(shard);
+  st.slots.back()->taken = range;
+  if (range) remove_staged_leftovers(st.cfg.output_dir, static_cast<int>(shard));
+  if (!st.weights.empty()) start_slot(self, st, *st.slots.back());  // else with the split
 }
 
 // A chunk of a column's ids for shard `shard` held here, decoded into
@@ -932,6 +1063,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       auto in = pp::input_set::open(cfg.inputs);
       if (!in) return shard_fail(self, *st, in.error().message());
       st->inputs = std::move(*in);
+      if (cfg.steal) remove_staged_leftovers(cfg.output_dir, st->index);
       if (st->index == 0) {
         // Part files of an earlier run with more shards would join the output.
         for (int i = cfg.shards;; ++i) {
@@ -969,16 +1101,11 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       st->split_wait.reset();
       start_slots(self, *st);
     },
-    // The coordinator hands this node a lost node's shard.
-    [self, st](pp_take_atom, uint32_t shard) {
-      if (st->done) return;
-      if (shard >= static_cast<uint32_t>(st->cfg.shards) || st->find(shard))
-        return shard_fail(self, *st, "bad takeover of shard " + std::to_string(shard));
-      log_warn("shard " + std::to_string(st->index) + " takes over shard " + std::to_string(shard) +
-               " (its node is lost)");
-      st->slots.push_back(std::make_unique<slot>());
-      st->slots.back()->index = static_cast<int>(shard);
-      if (!st->weights.empty()) start_slot(self, *st, *st->slots.back());  // else with the split
+    // The coordinator hands this node a lost node's shard (balance =
+    // "steal": with the slice of the input that node had claimed).
+    [self, st](pp_take_atom, uint32_t shard) { take_shard(self, *st, shard, std::nullopt); },
+    [self, st](pp_take_atom, uint32_t shard, uint64_t begin, uint64_t end) {
+      take_shard(self, *st, shard, pp::byte_range{begin, end});
     },
     [self, st](pp_pull_atom, uint32_t shard, uint32_t column, uint64_t max_bytes) -> caf::result<std::vector<char>> {
       slot* sl = st->find(shard);
@@ -1024,12 +1151,18 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       return take_ids(self, *st, shard, column, oov_id,
                       [&](slot& sl) { return pp::decode_ids(chunk, sl.prev_kept[column], st->ids); });
     },
-    [self, st](pp_merge_atom, uint32_t hashed, const std::vector<char>& holders, const std::vector<char>& assign) {
+    [self, st](pp_merge_atom, uint32_t hashed, const std::vector<char>& holders, const std::vector<char>& assign,
+               const std::vector<char>& part_keys) {
       // Every shard has counted: merge this node's columns on a merger of
       // their own, so this actor stays free to serve pulls and ids; push
       // the hashed columns that other nodes merge to them. `holders`: u32
       // per shard, the node (shard actor) that holds it; `assign`: u32 per
-      // column, the node that merges it.
+      // column, the node that merges it; `part_keys` (balance = "steal"):
+      // u64 per part of the job, where each begins, in input order.
+      if (part_keys.size() % 8 != 0 || part_keys.empty() != !st->cfg.steal)
+        return shard_fail(self, *st, "bad part list in the merge request (nodes running different hetflow builds?)");
+      st->part_keys.resize(part_keys.size() / 8);
+      if (!part_keys.empty()) std::memcpy(st->part_keys.data(), part_keys.data(), part_keys.size());
       merge_plan p;
       p.cfg = st->cfg;
       p.index = st->index;
@@ -1129,6 +1262,14 @@ struct vocab_state {
     double at_s;
   };
   std::vector<reassignment> reassigned;
+  // balance = "steal": who has claimed what (from the split on), the
+  // inputs' total bytes, the shards frozen (their node lost), and where
+  // each shard's parts begin (from its count report).
+  pp::range_claims claims;
+  bool claims_ready = false;
+  uint64_t total_bytes = 0;
+  std::set<int> frozen;
+  std::vector<std::vector<uint64_t>> part_keys;
   std::vector<uint64_t> caps;  // measured split: each node's milli-cores (0: not yet)
   std::vector<double> speeds;  // split by speed: each node's pass-1 rows/s (0: not yet)
   bool split_sent = false;
@@ -1210,6 +1351,20 @@ void describe_split(vocab_state& st, const std::vector<uint64_t>& w, const std::
              ": " + line);
 }
 
+// balance = "steal": the claims start from the split's weights (where the
+// shards between the first and the last start).
+void init_claims(vocab_state& st, const std::vector<uint64_t>& w) {
+  if (!st.cfg.steal || st.claims_ready) return;
+  const uint64_t unit = st.cfg.claim_unit ? st.cfg.claim_unit : pp::default_claim_unit(st.total_bytes, st.cfg.shards);
+  st.claims = pp::range_claims(st.total_bytes, w, unit);
+  for (int i : st.frozen) st.claims.freeze(i);
+  st.claims_ready = true;
+  const std::string unit_text =
+      unit >= (uint64_t{1} << 20) ? mib(unit) : std::to_string((unit + 1023) >> 10) + " KiB";
+  log_info("pass 1 balance: the nodes claim the input as they go (claims of at least " + unit_text +
+           "; n0 from the start, the last node from the end)");
+}
+
 // Measured split: once every node still up has sent its cores, every node
 // gets all of them (a node lost before it could counts as the mean of the
 // others; its shard goes to a survivor, check_lost).
@@ -1221,6 +1376,7 @@ void maybe_send_split(caf::event_based_actor* self, vocab_state& st) {
   const std::vector<uint64_t> w = pp::split_weights(st.caps, st.cfg.split_by_speed ? st.speeds : std::vector<double>{});
   st.split_sent = true;
   describe_split(st, w, st.cfg.split_by_speed ? "speed" : "cores");
+  init_claims(st, w);
   const auto wire = encode_weights(w);
   for (int n : std::set<int>(st.holder.begin(), st.holder.end())) {
     if (st.lost.count(n)) continue;
@@ -1238,6 +1394,20 @@ void finish_job(caf::event_based_actor* self, vocab_state& st) {
   json_writer w;
   w.begin_object();
   if (!st.split_json.empty()) w.key("split").raw(st.split_json);
+  if (st.cfg.steal && st.claims_ready) {
+    // What each shard claimed (a lost node's slice: counted again by its taker).
+    w.key("balance").begin_object().field("by", "steal");
+    w.key("shards").begin_array();
+    for (int i = 0; i < st.cfg.shards; ++i) {
+      const pp::byte_range r = st.claims.slice(i);
+      w.begin_object().field("shard", int64_t{i}).field("node", st.shard_nodes[std::size_t(st.holder[std::size_t(i)])]);
+      w.field("claims", st.claims.claims(i)).field("begin", r.begin).field("end", r.end);
+      w.field("share", st.total_bytes ? double(r.bytes()) / double(st.total_bytes) : 0.0).end_object();
+    }
+    w.end_array().end_object();
+  } else if (st.vocab_mode && st.cfg.shards > 1) {
+    w.key("balance").begin_object().field("by", "split").end_object();
+  }
   if (st.vocab_mode) w.key("vocabulary").raw(st.vocabulary_json);
   w.key("reassigned").begin_array();
   for (const auto& r : st.reassigned)
@@ -1304,11 +1474,23 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
     const auto m = static_cast<uint32_t>(st.merger[std::size_t(c)]);
     std::memcpy(assign.data() + 4 * c, &m, 4);
   }
+  // balance = "steal": every part of the job, by where it begins (the
+  // shards name their parts by their place in this list).
+  std::vector<uint64_t> keys;
+  if (st.cfg.steal) {
+    for (const auto& k : st.part_keys) keys.insert(keys.end(), k.begin(), k.end());
+    std::sort(keys.begin(), keys.end());
+    if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
+      return vocab_fail(self, st, "two parts begin at the same byte (a claim handed out twice)");
+    if (keys.empty()) keys.push_back(0);  // no part at all (no input): the list is not empty in steal mode
+  }
+  std::vector<char> key_wire(keys.size() * 8);
+  if (!keys.empty()) std::memcpy(key_wire.data(), keys.data(), key_wire.size());
   // Every node holding a shard, merging or not: it pushes hashed columns.
   for (int n : std::set<int>(st.holder.begin(), st.holder.end())) {
     auto a = st.svc->find_actor(shard_actor(n));
     if (!a) return vocab_fail(self, st, "no actor " + shard_actor(n));
-    self->send(a, pp_merge_atom::value, hashed, holders, assign);
+    self->send(a, pp_merge_atom::value, hashed, holders, assign, key_wire);
   }
 }
 
@@ -1345,11 +1527,22 @@ void check_lost(caf::event_based_actor* self, vocab_state& st) {
       auto a = to < 0 ? caf::actor{} : st.svc->find_actor(shard_actor(to));
       if (!a) return vocab_fail(self, st, "node '" + name + "' was lost and no node is left for shard " + std::to_string(i));
       st.holder[std::size_t(i)] = to;
+      if (st.cfg.steal) {
+        // It claims no more; the taker counts what it had claimed (nothing,
+        // before the split), and the gaps beside it go to its neighbours.
+        st.frozen.insert(i);
+        if (st.claims_ready) st.claims.freeze(i);
+      }
       const double at = std::chrono::duration<double>(clock_type::now() - st.t0).count();
       st.reassigned.push_back({i, name, st.shard_nodes[std::size_t(to)], at});
       log_warn("node '" + name + "' is lost: shard " + std::to_string(i) + " goes to node '" +
                st.shard_nodes[std::size_t(to)] + "'");
-      self->send(a, pp_take_atom::value, static_cast<uint32_t>(i));
+      if (st.cfg.steal) {
+        const pp::byte_range r = st.claims_ready ? st.claims.slice(i) : pp::byte_range{};
+        self->send(a, pp_take_atom::value, static_cast<uint32_t>(i), r.begin, r.end);
+      } else {
+        self->send(a, pp_take_atom::value, static_cast<uint32_t>(i));
+      }
     }
   }
 }
@@ -1364,6 +1557,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   for (auto& n : env.cluster.nodes) st->shard_nodes.push_back(n.name);
   for (int i = 0; i < st->cfg.shards; ++i) st->holder.push_back(i);
   st->reports.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->part_keys.resize(static_cast<std::size_t>(st->cfg.shards));
   st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
   if (st->cfg.measure_split()) {  // a report may come first
     st->caps.assign(static_cast<std::size_t>(st->cfg.shards), 0);
@@ -1376,6 +1570,13 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       st->split_t0 = clock_type::now();
       std::error_code ec;
       fs::create_directories(st->cfg.output_dir, ec);
+      if (st->cfg.steal) {
+        for (const auto& f : st->cfg.inputs) {
+          const auto z = fs::file_size(f, ec);
+          if (ec) return vocab_fail(self, *st, "cannot read the size of " + f + ": " + ec.message());
+          st->total_bytes += z;
+        }
+      }
       if (!st->cfg.measure_split()) {
         st->split_sent = true;  // nothing to measure
         describe_split(*st, st->cfg.weights.empty() ? std::vector<uint64_t>(std::size_t(st->cfg.shards), 1)
@@ -1414,9 +1615,10 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       // job's end may wait for. A check is a lookup in a set.
       if (!st->done) self->delayed_send(self, std::chrono::milliseconds(20), pp_tick_atom::value);
     },
-    [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& wire) {
+    [self, st](pp_counted_atom, uint32_t shard_index, uint32_t from, uint64_t rows, const std::vector<char>& wire,
+               const std::vector<char>& keys) {
       auto r = counted_report::decode(wire);
-      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || !r || st->merging)
+      if (shard_index >= static_cast<uint32_t>(st->cfg.shards) || !r || st->merging || keys.size() % 8 != 0)
         return vocab_fail(self, *st, "bad count report from shard " + std::to_string(shard_index) +
                                          " (nodes running different hetflow builds?)");
       // A report from a node that no longer holds the shard (sent just
@@ -1426,6 +1628,8 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       for (int c = 0; c < pp::sparse_columns; ++c) st->cost[std::size_t(c)] += r->sizes[std::size_t(c)];
       st->reports[shard_index] = *r;
       st->rows[shard_index] = rows;
+      st->part_keys[shard_index].resize(keys.size() / 8);
+      if (!keys.empty()) std::memcpy(st->part_keys[shard_index].data(), keys.data(), keys.size());
       if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) start_merge(self, *st);
     },
     [self, st](pp_column_atom, uint32_t column, uint64_t distinct, uint64_t kept, uint32_t node, uint32_t threads) {
@@ -1446,6 +1650,15 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       if (st->applied.size() == static_cast<std::size_t>(st->cfg.shards)) finish_job(self, *st);
     },
     [self, st](pp_merge_fail_atom, const std::string& why) { vocab_fail(self, *st, why); },
+    // balance = "steal": the next range for a shard's pass 1 (empty: none
+    // left beside it). A shard whose node was lost gets nothing more.
+    [self, st](pp_claim_atom, uint32_t shard) -> caf::result<uint64_t, uint64_t> {
+      if (!st->cfg.steal || !st->claims_ready || shard >= static_cast<uint32_t>(st->cfg.shards) || st->done)
+        return caf::make_error(caf::sec::invalid_argument, "claim of shard " + std::to_string(shard) +
+                                                               " refused (before the split, or the job is over)");
+      const pp::byte_range r = st->claims.claim(static_cast<int>(shard));
+      return {r.begin, r.end};
+    },
   };
 }
 
@@ -1550,6 +1763,16 @@ void add_preprocess(registry& reg) {
   key("split_speed_time", key_type::duration, false, 0.03,
       "split_by = \"speed\": how long each node times pass 1 at the start (tens of ms see a shared core)", 0.001,
       10.0);
+  key("balance", key_type::string, false, std::string("auto"),
+      "vocab mode, several nodes: steal (pass 1 takes the input in ranges handed out as the nodes go, so a node "
+      "done first counts more: node 0 from the start, the last node from the end; parts then number by their place "
+      "in the input, several per node) or split (each node counts its share of the split; one part per node); "
+      "auto: steal unless shard_weights or split_by = \"speed\" fix the shares",
+      {}, {}, {"auto", "steal", "split"});
+  key("claim_unit", key_type::size, false, int64_t{0},
+      "balance = \"steal\": the smallest range a node claims (a claim takes a quarter of the gap to the "
+      "neighbouring node's front, at least this); 0 = 1/32 of a node's even share, 1-64 MiB",
+      0.0, double(int64_t{1} << 40));
   key("chunk_bytes", key_type::size, false, int64_t{1} << 20,
       "largest count / vocabulary message between nodes", 4096.0, double(64 << 20));
   key("request_timeout", key_type::duration, false, 60.0, "how long a node waits for a peer's reply", 0.1,
@@ -1577,6 +1800,10 @@ void add_preprocess(registry& reg) {
               return make_error(errc::invalid_argument,
                                 "[job] shard_weights must be integers in [1, 4294967296], got " + std::to_string(x));
         }
+        if (c.job.params.get_string("balance", "auto") == "steal" && !c.job.params.get_ints("shard_weights").empty())
+          return make_error(errc::invalid_argument,
+                            "[job] balance = \"steal\" cuts the input as the nodes go and shard_weights fixes each "
+                            "node's share: set one of them");
         std::vector<topology::actor_spec> v;
         for (std::size_t i = 0; i < c.nodes.size(); ++i) {
           topology::actor_spec a;

@@ -33,8 +33,20 @@ for mode in vocab hash; do
     { cat "$S/$mode-1.log"; fail "$mode: 1-node run"; }
   run "$mode-2" 2 $((7905 + (${#mode} - 4) * 10)) "categorical = $table" 'chunk_bytes = "64KiB"' ||
     { cat "$S/$mode-2.log"; fail "$mode: 2-node run"; }
-  [[ -f "$S/$mode-2-out/part-00001.bin" && ! -f "$S/$mode-2-out/part-00002.bin" ]] ||
-    fail "$mode: want part-00000.bin and part-00001.bin"
+  if [[ $mode == vocab ]]; then
+    # balance = "steal" (the default in vocab mode): the nodes claim the
+    # input as they go; n0's part comes first, n1 claims from the end and
+    # each of its claims is a part; the report numbers them all.
+    nparts=$(json_get "$S/$mode-2.json" 'sum(len(s["part_files"]) for s in d["shards"])')
+    [[ $nparts -ge 2 && -f "$S/$mode-2-out/part-$(printf %05d $((nparts - 1))).bin" &&
+      ! -f "$S/$mode-2-out/part-$(printf %05d "$nparts").bin" ]] ||
+      { python3 -m json.tool "$S/$mode-2.json"; fail "$mode: want $nparts parts, numbered from 0"; }
+    json_get "$S/$mode-2.json" '(lambda b, s: b["by"] == "steal" and s[0]["begin"] == 0 and all(x["end"] == y["begin"] for x, y in zip(s, s[1:])) and abs(sum(x["share"] for x in s) - 1) < 1e-6 and all(x["claims"] >= 1 for x in s))(d["balance"], sorted(d["balance"]["shards"], key=lambda x: x["begin"])) and sorted(d["shards"], key=lambda x: x["shard"])[0]["part"] == "part-00000.bin"' |
+      grep -q True || { python3 -m json.tool "$S/$mode-2.json"; fail "$mode: the report's balance"; }
+  else
+    [[ -f "$S/$mode-2-out/part-00001.bin" && ! -f "$S/$mode-2-out/part-00002.bin" ]] ||
+      fail "$mode: want part-00000.bin and part-00001.bin"
+  fi
   cmp <(cat "$S/$mode-1-out"/part-*.bin) <(cat "$S/$mode-2-out"/part-*.bin) ||
     fail "$mode: 2-node records differ from the 1-node run"
   [[ $(cat "$S/$mode-2-out"/part-*.bin | wc -c) -eq $((150001 * 160)) ]] || fail "$mode: want 150001 records"
@@ -98,15 +110,38 @@ grep -q "the local nodes are forks of this process" "$S/vocab-2.log" ||
 pass "vocab: 2 nodes forked (the default) or exec'd (HETFLOW_NODE_EXEC=1) == 1 node byte for byte"
 
 # The input is cut by the nodes' cores, measured at the start: the report
-# says so, and each part holds its node's share of the input bytes (to a
-# line at either end).
-for r in vocab-2 hash-2 vocab-3; do
+# says so, and with balance = "split" (hash mode has no other) each part
+# holds its node's share of the input bytes (to a line at either end).
+run vocab-p 2 7917 'categorical = { mode = "vocab", min_count = 3 }' 'balance = "split"' 'chunk_bytes = "64KiB"' ||
+  { cat "$S/vocab-p.log"; fail "vocab: 2-node run with balance = split"; }
+same_as_vocab_1 vocab-p "vocab, balance = split"
+[[ -f "$S/vocab-p-out/part-00001.bin" && ! -f "$S/vocab-p-out/part-00002.bin" ]] ||
+  fail "vocab, balance = split: want part-00000.bin and part-00001.bin"
+json_get "$S/vocab-p.json" 'd["balance"]["by"] == "split"' | grep -q True ||
+  { python3 -m json.tool "$S/vocab-p.json"; fail "vocab, balance = split: the report's balance"; }
+for r in vocab-2 hash-2 vocab-3 vocab-p; do
   json_get "$S/$r.json" 'd["split"]["by"] == "cores" and len(d["split"]["nodes"]) == len(d["shards"]) and all(n["weight"] > 0 for n in d["split"]["nodes"]) and abs(sum(n["share"] for n in d["split"]["nodes"]) - 1) < 1e-4' |
     grep -q True || { python3 -m json.tool "$S/$r.json"; fail "$r: the report's split"; }
+  [[ $r == hash-2 || $r == vocab-p ]] || continue
   json_get "$S/$r.json" 'all(abs(s["bytes"] - n["share"] * sum(x["bytes"] for x in d["shards"])) < 8192 for s, n in zip(sorted(d["shards"], key=lambda s: s["shard"]), d["split"]["nodes"]))' |
     grep -q True || { python3 -m json.tool "$S/$r.json"; fail "$r: the parts do not follow the split's shares"; }
   grep -q "input split by the nodes' cores: n0 " "$S/$r.log" || { cat "$S/$r.log"; fail "$r: no split line"; }
 done
+# balance = "steal" with a slow node (the drill holds each of n1's claims
+# 40 ms; claims of at least 256 KiB): n0 counts most of the input, the same
+# bytes as one node.
+HETFLOW_DRILL_PP_CLAIM_DELAY=n1:0.04 run vocab-st 2 7912 'categorical = { mode = "vocab", min_count = 3 }' \
+  'claim_unit = "256KiB"' 'chunk_bytes = "64KiB"' || { cat "$S/vocab-st.log"; fail "vocab: 2-node run with a slow claimer"; }
+same_as_vocab_1 vocab-st "vocab, balance = steal, n1 slow"
+json_get "$S/vocab-st.json" '(lambda b: b["n0"]["share"] > 0.6 and b["n0"]["claims"] > b["n1"]["claims"])({x["node"]: x for x in d["balance"]["shards"]})' |
+  grep -q True || { python3 -m json.tool "$S/vocab-st.json"; fail "balance = steal: the slow node n1 did not claim less"; }
+grep -q "pass 1 balance: the nodes claim the input as they go (claims of at least 256 KiB" "$S/vocab-st.log" ||
+  { cat "$S/vocab-st.log"; fail "balance = steal: no balance line"; }
+pass "vocab, balance = steal: a slow node claims less (n0 $(json_get "$S/vocab-st.json" 'round({x["node"]: x for x in d["balance"]["shards"]}["n0"]["share"], 3)') of the input); == 1 node byte for byte"
+write_topology "$S/bads.toml" 7949 2 auto 'kind = "preprocess"' "inputs = [\"$S/a.tsv\"]" 'shard_weights = [1, 2]' 'balance = "steal"'
+"$HETFLOW" validate "$S/bads.toml" >"$S/bads.log" 2>&1 && { cat "$S/bads.log"; fail "balance = steal with shard_weights accepted"; }
+grep -q 'balance = "steal" cuts the input as the nodes go and shard_weights fixes' "$S/bads.log" ||
+  { cat "$S/bads.log"; fail "balance = steal with shard_weights: no clear error"; }
 # shard_weights sets the shares: the same bytes as one node, the parts 3:1
 # (vocab) and 1:4 (hash).
 run vocab-w 2 7942 'categorical = { mode = "vocab", min_count = 3 }' 'shard_weights = [3, 1]' 'chunk_bytes = "64KiB"' ||
