@@ -365,6 +365,46 @@ BOOST_AUTO_TEST_CASE(ranges_claimed_while_counting_give_the_reference_output) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(blocks_denser_than_the_ones_before_are_parsed_again_with_room) {
+  // Pass 1 keeps a block's row keys at the stride of the densest block so
+  // far: long lines first, then the shortest good lines (a label and 39
+  // tabs), so later blocks hold far more rows than that stride.
+  fs::path d = scratch("denser");
+  {
+    std::ofstream f(d / "in.tsv", std::ios::binary);
+    for (int i = 0; i < 600; ++i) {
+      f << (i % 2) << '\t' << i;
+      for (int j = 2; j <= 13; ++j) f << '\t' << j;
+      for (int c = 0; c < 26; ++c) f << '\t' << std::string(40, char('a' + (i + c) % 26)) << (i % 7);
+      f << '\n';
+    }
+    for (int i = 0; i < 9000; ++i) {
+      f << (i % 2);
+      for (int k = 1; k < 40; ++k) f << '\t';
+      f << '\n';
+    }
+  }
+  ref_options ro;
+  ro.vocab = true;
+  auto ref = reference({(d / "in.tsv").string()}, ro);
+  BOOST_REQUIRE_EQUAL(ref.records.size(), 9600u * 160u);
+  for (int shards : {1, 2}) {
+    for (int par : {1, 2}) {
+      BOOST_TEST_CONTEXT("shards " << shards << " parallelism " << par) {
+        pp::preprocess_options o;
+        o.block_bytes = 16 << 10;
+        o.parallelism = par;
+        fs::path out = scratch("denser-out");
+        auto r = pp::preprocess_local({(d / "in.tsv").string()}, out.string(), shards, o);
+        BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().to_string()));
+        BOOST_CHECK_EQUAL(r->rows, 9600u);
+        std::string got = concat_parts(out, shards);
+        BOOST_CHECK_MESSAGE(got == ref.records, "records differ: " + first_difference(got, ref.records));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(min_count_maps_rare_strings_to_oov) {
   fs::path d = scratch("oov");
   // C1 values: "a" x3, "b" x2, "" x1; min_count 2 keeps "a" and "b" (ids 0, 1); "" -> OOV 2.
