@@ -133,6 +133,8 @@ using pp_split_atom = caf::atom_constant<caf::atom("ppsplit")>;
 using pp_claim_atom = caf::atom_constant<caf::atom("ppclaim")>;
 
 const char* vocab_actor = "pp_vocab";
+// balance = "steal": the part list of a job with no part at all (ppmerge).
+constexpr uint64_t no_parts_key = ~uint64_t{0};
 std::string shard_actor(int i) { return "pp_shard_" + std::to_string(i); }
 
 struct job_config {
@@ -873,7 +875,8 @@ void shard_finish(caf::event_based_actor* self, shard_state& st) {
     rows += s->rows;
     malformed += s->malformed;
     secs = std::max(secs, s->seconds);
-    if (s->part_names.empty()) names += (names.empty() ? "" : ", ") + pp::part_file_name(s->index);
+    const bool named = st.cfg.steal && st.cfg.opt.mode == pp::categorical_mode::vocab;
+    if (!named) names += (names.empty() ? "" : ", ") + pp::part_file_name(s->index);
     for (const auto& n : s->part_names) names += (names.empty() ? "" : ", ") + n;
   }
   json_writer w;
@@ -883,7 +886,7 @@ void shard_finish(caf::event_based_actor* self, shard_state& st) {
   w.end_array().end_object();
   st.done = true;
   st.svc->report_done(st.me, true,
-                      "wrote " + std::to_string(rows) + " rows to " + names + " (" + std::to_string(malformed) +
+                      "wrote " + std::to_string(rows) + " rows" + (names.empty() ? std::string(" (no part file)") : " to " + names) + " (" + std::to_string(malformed) +
                           " malformed lines skipped)" +
                           (st.slots.size() > 1 ? "; took over shard " + std::to_string(st.slots.back()->index) : ""),
                       w.str());
@@ -1163,6 +1166,7 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
         return shard_fail(self, *st, "bad part list in the merge request (nodes running different hetflow builds?)");
       st->part_keys.resize(part_keys.size() / 8);
       if (!part_keys.empty()) std::memcpy(st->part_keys.data(), part_keys.data(), part_keys.size());
+      if (st->part_keys.size() == 1 && st->part_keys[0] == no_parts_key) st->part_keys.clear();
       merge_plan p;
       p.cfg = st->cfg;
       p.index = st->index;
@@ -1482,7 +1486,9 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
     std::sort(keys.begin(), keys.end());
     if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
       return vocab_fail(self, st, "two parts begin at the same byte (a claim handed out twice)");
-    if (keys.empty()) keys.push_back(0);  // no part at all (no input): the list is not empty in steal mode
+    // No part at all (an empty input): one key past every byte says so (the
+    // list is never empty in steal mode).
+    if (keys.empty()) keys.push_back(no_parts_key);
   }
   std::vector<char> key_wire(keys.size() * 8);
   if (!keys.empty()) std::memcpy(key_wire.data(), keys.data(), key_wire.size());
