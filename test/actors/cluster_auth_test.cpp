@@ -8,6 +8,7 @@
 #include <system_error>
 #include <fstream>
 
+#include "test/scratch_dir.hpp"
 #include "actors/cluster_auth.hpp"
 
 using namespace hetflow;
@@ -27,21 +28,7 @@ std::string hex(const std::vector<char>& v) {
   return out;
 }
 
-// This process's scratch folder; removed when the test program exits (set
-// HETFLOW_KEEP_TEST_FILES to keep it for a look after a failure).
-const fs::path& scratch_root() {
-  struct root_dir {
-    fs::path path = fs::temp_directory_path() / ("hetflow-auth-test-" + std::to_string(::getpid()));
-    ~root_dir() {
-      if (std::getenv("HETFLOW_KEEP_TEST_FILES") == nullptr) {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-      }
-    }
-  };
-  static const root_dir r;
-  return r.path;
-}
+const fs::path& scratch_root() { return hetflow::test::scratch_root("hetflow-auth-test"); }
 
 fs::path scratch(const std::string& name) {
   fs::path dir = scratch_root();

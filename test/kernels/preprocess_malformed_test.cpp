@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "test/scratch_dir.hpp"
 #include "kernels/preprocess/line_parser.hpp"
 #include "kernels/preprocess/preprocess.hpp"
 
@@ -22,21 +23,7 @@ namespace pp = hetflow::kernels::preprocess;
 
 namespace {
 
-// This process's scratch folder; removed when the test program exits (set
-// HETFLOW_KEEP_TEST_FILES to keep it for a look after a failure).
-const fs::path& scratch_root() {
-  struct root_dir {
-    fs::path path = fs::temp_directory_path() / ("hetflow-ppm-test-" + std::to_string(::getpid()));
-    ~root_dir() {
-      if (std::getenv("HETFLOW_KEEP_TEST_FILES") == nullptr) {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-      }
-    }
-  };
-  static const root_dir r;
-  return r.path;
-}
+const fs::path& scratch_root() { return hetflow::test::scratch_root("hetflow-ppm-test"); }
 
 fs::path scratch(const std::string& name) {
   fs::path p = scratch_root() / name;

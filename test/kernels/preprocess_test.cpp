@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "test/scratch_dir.hpp"
 #include "kernels/preprocess/count_stream.hpp"
 #include "kernels/preprocess/hex_key.hpp"
 #include "kernels/preprocess/input_split.hpp"
@@ -43,21 +44,7 @@ namespace pp = hetflow::kernels::preprocess;
 
 namespace {
 
-// This process's scratch folder; removed when the test program exits (set
-// HETFLOW_KEEP_TEST_FILES to keep it for a look after a failure).
-const fs::path& scratch_root() {
-  struct root_dir {
-    fs::path path = fs::temp_directory_path() / ("hetflow-pp-test-" + std::to_string(::getpid()));
-    ~root_dir() {
-      if (std::getenv("HETFLOW_KEEP_TEST_FILES") == nullptr) {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-      }
-    }
-  };
-  static const root_dir r;
-  return r.path;
-}
+const fs::path& scratch_root() { return hetflow::test::scratch_root("hetflow-pp-test"); }
 
 fs::path scratch(const std::string& name) {
   fs::path p = scratch_root() / name;
