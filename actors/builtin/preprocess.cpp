@@ -140,6 +140,14 @@ const char* vocab_actor = "pp_vocab";
 constexpr uint64_t no_parts_key = ~uint64_t{0};
 std::string shard_actor(int i) { return "pp_shard_" + std::to_string(i); }
 
+// balance = "steal": shard I held by node N stages its parts in
+// .shard-I-nN-K.tmp until pass 2 names them (the holder in the name: a node
+// taken for lost that still runs never writes over its taker's files).
+std::string staged_prefix(const std::string& dir, int shard, int node) {
+  return dir + "/.shard-" + std::to_string(shard) + "-n" + std::to_string(node);
+}
+
+
 struct job_config {
   std::vector<std::string> inputs;
   std::string output_dir;
@@ -960,8 +968,7 @@ bool start_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
         return out;
       };
     }
-    c = pp::count_ranges(st.inputs, shard_options(st, sl), cfg.output_dir + "/.shard-" + std::to_string(sl.index),
-                         next);
+    c = pp::count_ranges(st.inputs, shard_options(st, sl), staged_prefix(cfg.output_dir, sl.index, st.index), next);
   } else {
     c = pp::count_shard(st.inputs, sl.plan, shard_options(st, sl), part);
   }
@@ -1036,15 +1043,16 @@ void start_clearing_parts(shard_state& st) {
   });
 }
 
-// balance = "steal": a shard stages its parts in .shard-I-K.tmp until pass 2
-// names them; an earlier run's left by a crash go when the shard starts.
-void remove_staged_leftovers(const std::string& dir, int shard) {
-  const std::string prefix = ".shard-" + std::to_string(shard) + "-";
+// What this node's shards staged in an earlier run that crashed: removed
+// when it starts (only its own: another node may be writing its files).
+void remove_staged_leftovers(const std::string& dir, int node) {
+  const std::string mark = "-n" + std::to_string(node) + "-";
   std::error_code ec;
   std::vector<fs::path> old;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+    if (name.rfind(".shard-", 0) == 0 && name.find(mark) != std::string::npos && name.size() > 4 &&
+        name.compare(name.size() - 4, 4, ".tmp") == 0)
       old.push_back(it->path());
   }
   for (auto& p : old) fs::remove(p, ec);
@@ -1058,7 +1066,6 @@ void take_shard(caf::event_based_actor* self, shard_state& st, uint32_t shard, s
   st.slots.push_back(std::make_unique<slot>());
   st.slots.back()->index = static_cast<int>(shard);
   st.slots.back()->taken = range;
-  if (range) remove_staged_leftovers(st.cfg.output_dir, static_cast<int>(shard));
   if (!st.weights.empty()) start_slot(self, st, *st.slots.back());  // else with the split
 }
 
@@ -1309,6 +1316,7 @@ struct vocab_state {
   bool claims_ready = false;
   uint64_t total_bytes = 0;
   std::set<int> frozen;
+  std::map<int, int> pending_takes;  // shard -> its taker, lost before the claims began
   std::vector<std::vector<uint64_t>> part_keys;
   std::vector<uint64_t> caps;  // measured split: each node's milli-cores (0: not yet)
   std::vector<double> speeds;  // split by speed: each node's pass-1 rows/s (0: not yet)
@@ -1393,12 +1401,22 @@ void describe_split(vocab_state& st, const std::vector<uint64_t>& w, const std::
 
 // balance = "steal": the claims start from the split's weights (where the
 // shards between the first and the last start).
-void init_claims(vocab_state& st, const std::vector<uint64_t>& w) {
+void init_claims(caf::event_based_actor* self, vocab_state& st, const std::vector<uint64_t>& w) {
   if (!st.cfg.steal || st.claims_ready) return;
   const uint64_t unit = st.cfg.claim_unit ? st.cfg.claim_unit : pp::default_claim_unit(st.total_bytes, st.cfg.shards);
   st.claims = pp::range_claims(st.total_bytes, w, unit);
   for (int i : st.frozen) st.claims.freeze(i);
   st.claims_ready = true;
+  // The shards of nodes lost before now go to their takers with their
+  // slices (empty, or a gap between two of them: range_claims::freeze).
+  for (const auto& [i, to] : st.pending_takes) {
+    const pp::byte_range r = st.claims.slice(i);
+    if (auto a = st.svc->find_actor(shard_actor(to)))
+      self->send(a, pp_take_atom::value, static_cast<uint32_t>(i), r.begin, r.end);
+    else
+      return vocab_fail(self, st, "no actor " + shard_actor(to) + " for shard " + std::to_string(i));
+  }
+  st.pending_takes.clear();
   const std::string unit_text =
       unit >= (uint64_t{1} << 20) ? mib(unit) : std::to_string((unit + 1023) >> 10) + " KiB";
   log_info("pass 1 balance: the nodes claim the input as they go (claims of at least " + unit_text +
@@ -1416,7 +1434,7 @@ void maybe_send_split(caf::event_based_actor* self, vocab_state& st) {
   const std::vector<uint64_t> w = pp::split_weights(st.caps, st.cfg.split_by_speed ? st.speeds : std::vector<double>{});
   st.split_sent = true;
   describe_split(st, w, st.cfg.split_by_speed ? "speed" : "cores");
-  init_claims(st, w);
+  init_claims(self, st, w);
   const auto wire = encode_weights(w);
   for (int n : std::set<int>(st.holder.begin(), st.holder.end())) {
     if (st.lost.count(n)) continue;
@@ -1518,6 +1536,20 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
   // shards name their parts by their place in this list).
   std::vector<uint64_t> keys;
   if (st.cfg.steal) {
+    // Every byte claimed once: the slices tile the input (else a bug lost
+    // some of it, and the job must not end as if it had not).
+    std::vector<pp::byte_range> slices;
+    for (int i = 0; i < st.cfg.shards; ++i) slices.push_back(st.claims.slice(i));
+    std::sort(slices.begin(), slices.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    uint64_t at = 0;
+    for (const auto& r : slices) {
+      if (r.empty()) continue;
+      if (r.begin != at) break;
+      at = r.end;
+    }
+    if (!st.claims_ready || at != st.total_bytes)
+      return vocab_fail(self, st, "the shards' claimed slices do not cover the input (bytes " + std::to_string(at) +
+                                      " of " + std::to_string(st.total_bytes) + " in order): a bug; rerun the job");
     for (const auto& k : st.part_keys) keys.insert(keys.end(), k.begin(), k.end());
     std::sort(keys.begin(), keys.end());
     if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
@@ -1580,8 +1612,11 @@ void check_lost(caf::event_based_actor* self, vocab_state& st) {
       log_warn("node '" + name + "' is lost: shard " + std::to_string(i) + " goes to node '" +
                st.shard_nodes[std::size_t(to)] + "'");
       if (st.cfg.steal) {
-        const pp::byte_range r = st.claims_ready ? st.claims.slice(i) : pp::byte_range{};
-        self->send(a, pp_take_atom::value, static_cast<uint32_t>(i), r.begin, r.end);
+        // Before the claims begin its slice is not known yet (a gap between
+        // two lost shards may join it): init_claims sends it then.
+        if (!st.claims_ready) st.pending_takes[i] = to;
+        else self->send(a, pp_take_atom::value, static_cast<uint32_t>(i), st.claims.slice(i).begin,
+                        st.claims.slice(i).end);
       } else {
         self->send(a, pp_take_atom::value, static_cast<uint32_t>(i));
       }

@@ -184,7 +184,13 @@ byte_range range_claims::claim(int shard) {
 }
 
 void range_claims::freeze(int shard) {
-  if (shard >= 0 && shard < shards()) frozen_[std::size_t(shard)] = true;
+  if (shard < 0 || shard >= shards()) return;
+  const auto i = static_cast<std::size_t>(shard);
+  frozen_[i] = true;
+  // A gap between two frozen shards has no one left to claim it: the one
+  // frozen last takes it into its slice (its taker counts it).
+  if (i + 1 < back_.size() && frozen_[i + 1] && back_[i + 1] > front_[i]) front_[i] = back_[i + 1];
+  if (i > 0 && frozen_[i - 1] && front_[i - 1] < back_[i]) back_[i] = front_[i - 1];
 }
 bool range_claims::frozen(int shard) const { return shard >= 0 && shard < shards() && frozen_[std::size_t(shard)]; }
 byte_range range_claims::slice(int shard) const {

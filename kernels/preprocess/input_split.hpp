@@ -102,8 +102,10 @@ public:
   // The next range for `shard` (empty: nothing is left beside it, and
   // nothing ever will be).
   byte_range claim(int shard);
-  // A lost shard claims no more (its neighbours take the gaps beside it);
-  // its slice stays as it is, for another node to count again.
+  // A lost shard claims no more (its live neighbours take the gaps beside
+  // it); its slice stays as it is, for another node to count again, but
+  // for a gap beside a neighbour frozen before it, which it takes in (no
+  // one else could claim it).
   void freeze(int shard);
   bool frozen(int shard) const;
   // What `shard` has claimed: [back front, forward front).

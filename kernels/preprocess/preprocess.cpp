@@ -192,7 +192,7 @@ public:
       ++report.total;
       ++report.by_kind[static_cast<int>(h.kind)];
       if (report.examples.size() < opt_.max_examples || opt_.policy == malformed_policy::fail) {
-        if (pi.line_base < 0) pi.line_base = static_cast<int64_t>(count_lines_before(pi.file->data(), pi.begin));
+        if (pi.line_base < 0) pi.line_base = line_base_of(pi);
         malformed_example ex;
         ex.file = pi.file->path();
         ex.line = static_cast<uint64_t>(pi.line_base) + pi.lines_seen + h.line_in_block + 1;
@@ -211,6 +211,18 @@ public:
   malformed_report report;
 
 private:
+  // The line index of the piece's first line: counted from the nearest
+  // piece of the same file before it whose index is known (count_ranges
+  // makes a piece per range; from the file's start each time, twenty
+  // examples could scan a large file twenty times).
+  int64_t line_base_of(const piece_info& pi) const {
+    const piece_info* near = nullptr;
+    for (const auto& o : pieces_)
+      if (o.file == pi.file && o.line_base >= 0 && o.begin <= pi.begin && (!near || o.begin > near->begin)) near = &o;
+    const char* d = pi.file->data();
+    if (!near) return static_cast<int64_t>(count_lines_before(d, pi.begin));
+    return near->line_base + static_cast<int64_t>(std::count(d + near->begin, d + pi.begin, '\n'));
+  }
   std::vector<piece_info>& pieces_;
   const preprocess_options& opt_;
 };
@@ -1278,6 +1290,11 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
     tbb::parallel_for(std::size_t{0}, n, [&](std::size_t i) {
       auto& r = rs[i];
       const block& b = blocks[first + i];
+      // Nothing of the block before in these buffers may be counted if the
+      // read fails (the loop stops at the failed read only after counting).
+      r.lines = r.good = 0;
+      r.hits.clear();
+      for (auto& v : r.others) v.clear();
       r.read = r.bytes.load(b, opt.max_field_bytes);
       if (!r.read.ok()) return;
       const std::size_t room = b.max_rows();
@@ -1665,6 +1682,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
     out.parts.push_back({part.path, part.key, part.rows, part.bytes});
   }
   im.finished = true;
+  std::sort(out.parts.begin(), out.parts.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
   out.seconds = seconds_since(t0);
   out.parallelism = dop;
   return out;

@@ -204,9 +204,10 @@ expected<shard_counts> count_shard(const input_set& in, const shard_plan& shard,
 
 // Pass 1 over ranges handed out while it runs (range_claims; the preprocess
 // job's balance = "steal"): next() gives the next range of global bytes
-// (an empty one: none left); it is asked while the last segment of the
-// ranges before is counted, so the next range's first blocks are parsed
-// meanwhile. All ranges count into one set of tables; the records are
+// (an empty one: none left); it is asked before the last segment of the
+// ranges so far is counted (a round trip the count waits for), so that on
+// two or more threads the next range's first blocks are parsed while that
+// segment counts. All ranges count into one set of tables; the records are
 // staged (always) in staged_prefix + "-K.tmp", one file per run of
 // contiguous ranges (part_keys() says where each begins; set_part_path
 // names them for finish_shard).
@@ -222,7 +223,7 @@ struct part_written {
 };
 
 struct shard_result {
-  std::vector<part_written> parts;  // finish_shard: the part files written
+  std::vector<part_written> parts;  // finish_shard: the part files written, in input order
   uint64_t rows = 0;       // records written
   uint64_t lines = 0;      // lines read (rows + malformed)
   uint64_t bytes = 0;      // input bytes

@@ -260,6 +260,17 @@ json_get "$S/skip.json" 'sorted((e["line"], e["kind"]) for s in d["shards"] for 
   grep -qF "[(11, 'field_count'), (22, 'bad_integer'), (28, 'truncated')]" || { cat "$S/skip.json"; fail "skip: examples"; }
 grep -q "bad.tsv:22: bad_integer: field 2 (I1) is \"12x\"" "$S/skip.log" || { cat "$S/skip.log"; fail "skip: log line"; }
 pass "malformed = skip: 3 lines reported with file:line, 25 rows written"
+# The same in vocab mode across many claimed ranges (claims of 256 KiB of a
+# 30 MB file): each malformed line is named by its line in the file.
+awk -F '\t' 'BEGIN { OFS = "\t" } NR == 5000 { print "1\t2\t3" } NR == 61000 { $2 = "12x" } { print }' \
+  "$S/a.tsv" >"$S/bad-big.tsv"
+write_topology "$S/skipv.toml" 7901 2 auto 'kind = "preprocess"' "inputs = [\"$S/bad-big.tsv\"]" \
+  "output_dir = \"$S/skipv-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'claim_unit = "256KiB"'
+timeout 120 "$HETFLOW" run "$S/skipv.toml" --report "$S/skipv.json" >"$S/skipv.log" 2>&1 ||
+  { cat "$S/skipv.log"; fail "skip run (vocab, claims)"; }
+json_get "$S/skipv.json" 'd["malformed"] == 2 and sorted((e["line"], e["kind"]) for s in d["shards"] for e in s["malformed"]["examples"]) == [(5000, "field_count"), (61001, "bad_integer")] and sum(x["claims"] for x in d["balance"]["shards"]) > 10' |
+  grep -q True || { python3 -m json.tool "$S/skipv.json"; fail "skip (vocab, claims): the malformed lines' numbers"; }
+pass "malformed = skip, vocab mode in claims of 256 KiB: lines 5000 and 61001 named"
 
 for mode in vocab hash; do
   write_topology "$S/fail-$mode.toml" $((7940 + ${#mode} * 3)) 2 auto 'kind = "preprocess"' "inputs = [\"$S/bad.tsv\"]" \

@@ -1948,16 +1948,24 @@ BOOST_AUTO_TEST_CASE(range_claims_hand_out_every_byte_once_in_contiguous_slices)
       BOOST_TEST_CONTEXT("n " << n << " trial " << trial << " total " << total << " unit " << unit) {
         std::vector<uint64_t> owner(total, ~uint64_t{0});
         std::vector<bool> done(std::size_t(n), false);
-        // A shard that is lost part way stops claiming; the others take the
-        // gaps beside it.
+        // Shards lost part way (one, or two side by side) stop claiming; the
+        // others take the gaps beside them, and a gap between two lost ones
+        // joins the slice of the one lost last.
         const int lost = trial % 3 == 0 && n > 1 ? int(rng() % uint64_t(n)) : -1;
+        const int lost2 = trial % 2 == 0 && lost >= 0 && lost + 1 < n ? lost + 1 : -1;
         int left = n, claims = 0;
         while (left > 0) {
           const int k = int(rng() % uint64_t(n));
           if (done[std::size_t(k)]) continue;
-          if (k == lost && claims > 2 * n) {
+          if ((k == lost && claims > 2 * n) || (k == lost2 && claims > 3 * n)) {
             rc.freeze(k);
             BOOST_CHECK(rc.claim(k).empty());
+            // What its slice took in from a gap beside the other lost one.
+            const pp::byte_range sl = rc.slice(k);
+            for (uint64_t b = sl.begin; b < sl.end; ++b) {
+              BOOST_REQUIRE(owner[b] == ~uint64_t{0} || owner[b] == uint64_t(k));
+              owner[b] = uint64_t(k);
+            }
             done[std::size_t(k)] = true, --left;
             continue;
           }
@@ -1987,6 +1995,20 @@ BOOST_AUTO_TEST_CASE(range_claims_hand_out_every_byte_once_in_contiguous_slices)
         BOOST_CHECK_EQUAL(rc.slice(n - 1).end, total);
       }
     }
+  }
+  // Two neighbours lost before they claimed anything: the gap between their
+  // start points goes to the one frozen last, the rest to the live shard.
+  {
+    pp::range_claims rc(1000, {1, 1, 1}, 10);
+    rc.freeze(1);
+    rc.freeze(2);
+    const pp::byte_range s1 = rc.slice(1), s2 = rc.slice(2);
+    BOOST_CHECK(s1.empty());
+    BOOST_CHECK_EQUAL(s2.end, 1000u);
+    uint64_t covered = s2.bytes();
+    for (pp::byte_range r = rc.claim(0); !r.empty(); r = rc.claim(0)) covered += r.bytes();
+    BOOST_CHECK_EQUAL(covered, 1000u);
+    BOOST_CHECK_EQUAL(rc.slice(0).end, s2.begin);
   }
   // A lone shard takes everything at once.
   pp::range_claims one(1000, {1}, 10);
