@@ -1848,7 +1848,7 @@ void add_preprocess(registry& reg) {
       {}, {}, {"auto", "steal", "split"});
   key("claim_unit", key_type::size, false, int64_t{0},
       "balance = \"steal\": the smallest range a node claims (a claim takes a quarter of the gap to the "
-      "neighbouring node's front, at least this); 0 = 1/32 of a node's even share, 1-64 MiB",
+      "neighbouring node's front, at least this); 0 = 1/64 of a node's even share, 1-64 MiB",
       0.0, double(int64_t{1} << 40));
   key("chunk_bytes", key_type::size, false, int64_t{1} << 20,
       "largest count / vocabulary message between nodes", 4096.0, double(64 << 20));

@@ -128,7 +128,7 @@ shard_plan plan_range(const std::vector<uint64_t>& file_sizes, uint64_t begin, u
 }
 
 uint64_t default_claim_unit(uint64_t total, int shards) {
-  const uint64_t share = total / static_cast<uint64_t>(std::max(1, shards)) / 32;
+  const uint64_t share = total / static_cast<uint64_t>(std::max(1, shards)) / 64;
   return std::clamp<uint64_t>(share, uint64_t{1} << 20, uint64_t{64} << 20);
 }
 

@@ -2022,7 +2022,7 @@ BOOST_AUTO_TEST_CASE(range_claims_hand_out_every_byte_once_in_contiguous_slices)
   BOOST_CHECK_EQUAL(a.bytes(), (1u << 20) / 4);
   BOOST_CHECK_EQUAL(b.end, 1u << 20);
   BOOST_CHECK_EQUAL(b.bytes(), ((1u << 20) - a.end) / 4);
-  BOOST_CHECK_EQUAL(pp::default_claim_unit(uint64_t{251} << 20, 2), (uint64_t{251} << 20) / 64);
+  BOOST_CHECK_EQUAL(pp::default_claim_unit(uint64_t{251} << 20, 2), (uint64_t{251} << 20) / 128);
   BOOST_CHECK_EQUAL(pp::default_claim_unit(1000, 2), uint64_t{1} << 20);
 }
 
