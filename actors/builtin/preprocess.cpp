@@ -1877,6 +1877,11 @@ void add_preprocess(registry& reg) {
               return make_error(errc::invalid_argument,
                                 "[job] shard_weights must be integers in [1, 4294967296], got " + std::to_string(x));
         }
+        if (c.job.params.get_string("balance", "auto") == "steal" &&
+            c.job.params.get_string("categorical.mode", "vocab") == "hash")
+          return make_error(errc::invalid_argument,
+                            "[job] balance = \"steal\" is for vocab mode (hash mode writes each node's share of "
+                            "the split in its one pass); remove it or use balance = \"split\"");
         if (c.job.params.get_string("balance", "auto") == "steal" && !c.job.params.get_ints("shard_weights").empty())
           return make_error(errc::invalid_argument,
                             "[job] balance = \"steal\" cuts the input as the nodes go and shard_weights fixes each "

@@ -151,6 +151,9 @@ write_topology "$S/bads.toml" 7949 2 auto 'kind = "preprocess"' "inputs = [\"$S/
 "$HETFLOW" validate "$S/bads.toml" >"$S/bads.log" 2>&1 && { cat "$S/bads.log"; fail "balance = steal with shard_weights accepted"; }
 grep -q 'balance = "steal" cuts the input as the nodes go and shard_weights fixes' "$S/bads.log" ||
   { cat "$S/bads.log"; fail "balance = steal with shard_weights: no clear error"; }
+write_topology "$S/badh.toml" 7949 2 auto 'kind = "preprocess"' "inputs = [\"$S/a.tsv\"]" 'categorical = "hash"' 'balance = "steal"'
+"$HETFLOW" validate "$S/badh.toml" >"$S/badh.log" 2>&1 && { cat "$S/badh.log"; fail "balance = steal in hash mode accepted"; }
+grep -q 'balance = "steal" is for vocab mode' "$S/badh.log" || { cat "$S/badh.log"; fail "balance = steal in hash mode: no clear error"; }
 # shard_weights sets the shares: the same bytes as one node, the parts 3:1
 # (vocab) and 1:4 (hash).
 run vocab-w 2 7942 'categorical = { mode = "vocab", min_count = 3 }' 'shard_weights = [3, 1]' 'chunk_bytes = "64KiB"' ||
