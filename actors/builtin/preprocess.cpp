@@ -814,8 +814,8 @@ bool apply_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
   auto t0 = clock_type::now();
   const bool named_parts = sl.counts && st.cfg.steal;
   if (named_parts) {
-    // Each part its file by where it begins among all the job's parts; a
-    // part file numbered past them is an earlier run's.
+    // Each part its file by where it begins among all the job's parts (an
+    // earlier run's parts went at the start: start_clearing_parts).
     const auto keys = sl.counts->part_keys();
     for (std::size_t k = 0; k < keys.size(); ++k) {
       auto at = std::lower_bound(st.part_keys.begin(), st.part_keys.end(), keys[k]);
@@ -826,9 +826,6 @@ bool apply_slot(caf::event_based_actor* self, shard_state& st, slot& sl) {
       sl.counts->set_part_path(k, st.cfg.output_dir + "/" +
                                       pp::part_file_name(static_cast<int>(at - st.part_keys.begin())));
     }
-    std::error_code ec;
-    for (int i = static_cast<int>(st.part_keys.size());; ++i)
-      if (!fs::remove(st.cfg.output_dir + "/" + pp::part_file_name(i), ec)) break;
   }
   auto r = sl.counts ? pp::finish_shard(*sl.counts, shard_options(st, sl))
                      : pp::apply_shard(st.inputs, sl.plan, nullptr, part, shard_options(st, sl));

@@ -151,6 +151,19 @@ void answer_ready(server_actor* self, const std::vector<ps::pull_ticket>& ready)
   st.full_waits = std::move(still);
 }
 
+std::string slowest_on(server_actor* self);
+
+// A lower-weights pull held until its clock lets the server answer it
+// (answer_ready finds it by the ticket's id).
+void hold_pull(server_actor* self, const ps::pull_ticket& t) {
+  auto& st = self->state;
+  st.waits[t.id] = server_state::waiting{
+      t.worker, t.clock, 0, clock_type::now(),
+      std::make_shared<kernels::waits::scope>(st.me, slowest_on(self),
+                                              "the clock that lets it answer " + worker_name(t.worker) +
+                                                  "'s pull of clock " + std::to_string(t.clock) + " (bsp)")};
+}
+
 // Whom a held pull waits on (the watchdog's view).
 std::string slowest_on(server_actor* self) {
   const auto& t = self->state.core->clocks();
@@ -299,11 +312,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
         answer(self, w, t.clock, 0);
       } else {
         ++st.pulls_waited;
-        st.waits[t.id] = server_state::waiting{
-            w, t.clock, 0, clock_type::now(),
-            std::make_shared<kernels::waits::scope>(st.me, slowest_on(self),
-                                                    "the clock that lets it answer " + worker_name(w) +
-                                                        "'s pull of clock " + std::to_string(t.clock) + " (bsp)")};
+        hold_pull(self, t);
       }
       break;
     }
@@ -361,11 +370,7 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
         ++st.pulls;
         ++st.pulls_with_push;
         ps::pull_ticket t{w, m->info.clock + 1, st.next_id++};
-        st.waits[t.id] = server_state::waiting{
-            w, t.clock, 0, clock_type::now(),
-            std::make_shared<kernels::waits::scope>(st.me, slowest_on(self),
-                                                    "the clock that lets it answer " + worker_name(w) +
-                                                        "'s pull of clock " + std::to_string(t.clock) + " (bsp)")};
+        hold_pull(self, t);
         if (st.core->pull(t))
           ready.push_back(t);
         else

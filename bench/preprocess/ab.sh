@@ -9,7 +9,7 @@
 # the job's `seconds`, each shard's pass-1 `count_seconds` and rows (in
 # thousands), the merge's seconds; after each round the seconds of a fixed
 # loop on CPU 0 and CPU 1 (this kind of VM changes a vCPU's speed for
-# minutes at a time; ~0.12 s at speed on the 2026-12 VM).
+# minutes at a time; 0.13-0.16 s at speed, 0.2 s slow on the 2026-12 VM).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../lib.sh"  # wait_quiet

@@ -89,29 +89,35 @@ std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, int
   return plan_shards(file_sizes, std::vector<uint64_t>(static_cast<std::size_t>(std::max(1, shards)), 1));
 }
 
-std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, const std::vector<uint64_t>& weights) {
+namespace {
+
+// Where the shares of `total` bytes cut, in proportion to the weights (a
+// weight of 0 counts as 1; none: one share): weights.size() + 1 offsets
+// from 0 to total.
+std::vector<uint64_t> share_cuts(uint64_t total, const std::vector<uint64_t>& weights) {
   std::vector<uint64_t> w = weights;
   if (w.empty()) w.push_back(1);
   unsigned __int128 sum = 0;
   for (auto& x : w) sum += x = std::max<uint64_t>(x, 1);
-  uint64_t total = 0;
-  for (auto s : file_sizes) total += s;
-  std::vector<shard_plan> plan(w.size());
-  unsigned __int128 before = 0;  // the weights of the shards before i
-  for (std::size_t i = 0; i < w.size(); ++i) {
+  std::vector<uint64_t> cuts{0};
+  unsigned __int128 before = 0;  // the weights of the shares before
+  for (uint64_t x : w) {
     // 128-bit: total * weight sums overflow 64 bits on huge inputs. With
     // equal weights this is i * total / shards, as it always was.
-    uint64_t lo = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
-    before += w[i];
-    uint64_t hi = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
-    uint64_t off = 0;
-    for (std::size_t f = 0; f < file_sizes.size(); ++f) {
-      uint64_t fb = off, fe = off + file_sizes[f];
-      off = fe;
-      uint64_t b = std::max(lo, fb), e = std::min(hi, fe);
-      if (b < e) plan[i].pieces.push_back({static_cast<int>(f), b - fb, e - fb});
-    }
+    before += x;
+    cuts.push_back(static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum));
   }
+  return cuts;
+}
+
+}  // namespace
+
+std::vector<shard_plan> plan_shards(const std::vector<uint64_t>& file_sizes, const std::vector<uint64_t>& weights) {
+  uint64_t total = 0;
+  for (auto s : file_sizes) total += s;
+  const std::vector<uint64_t> cuts = share_cuts(total, weights);
+  std::vector<shard_plan> plan;
+  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) plan.push_back(plan_range(file_sizes, cuts[i], cuts[i + 1]));
   return plan;
 }
 
@@ -139,20 +145,11 @@ range_claims::range_claims(uint64_t total, const std::vector<uint64_t>& weights,
   front_.assign(n, 0);
   claims_.assign(n, 0);
   frozen_.assign(n, false);
-  // The middle of each share (plan_shards' rule), the first shard at 0 and
+  // The middle of each share (plan_shards' cuts), the first shard at 0 and
   // the last at the end.
-  std::vector<uint64_t> w = weights;
-  if (w.empty()) w.push_back(1);
-  unsigned __int128 sum = 0;
-  for (auto& x : w) sum += x = std::max<uint64_t>(x, 1);
-  unsigned __int128 before = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const uint64_t lo = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
-    before += w[i];
-    const uint64_t hi = static_cast<uint64_t>(static_cast<unsigned __int128>(total) * before / sum);
-    const uint64_t start = i == 0 ? 0 : i + 1 == n ? total : lo + (hi - lo) / 2;
-    back_[i] = front_[i] = start;
-  }
+  const std::vector<uint64_t> cuts = share_cuts(total, weights);
+  for (std::size_t i = 0; i < n; ++i)
+    back_[i] = front_[i] = i == 0 ? 0 : i + 1 == n ? total : cuts[i] + (cuts[i + 1] - cuts[i]) / 2;
 }
 
 byte_range range_claims::claim(int shard) {
@@ -192,7 +189,6 @@ void range_claims::freeze(int shard) {
   if (i + 1 < back_.size() && frozen_[i + 1] && back_[i + 1] > front_[i]) front_[i] = back_[i + 1];
   if (i > 0 && frozen_[i - 1] && front_[i - 1] < back_[i]) back_[i] = front_[i - 1];
 }
-bool range_claims::frozen(int shard) const { return shard >= 0 && shard < shards() && frozen_[std::size_t(shard)]; }
 byte_range range_claims::slice(int shard) const {
   if (shard < 0 || shard >= shards()) return {};
   return {back_[std::size_t(shard)], front_[std::size_t(shard)]};

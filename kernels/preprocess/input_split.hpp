@@ -107,11 +107,9 @@ public:
   // for a gap beside a neighbour frozen before it, which it takes in (no
   // one else could claim it).
   void freeze(int shard);
-  bool frozen(int shard) const;
   // What `shard` has claimed: [back front, forward front).
   byte_range slice(int shard) const;
   int shards() const noexcept { return static_cast<int>(back_.size()); }
-  uint64_t total() const noexcept { return total_; }
   uint64_t claims(int shard) const;  // ranges handed to it
 
 private:

@@ -10,13 +10,13 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
-#include <random>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <new>
 #include <optional>
+#include <random>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -701,15 +701,14 @@ struct shard_counts::impl {
     std::string path;   // the final part file ("" until set_part_path, count_ranges)
     std::string tmp;    // written here, renamed to path by finish_shard
     int fd = -1;
-    uint64_t records = 0;    // staged so far (write offsets)
+    uint64_t records = 0;    // staged so far (write offsets): its rows
     uint64_t key = 0;        // count_ranges: the first byte of its first range
     uint64_t next_begin = 0; // count_ranges: where a range continuing it starts
-    uint64_t rows = 0, lines = 0, bytes = 0;
+    uint64_t bytes = 0;      // input bytes counted into it
     bool finished = false;
   };
   std::vector<staged_part> parts;
   bool staging = false;
-  uint64_t staged_records = 0;
   shard_result staged;  // rows, lines, bytes, malformed; seconds = pass 1
   int dop = 1;
   bool finished = false;
@@ -1292,9 +1291,12 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
       const block& b = blocks[first + i];
       // Nothing of the block before in these buffers may be counted if the
       // read fails (the loop stops at the failed read only after counting).
-      r.lines = r.good = 0;
-      r.hits.clear();
-      for (auto& v : r.others) v.clear();
+      auto reset = [&r] {
+        r.lines = r.good = 0;
+        r.hits.clear();
+        for (auto& v : r.others) v.clear();
+      };
+      reset();
       r.read = r.bytes.load(b, opt.max_field_bytes);
       if (!r.read.ok()) return;
       const std::size_t room = b.max_rows();
@@ -1305,9 +1307,6 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
       r.records.reserve(room);
       criteo_record* recs = r.records.data();
       for (;;) {
-        r.lines = r.good = 0;
-        r.hits.clear();
-        for (auto& v : r.others) v.clear();
         r.keys.reserve(stride * sparse_columns);
         r.stride = stride;
         uint64_t* keys = r.keys.data();
@@ -1327,6 +1326,7 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
         }, bad);
         if (!over) break;
         stride = room;  // more rows than the blocks before: again, with room for every row it could hold
+        reset();
       }
       if (bytes > 0) {
         const uint64_t mine = (uint64_t(r.good) << 20) / bytes + 1;
@@ -1372,7 +1372,6 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
         auto& part = im.parts[static_cast<std::size_t>(blocks[first + i].part)];
         offsets[i] = part.records;  // in records
         part.records += rs[i].good;
-        im.staged_records += rs[i].good;
       }
       tbb::parallel_for(std::size_t{0}, rs.size(), [&](std::size_t i) {
         auto& r = rs[i];
@@ -1400,8 +1399,9 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
     if (opt.stop && opt.stop->load()) return stopped();
     dop = gov.update();
     const std::size_t after = next + seg;
-    // The next range is asked for while this segment is still to count, so
-    // that its first blocks are parsed meanwhile.
+    // The next range is asked for before this segment counts (a round trip
+    // it waits for), so that with two or more threads its first blocks are
+    // parsed while this segment counts.
     if (auto s = fetch(after + static_cast<std::size_t>(dop * blocks_per_worker)); !s.ok()) return s;
     const std::size_t seg_ahead = std::min(blocks.size() - after, static_cast<std::size_t>(dop * blocks_per_worker));
     tbb::task_arena arena(dop);
@@ -1426,12 +1426,7 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
       out.rows += res[i].good;
       im.staged.lines += res[i].lines;
       done_bytes += b.end - b.begin;
-      if (staging) {
-        auto& part = im.parts[static_cast<std::size_t>(b.part)];
-        part.rows += res[i].good;
-        part.lines += res[i].lines;
-        part.bytes += b.end - b.begin;
-      }
+      if (staging) im.parts[static_cast<std::size_t>(b.part)].bytes += b.end - b.begin;
     }
     next = after;
     if (overlap) std::swap(res, ahead);
@@ -1599,8 +1594,10 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
   // enough to stay in the L2 cache until it is written back) and written
   // over.
   const uint64_t nrec = im.staged.rows;
-  if (nrec != im.staged_records)
-    return make_error(errc::internal, "staged " + std::to_string(im.staged_records) + " records for " +
+  uint64_t staged_records = 0;
+  for (const auto& part : im.parts) staged_records += part.records;
+  if (nrec != staged_records)
+    return make_error(errc::internal, "staged " + std::to_string(staged_records) + " records for " +
                                           std::to_string(nrec) + " rows");
   // 256 KiB chunks: pass 2 of 1M rows on 2 nodes took 41 ms a node against
   // 47 ms with 1 MiB ones (dev-2c-xeon, 2026-11-29).
@@ -1679,7 +1676,7 @@ expected<shard_result> finish_shard(shard_counts& counts, const preprocess_optio
     }
     if (auto s = finish_file(fd, part.tmp, part.path); !s.ok()) return s;
     part.finished = true;
-    out.parts.push_back({part.path, part.key, part.rows, part.bytes});
+    out.parts.push_back({part.path, part.key, part.records, part.bytes});
   }
   im.finished = true;
   std::sort(out.parts.begin(), out.parts.end(), [](const auto& a, const auto& b) { return a.key < b.key; });

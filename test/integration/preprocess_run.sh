@@ -138,15 +138,18 @@ json_get "$S/vocab-st.json" '(lambda b: b["n0"]["share"] > 0.6 and b["n0"]["clai
 grep -q "pass 1 balance: the nodes claim the input as they go (claims of at least 256 KiB" "$S/vocab-st.log" ||
   { cat "$S/vocab-st.log"; fail "balance = steal: no balance line"; }
 pass "vocab, balance = steal: a slow node claims less (n0 $(json_get "$S/vocab-st.json" 'round({x["node"]: x for x in d["balance"]["shards"]}["n0"]["share"], 3)') of the input); == 1 node byte for byte"
-# An empty input: no part at all, and an earlier run's parts go.
+# An empty input: no part at all, and an earlier run's parts and staged
+# files (a crashed run's, each node's own) go.
 : >"$S/empty.tsv"
 mkdir -p "$S/empty-out" && for i in 0 1 2; do echo old >"$S/empty-out/part-0000$i.bin"; done
+echo old >"$S/empty-out/.shard-0-n0-3.tmp"
+echo old >"$S/empty-out/.shard-0-n1-0.tmp"
 write_topology "$S/empty.toml" 7997 2 auto 'kind = "preprocess"' "inputs = [\"$S/empty.tsv\"]" \
   "output_dir = \"$S/empty-out\"" 'categorical = { mode = "vocab", min_count = 3 }'
 timeout 120 "$HETFLOW" run "$S/empty.toml" --report "$S/empty.json" >"$S/empty.log" 2>&1 || { cat "$S/empty.log"; fail "empty input: run"; }
-ls "$S/empty-out" | grep -q '^part-' && { ls "$S/empty-out"; fail "empty input: an earlier run's part is left"; }
+ls -A "$S/empty-out" | grep -Eq '^part-|\.tmp$' && { ls -A "$S/empty-out"; fail "empty input: an earlier run's part or staged file is left"; }
 [[ $(json_get "$S/empty.json" 'd["rows"]') == 0 ]] || fail "empty input: rows"
-pass "vocab, balance = steal, an empty input: no part file, an earlier run's parts removed"
+pass "vocab, balance = steal, an empty input: no part file, an earlier run's parts and staged files removed"
 write_topology "$S/bads.toml" 7949 2 auto 'kind = "preprocess"' "inputs = [\"$S/a.tsv\"]" 'shard_weights = [1, 2]' 'balance = "steal"'
 "$HETFLOW" validate "$S/bads.toml" >"$S/bads.log" 2>&1 && { cat "$S/bads.log"; fail "balance = steal with shard_weights accepted"; }
 grep -q 'balance = "steal" cuts the input as the nodes go and shard_weights fixes' "$S/bads.log" ||
