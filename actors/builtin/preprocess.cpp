@@ -465,7 +465,7 @@ std::string merge_one_hashed(const merge_plan& p, int c, kernels::trace::track_i
   for (auto& h : cols) others.push_back(&h);
   auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
   if (!file) return file.error().message();
-  std::vector<std::vector<int32_t>> ids;
+  std::vector<pp::big_vector<int32_t>> ids;
   auto stats = base->merge_hashed(
       c, others, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); }, ids);
   if (!stats) return stats.error().message();
@@ -482,7 +482,7 @@ std::string merge_one_hashed(const merge_plan& p, int c, kernels::trace::track_i
     // At least one chunk (it carries the OOV id), each at most chunk_bytes.
     // A sorted export's kept ids increase: delta-coded (ppids, mostly a byte
     // an id), else plain int32 (pphids).
-    const std::vector<int32_t>& v = ids[k];
+    const pp::big_vector<int32_t>& v = ids[k];
     if (pp::kept_ids_increase(v.data(), v.size())) {
       int32_t prev = -1;
       std::size_t at = 0;

@@ -7,11 +7,17 @@
 // (and a TLB entry after); on the 2-core PVM guest that fault costs ~7 us:
 // writing 64 MiB of fresh 4 KiB pages took 110 ms there, of fresh 2 MiB
 // pages 2-3 ms (/tmp test, 2026-12-06; MADV_POPULATE_WRITE first did not
-// help the 4 KiB case: the first store still trapped). So from 1 MiB on these
-// come from their own 2 MiB-aligned anonymous mapping with MADV_HUGEPAGE (the
-// kernel's "madvise" THP mode, Debian's default, gives huge pages only to
-// such ranges), smaller ones from operator new. Where the kernel has no huge
-// page at hand it falls back to 4 KiB pages, as before.
+// help the 4 KiB case: the first store still trapped). So from 256 KiB on
+// these come from their own 2 MiB-aligned anonymous mapping with
+// MADV_HUGEPAGE (the kernel's "madvise" THP mode, Debian's default, gives
+// huge pages only to such ranges), smaller ones from operator new. Where the
+// kernel has no huge page at hand it falls back to 4 KiB pages, as before.
+// (From 1 MiB until 2026-12-06: the 2-node merge's per-column arrays of 256
+// KiB - 1 MiB - most of Criteo's columns - then faulted in 4 KiB at a time,
+// half of a 2-node 1M-row job's 11k page faults; from 256 KiB the job has
+// 6k and the merge took 0.104-0.121 s instead of 0.155-0.171 s, 6 rounds of
+// bench/preprocess/ab.sh. Peak RSS did not grow: a range is rounded up to 2
+// MiB, but freed ranges are reused, column after column.)
 #pragma once
 
 #include <cstddef>
@@ -23,7 +29,7 @@
 namespace hetflow::kernels::preprocess {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
-inline constexpr std::size_t huge_memory_from = std::size_t{1} << 20;
+inline constexpr std::size_t huge_memory_from = std::size_t{256} << 10;
 
 // What an allocation of n bytes takes here: whole 2 MiB pages from
 // huge_memory_from on, else n.

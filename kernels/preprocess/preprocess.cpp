@@ -909,7 +909,7 @@ namespace {
 expected<column_merge_stats> merge_sorted(shard_counts::impl& im, int c, const std::vector<const hex_column*>& others,
                                           uint64_t min_count,
                                           const std::function<void(std::string_view, uint64_t)>& keep,
-                                          std::vector<std::vector<int32_t>>& other_ids) {
+                                          std::vector<big_vector<int32_t>>& other_ids) {
   const std::string col = "column C" + std::to_string(c + 1);
   column_table& t = im.tables[c];
   auto& ci = im.ids[c];
@@ -1012,7 +1012,7 @@ void sort_by_value(big_vector<uint64_t>& v) {
 expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector<const hex_column*>& others,
                                                         uint64_t min_count,
                                                         const std::function<void(std::string_view, uint64_t)>& keep,
-                                                        std::vector<std::vector<int32_t>>& other_ids) {
+                                                        std::vector<big_vector<int32_t>>& other_ids) {
   const std::string col = "column C" + std::to_string(c + 1);
   if (!hashable(c)) return make_error(errc::internal, col + " cannot merge by hashing");
   auto& im = *impl_;
@@ -1991,7 +1991,7 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
         for (auto& h : cols) others.push_back(&h);
         auto w = vocab_file_writer::open(output_dir, c);
         if (!w) return w.error();
-        std::vector<std::vector<int32_t>> other_ids;
+        std::vector<big_vector<int32_t>> other_ids;
         auto st = counts[0].merge_hashed(
             c, others, opt_in.min_count, [&](std::string_view s, uint64_t n) { w->add(s, n); }, other_ids);
         if (!st) return st.error();

@@ -170,7 +170,7 @@ public:
   // caller keeps jobs of more rows off this path).
   expected<column_merge_stats> merge_hashed(int c, const std::vector<const hex_column*>& others, uint64_t min_count,
                                             const std::function<void(std::string_view, uint64_t)>& keep,
-                                            std::vector<std::vector<int32_t>>& other_ids);
+                                            std::vector<big_vector<int32_t>>& other_ids);
 
   // Distinct strings of column c in this shard (its stream's length, within
   // the local ids of spilled runs): what merging the column costs.

@@ -27,6 +27,7 @@
 #include "kernels/preprocess/count_stream.hpp"
 #include "kernels/preprocess/criteo_record.hpp"
 #include "kernels/preprocess/hex_key.hpp"
+#include "kernels/preprocess/huge_memory.hpp"
 #include "kernels/preprocess/string_key_map.hpp"
 
 namespace hetflow::kernels::preprocess {
@@ -277,7 +278,7 @@ bool decode_ids(const std::vector<char>& chunk, int32_t& prev_kept, std::vector<
 struct hex_column {
   bool has_empty = false;
   uint64_t empty_count = 0;
-  std::vector<uint32_t> pairs;  // value, count, value, count, ...
+  big_vector<uint32_t> pairs;  // value, count, value, count, ...
   std::size_t values() const noexcept { return pairs.size() / 2; }
   std::size_t entries() const noexcept { return values() + (has_empty ? 1 : 0); }
 };

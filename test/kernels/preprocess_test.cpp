@@ -1092,7 +1092,7 @@ BOOST_AUTO_TEST_CASE(hashed_merge_of_sorted_and_shuffled_exports_agree) {
           for (auto& h : copies) shuffled.push_back(&h);
           if (e1->values() > 2 && perms[0] != std::vector<std::size_t>(perms[0].size())) ++shuffled_columns;
           std::vector<std::pair<std::string, uint64_t>> kept[2];
-          std::vector<std::vector<int32_t>> ids[2];
+          std::vector<pp::big_vector<int32_t>> ids[2];
           auto ra = a->merge_hashed(c, sorted, min_count, [&](std::string_view s, uint64_t n) { kept[0].emplace_back(s, n); }, ids[0]);
           auto rb = b->merge_hashed(c, shuffled, min_count, [&](std::string_view s, uint64_t n) { kept[1].emplace_back(s, n); }, ids[1]);
           BOOST_REQUIRE_MESSAGE(ra && rb, (ra ? rb.error().to_string() : ra.error().to_string()));
@@ -1472,7 +1472,7 @@ BOOST_AUTO_TEST_CASE(sorted_hex_columns_go_delta_coded_and_refuse_corruption) {
     pp::hex_column g5;  // the gap counts from the previous chunk's last value
     BOOST_CHECK(pp::add_hex_column_chunk(g5, record({7, 1}, 1)));
     BOOST_CHECK(pp::add_hex_column_chunk(g5, record({0, 2}, 1)));
-    BOOST_CHECK((g5.pairs == std::vector<uint32_t>{7, 1, 8, 2}));
+    BOOST_CHECK((g5.pairs == pp::big_vector<uint32_t>{7, 1, 8, 2}));
   }
   // A sorted export's ids go delta-coded (one byte for OOV and for small
   // steps): kept_ids_increase says when append_id can code them.
