@@ -1291,6 +1291,8 @@ struct vocab_state {
   std::array<uint64_t, pp::sparse_columns> cost{};  // entries per column over the shards
   std::vector<counted_report> reports;  // per shard (its sizes also for a recount)
   std::vector<uint64_t> rows;           // per shard: rows counted
+  std::vector<double> counted_s;        // per shard: its count report's arrival, seconds after pass1_t0
+  clock_type::time_point pass1_t0;      // when pass 1 began (the split sent)
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
   uint32_t hashed = 0;                               // the columns merged by hashing
   bool merging = false;
@@ -1430,6 +1432,7 @@ void maybe_send_split(caf::event_based_actor* self, vocab_state& st) {
       return;
   const std::vector<uint64_t> w = pp::split_weights(st.caps, st.cfg.split_by_speed ? st.speeds : std::vector<double>{});
   st.split_sent = true;
+  st.pass1_t0 = clock_type::now();
   describe_split(st, w, st.cfg.split_by_speed ? "speed" : "cores");
   init_claims(self, st, w);
   const auto wire = encode_weights(w);
@@ -1483,7 +1486,20 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
   std::vector<int> alive;
   for (int n = 0; n < st.cfg.shards; ++n)
     if (!st.lost.count(n)) alive.push_back(n);
-  auto pick = pp::assign_merge_columns(st.cost, static_cast<int>(alive.size()));
+  // Each node's pass-1 speed: the rows of the shards it holds over the
+  // time until its last count report (pp::assign_merge_columns).
+  std::vector<double> speed;
+  for (int n : alive) {
+    uint64_t rows = 0;
+    double s = 0;
+    for (int i = 0; i < st.cfg.shards; ++i) {
+      if (st.holder[std::size_t(i)] != n) continue;
+      rows += st.rows[std::size_t(i)];
+      s = std::max(s, st.counted_s[std::size_t(i)]);
+    }
+    speed.push_back(s > 0 ? double(rows) / s : 0);
+  }
+  auto pick = pp::assign_merge_columns(st.cost, static_cast<int>(alive.size()), speed);
   for (int c = 0; c < pp::sparse_columns; ++c) st.merger[std::size_t(c)] = alive[std::size_t(pick[std::size_t(c)])];
   // A column merges by hashing when every shard can (Criteo's hex ids, no
   // spill) and no count can pass 32 bits (the table's counters).
@@ -1633,6 +1649,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
   st->reports.resize(static_cast<std::size_t>(st->cfg.shards));
   st->part_keys.resize(static_cast<std::size_t>(st->cfg.shards));
   st->rows.resize(static_cast<std::size_t>(st->cfg.shards));
+  st->counted_s.resize(static_cast<std::size_t>(st->cfg.shards));
   if (st->cfg.measure_split()) {  // a report may come first
     st->caps.assign(static_cast<std::size_t>(st->cfg.shards), 0);
     st->speeds.assign(static_cast<std::size_t>(st->cfg.shards), 0);
@@ -1653,6 +1670,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       }
       if (!st->cfg.measure_split()) {
         st->split_sent = true;  // nothing to measure
+        st->pass1_t0 = st->split_t0;
         describe_split(*st, st->cfg.weights.empty() ? std::vector<uint64_t>(std::size_t(st->cfg.shards), 1)
                                                     : st->cfg.weights,
                        st->cfg.weights.empty() ? "one node" : "shard_weights");
@@ -1702,6 +1720,7 @@ caf::behavior vocab(caf::event_based_actor* self, actor_env env) {
       for (int c = 0; c < pp::sparse_columns; ++c) st->cost[std::size_t(c)] += r->sizes[std::size_t(c)];
       st->reports[shard_index] = *r;
       st->rows[shard_index] = rows;
+      st->counted_s[shard_index] = std::chrono::duration<double>(clock_type::now() - st->pass1_t0).count();
       st->part_keys[shard_index].resize(keys.size() / 8);
       if (!keys.empty()) std::memcpy(st->part_keys[shard_index].data(), keys.data(), keys.size());
       if (st->counted.size() == static_cast<std::size_t>(st->cfg.shards)) start_merge(self, *st);

@@ -307,7 +307,14 @@ bool decode_plain_ids(const std::vector<char>& chunk, std::vector<int32_t>& out)
 // big columns does not hold up the rest. cost[c] = column c's entries over
 // every shard, to which each column adds a fixed overhead (vocabulary.cpp);
 // nodes >= 1. The same inputs give the same plan on every node.
-std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, sparse_columns>& cost, int nodes);
+// speed (one per node, > 0; else ignored): how fast each node worked in
+// pass 1 (rows a second). A column then goes to the node that would finish
+// it first (its work so far plus the column, over its speed): the vCPUs of a
+// VM change speed for minutes at a time, and a node at 0.75x the other's
+// speed, given half the entries, finished its merge ~20 ms after it (2
+// nodes, 1M rows).
+std::array<int, sparse_columns> assign_merge_columns(const std::array<uint64_t, sparse_columns>& cost, int nodes,
+                                                     const std::vector<double>& speed = {});
 
 // What a node holds while it merges columns by hashing, for
 // fit_hashed_merge. Shards and nodes by index; a node merges on the table of

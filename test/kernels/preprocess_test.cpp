@@ -1778,6 +1778,32 @@ BOOST_AUTO_TEST_CASE(merge_columns_are_spread_by_size) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(merge_columns_go_to_the_faster_node_by_its_speed) {
+  std::array<uint64_t, pp::sparse_columns> cost{};
+  for (int c = 0; c < pp::sparse_columns; ++c) cost[std::size_t(c)] = 10000 + 1000 * uint64_t(c);
+  cost[2] = 300000;
+  cost[4] = 250000;
+  // Equal speeds (or none usable: a zero, the wrong count) plan as by size alone.
+  const auto plain = pp::assign_merge_columns(cost, 2);
+  BOOST_CHECK(plain == pp::assign_merge_columns(cost, 2, {5.0, 5.0}));
+  BOOST_CHECK(plain == pp::assign_merge_columns(cost, 2, {1.0, 0.0}));
+  BOOST_CHECK(plain == pp::assign_merge_columns(cost, 2, {1.0, 2.0, 3.0}));
+  for (double fast : {1.5, 3.0}) {
+    const auto a = pp::assign_merge_columns(cost, 2, {1.0, fast});
+    double load[2] = {0, 0}, total = 0;
+    for (int c = 0; c < pp::sparse_columns; ++c) {
+      load[a[std::size_t(c)]] += double(cost[std::size_t(c)] + 8192);
+      total += double(cost[std::size_t(c)] + 8192);
+    }
+    BOOST_TEST_CONTEXT("node 1 " << fast << "x as fast") {
+      // Node 1 takes about its share of the work, fast / (1 + fast), and
+      // the two finish within one column of each other.
+      BOOST_CHECK_CLOSE(load[1] / total, fast / (1 + fast), 12.0);
+      BOOST_CHECK_LE(std::abs(load[0] - load[1] / fast), 300000.0 + 8192);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(hashed_merge_keeps_each_merging_node_under_its_cap) {
   // 3 shards: 0 and 1 on node 0, 2 on node 1. Node 0 merges columns 0-12,
   // node 1 columns 13-25; every shard has 1000 entries of each column, 50k
