@@ -1647,6 +1647,20 @@ int run_node(const node_options& opts, const registry& reg) {
   // CPU from the data plane's progress thread (transport_bench, 4 MiB over
   // shared memory on 2 cores: 7.4 -> 9.3 GB/s).
   cfg.set("middleman.workers", std::size_t{0});
+  // A preprocess job's work runs on threads of its own (pass 1 in a
+  // detached actor, the merger), and its CAF workers only answer claims and
+  // pass count and id chunks. CAF 0.17's idle workers poll: 100 tries, then
+  // 500 more 50 us apart (25 ms of wake-ups after every message), and only
+  // then sleep until woken. On a node with one CPU that polling took ~7% of
+  // pass 1 (2 nodes x 1 thread, 1M rows, 8 rounds of bench/preprocess/ab.sh:
+  // each node's count 0.34-0.42 s against 0.37-0.43 s, 2026-12-06). Here an
+  // idle worker tries 10 times and sleeps until a message wakes it. Other
+  // jobs keep CAF's polling: their actors pass messages on the critical path
+  // (ring steps, pulls), where a woken worker would add latency.
+  if (sh->cluster.job.kind == "preprocess") {
+    cfg.set("work-stealing.aggressive-poll-attempts", std::size_t{10});
+    cfg.set("work-stealing.moderate-poll-attempts", std::size_t{0});
+  }
 
   int code = exit_ok;
   std::string reason;
