@@ -886,12 +886,6 @@ expected<hex_column> shard_counts::export_column(int c) {
   column_table& t = im.tables[c];
   auto& ci = im.ids[c];
   hex_column out;
-  ci.owner.assign(im.next_local[c], dropped_owner);
-  if (t.empty_local != no_local) {
-    out.has_empty = true;
-    out.empty_count = t.empty_count;
-    ci.owner[t.empty_local] = 0;
-  }
   // In increasing value order: the merging shard then merges sorted arrays
   // in one pass (merge_hashed), and the sort is spread over the shards.
   // The table goes before the sort and the arrays below are allocated: they
@@ -899,6 +893,12 @@ expected<hex_column> shard_counts::export_column(int c) {
   // MiB on a VM (huge pages the host must back again).
   big_vector<hex_entry> sorted = hex_entries(t.hex);
   t.hex.clear_and_release();
+  ci.owner.assign(im.next_local[c], dropped_owner);
+  if (t.empty_local != no_local) {
+    out.has_empty = true;
+    out.empty_count = t.empty_count;
+    ci.owner[t.empty_local] = 0;
+  }
   sort_by_key(sorted);
   out.pairs.resize(2 * sorted.size());
   uint32_t* w = out.pairs.data();
