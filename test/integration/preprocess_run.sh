@@ -369,6 +369,29 @@ json_get "$lb.json" 'd["rows"] == 600000 and d["split"]["by"] == "cores" and d["
 cmp <(cat "$S/lost-before-out"/part-*.bin) <(cat "$S/clean-out"/part-*.bin) || fail "lost before the split: differs from a clean run"
 pass "a node lost before it reported its cores: weighed as the others' mean, its shard to n0, exit 0, the same bytes"
 
+# The same with 3 nodes and the middle one lost before the split (balance =
+# "steal"): its slice is still empty when the claims begin, its shard goes
+# to a survivor (the take held until then, pending_takes), and the nodes
+# beside it claim the whole gap between them; exit 0, the clean run's bytes.
+lb3="$S/lost-before-3.toml"
+write_topology "$lb3" 7980 3 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
+  "output_dir = \"$S/lost-before-3-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1' \
+  'claim_unit = "256KiB"'
+HETFLOW_DRILL_PP_CAP_DELAY=n1:60 "$HETFLOW" run "$lb3" --report "$lb3.json" >"$lb3.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$lb3.log" "\[n1\].*drill: the cores report held back" 60 || { cat "$lb3.log"; fail "3 nodes, n1 lost before the split: no drill line from n1"; }
+pkill -KILL -f -- "node $lb3 --name n1" || fail "3 nodes, n1 lost before the split: no node n1 to kill"
+wait_exit $RUN_PID 120 || { cat "$lb3.log"; fail "3 nodes, n1 lost before the split: the run did not end within 120 s of n1's death"; }
+[[ $WAIT_RC -eq 0 ]] || { cat "$lb3.log"; fail "3 nodes, n1 lost before the split: exit $WAIT_RC, want 0"; }
+json_get "$lb3.json" '(lambda b, s, total: d["rows"] == 600000 and b["by"] == "steal" and [r["shard"] for r in d["reassigned"]] == [1] and d["reassigned"][0]["to"] in ("n0", "n2") and s[0]["begin"] == 0 and s[-1]["end"] == total and all(x["end"] == y["begin"] for x, y in zip(s, s[1:])) and [x["begin"] == x["end"] for x in sorted(s, key=lambda x: x["shard"])] == [False, True, False])(d["balance"], sorted(d["balance"]["shards"], key=lambda x: (x["begin"], x["end"])), '"$(stat -c %s "$S/big.tsv")"')' |
+  grep -q True || { python3 -m json.tool "$lb3.json"; fail "3 nodes, n1 lost before the split: report (shard 1 reassigned, its slice empty, n0 and n2 tile the input)"; }
+cmp <(cat "$S/lost-before-3-out"/part-*.bin) <(cat "$S/clean-out"/part-*.bin) || fail "3 nodes, n1 lost before the split: differs from a clean run"
+for c in $(seq -w 0 25); do
+  cmp -s "$S/clean-out/vocab-$c.tsv" "$S/lost-before-3-out/vocab-$c.tsv" || fail "3 nodes, n1 lost before the split: vocab-$c.tsv differs"
+done
+pass "3 nodes, the middle one lost before the split: its shard to $(json_get "$lb3.json" 'd["reassigned"][0]["to"]'), n0 and n2 claim the whole input, exit 0, the same bytes"
+
 write_topology "$S/kill.toml" 7990 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
   "output_dir = \"$S/kill-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1' \
   'shard_failover = false'
