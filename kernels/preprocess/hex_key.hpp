@@ -95,16 +95,21 @@ inline void hex8_chars(uint32_t v, char* out) noexcept {
 }
 
 // Counts hex values: value -> (local id, count), open addressing with
-// linear probing, 16-byte slots (one cache line holds 4; a lookup and its
-// count update touch one line, which the caller can prefetch), at most 70%
-// full. Not thread-safe: one owner at a time.
+// linear probing, 12-byte slots {key, local id + 1, count} (a cache line
+// holds 5 1/3; a lookup and its count update touch one line, or two for the
+// 3 slots in 16 that cross a line, which the caller prefetches both), at
+// most 70% full. Not thread-safe: one owner at a time. (16-byte slots, with
+// a spare word, until 2026-12-06: the tables of a 1M-row job took 52 MiB
+// instead of 42, and pass 1 on one thread was 0.64-0.80 s against
+// 0.60-0.74 s, 4 of 5 rounds of bench/preprocess/ab.sh faster; 2 nodes,
+// each node's count 0.34-0.47 against 0.32-0.44 s, 5 of 6 faster; every
+// page of a table is a fresh 2 MiB page the VM's host backs again.)
 class hex_table {
 public:
   struct slot {
     uint32_t key;
     uint32_t local_plus1;  // 0: empty
     uint32_t count;
-    uint32_t spare;        // 0 when inserted; merge_hashed keeps a kept entry's number + 1 here
   };
 
   // Counts one more sight of key and returns its local id; when absent,
@@ -115,7 +120,7 @@ public:
     for (;;) {
       slot& sl = slots_[i];
       if (sl.local_plus1 == 0) {
-        sl = slot{key, fresh + 1, 1, 0};
+        sl = slot{key, fresh + 1, 1};
         ++size_;
         inserted = true;
         return fresh;
@@ -153,7 +158,7 @@ public:
       for (;;) {
         slot& sl = s[i];
         if (sl.local_plus1 == 0) {
-          sl = slot{kk, next + 1, 1, 0};
+          sl = slot{kk, next + 1, 1};
           keys[k] = next++;
           if (--room == 0) {
             size_ = limit_;
@@ -175,7 +180,11 @@ public:
     };
     std::size_t k = 0;
     for (; k + ahead < n; ++k) {
-      __builtin_prefetch(&s[hash_index(static_cast<uint32_t>(keys[k + ahead]), shift)], 1);
+      {
+        const char* at = reinterpret_cast<const char*>(&s[hash_index(static_cast<uint32_t>(keys[k + ahead]), shift)]);
+        __builtin_prefetch(at, 1);
+        __builtin_prefetch(at + sizeof(slot) - 1, 1);  // a slot across two lines
+      }
       step(k);
     }
     for (; k < n; ++k) step(k);
@@ -212,7 +221,7 @@ public:
         for (;;) {
           slot& sl = s[i];
           if (sl.local_plus1 == 0) {
-            sl = slot{key, foreign, count, 0};
+            sl = slot{key, foreign, count};
             ++size_;
             break;
           }
@@ -319,7 +328,7 @@ private:
         // (the copy-on-write and TLB flush described above). aligned_alloc,
         // not malloc: GCC folds malloc + memset(0) back into calloc. Slots
         // on cache-line boundaries, as in the big arrays (bytes is a
-        // multiple of 64: at least 1024 slots of 16 bytes).
+        // multiple of 64: at least 1024 slots of 12 bytes).
         p_ = static_cast<slot*>(std::aligned_alloc(64, bytes));
         if (!p_) throw std::bad_alloc();
         std::memset(static_cast<void*>(p_), 0, bytes);

@@ -1066,9 +1066,9 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
   // One pass over the table (a random access per kept entry afterwards cost
   // more than the rest of the merge: ~70 ns each on the 2-core VM). Each
   // kept entry is numbered in scan order: kept holds (value << 32 | number),
-  // kept_count its count, its slot's spare word number + 1 (0, as every slot
-  // starts: OOV), and this shard's ids array the number (-1: OOV) until the
-  // numbers become ids below.
+  // kept_count its count, its slot's local_plus1 then the number + 1 (0:
+  // OOV; the table is not probed after this scan), and this shard's ids
+  // array the number (-1: OOV) until the numbers become ids below.
   hex_table::slot* sl = h.slot_data();
   const std::size_t cap = h.capacity();
   auto& ci = im.ids[c];
@@ -1091,12 +1091,14 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
       number = static_cast<int32_t>(kept.size());
       kept.push_back(uint64_t{sl[i].key} << 32 | static_cast<uint32_t>(kept.size()));
       kept_count.push_back(sl[i].count);
-      sl[i].spare = static_cast<uint32_t>(kept.size());
     }
     if (lp != hex_table::foreign) {
       ci.ids[lp - 1] = number;
       ++covered;
     }
+    // The table is not probed again: its local_plus1 now holds the kept
+    // number + 1 (0: OOV) for the others' entries below.
+    sl[i].local_plus1 = static_cast<uint32_t>(number + 1);
   }
   // The kept values in byte order (= numeric order); the empty string sorts
   // before them.
@@ -1130,7 +1132,7 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
     ids.reserve(others[k]->entries());
     if (others[k]->has_empty) ids.push_back(empty_id);
     for (uint32_t w : where[k]) {
-      const uint32_t number_plus1 = sl[w].spare;
+      const uint32_t number_plus1 = sl[w].local_plus1;
       ids.push_back(number_plus1 == 0 ? -1 : id_of[number_plus1 - 1]);
     }
   }
