@@ -102,7 +102,7 @@ inline void hex8_chars(uint32_t v, char* out) noexcept {
 // a spare word, until 2026-12-06: the tables of a 1M-row job took 52 MiB
 // instead of 42, and pass 1 on one thread was 0.64-0.80 s against
 // 0.60-0.74 s, 4 of 5 rounds of bench/preprocess/ab.sh faster; 2 nodes,
-// each node's count 0.34-0.47 against 0.32-0.44 s, 5 of 6 faster; every
+// each node's count 0.33-0.47 against 0.32-0.44 s, 8 of 11 faster; every
 // page of a table is a fresh 2 MiB page the VM's host backs again.)
 class hex_table {
 public:
