@@ -356,13 +356,21 @@ done
 lb="$S/lost-before.toml"
 write_topology "$lb" 7956 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
   "output_dir = \"$S/lost-before-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1'
-HETFLOW_DRILL_PP_CAP_DELAY=n1:60 "$HETFLOW" run "$lb" --report "$lb.json" >"$lb.log" 2>&1 &
-RUN_PID=$!
-PIDS+=($RUN_PID)
-wait_for_text "$lb.log" "\[n1\].*drill: the cores report held back" 60 || { cat "$lb.log"; fail "lost before the split: no drill line from n1"; }
-pkill -KILL -f -- "node $lb --name n1" || fail "lost before the split: no node n1 to kill"
-wait_exit $RUN_PID 120 || { cat "$lb.log"; fail "lost before the split: the run did not end within 120 s of n1's death"; }
-[[ $WAIT_RC -eq 0 ]] || { cat "$lb.log"; fail "lost before the split: exit $WAIT_RC, want 0"; }
+# run_losing_before_split TOPOLOGY NODE WHAT: runs TOPOLOGY (report and log
+# beside it) with NODE's cores report held back by the drill, kills NODE once
+# it says so, and wants the run to end 0.
+run_losing_before_split() {
+  local topo=$1 node=$2 what=$3
+  HETFLOW_DRILL_PP_CAP_DELAY=$node:60 "$HETFLOW" run "$topo" --report "$topo.json" >"$topo.log" 2>&1 &
+  RUN_PID=$!
+  PIDS+=($RUN_PID)
+  wait_for_text "$topo.log" "\[$node\].*drill: the cores report held back" 60 ||
+    { cat "$topo.log"; fail "$what: no drill line from $node"; }
+  pkill -KILL -f -- "node $topo --name $node" || fail "$what: no node $node to kill"
+  wait_exit $RUN_PID 120 || { cat "$topo.log"; fail "$what: the run did not end within 120 s of $node's death"; }
+  [[ $WAIT_RC -eq 0 ]] || { cat "$topo.log"; fail "$what: exit $WAIT_RC, want 0"; }
+}
+run_losing_before_split "$lb" n1 "lost before the split"
 grep -q "input split by the nodes' cores: n0 " "$lb.log" || { cat "$lb.log"; fail "lost before the split: no split line"; }
 json_get "$lb.json" 'd["rows"] == 600000 and d["split"]["by"] == "cores" and d["split"]["nodes"][0]["weight"] == d["split"]["nodes"][1]["weight"] and [(r["shard"], r["from"], r["to"]) for r in d["reassigned"]] == [(1, "n1", "n0")]' |
   grep -q True || { python3 -m json.tool "$lb.json"; fail "lost before the split: report (n1 weighed as the others' mean, shard 1 to n0)"; }
@@ -377,13 +385,7 @@ lb3="$S/lost-before-3.toml"
 write_topology "$lb3" 7980 3 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
   "output_dir = \"$S/lost-before-3-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1' \
   'claim_unit = "256KiB"'
-HETFLOW_DRILL_PP_CAP_DELAY=n1:60 "$HETFLOW" run "$lb3" --report "$lb3.json" >"$lb3.log" 2>&1 &
-RUN_PID=$!
-PIDS+=($RUN_PID)
-wait_for_text "$lb3.log" "\[n1\].*drill: the cores report held back" 60 || { cat "$lb3.log"; fail "3 nodes, n1 lost before the split: no drill line from n1"; }
-pkill -KILL -f -- "node $lb3 --name n1" || fail "3 nodes, n1 lost before the split: no node n1 to kill"
-wait_exit $RUN_PID 120 || { cat "$lb3.log"; fail "3 nodes, n1 lost before the split: the run did not end within 120 s of n1's death"; }
-[[ $WAIT_RC -eq 0 ]] || { cat "$lb3.log"; fail "3 nodes, n1 lost before the split: exit $WAIT_RC, want 0"; }
+run_losing_before_split "$lb3" n1 "3 nodes, n1 lost before the split"
 json_get "$lb3.json" '(lambda b, s, total: d["rows"] == 600000 and b["by"] == "steal" and [r["shard"] for r in d["reassigned"]] == [1] and d["reassigned"][0]["to"] in ("n0", "n2") and s[0]["begin"] == 0 and s[-1]["end"] == total and all(x["end"] == y["begin"] for x, y in zip(s, s[1:])) and [x["begin"] == x["end"] for x in sorted(s, key=lambda x: x["shard"])] == [False, True, False])(d["balance"], sorted(d["balance"]["shards"], key=lambda x: (x["begin"], x["end"])), '"$(stat -c %s "$S/big.tsv")"')' |
   grep -q True || { python3 -m json.tool "$lb3.json"; fail "3 nodes, n1 lost before the split: report (shard 1 reassigned, its slice empty, n0 and n2 tile the input)"; }
 cmp <(cat "$S/lost-before-3-out"/part-*.bin) <(cat "$S/clean-out"/part-*.bin) || fail "3 nodes, n1 lost before the split: differs from a clean run"
