@@ -151,7 +151,13 @@ void answer_ready(server_actor* self, const std::vector<ps::pull_ticket>& ready)
   st.full_waits = std::move(still);
 }
 
-std::string slowest_on(server_actor* self);
+// Whom a held pull waits on (the watchdog's view).
+std::string slowest_on(server_actor* self) {
+  const auto& t = self->state.core->clocks();
+  int s = t.slowest();
+  if (s < 0) return "the other workers";
+  return who_worker(self->state.svc, s) + " (the slowest, at clock " + std::to_string(t.clock(s)) + ")";
+}
 
 // A lower-weights pull held until its clock lets the server answer it
 // (answer_ready finds it by the ticket's id).
@@ -162,14 +168,6 @@ void hold_pull(server_actor* self, const ps::pull_ticket& t) {
       std::make_shared<kernels::waits::scope>(st.me, slowest_on(self),
                                               "the clock that lets it answer " + worker_name(t.worker) +
                                                   "'s pull of clock " + std::to_string(t.clock) + " (bsp)")};
-}
-
-// Whom a held pull waits on (the watchdog's view).
-std::string slowest_on(server_actor* self) {
-  const auto& t = self->state.core->clocks();
-  int s = t.slowest();
-  if (s < 0) return "the other workers";
-  return who_worker(self->state.svc, s) + " (the slowest, at clock " + std::to_string(t.clock(s)) + ")";
 }
 
 std::string slowest_text(server_actor* self) {
