@@ -53,6 +53,12 @@
 //                                                     (pushed, or exported here)
 //                                                     added to a local shard's table
 //                                                     (shard_counts::merge_hashed)
+//     hashed columns by count threshold (merge_plan::threshold: min_count
+//     > N, 64Ki entries or more): the pushes hold only each shard's
+//     candidates (export_candidates) and a sketch of its values; then
+//     <-- request (ppquery, i, c, values, last) ----  the others' candidates
+//     --- its counts of those it has ------------>  it did not send, in chunks
+//                                                     (pp::merge_candidates)
 //     both: kept strings -> vocab-CC.tsv on node k; the id of each of shard i's
 //     entries (K = the OOV id), all chunks sent at once, acks collected after
 //     the last column; delta-coded (ppids, mostly a byte an id) where the
@@ -134,6 +140,7 @@ using pp_tick_atom = caf::atom_constant<caf::atom("pptick")>;
 using pp_cap_atom = caf::atom_constant<caf::atom("ppcap")>;
 using pp_split_atom = caf::atom_constant<caf::atom("ppsplit")>;
 using pp_claim_atom = caf::atom_constant<caf::atom("ppclaim")>;
+using pp_query_atom = caf::atom_constant<caf::atom("ppquery")>;
 
 const char* vocab_actor = "pp_vocab";
 // balance = "steal": the part list of a job with no part at all (ppmerge).
@@ -192,6 +199,7 @@ job_config config_of(const topology::cluster& c) {
   j.opt.memory_cap = static_cast<uint64_t>(p.get_int("memory_cap", 0));
   j.opt.parallelism = static_cast<int>(p.get_int("parallelism", 0));
   j.opt.hash_merge = p.get_bool("hash_merge", true);
+  j.opt.threshold_merge = p.get_bool("threshold_merge", true);
   j.chunk_bytes = static_cast<uint64_t>(p.get_int("chunk_bytes", 1 << 20));
   j.request_timeout_s = p.get_number("request_timeout", 60.0);
   j.split_by_speed = p.get_string("split_by", "cores") == "speed";
@@ -314,6 +322,8 @@ struct merge_plan {
   int index = 0;                      // this node (its shard actor's index)
   uint32_t columns = 0;               // bit c: merge column c here
   uint32_t hashed = 0;                // bit c: column c merges by hashing (every shard's is hashable)
+  uint32_t threshold = 0;             // bit c: ... by count threshold (pp::merge_candidates; within hashed)
+  uint64_t min_local = 1;             // then: what a shard sends (pp::candidate_min_count)
   int in_flight = 1;                  // columns merged at once (as reported in counted_report)
   std::shared_ptr<pushed_counts> inbox;  // the hashed columns' counts from the other nodes
   std::vector<caf::actor> shards;     // the actor holding each shard (slot), in shard order
@@ -367,14 +377,20 @@ public:
     return blocking_->request(p_.shards[i], timeout_, pp_pull_atom::value, static_cast<uint32_t>(i),
                               static_cast<uint32_t>(c), static_cast<uint64_t>(p_.cfg.chunk_bytes));
   }
-  expected<std::vector<char>> take(int i, int c, handle h) {
+  expected<std::vector<char>> take(int i, int c, handle h, const char* what = "pulling column") {
     expected<std::vector<char>> r = make_error(errc::internal, "no reply");
     h.receive([&](std::vector<char>& chunk) { r = std::move(chunk); },
               [&](caf::error& e) {
-                r = make_error(errc::timeout, "pulling column " + std::to_string(c) + " counts from " + who(i) +
-                                                  ": " + sys_.render(e));
+                r = make_error(errc::timeout, std::string(what) + " C" + std::to_string(c + 1) + " counts from " +
+                                                  who(i) + ": " + sys_.render(e));
               });
     return r;
+  }
+  // A chunk of the values shard i is asked its counts of (a merge by count
+  // threshold); the reply, its hits, is received by take().
+  handle query(int i, int c, std::vector<char> chunk, bool last) {
+    return blocking_->request(p_.shards[i], timeout_, pp_query_atom::value, static_cast<uint32_t>(i),
+                              static_cast<uint32_t>(c), std::move(chunk), last);
   }
   // The first pull of column c from every shard held elsewhere (none for a
   // hashed column: its counts are pushed).
@@ -427,6 +443,47 @@ private:
   std::vector<late> late_;
 };
 
+// Each shard's ids of column c (ids[k]: shard shards[k]'s, in its entries'
+// order): handed to a shard held here, sent to one held elsewhere (acks
+// collected late, remote_requests::collect).
+void hand_ids(const merge_plan& p, int c, remote_requests& rq, const std::vector<int>& shards,
+              std::vector<pp::big_vector<int32_t>>& ids, int32_t oov) {
+  const auto& cfg = p.cfg;
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    const int i = shards[k];
+    if (auto* l = p.local_of(i)) {
+      l->add_column_ids(c, ids[k].data(), ids[k].size());
+      l->set_oov_id(c, oov);
+      continue;
+    }
+    // At least one chunk (it carries the OOV id), each at most chunk_bytes.
+    // A sorted export's kept ids increase: delta-coded (ppids, mostly a byte
+    // an id), else plain int32 (pphids).
+    const pp::big_vector<int32_t>& v = ids[k];
+    if (pp::kept_ids_increase(v.data(), v.size())) {
+      int32_t prev = -1;
+      std::size_t at = 0;
+      do {
+        std::vector<char> chunk;
+        chunk.reserve(std::min<std::size_t>(cfg.chunk_bytes, 5 * (v.size() - at) + 5));
+        for (; at < v.size() && (chunk.empty() || chunk.size() + 5 <= cfg.chunk_bytes); ++at)
+          pp::append_id(chunk, v[at], prev);
+        rq.send_ids(i, c, oov, std::move(chunk), true);
+      } while (at < v.size());
+      continue;
+    }
+    const std::size_t per_chunk = std::max<std::size_t>(1, cfg.chunk_bytes / 4);
+    std::size_t at = 0;
+    do {
+      const std::size_t n = std::min(per_chunk, v.size() - at);
+      std::vector<char> chunk;
+      pp::append_plain_ids(chunk, v.data() + at, n);
+      rq.send_ids(i, c, oov, std::move(chunk), false);
+      at += n;
+    } while (at < v.size());
+  }
+}
+
 // Merges one column by hashing (merge_plan::hashed): the other shards'
 // entries (local ones exported here, remote ones as pushed to the inbox) go
 // into the table of the first shard held here (shard_counts::merge_hashed),
@@ -471,40 +528,94 @@ std::string merge_one_hashed(const merge_plan& p, int c, kernels::trace::track_i
   if (!stats) return stats.error().message();
   if (auto s = file->close(); !s.ok()) return s.message();
   cols.clear();
-  const auto oov = static_cast<int32_t>(stats->kept);
-  for (std::size_t k = 0; k < from.size(); ++k) {
-    const int i = from[k];
+  hand_ids(p, c, rq, from, ids, static_cast<int32_t>(stats->kept));
+  out.distinct = stats->distinct;
+  out.kept = stats->kept;
+  return {};
+}
+
+// Merges one column by count threshold (merge_plan::threshold; see
+// pp::merge_candidates): every shard's candidates (local ones exported
+// here, remote ones as pushed to the inbox), then each shard asked its
+// counts of the others' candidates it did not send (all chunks of every
+// remote shard sent at once, the replies collected after), then the ids of
+// each shard's candidates and hits.
+std::string merge_one_threshold(const merge_plan& p, int c, kernels::trace::track_id tk, remote_requests& rq,
+                                column_outcome& out) {
+  const auto& cfg = p.cfg;
+  const auto S = static_cast<std::size_t>(cfg.shards);
+  std::vector<pp::hex_column> cands(S), hits(S);
+  for (int i = 0; i < cfg.shards; ++i) {
     if (auto* l = p.local_of(i)) {
-      l->add_column_ids(c, ids[k].data(), ids[k].size());
-      l->set_oov_id(c, oov);
+      auto e = l->export_candidates(c, p.min_local);
+      if (!e) return e.error().message();
+      cands[std::size_t(i)] = std::move(*e);
       continue;
     }
-    // At least one chunk (it carries the OOV id), each at most chunk_bytes.
-    // A sorted export's kept ids increase: delta-coded (ppids, mostly a byte
-    // an id), else plain int32 (pphids).
-    const pp::big_vector<int32_t>& v = ids[k];
-    if (pp::kept_ids_increase(v.data(), v.size())) {
-      int32_t prev = -1;
-      std::size_t at = 0;
-      do {
-        std::vector<char> chunk;
-        chunk.reserve(std::min<std::size_t>(cfg.chunk_bytes, 5 * (v.size() - at) + 5));
-        for (; at < v.size() && (chunk.empty() || chunk.size() + 5 <= cfg.chunk_bytes); ++at)
-          pp::append_id(chunk, v[at], prev);
-        rq.send_ids(i, c, oov, std::move(chunk), true);
-      } while (at < v.size());
-      continue;
-    }
-    const std::size_t per_chunk = std::max<std::size_t>(1, cfg.chunk_bytes / 4);
-    std::size_t at = 0;
-    do {
-      const std::size_t n = std::min(per_chunk, v.size() - at);
-      std::vector<char> chunk;
-      pp::append_plain_ids(chunk, v.data() + at, n);
-      rq.send_ids(i, c, oov, std::move(chunk), false);
-      at += n;
-    } while (at < v.size());
+    auto e = [&] {
+      const auto w = kernels::waits::begin("pp_merge_" + std::to_string(p.index), rq.who(i),
+                                           "its counts of column C" + std::to_string(c + 1) + " (pushed)");
+      kernels::trace::scope t("wait: pushed counts", tk, "column", c + 1);
+      auto r = p.inbox->take(i, c, rq.timeout(), p.svc->stopping());
+      kernels::waits::end(w);
+      return r;
+    }();
+    if (!e) return "column C" + std::to_string(c + 1) + " counts from " + rq.who(i) + ": " + e.error().message();
+    cands[std::size_t(i)] = std::move(*e);
   }
+  std::vector<const pp::hex_column*> cp, hp;
+  for (auto& h : cands) cp.push_back(&h);
+  auto u = pp::candidate_queries(cp);
+  if (!u) return "column C" + std::to_string(c + 1) + ": " + u.error().message();
+  std::vector<pp::hex_column>& asked = u->queries;
+  // A query chunk of at most chunk_bytes / 10 values (2-10 bytes each), so
+  // that its answer (at most as many hits, up to 10 bytes each) stays within
+  // chunk_bytes too.
+  const std::size_t query_bytes = std::max<std::size_t>(64, cfg.chunk_bytes / 5);
+  std::vector<std::vector<remote_requests::handle>> pending(S);
+  for (int i = 0; i < cfg.shards; ++i) {
+    if (p.local_of(i)) continue;
+    const pp::hex_column& q = asked[std::size_t(i)];
+    std::size_t next = 0;
+    do {
+      auto chunk = pp::next_hex_column_chunk(q, next, query_bytes);
+      pending[std::size_t(i)].push_back(rq.query(i, c, std::move(chunk), next >= q.entries()));
+    } while (next < q.entries());
+  }
+  for (int i = 0; i < cfg.shards; ++i) {
+    auto* l = p.local_of(i);
+    if (!l) continue;
+    const pp::hex_column& q = asked[std::size_t(i)];
+    if (auto s = l->answer_queries(c, q.pairs.data(), q.values(), hits[std::size_t(i)]); !s.ok()) return s.message();
+    if (auto s = l->finish_candidates(c); !s.ok()) return s.message();
+  }
+  asked.clear();
+  {
+    kernels::trace::scope t("wait: query answers", tk, "column", c + 1);
+    for (int i = 0; i < cfg.shards; ++i)
+      for (auto& h : pending[std::size_t(i)]) {
+        auto r = rq.take(i, c, h, "asking for column");
+        if (!r) return r.error().message();
+        pp::hex_column part;  // each answer's values coded from its own first
+        if (!pp::add_hex_column_chunk(part, *r) || part.has_empty || !part.sketch.empty())
+          return "column C" + std::to_string(c + 1) + ": a corrupt answer from " + rq.who(i);
+        auto& to = hits[std::size_t(i)].pairs;
+        to.insert(to.end(), part.pairs.begin(), part.pairs.end());
+      }
+  }
+  for (auto& h : hits) hp.push_back(&h);
+  auto file = pp::vocab_file_writer::open(cfg.output_dir, c);
+  if (!file) return file.error().message();
+  std::vector<pp::big_vector<int32_t>> ids;
+  auto stats = pp::merge_candidates(
+      cp, *u, hp, cfg.opt.min_count, [&](std::string_view s, uint64_t n) { file->add(s, n); }, ids);
+  if (!stats) return "column C" + std::to_string(c + 1) + ": " + stats.error().message();
+  if (auto s = file->close(); !s.ok()) return s.message();
+  cands.clear();
+  hits.clear();
+  std::vector<int> all(S);
+  for (std::size_t i = 0; i < S; ++i) all[i] = static_cast<int>(i);
+  hand_ids(p, c, rq, all, ids, static_cast<int32_t>(stats->kept));
   out.distinct = stats->distinct;
   out.kept = stats->kept;
   return {};
@@ -522,6 +633,7 @@ std::string merge_one(const merge_plan& p, int c, kernels::trace::track_id tk, r
   // chunks) and the ids sent back.
   kernels::trace::scope t_column("merge column", tk, "column", c + 1);
   kernels::waits::progress();
+  if (in_mask(p.threshold, c)) return merge_one_threshold(p, c, tk, rq, out);
   if (in_mask(p.hashed, c)) return merge_one_hashed(p, c, tk, rq, out);
   std::vector<std::unique_ptr<pp::count_stream>> streams;
   std::vector<pp::count_stream*> raw;
@@ -672,7 +784,8 @@ bool push_counts(const merge_plan& p, const std::vector<push_job>& jobs, kernels
   for (const push_job& j : jobs) {
     if (p.svc->stopping()) return false;
     kernels::trace::scope t_push("merge: push counts", tk, "column", j.column + 1);
-    auto e = j.counts->export_column(j.column);
+    auto e = in_mask(p.threshold, j.column) ? j.counts->export_candidates(j.column, p.min_local)
+                                            : j.counts->export_column(j.column);
     if (!e) {
       caf::anon_send(p.vocab, pp_merge_fail_atom::value,
                      "node '" + p.svc->node_name() + "', shard " + std::to_string(j.shard) + ": " + e.error().message());
@@ -705,6 +818,9 @@ struct slot {
   std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
   std::array<bool, pp::sparse_columns> pulled_out{};  // the column's stream has ended
   std::array<int32_t, pp::sparse_columns> prev_kept;  // decoding ppids chunks
+  // A merge by count threshold: the values asked so far (ppquery chunks,
+  // each coded from the one before), until the last chunk.
+  std::array<pp::hex_column, pp::sparse_columns> asked;
   double count_seconds = 0;
   uint64_t spills = 0, peak_table_bytes = 0;
   bool applied = false;
@@ -1179,6 +1295,40 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       }
       return std::move(*chunk);
     },
+    // A merge by count threshold: the merger asks for this shard's counts of
+    // values it did not send (ppquery chunks in order); the reply holds
+    // those it counted, with their counts. After the last chunk the
+    // column's entries are known (its ids follow) and its table goes.
+    [self, st](pp_query_atom, uint32_t shard, uint32_t column, const std::vector<char>& chunk,
+               bool last) -> caf::result<std::vector<char>> {
+      slot* sl = st->find(shard);
+      if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns))
+        return caf::make_error(caf::sec::invalid_argument,
+                               "query of shard " + std::to_string(shard) + " column " + std::to_string(column));
+      pp::hex_column& asked = sl->asked[column];
+      const std::size_t before = asked.values();
+      auto fail = [&](const std::string& why) -> caf::result<std::vector<char>> {
+        shard_fail(self, *st, "shard " + std::to_string(shard) + ": " + why);
+        return caf::make_error(caf::sec::runtime_error, why);
+      };
+      if (!pp::add_hex_column_chunk(asked, chunk) || asked.has_empty || !asked.sketch.empty())
+        return fail("a corrupt query of column C" + std::to_string(uint64_t{column} + 1) +
+                    " (nodes running different hetflow builds?)");
+      pp::hex_column hits;
+      const auto c = static_cast<int>(column);
+      if (auto s = sl->counts->answer_queries(c, asked.pairs.data() + 2 * before, asked.values() - before, hits);
+          !s.ok())
+        return fail(s.message());
+      if (last) {
+        asked = pp::hex_column{};
+        if (auto s = sl->counts->finish_candidates(c); !s.ok()) return fail(s.message());
+      }
+      // One chunk, whole (no more hits than the chunk asked for).
+      std::size_t next = 0;
+      auto reply = pp::next_hex_column_chunk(hits, next, 16 + 15 * hits.values());
+      if (next != hits.entries()) return fail("an answer cut short (a bug)");
+      return reply;
+    },
     // Shard i's entries of a column this node merges by hashing.
     [self, st](pp_hpush_atom, uint32_t shard, uint32_t column, const std::vector<char>& chunk, bool last) {
       if (shard >= static_cast<uint32_t>(st->cfg.shards) || column >= static_cast<uint32_t>(pp::sparse_columns) ||
@@ -1200,8 +1350,8 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       return take_ids(self, *st, shard, column, oov_id,
                       [&](slot& sl) { return pp::decode_ids(chunk, sl.prev_kept[column], st->ids); });
     },
-    [self, st](pp_merge_atom, uint32_t hashed, const std::vector<char>& holders, const std::vector<char>& assign,
-               const std::vector<char>& part_keys) {
+    [self, st](pp_merge_atom, uint32_t hashed, uint32_t threshold, const std::vector<char>& holders,
+               const std::vector<char>& assign, const std::vector<char>& part_keys) {
       // Every shard has counted: merge this node's columns on a merger of
       // their own, so this actor stays free to serve pulls and ids; push
       // the hashed columns that other nodes merge to them. `holders`: u32
@@ -1217,13 +1367,15 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       p.cfg = st->cfg;
       p.index = st->index;
       p.hashed = hashed;
+      p.threshold = threshold;
+      p.min_local = pp::candidate_min_count(st->cfg.opt.min_count, st->cfg.shards);
       p.inbox = st->inbox;
       for (auto& s : st->slots)
         if (s->counts) p.local[s->index] = &*s->counts;
       p.svc = st->svc;
       p.vocab = st->svc->find_actor(vocab_actor);
       if (!p.vocab) return shard_fail(self, *st, "no vocabulary actor '" + std::string(vocab_actor) + "'");
-      if (hashed >> pp::sparse_columns || p.local.empty() ||
+      if (hashed >> pp::sparse_columns || (threshold & ~hashed) != 0 || p.local.empty() ||
           holders.size() != static_cast<std::size_t>(st->cfg.shards) * 4 || assign.size() != pp::sparse_columns * 4)
         return shard_fail(self, *st, "bad merge request (nodes running different hetflow builds?)");
       std::array<uint32_t, pp::sparse_columns> merger_of{};
@@ -1301,6 +1453,7 @@ struct vocab_state {
   clock_type::time_point pass1_t0;      // when pass 1 began (the split sent)
   std::array<int, pp::sparse_columns> merger{};      // the node that merges each column
   uint32_t hashed = 0;                               // the columns merged by hashing
+  uint32_t threshold = 0;                            // ... of them by count threshold
   bool merging = false;
   clock_type::time_point merge_t0;
   std::array<column_outcome, pp::sparse_columns> columns;
@@ -1345,9 +1498,11 @@ void finish_merge(caf::event_based_actor* self, vocab_state& st) {
   uint64_t kept_total = 0, distinct_total = 0;
   for (int c = 0; c < pp::sparse_columns; ++c) {
     const auto& o = st.columns[std::size_t(c)];
+    const bool estimated = in_mask(st.threshold, c);
     w.begin_object().field("column", "C" + std::to_string(c + 1)).field("distinct", o.distinct);
+    w.field("distinct_estimated", estimated);
     w.field("kept", o.kept).field("oov_id", o.kept).field("node", st.shard_nodes[std::size_t(st.merger[std::size_t(c)])]);
-    w.field("merge", in_mask(st.hashed, c) ? "hash" : "sort");
+    w.field("merge", estimated ? "threshold" : in_mask(st.hashed, c) ? "hash" : "sort");
     w.end_object();
     kept_total += o.kept;
     distinct_total += o.distinct;
@@ -1356,7 +1511,8 @@ void finish_merge(caf::event_based_actor* self, vocab_state& st) {
   double secs = std::chrono::duration<double>(clock_type::now() - st.merge_t0).count();
   uint64_t threads = 0;
   for (auto& [node, t] : st.merge_threads) threads += t;
-  w.field("kept", kept_total).field("distinct", distinct_total).field("merge_seconds", secs);
+  w.field("kept", kept_total).field("distinct", distinct_total).field("distinct_estimated", st.threshold != 0);
+  w.field("merge_seconds", secs);
   w.field("merge_threads", threads).field("merge_nodes", static_cast<uint64_t>(st.merge_threads.size()));
   w.end_object();
   st.vocabulary_json = w.str();
@@ -1541,6 +1697,17 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
   }
   hashed = fits;
   st.hashed = hashed;
+  // Hashed columns of enough entries whose shards need not send their
+  // rarest ones (pp::merge_candidates): with min_count 3 on 2 nodes, a
+  // string counted once on a node is kept only if the other counted it
+  // twice, and such a node's candidates are its strings counted twice.
+  st.threshold = 0;
+  if (st.cfg.opt.threshold_merge && pp::candidate_min_count(st.cfg.opt.min_count, st.cfg.shards) >= 2)
+    for (int c = 0; c < pp::sparse_columns; ++c) {
+      uint64_t entries = 0;
+      for (const auto& r : st.reports) entries += r.sizes[std::size_t(c)];
+      if (in_mask(hashed, c) && entries >= st.cfg.opt.threshold_merge_from) st.threshold |= 1u << c;
+    }
   std::vector<char> holders(static_cast<std::size_t>(st.cfg.shards) * 4);
   for (int i = 0; i < st.cfg.shards; ++i) {
     uint32_t h = static_cast<uint32_t>(st.holder[std::size_t(i)]);
@@ -1583,7 +1750,7 @@ void start_merge(caf::event_based_actor* self, vocab_state& st) {
   for (int n : std::set<int>(st.holder.begin(), st.holder.end())) {
     auto a = st.svc->find_actor(shard_actor(n));
     if (!a) return vocab_fail(self, st, "no actor " + shard_actor(n));
-    self->send(a, pp_merge_atom::value, hashed, holders, assign, key_wire);
+    self->send(a, pp_merge_atom::value, hashed, st.threshold, holders, assign, key_wire);
   }
 }
 
@@ -1886,6 +2053,11 @@ void add_preprocess(registry& reg) {
       "vocab mode, several shards: columns of 8-hex-digit ids that no shard spilled merge by adding counts into "
       "hash tables (the node merging a column gets the other shards' counts pushed); false: every column merges "
       "as sorted streams");
+  key("threshold_merge", key_type::boolean, false, true,
+      "vocab mode, several shards, min_count at least the number of shards + 1: a column merged by hashing with "
+      "64Ki entries or more over the shards merges by count threshold (each node sends only its strings counted "
+      "ceil(min_count / shards) times, then its counts of the others' that it did not send); the same ids, the "
+      "report's distinct is then estimated; false: every entry is sent");
   key("shard_failover", key_type::boolean, false, true,
       "a node other than the first that goes down: its shards go to the other nodes (hash mode: any time before "
       "its part is written; vocab mode: before the merge begins); false: the loss stops the job");

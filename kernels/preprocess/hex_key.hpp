@@ -239,6 +239,29 @@ public:
       slot_of[k] = static_cast<uint32_t>(i);
     }
   }
+  // The slot holding key, or nullptr.
+  const slot* find(uint32_t key) const noexcept {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = index(key);; i = (i + 1) & mask_) {
+      const slot& sl = slots_[i];
+      if (sl.local_plus1 == 0) return nullptr;
+      if (sl.key == key) return &sl;
+    }
+  }
+  // find() for the values of n (value, count) pairs, in order: f(k, the slot
+  // of pairs[2k] or nullptr); slots prefetched 16 values ahead.
+  template <class F>
+  void find_each(const uint32_t* pairs, std::size_t n, F&& f) const {
+    constexpr std::size_t ahead = 16;
+    if (slots_.empty()) {
+      for (std::size_t k = 0; k < n; ++k) f(k, static_cast<const slot*>(nullptr));
+      return;
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k + ahead < n) prefetch_slot(&slots_[index(pairs[2 * (k + ahead)])]);
+      f(k, find(pairs[2 * k]));
+    }
+  }
   // Room for n entries without growing (one rehash now, if any).
   void reserve(std::size_t n) {
     std::size_t cap = slots_.empty() ? 1024 : slots_.size();

@@ -696,6 +696,16 @@ struct shard_counts::impl {
   std::array<std::unique_ptr<table_source>, sparse_columns> sorted;
   std::array<column_ids, sparse_columns> ids;
   std::array<bool, sparse_columns> handed{};  // column_stream, export_column or merge_hashed took the column
+  // export_candidates .. finish_candidates (a merge by count threshold).
+  struct threshold_state {
+    uint64_t min_local = 0;             // 0: the column was not exported so
+    big_vector<hex_entry> candidates;  // what it sent, by value
+    big_vector<hex_entry> hits;        // what it answered, by value
+    bool asked = false;                 // last_asked is set
+    uint32_t last_asked = 0;
+    bool finished = false;
+  };
+  std::array<threshold_state, sparse_columns> threshold;
   std::string spill_dir;
   int spill_seq = 0;
   // Staged pass 1: the records go to staged_path + ".tmp" by pwrite(); pass
@@ -916,6 +926,91 @@ expected<hex_column> shard_counts::export_column(int c) {
   return out;
 }
 
+expected<hex_column> shard_counts::export_candidates(int c, uint64_t min_local) {
+  if (!hashable(c)) return make_error(errc::internal, "column C" + std::to_string(c + 1) + " cannot merge by hashing");
+  auto& im = *impl_;
+  column_table& t = im.tables[c];
+  auto& th = im.threshold[c];
+  th.min_local = std::max<uint64_t>(min_local, 1);
+  hex_column out;
+  out.sketch.assign(sketch_registers, 0);
+  // One scan, without a branch per entry, into room for every entry
+  // (uninitialised: only the pages it fills are touched).
+  std::unique_ptr<hex_entry[]> room(new hex_entry[t.hex.size() + 1]);
+  hex_entry* w0 = room.get();
+  uint8_t* sk = out.sketch.data();
+  const uint64_t min = th.min_local;
+  t.hex.for_each([&](uint32_t key, uint32_t local, uint32_t count) {
+    sketch_add(sk, key);
+    *w0 = {key, local, count};
+    w0 += count >= min;
+  });
+  const auto n = static_cast<std::size_t>(w0 - room.get());
+  th.candidates.assign(room.get(), w0);
+  room.reset();
+  sort_by_key(th.candidates);
+  out.pairs.resize(2 * n);
+  uint32_t* w = out.pairs.data();
+  for (const hex_entry& x : th.candidates) {
+    *w++ = x.key;
+    *w++ = x.count;
+  }
+  if (t.empty_local != no_local) {
+    out.has_empty = true;
+    out.empty_count = t.empty_count;
+  }
+  im.handed[c] = true;
+  return out;
+}
+
+status shard_counts::answer_queries(int c, const uint32_t* pairs, std::size_t n, hex_column& hits) {
+  const std::string col = "column C" + std::to_string(c + 1);
+  auto& im = *impl_;
+  auto& th = im.threshold[std::size_t(c)];
+  if (th.min_local == 0 || th.finished) return make_error(errc::internal, col + ": asked for counts it was not exported for");
+  std::string bad;
+  im.tables[c].hex.find_each(pairs, n, [&](std::size_t k, const hex_table::slot* sl) {
+    const uint32_t v = pairs[2 * k];
+    if (th.asked && v <= th.last_asked && bad.empty()) bad = "asked values that do not increase";
+    th.asked = true;
+    th.last_asked = v;
+    if (!sl) return;
+    if (sl->count >= th.min_local && bad.empty()) bad = "asked for a value it sent";
+    th.hits.push_back({v, sl->local_plus1 - 1, sl->count});
+    hits.pairs.push_back(v);
+    hits.pairs.push_back(sl->count);
+  });
+  if (!bad.empty()) return make_error(errc::internal, col + ": " + bad);
+  return {};
+}
+
+status shard_counts::finish_candidates(int c) {
+  auto& im = *impl_;
+  auto& th = im.threshold[std::size_t(c)];
+  column_table& t = im.tables[c];
+  auto& ci = im.ids[c];
+  if (th.min_local == 0 || th.finished)
+    return make_error(errc::internal, "column C" + std::to_string(c + 1) + ": not exported for a threshold merge");
+  const uint32_t locals = im.next_local[c];
+  ci.owner.assign(locals, dropped_owner);
+  uint32_t e = 0;
+  if (t.empty_local != no_local) ci.owner[t.empty_local] = e++;
+  // Candidates and hits in value order (the merger's order of the ids).
+  std::size_t a = 0, b = 0;
+  const auto& ca = th.candidates;
+  const auto& hi = th.hits;
+  while (a < ca.size() || b < hi.size()) {
+    const bool take_a = b == hi.size() || (a < ca.size() && ca[a].key < hi[b].key);
+    ci.owner[(take_a ? ca[a++] : hi[b++]).local] = e++;
+  }
+  ci.entries = e;
+  ci.dropped = locals - e;
+  ci.streamed = true;
+  th = {};
+  th.finished = true;
+  t.clear_and_release();
+  return {};
+}
 
 namespace {
 
@@ -1997,6 +2092,47 @@ expected<local_result> preprocess_local(const std::vector<std::string>& inputs,
     for (int c = 0; c < sparse_columns; ++c) {
       bool hashed = plan.size() > 1 && opt_in.hash_merge && rows <= hashed_merge_max_rows;
       for (auto& sc : counts) hashed = hashed && sc.hashable(c);
+      uint64_t entries = 0;
+      for (auto& sc : counts) entries += sc.column_size(c);
+      const uint64_t min_local = candidate_min_count(opt_in.min_count, static_cast<int>(plan.size()));
+      if (hashed && opt_in.threshold_merge && min_local >= 2 && entries >= opt_in.threshold_merge_from) {
+        // By count threshold: each shard's candidates, then its counts of
+        // the others' (asked in chunks, as over the wire).
+        std::vector<hex_column> cand, hits(plan.size());
+        for (auto& sc : counts) {
+          auto e = sc.export_candidates(c, min_local);
+          if (!e) return e.error();
+          cand.push_back(std::move(*e));
+        }
+        std::vector<const hex_column*> cp, hp;
+        for (auto& h : cand) cp.push_back(&h);
+        auto u = candidate_queries(cp);
+        if (!u) return u.error();
+        const std::vector<hex_column>& asked = u->queries;
+        for (std::size_t i = 0; i < plan.size(); ++i) {
+          constexpr std::size_t per_chunk = 4096;
+          for (std::size_t at = 0; at < asked[i].values(); at += per_chunk)
+            if (auto s = counts[i].answer_queries(c, asked[i].pairs.data() + 2 * at,
+                                                  std::min(per_chunk, asked[i].values() - at), hits[i]);
+                !s.ok())
+              return s;
+          if (auto s = counts[i].finish_candidates(c); !s.ok()) return s;
+          hp.push_back(&hits[i]);
+        }
+        auto w = vocab_file_writer::open(output_dir, c);
+        if (!w) return w.error();
+        std::vector<big_vector<int32_t>> cids;
+        auto st = merge_candidates(
+            cp, *u, hp, opt_in.min_count, [&](std::string_view s, uint64_t n) { w->add(s, n); }, cids);
+        if (!st) return st.error();
+        if (auto s = w->close(); !s.ok()) return s;
+        for (std::size_t i = 0; i < plan.size(); ++i) {
+          counts[i].add_column_ids(c, cids[i].data(), cids[i].size());
+          counts[i].set_oov_id(c, static_cast<int32_t>(st->kept));
+        }
+        out.columns[c] = *st;
+        continue;
+      }
       if (hashed) {
         // Shard 0's table takes the others' entries.
         std::vector<hex_column> cols;

@@ -96,6 +96,13 @@ struct preprocess_options {
   // (shard_counts::hashable) by hashing, the rest as sorted streams; false:
   // all as sorted streams (tests compare the two).
   bool hash_merge = true;
+  // Hashed columns of several shards whose min_count lets a shard leave out
+  // its rarest entries (candidate_min_count(min_count, shards) >= 2, and at
+  // least threshold_merge_from entries over the shards) merge by count
+  // threshold (vocabulary.hpp: merge_candidates; `distinct` estimated);
+  // false: as above, every entry sent.
+  bool threshold_merge = true;
+  uint64_t threshold_merge_from = 65536;
   // preprocess_local with several shards, vocab mode: the shards count the
   // ranges a range_claims hands out (units of at least steal_unit bytes;
   // 0 = the fixed split), each claim made by a shard drawn at random
@@ -171,6 +178,21 @@ public:
   expected<column_merge_stats> merge_hashed(int c, const std::vector<const hex_column*>& others, uint64_t min_count,
                                             const std::function<void(std::string_view, uint64_t)>& keep,
                                             std::vector<big_vector<int32_t>>& other_ids);
+
+  // Merging a hashable column by count threshold (vocabulary.hpp,
+  // merge_candidates), in place of export_column. Round 1: the entries
+  // counted at least min_local times, in increasing value order, with a
+  // sketch of every value; the table stays for answer_queries.
+  expected<hex_column> export_candidates(int c, uint64_t min_local);
+  // Round 2, for each chunk of what the merger asks (candidate_queries: the
+  // values of n (value, count) pairs, increasing across the calls, none of
+  // them a candidate here): appends those counted here, with their counts,
+  // to `hits`. Then finish_candidates: the column's entries are its
+  // candidates and hits in value order (the order its ids come back in,
+  // add_column_ids; every other string is out of vocabulary), and the table
+  // goes.
+  status answer_queries(int c, const uint32_t* pairs, std::size_t n, hex_column& hits);
+  status finish_candidates(int c);
 
   // Distinct strings of column c in this shard (its stream's length, within
   // the local ids of spilled runs): what merging the column costs.

@@ -76,6 +76,213 @@ uint32_t fit_hashed_merge(uint32_t hashed, const merge_memory& mm, const std::ar
   return hashed;
 }
 
+// ---- Merging a hashed column by a count threshold ----------------------------
+
+uint64_t candidate_min_count(uint64_t min_count, int shards) {
+  if (shards <= 1 || min_count <= 1) return std::max<uint64_t>(min_count, 1);
+  return (min_count + static_cast<uint64_t>(shards) - 1) / static_cast<uint64_t>(shards);
+}
+
+namespace {
+constexpr int sketch_bits = 14;
+static_assert(sketch_registers == std::size_t{1} << sketch_bits);
+}  // namespace
+
+void sketch_add(uint8_t* registers, uint32_t value) noexcept {
+  // A 64-bit mix of the value (after splitmix64's finaliser): the top bits pick
+  // the register, the rest's leading zeros + 1 are the rank.
+  uint64_t h = (value + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 31)) * 0x94D049BB133111EBull;
+  const std::size_t r = static_cast<std::size_t>(h >> (64 - sketch_bits));
+  const uint64_t rest = (h << sketch_bits) | (uint64_t{1} << (sketch_bits - 1));  // rank <= 64 - 14 + 1
+  const auto rank = static_cast<uint8_t>(__builtin_clzll(rest) + 1);
+  if (rank > registers[r]) registers[r] = rank;
+}
+
+void sketch_merge(uint8_t* into, const uint8_t* from) noexcept {
+  for (std::size_t i = 0; i < sketch_registers; ++i) into[i] = std::max(into[i], from[i]);
+}
+
+double sketch_estimate(const uint8_t* registers) {
+  // Flajolet et al.'s estimate, linear counting while it is small (a 64-bit
+  // hash needs no large-range correction).
+  const double m = static_cast<double>(sketch_registers);
+  double sum = 0;
+  std::size_t zeros = 0;
+  for (std::size_t i = 0; i < sketch_registers; ++i) {
+    sum += std::ldexp(1.0, -static_cast<int>(registers[i]));
+    zeros += registers[i] == 0;
+  }
+  const double e = 0.7213 / (1 + 1.079 / m) * m * m / sum;
+  if (e <= 2.5 * m && zeros > 0) return m * std::log(m / static_cast<double>(zeros));
+  return e;
+}
+
+namespace {
+
+// The union of the shards' candidate values, increasing, with their summed
+// counts; false if some shard's values do not increase.
+bool union_of(const std::vector<const hex_column*>& cands, big_vector<uint32_t>& values, big_vector<uint64_t>& totals) {
+  const std::size_t n = cands.size();
+  for (const hex_column* c : cands)
+    for (std::size_t j = 1; j < c->values(); ++j)
+      if (c->pairs[2 * j] <= c->pairs[2 * j - 2]) return false;
+  std::size_t bound = 0;
+  for (const hex_column* c : cands) bound += c->values();
+  values.resize(bound);
+  totals.resize(bound);
+  uint32_t* v = values.data();
+  uint64_t* t = totals.data();
+  if (n == 2) {
+    // Two shards (the common case): one merge of two sorted runs.
+    const uint32_t *a = cands[0]->pairs.data(), *ae = a + cands[0]->pairs.size();
+    const uint32_t *b = cands[1]->pairs.data(), *be = b + cands[1]->pairs.size();
+    while (a != ae && b != be) {
+      if (a[0] < b[0]) {
+        *v++ = a[0], *t++ = a[1], a += 2;
+      } else if (b[0] < a[0]) {
+        *v++ = b[0], *t++ = b[1], b += 2;
+      } else {
+        *v++ = a[0], *t++ = uint64_t{a[1]} + b[1], a += 2, b += 2;
+      }
+    }
+    for (; a != ae; a += 2) *v++ = a[0], *t++ = a[1];
+    for (; b != be; b += 2) *v++ = b[0], *t++ = b[1];
+  } else {
+    constexpr uint64_t done = uint64_t{1} << 32;
+    std::vector<std::size_t> at(n, 0);
+    std::vector<uint64_t> head(n);
+    auto value_of = [&](std::size_t i) -> uint64_t {
+      return at[i] < cands[i]->values() ? cands[i]->pairs[2 * at[i]] : done;
+    };
+    for (std::size_t i = 0; i < n; ++i) head[i] = value_of(i);
+    for (;;) {
+      const uint64_t x = *std::min_element(head.begin(), head.end());
+      if (x == done) break;
+      uint64_t total = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (head[i] != x) continue;
+        total += cands[i]->pairs[2 * at[i] + 1];
+        ++at[i];
+        head[i] = value_of(i);
+      }
+      *v++ = static_cast<uint32_t>(x), *t++ = total;
+    }
+  }
+  values.resize(static_cast<std::size_t>(v - values.data()));
+  totals.resize(values.size());
+  return true;
+}
+
+}  // namespace
+
+expected<candidate_union> candidate_queries(const std::vector<const hex_column*>& candidates) {
+  candidate_union u;
+  if (!union_of(candidates, u.values, u.totals)) return make_error(errc::internal, "a shard's candidates do not increase");
+  u.queries.resize(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const hex_column& c = *candidates[i];
+    hex_column& out = u.queries[i];
+    out.pairs.resize(2 * (u.values.size() - c.values()));
+    uint32_t* w = out.pairs.data();
+    std::size_t a = 0;
+    for (uint32_t v : u.values) {
+      if (a < c.values() && c.pairs[2 * a] == v) {
+        ++a;
+        continue;
+      }
+      *w++ = v;
+      *w++ = 0;
+    }
+  }
+  return u;
+}
+
+expected<column_merge_stats> merge_candidates(const std::vector<const hex_column*>& candidates, candidate_union& u,
+                                              const std::vector<const hex_column*>& hits, uint64_t min_count,
+                                              const std::function<void(std::string_view, uint64_t)>& keep,
+                                              std::vector<big_vector<int32_t>>& ids) {
+  const std::size_t n = candidates.size();
+  if (hits.size() != n) return make_error(errc::internal, "hits of " + std::to_string(hits.size()) + " shards for " +
+                                                              std::to_string(n));
+  const big_vector<uint32_t>& all = u.values;
+  big_vector<uint64_t>& total = u.totals;
+  // Each shard's hits: values of the union it did not send, increasing.
+  for (std::size_t i = 0; i < n; ++i) {
+    const hex_column& c = *candidates[i];
+    const hex_column& h = *hits[i];
+    std::size_t a = 0, b = 0;
+    for (std::size_t j = 0; j < all.size() && b < h.values(); ++j) {
+      const uint32_t v = all[j];
+      if (a < c.values() && c.pairs[2 * a] == v) {
+        ++a;
+        if (h.pairs[2 * b] == v) break;  // a hit it had sent as a candidate
+        continue;
+      }
+      if (h.pairs[2 * b] == v) total[j] += h.pairs[2 * b++ + 1];
+    }
+    if (b != h.values())
+      return make_error(errc::internal, "shard " + std::to_string(i) + " answered " + std::to_string(h.values()) +
+                                            " queries, " + std::to_string(b) + " of them asked");
+  }
+  column_merge_stats st;
+  bool empty_seen = false;
+  uint64_t empty_total = 0;
+  for (const hex_column* c : candidates) {
+    empty_seen = empty_seen || c->has_empty;
+    empty_total += c->empty_count;
+  }
+  int32_t next = 0, empty_id = -1;
+  if (empty_seen && empty_total >= min_count) {
+    empty_id = next++;
+    keep(std::string_view("", 0), empty_total);  // a non-null pointer: add() memcpys it
+  }
+  big_vector<int32_t> id(all.size());
+  char buf[8];
+  for (std::size_t j = 0; j < all.size(); ++j) {
+    id[j] = -1;
+    if (total[j] < min_count) continue;
+    if (next >= INT32_MAX - 1)  // ids, the OOV id and the empty string's fit int32
+      return make_error(errc::out_of_memory, "more than 2^31-2 kept strings; use hash mode");
+    id[j] = next++;
+    hex8_chars(all[j], buf);
+    keep(std::string_view(buf, 8), total[j]);
+  }
+  st.kept = static_cast<uint64_t>(next);
+  ids.assign(n, {});
+  for (std::size_t i = 0; i < n; ++i) {
+    const hex_column& c = *candidates[i];
+    const hex_column& h = *hits[i];
+    big_vector<int32_t>& out = ids[i];
+    out.resize((c.has_empty ? 1 : 0) + c.values() + h.values());
+    int32_t* w = out.data();
+    if (c.has_empty) *w++ = empty_id;
+    std::size_t a = 0, b = 0;
+    for (std::size_t j = 0; j < all.size(); ++j) {
+      const uint32_t v = all[j];
+      if (a < c.values() && c.pairs[2 * a] == v) {
+        ++a;
+        *w++ = id[j];
+      } else if (b < h.values() && h.pairs[2 * b] == v) {
+        ++b;
+        *w++ = id[j];
+      }
+    }
+  }
+  // Every string seen: the sketches' estimate, at least the union the merge
+  // saw (the empty string is not in the sketches).
+  std::vector<uint8_t> sk(sketch_registers, 0);
+  bool sketched = true;
+  for (const hex_column* c : candidates) {
+    if (c->sketch.size() != sketch_registers) sketched = false;
+    else sketch_merge(sk.data(), c->sketch.data());
+  }
+  const double est = sketched ? std::round(sketch_estimate(sk.data())) : 0.0;
+  st.distinct = std::max<uint64_t>(all.size(), static_cast<uint64_t>(est)) + (empty_seen ? 1 : 0);
+  st.distinct_estimated = true;
+  return st;
+}
+
 std::string vocab_file_name(int column) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "vocab-%02d.tsv", column);
@@ -176,16 +383,25 @@ namespace {
 constexpr uint8_t hex_chunk_empty = 1;  // u8 | u64 count
 constexpr uint8_t hex_chunk_run = 2;    // u8 | u32 n | n x (u32 value | u32 count)
 constexpr uint8_t hex_chunk_delta = 3;  // u8 | u32 n | n x (LEB128 gap | LEB128 count)
+constexpr uint8_t hex_chunk_sketch = 4; // u8 | u32 n | n bytes
 
 }  // namespace
 
 std::vector<char> next_hex_column_chunk(const hex_column& h, std::size_t& next, std::size_t max_bytes) {
   std::vector<char> chunk;
+  if (next == 0 && !h.sketch.empty()) {
+    const auto n = static_cast<uint32_t>(h.sketch.size());
+    chunk.resize(5 + n);
+    chunk[0] = static_cast<char>(hex_chunk_sketch);
+    std::memcpy(chunk.data() + 1, &n, 4);
+    std::memcpy(chunk.data() + 5, h.sketch.data(), n);
+  }
   if (next >= h.entries()) return chunk;
   if (h.has_empty && next == 0) {
-    chunk.resize(9);
-    chunk[0] = static_cast<char>(hex_chunk_empty);
-    std::memcpy(chunk.data() + 1, &h.empty_count, 8);
+    const std::size_t at = chunk.size();
+    chunk.resize(at + 9);
+    chunk[at] = static_cast<char>(hex_chunk_empty);
+    std::memcpy(chunk.data() + at + 1, &h.empty_count, 8);
     ++next;
   }
   const std::size_t first = next - (h.has_empty ? 1 : 0);  // into the values
@@ -257,6 +473,19 @@ bool add_hex_column_chunk(hex_column& h, const std::vector<char>& chunk) {
   std::size_t pos = 0;
   while (pos < chunk.size()) {
     const auto tag = static_cast<uint8_t>(chunk[pos++]);
+    if (tag == hex_chunk_sketch) {
+      // Once, of sketch_registers bytes, each a HyperLogLog rank (<= 64).
+      uint32_t n;
+      if (!h.sketch.empty() || chunk.size() - pos < 4) return false;
+      std::memcpy(&n, chunk.data() + pos, 4);
+      pos += 4;
+      if (n != sketch_registers || chunk.size() - pos < n) return false;
+      h.sketch.assign(chunk.data() + pos, chunk.data() + pos + n);
+      for (uint8_t r : h.sketch)
+        if (r > 64) return false;
+      pos += n;
+      continue;
+    }
     if (tag == hex_chunk_empty) {
       // Once, before any value.
       if (h.has_empty || !h.pairs.empty() || chunk.size() - pos < 8) return false;

@@ -59,9 +59,20 @@ for mode in vocab hash; do
     # Both nodes merged columns (pp_vocab spreads them by size).
     json_get "$S/$mode-2.json" 'd["vocabulary"]["merge_nodes"] == 2 and {c["node"] for c in d["vocabulary"]["columns"]} == {"n0", "n1"}' |
       grep -q True || { cat "$S/$mode-2.json"; fail "vocab: the merge was not spread over both nodes"; }
-    # Generated data has hex ids (and empty fields) only: every column merges by hashing.
-    json_get "$S/$mode-2.json" 'all(c["merge"] == "hash" for c in d["vocabulary"]["columns"])' |
-      grep -q True || { cat "$S/$mode-2.json"; fail "vocab: not every column merged by hashing"; }
+    # Generated data has hex ids (and empty fields) only: every column merges
+    # by hashing, those of 64Ki entries or more by count threshold (min_count
+    # 3 on 2 nodes: each node sends the strings it counted twice, then its
+    # counts of the other's; 64 KiB chunks: queries of several chunks),
+    # their distinct estimated within 3% of the 1-node run's exact count.
+    json_get "$S/$mode-2.json" 'all(c["merge"] in ("hash", "threshold") and c["distinct_estimated"] == (c["merge"] == "threshold") for c in d["vocabulary"]["columns"]) and sum(c["merge"] == "threshold" for c in d["vocabulary"]["columns"]) >= 2 and d["vocabulary"]["distinct_estimated"]' |
+      grep -q True || { cat "$S/$mode-2.json"; fail "vocab: want every column merged by hashing, the big ones by threshold"; }
+    python3 - "$S/$mode-1.json" "$S/$mode-2.json" <<'PY' || fail "vocab: a threshold column's distinct is off"
+import json, sys
+one, two = (json.load(open(f))["vocabulary"]["columns"] for f in sys.argv[1:])
+for a, b in zip(one, two):
+    assert a["kept"] == b["kept"], (a, b)
+    assert abs(a["distinct"] - b["distinct"]) <= (0.03 * a["distinct"] if b["distinct_estimated"] else 0), (a, b)
+PY
   fi
   grep -Eq "rows/s \| parallelism [0-9]+ \| rss [0-9]+ MiB" "$S/$mode-2.log" ||
     { cat "$S/$mode-2.log"; fail "$mode: no progress line"; }
@@ -201,6 +212,20 @@ same_as_vocab_1 vocab-sorted "vocab, hash_merge = false"
 json_get "$S/vocab-sorted.json" 'all(c["merge"] == "sort" for c in d["vocabulary"]["columns"])' | grep -q True ||
   { cat "$S/vocab-sorted.json"; fail "hash_merge = false: a column merged by hashing"; }
 pass "vocab: hash_merge = false merges every column as sorted streams, same bytes"
+
+# threshold_merge = false: every entry of every hashed column is sent; the
+# same bytes, and each column's distinct exact (the 1-node run's).
+run vocab-nothr 2 7932 'categorical = { mode = "vocab", min_count = 3 }' 'threshold_merge = false' 'chunk_bytes = "64KiB"' ||
+  { cat "$S/vocab-nothr.log"; fail "vocab, threshold_merge = false: run"; }
+same_as_vocab_1 vocab-nothr "vocab, threshold_merge = false"
+json_get "$S/vocab-nothr.json" 'all(c["merge"] == "hash" and not c["distinct_estimated"] for c in d["vocabulary"]["columns"])' |
+  grep -q True || { cat "$S/vocab-nothr.json"; fail "vocab, threshold_merge = false: a column merged by threshold"; }
+python3 - "$S/vocab-1.json" "$S/vocab-nothr.json" <<'PY' || fail "vocab, threshold_merge = false: distinct differs from one node's"
+import json, sys
+one, two = (json.load(open(f))["vocabulary"]["columns"] for f in sys.argv[1:])
+assert [c["distinct"] for c in one] == [c["distinct"] for c in two]
+PY
+pass "vocab: threshold_merge = false, the same bytes, distinct exact"
 
 # A tiny memory cap: the count tables spill to disk, the output is the same.
 run vocab-spill 2 7920 'categorical = { mode = "vocab", min_count = 3 }' 'memory_cap = "1MiB"' ||

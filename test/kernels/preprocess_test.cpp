@@ -1039,6 +1039,199 @@ BOOST_AUTO_TEST_CASE(hashed_merge_equals_sorted_merge_on_skewed_shards) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(threshold_merge_equals_the_merge_of_every_entry) {
+  // Merging hashed columns by count threshold (each shard sends only the
+  // entries it counted ceil(min_count / shards) times, then answers for the
+  // others') gives the bytes and vocabularies of the merge of every entry;
+  // its `distinct` is an estimate, close to the exact one. The pools of
+  // skewed_hex_text make most strings rare in a shard and kept only when
+  // the shards' counts are added. Also with a claimed split (steal).
+  fs::path d = scratch("threshold");
+  const int rows = 4003;
+  write_all(d / "skewed.tsv", skewed_hex_text(rows));
+  const std::vector<std::string> files = {(d / "skewed.tsv").string()};
+  struct run_case {
+    uint64_t min_count;
+    int shards;
+    uint64_t steal_unit;
+  };
+  for (run_case rc : {run_case{3, 2, 0}, run_case{5, 2, 0}, run_case{5, 3, 0}, run_case{7, 3, 0}, run_case{4, 2, 4096},
+                      run_case{100000, 2, 0}}) {
+    BOOST_TEST_CONTEXT("min_count " << rc.min_count << " shards " << rc.shards << " steal " << rc.steal_unit) {
+      BOOST_REQUIRE_GE(pp::candidate_min_count(rc.min_count, rc.shards), 2u);
+      std::string bytes[2];
+      std::vector<std::string> vocab[2];
+      pp::local_result res[2];
+      for (int threshold = 0; threshold < 2; ++threshold) {
+        pp::preprocess_options o;
+        o.min_count = rc.min_count;
+        o.parallelism = 2;
+        o.block_bytes = 16 << 10;
+        o.steal_unit = rc.steal_unit;
+        o.threshold_merge = threshold == 1;
+        o.threshold_merge_from = 0;
+        fs::path out = scratch("threshold-out");
+        auto r = pp::preprocess_local(files, out.string(), rc.shards, o);
+        BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().to_string()));
+        BOOST_REQUIRE_EQUAL(r->rows, static_cast<uint64_t>(rows));
+        bytes[threshold] = concat_parts(out, r->parts > 0 ? r->parts : rc.shards);
+        for (int c = 0; c < 26; ++c) vocab[threshold].push_back(read_all(out / pp::vocab_file_name(c)));
+        res[threshold] = *r;
+      }
+      BOOST_CHECK_MESSAGE(bytes[0] == bytes[1], "records differ: " + first_difference(bytes[1], bytes[0]));
+      int estimated = 0;
+      for (int c = 0; c < 26; ++c) {
+        BOOST_CHECK_MESSAGE(vocab[0][c] == vocab[1][c], "vocabulary of column " << c);
+        const auto& exact = res[0].columns[c];
+        const auto& est = res[1].columns[c];
+        BOOST_CHECK(!exact.distinct_estimated);
+        BOOST_CHECK_EQUAL(est.kept, exact.kept);
+        estimated += est.distinct_estimated;
+        // Linear counting at these sizes: within 2% (or 2 strings).
+        BOOST_CHECK_MESSAGE(std::llabs(int64_t(est.distinct) - int64_t(exact.distinct)) <=
+                                std::max<int64_t>(2, int64_t(exact.distinct) / 50),
+                            "column " << c << ": distinct " << est.distinct << " estimated, " << exact.distinct
+                                      << " exact");
+      }
+      BOOST_CHECK_EQUAL(estimated, 26);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(threshold_merge_rounds_refuse_what_was_not_asked) {
+  // The merger side: hits that were not asked for, a hit it had sent as a
+  // candidate, candidates out of order. The shard side: a value asked that
+  // it sent, values asked out of order, a column not exported that way.
+  auto col = [](std::vector<uint32_t> pairs, bool empty = false) {
+    pp::hex_column h;
+    h.pairs.assign(pairs.begin(), pairs.end());
+    h.has_empty = empty;
+    h.empty_count = empty ? 2 : 0;
+    return h;
+  };
+  pp::hex_column a = col({10, 2, 20, 5}, true), b = col({20, 3, 30, 2});
+  std::vector<const pp::hex_column*> cands = {&a, &b};
+  auto q = pp::candidate_queries(cands);
+  BOOST_REQUIRE(q);
+  BOOST_REQUIRE_EQUAL(q->queries.size(), 2u);
+  BOOST_CHECK((q->queries[0].pairs == pp::big_vector<uint32_t>{30, 0}));
+  BOOST_CHECK((q->queries[1].pairs == pp::big_vector<uint32_t>{10, 0}));
+  BOOST_CHECK((q->values == pp::big_vector<uint32_t>{10, 20, 30}));
+  BOOST_CHECK((q->totals == pp::big_vector<uint64_t>{2, 8, 2}));
+  auto merge = [&](const pp::hex_column& ha, const pp::hex_column& hb, uint64_t min_count,
+                   std::vector<std::string>* kept = nullptr) {
+    std::vector<pp::big_vector<int32_t>> ids;
+    auto u = pp::candidate_queries(cands);
+    BOOST_REQUIRE(u);
+    auto r = pp::merge_candidates(cands, *u, {&ha, &hb}, min_count,
+                                  [&](std::string_view s, uint64_t n) {
+                                    if (kept) kept->push_back(std::string(s) + "=" + std::to_string(n));
+                                  },
+                                  ids);
+    return std::make_pair(r, ids);
+  };
+  {
+    // 30 counted once on shard 0: 3 in all; 10 not on shard 1.
+    std::vector<std::string> kept;
+    auto [r, ids] = merge(col({30, 1}), col({}), 3, &kept);
+    BOOST_REQUIRE(r);
+    BOOST_CHECK_EQUAL(r->kept, 2u);  // 20 (8), 30 (3); 10 (2) and the empty string (2) out
+    BOOST_CHECK((kept == std::vector<std::string>{"00000014=8", "0000001e=3"}));
+    // Shard 0: the empty string, 10, 20, 30 (a hit); shard 1: 20, 30.
+    BOOST_CHECK((ids[0] == pp::big_vector<int32_t>{-1, -1, 0, 1}));
+    BOOST_CHECK((ids[1] == pp::big_vector<int32_t>{0, 1}));
+    BOOST_CHECK(r->distinct_estimated);
+  }
+  BOOST_CHECK(!merge(col({40, 1}), col({}), 3).first);  // not asked
+  BOOST_CHECK(!merge(col({20, 1}), col({}), 3).first);  // a candidate of its own
+  BOOST_CHECK(!merge(col({}), col({10, 1, 10, 1}), 3).first);  // twice
+  pp::hex_column unsorted = col({20, 3, 10, 2});
+  BOOST_CHECK(!pp::candidate_queries({&unsorted, &b}));
+  {
+    // Three shards (the k-way union).
+    pp::hex_column c3 = col({5, 4, 30, 1});
+    auto u3 = pp::candidate_queries({&a, &b, &c3});
+    BOOST_REQUIRE(u3);
+    BOOST_CHECK((u3->values == pp::big_vector<uint32_t>{5, 10, 20, 30}));
+    BOOST_CHECK((u3->totals == pp::big_vector<uint64_t>{4, 2, 8, 3}));
+    BOOST_CHECK((u3->queries[2].pairs == pp::big_vector<uint32_t>{10, 0, 20, 0}));
+  }
+
+  // The shard side, on a counted shard.
+  fs::path d = scratch("threshold-shard");
+  write_all(d / "in.tsv", skewed_hex_text(500));
+  auto in = pp::input_set::open({(d / "in.tsv").string()});
+  BOOST_REQUIRE(in);
+  pp::preprocess_options o;
+  o.min_count = 3;
+  o.defer_sort = true;
+  o.spill_dir = (d / "spill").string();
+  auto plan = pp::plan_shards(in->sizes(), 1);
+  auto sc = pp::count_shard(*in, plan[0], o);
+  BOOST_REQUIRE(sc);
+  const int c = 2;  // C3: the empty string only
+  const int c2 = 4;  // a pool of 5000 values
+  auto e = sc->export_candidates(c2, 2);
+  BOOST_REQUIRE(e);
+  BOOST_CHECK_EQUAL(e->sketch.size(), pp::sketch_registers);
+  BOOST_REQUIRE_GT(e->values(), 0u);
+  pp::hex_column hits;
+  const uint32_t sent[2] = {e->pairs[0], 0};
+  BOOST_CHECK(!sc->answer_queries(c2, sent, 1, hits).ok());  // a value it sent
+  auto e2 = sc->export_candidates(c, 2);
+  BOOST_REQUIRE(e2);
+  BOOST_CHECK(e2->has_empty && e2->values() == 0);
+  const uint32_t down[4] = {50, 0, 40, 0};
+  BOOST_CHECK(!sc->answer_queries(c, down, 2, hits).ok());  // out of order
+  BOOST_CHECK(sc->finish_candidates(c).ok());
+  BOOST_CHECK(!sc->finish_candidates(c).ok());  // twice
+  BOOST_CHECK(!sc->answer_queries(c, down, 1, hits).ok());  // after the end
+  BOOST_CHECK(!sc->answer_queries(0, down, 1, hits).ok());  // never exported so
+}
+
+BOOST_AUTO_TEST_CASE(sketches_estimate_distinct_values_and_cross_the_wire) {
+  // Within 3% from 1 to 10^6 values (standard error ~0.8%); merged sketches
+  // of overlapping sets estimate their union.
+  for (uint32_t n : {1u, 10u, 1000u, 50000u, 1000000u}) {
+    std::vector<uint8_t> r(pp::sketch_registers, 0);
+    for (uint32_t v = 0; v < n; ++v) pp::sketch_add(r.data(), v * 2654435761u);
+    const double e = pp::sketch_estimate(r.data());
+    BOOST_CHECK_MESSAGE(std::fabs(e - n) <= std::max(1.0, 0.03 * n), n << " values estimated at " << e);
+  }
+  std::vector<uint8_t> x(pp::sketch_registers, 0), y(pp::sketch_registers, 0);
+  for (uint32_t v = 0; v < 300000; ++v) pp::sketch_add(x.data(), v);
+  for (uint32_t v = 200000; v < 500000; ++v) pp::sketch_add(y.data(), v);
+  pp::sketch_merge(x.data(), y.data());
+  BOOST_CHECK_CLOSE(pp::sketch_estimate(x.data()), 500000.0, 3.0);
+  // On the wire: in the first chunk, once; a column with no entries still
+  // sends it; a register past 64 or a second sketch is corrupt.
+  pp::hex_column h;
+  h.sketch = y;
+  h.pairs = {5, 1, 9, 2};
+  std::size_t next = 0;
+  pp::hex_column got;
+  do {
+    auto chunk = pp::next_hex_column_chunk(h, next, 4096);
+    BOOST_REQUIRE(pp::add_hex_column_chunk(got, chunk));
+  } while (next < h.entries());
+  BOOST_CHECK(got.sketch == h.sketch && got.pairs == h.pairs);
+  pp::hex_column bare;
+  bare.sketch = y;
+  next = 0;
+  auto only = pp::next_hex_column_chunk(bare, next, 1 << 20);
+  pp::hex_column g2;
+  BOOST_CHECK(pp::add_hex_column_chunk(g2, only));
+  BOOST_CHECK(g2.sketch == y && g2.entries() == 0);
+  BOOST_CHECK(!pp::add_hex_column_chunk(g2, only));  // twice
+  auto bad = only;
+  bad[5] = static_cast<char>(65);
+  pp::hex_column g3;
+  BOOST_CHECK(!pp::add_hex_column_chunk(g3, bad));
+  bad.resize(100);
+  pp::hex_column g4;
+  BOOST_CHECK(!pp::add_hex_column_chunk(g4, bad));  // cut short
+}
+
 BOOST_AUTO_TEST_CASE(hashed_merge_of_sorted_and_shuffled_exports_agree) {
   // export_column gives a column's values in increasing order, and
   // merge_hashed then merges every shard's entries in one pass over sorted
