@@ -484,6 +484,21 @@ void hand_ids(const merge_plan& p, int c, remote_requests& rq, const std::vector
   }
 }
 
+// Shard i's counts of hashed column c as its node pushed them (inbox),
+// waited for under the watchdog's and the trace's eyes (the pushes of a
+// busy node's earlier columns may be ahead of this one's).
+expected<pp::hex_column> take_pushed(const merge_plan& p, int c, int i, kernels::trace::track_id tk,
+                                     remote_requests& rq) {
+  const auto w = kernels::waits::begin("pp_merge_" + std::to_string(p.index), rq.who(i),
+                                       "its counts of column C" + std::to_string(c + 1) + " (pushed)");
+  kernels::trace::scope t("wait: pushed counts", tk, "column", c + 1);
+  auto r = p.inbox->take(i, c, rq.timeout(), p.svc->stopping());
+  kernels::waits::end(w);
+  if (!r) return make_error(r.error().code(), "column C" + std::to_string(c + 1) + " counts from " + rq.who(i) + ": " +
+                                                  r.error().message());
+  return r;
+}
+
 // Merges one column by hashing (merge_plan::hashed): the other shards'
 // entries (local ones exported here, remote ones as pushed to the inbox) go
 // into the table of the first shard held here (shard_counts::merge_hashed),
@@ -505,17 +520,8 @@ std::string merge_one_hashed(const merge_plan& p, int c, kernels::trace::track_i
       cols.push_back(std::move(*e));
       continue;
     }
-    // The watchdog's and the trace's view of the wait (the pushes of a
-    // busy node's earlier columns may be ahead of this one's).
-    auto e = [&] {
-      const auto w = kernels::waits::begin("pp_merge_" + std::to_string(p.index), rq.who(i),
-                                           "its counts of column C" + std::to_string(c + 1) + " (pushed)");
-      kernels::trace::scope t("wait: pushed counts", tk, "column", c + 1);
-      auto r = p.inbox->take(i, c, rq.timeout(), p.svc->stopping());
-      kernels::waits::end(w);
-      return r;
-    }();
-    if (!e) return "column C" + std::to_string(c + 1) + " counts from " + rq.who(i) + ": " + e.error().message();
+    auto e = take_pushed(p, c, i, tk, rq);
+    if (!e) return e.error().message();
     cols.push_back(std::move(*e));
   }
   std::vector<const pp::hex_column*> others;
@@ -552,15 +558,8 @@ std::string merge_one_threshold(const merge_plan& p, int c, kernels::trace::trac
       cands[std::size_t(i)] = std::move(*e);
       continue;
     }
-    auto e = [&] {
-      const auto w = kernels::waits::begin("pp_merge_" + std::to_string(p.index), rq.who(i),
-                                           "its counts of column C" + std::to_string(c + 1) + " (pushed)");
-      kernels::trace::scope t("wait: pushed counts", tk, "column", c + 1);
-      auto r = p.inbox->take(i, c, rq.timeout(), p.svc->stopping());
-      kernels::waits::end(w);
-      return r;
-    }();
-    if (!e) return "column C" + std::to_string(c + 1) + " counts from " + rq.who(i) + ": " + e.error().message();
+    auto e = take_pushed(p, c, i, tk, rq);
+    if (!e) return e.error().message();
     cands[std::size_t(i)] = std::move(*e);
   }
   std::vector<const pp::hex_column*> cp, hp;
