@@ -253,6 +253,13 @@ double drill_cap_delay(const std::string& node) {
   return drill_for("HETFLOW_DRILL_PP_CAP_DELAY", node).value_or(0.0);
 }
 
+// Test only: HETFLOW_DRILL_PP_QUERY_HOLD=NODE:SECONDS: node NODE's shard
+// sleeps that long on the first query of a merge by count threshold before
+// it answers (a node hung, or killed, in the middle of the merge).
+double drill_query_hold(const std::string& node) {
+  return drill_for("HETFLOW_DRILL_PP_QUERY_HOLD", node).value_or(0.0);
+}
+
 // This node's weight in the split (resource_snapshot::capacity_cores), in
 // milli-cores.
 uint64_t node_weight(const job_config& cfg) {
@@ -847,6 +854,7 @@ struct shard_state {
   std::optional<kernels::waits::scope> vocab_wait;
   std::thread merging;  // this node's column merger (merger()), if it has columns
   bool merge_started = false;
+  bool query_held = false;  // drill_query_hold ran
   std::shared_ptr<pushed_counts> inbox = std::make_shared<pushed_counts>();
 
   slot* find(uint32_t shard) {
@@ -1304,6 +1312,11 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       if (!sl || !sl->counts || column >= static_cast<uint32_t>(pp::sparse_columns))
         return caf::make_error(caf::sec::invalid_argument,
                                "query of shard " + std::to_string(shard) + " column " + std::to_string(column));
+      if (const double d = drill_query_hold(st->svc->node_name()); d > 0 && !st->query_held) {
+        st->query_held = true;
+        log_info("drill: the first query held " + std::to_string(d).substr(0, 4) + " s");
+        std::this_thread::sleep_for(std::chrono::duration<double>(d));
+      }
       pp::hex_column& asked = sl->asked[column];
       const std::size_t before = asked.values();
       auto fail = [&](const std::string& why) -> caf::result<std::vector<char>> {

@@ -435,3 +435,20 @@ timeout 300 "$HETFLOW" run "$S/kill.toml" --resume --report "$S/kill.json" >"$S/
 [[ $(json_get "$S/kill.json" 'd["rows"]') == 600000 ]] || fail "kill: the rerun did not write 600000 rows"
 cmp <(cat "$S/kill-out"/part-*.bin) <(cat "$S/clean-out"/part-*.bin) || fail "kill: the rerun differs from a clean run"
 pass "shard_failover = false, a node killed mid-job: exit 3 naming n1 in $KILL_SECS s; the rerun writes every row once"
+
+# A node killed in the merge's query round (a merge by count threshold: n1
+# holds its first answer, and dies meanwhile): no wait for the answer past
+# the node's loss; the job fails naming n1 (a loss after every shard
+# counted: exit 1), within 5 s (n0's merger, still waiting on the answer,
+# is left to the 1 s shutdown watchdog).
+write_topology "$S/killq.toml" 7977 2 auto 'kind = "preprocess"' "inputs = [\"$S/big.tsv\"]" \
+  "output_dir = \"$S/killq-out\"" 'categorical = { mode = "vocab", min_count = 3 }' 'parallelism = 1'
+HETFLOW_DRILL_PP_QUERY_HOLD=n1:30 "$HETFLOW" run "$S/killq.toml" >"$S/killq.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_for_text "$S/killq.log" "drill: the first query held" 120 || { cat "$S/killq.log"; fail "killq: no query reached n1"; }
+kill_node_and_wait "$S/killq.toml" n1 $RUN_PID "$S/killq.log"
+[[ $KILL_RC -eq 1 ]] && grep -q "node 'n1' was lost after every shard had counted" "$S/killq.log" ||
+  { cat "$S/killq.log"; fail "killq: exit $KILL_RC, want 1 naming n1's loss after the count"; }
+awk "BEGIN{exit !($KILL_SECS < 5)}" || { cat "$S/killq.log"; fail "killq: n0 took $KILL_SECS s to stop"; }
+pass "a node killed in the merge's query round: exit 1 naming n1 in $KILL_SECS s"
