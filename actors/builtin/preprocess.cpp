@@ -824,7 +824,7 @@ struct slot {
   std::array<std::unique_ptr<pp::count_stream>, pp::sparse_columns> pulling;
   std::array<bool, pp::sparse_columns> pulled_out{};  // the column's stream has ended
   std::array<int32_t, pp::sparse_columns> prev_kept;  // decoding ppids chunks
-  // A merge by count threshold: the values asked so far (ppquery chunks,
+  // A merge by count threshold: the last value asked (ppquery chunks are
   // each coded from the one before), until the last chunk.
   std::array<pp::hex_column, pp::sparse_columns> asked;
   double count_seconds = 0;
@@ -1334,6 +1334,9 @@ caf::behavior shard(caf::event_based_actor* self, actor_env env) {
       if (last) {
         asked = pp::hex_column{};
         if (auto s = sl->counts->finish_candidates(c); !s.ok()) return fail(s.message());
+      } else if (asked.values() > 1) {
+        // Only the last value is needed: the next chunk is coded from it.
+        asked.pairs.erase(asked.pairs.begin(), asked.pairs.end() - 2);
       }
       // One chunk, whole (no more hits than the chunk asked for).
       std::size_t next = 0;

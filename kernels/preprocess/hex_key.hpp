@@ -232,12 +232,7 @@ public:
   }
   // The slot index of each value of n (value, count) pairs, all present.
   void find_run(const uint32_t* pairs, std::size_t n, uint32_t* slot_of) const {
-    for (std::size_t k = 0; k < n; ++k) {
-      const uint32_t key = pairs[2 * k];
-      std::size_t i = index(key);
-      while (slots_[i].key != key || slots_[i].local_plus1 == 0) i = (i + 1) & mask_;
-      slot_of[k] = static_cast<uint32_t>(i);
-    }
+    find_each(pairs, n, [&](std::size_t k, const slot* sl) { slot_of[k] = static_cast<uint32_t>(sl - &slots_[0]); });
   }
   // The slot holding key, or nullptr.
   const slot* find(uint32_t key) const noexcept {
