@@ -39,7 +39,8 @@ constexpr std::size_t huge_bytes(std::size_t n) noexcept {
 
 // n bytes (n >= huge_memory_from): a 2 MiB-aligned range of n rounded up to
 // 2 MiB. A range freed before (huge_unmap) is handed out again when one of
-// that rounded size is kept: its pages are already there, where a fresh
+// that rounded size is kept, else the front of the smallest bigger one kept
+// (the rest stays kept): its pages are already there, where a fresh
 // mapping faults each 2 MiB in again, zeroed (the vocabulary merge asks for
 // the same few sizes column after column: a fresh mapping each time made
 // page faults and zeroing a quarter of the merge's CPU on the PVM guest,
@@ -54,6 +55,8 @@ void huge_unmap(void* p, std::size_t n) noexcept;
 inline constexpr std::size_t huge_keep_bytes = std::size_t{64} << 20;
 // The ranges kept for reuse, in bytes (tests).
 std::size_t huge_kept_bytes() noexcept;
+// Unmaps every range kept for reuse (tests: a known start).
+void huge_release_kept() noexcept;
 
 // A std allocator: huge_map from huge_memory_from bytes on.
 template <class T>
@@ -106,6 +109,7 @@ public:
     return p_;
   }
   char* data() const noexcept { return p_; }
+  std::size_t capacity() const noexcept { return cap_; }
 
 private:
   void release() noexcept {

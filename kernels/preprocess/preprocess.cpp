@@ -102,34 +102,61 @@ std::vector<block> cut_blocks(const input_set& in, const shard_plan& shard,
 // 4 KiB page of a mapping costs a TLB miss there, and the first touch a fault.
 class block_bytes {
 public:
-  status load(const block& b, std::size_t max_field) {
+  // Reads the block; `tail_hint`: the bytes tail() is likely to be asked
+  // for, reserved with it (one range, no copy later).
+  status load(const block& b, std::size_t max_field, std::size_t tail_hint = 0) {
     const std::size_t n = static_cast<std::size_t>(b.end - b.begin);
     const std::size_t pad = fast_parse_read_bound(max_field);
-    char* p = buf_.reserve(n + pad);
+    char* p = buf_.reserve(head_of(n + pad) + tail_hint);
     std::memset(p + n, 0, pad);
     size_ = n;
+    padded_ = n + pad;
     return b.file->read(b.begin, p, n);
   }
   const char* data() const noexcept { return buf_.data(); }
   std::size_t size() const noexcept { return size_; }
+  // `n` bytes of room after the padded bytes (64-byte aligned), in the same
+  // range: pass 1 keeps a block's records and row keys there, so that a
+  // block of ~4k rows takes two 2 MiB pages instead of three ranges of
+  // their own (see count_block_result). The bytes are kept (copied when the
+  // range must grow). Uninitialised.
+  char* tail(std::size_t n) {
+    const std::size_t head = head_of(padded_);
+    if (head + n > buf_.capacity()) {
+      huge_buffer grown;
+      std::memcpy(grown.reserve(head + n), buf_.data(), padded_);
+      buf_ = std::move(grown);
+    }
+    return buf_.data() + head;
+  }
 
 private:
+  static std::size_t head_of(std::size_t n) noexcept { return (n + 63) & ~std::size_t{63}; }
   huge_buffer buf_;
-  std::size_t size_ = 0;
+  std::size_t size_ = 0, padded_ = 0;
 };
+
+// Pass 1's room after a block's bytes (block_bytes::tail) for `rows` rows:
+// their records, then their row keys (column-major, `rows` apart).
+constexpr std::size_t records_room(std::size_t rows) noexcept {
+  return (rows * sizeof(criteo_record) + 63) & ~std::size_t{63};
+}
+constexpr std::size_t count_tail_bytes(std::size_t rows) noexcept {
+  return records_room(rows) + rows * sparse_columns * sizeof(uint64_t);
+}
 
 // What one block of pass 1 holds (an upper bound): its bytes read in (a
 // block ends at the line end after block_bytes: one more field-bounded line)
-// and the padding, and room for its most rows (a good line has >= 40 bytes)
-// of records and of row keys. For 1 MiB blocks 14 MiB, of which a block of
-// Criteo's ~250-byte lines touches ~10 (the keys are column-major at a
-// stride of the most rows, so each of their pages gets some).
+// and the padding, then room for its most rows (a good line has >= 40
+// bytes) of records and of row keys, in one range. For 1 MiB blocks 12 MiB;
+// a block of Criteo's ~250-byte lines takes 4 (its rows are counted, or
+// bounded by the densest block before; see count_pass).
 uint64_t count_block_memory(const preprocess_options& opt) {
   const uint64_t longest_line = 14 * 20 + 26 * (uint64_t(opt.max_field_bytes) + 1);
   const uint64_t bytes = opt.block_bytes + longest_line;
   const uint64_t rows = bytes / 40 + 1;
-  return huge_bytes(bytes + fast_parse_read_bound(opt.max_field_bytes)) + huge_bytes(rows * sizeof(criteo_record)) +
-         huge_bytes(rows * sparse_columns * sizeof(uint64_t));
+  const uint64_t head = (bytes + fast_parse_read_bound(opt.max_field_bytes) + 63) & ~uint64_t{63};
+  return huge_bytes(head + count_tail_bytes(rows));
 }
 
 // Parses every line of a loaded block: good(pl) for a good line, bad(line,
@@ -1238,7 +1265,9 @@ expected<column_merge_stats> shard_counts::merge_hashed(int c, const std::vector
 namespace {
 
 // A growable array of trivially copyable T that leaves what it allocates
-// uninitialised (a block's rows are written once, then read).
+// uninitialised (pass 2's chunks of staged records are read in, then
+// written out). On 2 MiB pages from 256 KiB (huge_buffer): each 4 KiB first
+// touch costs ~7 us on the PVM guest (huge_memory.hpp).
 template <class T>
 class raw_array {
 public:
@@ -1247,11 +1276,6 @@ public:
   void reserve(std::size_t n) { buf_.reserve(n * sizeof(T)); }
 
 private:
-  // On 2 MiB pages although a block fills about a sixth of its room (room
-  // for 40-byte lines; the keys column-major at that stride touch all of
-  // their pages): back on 4 KiB pages the 2-node job's count took
-  // 0.43-0.47 s a node against 0.35-0.37 s (6 runs each in turns,
-  // 2026-12-06; each 4 KiB first touch costs ~7 us on the PVM guest).
   huge_buffer buf_;
 };
 
@@ -1262,9 +1286,15 @@ struct count_block_result {
   uint64_t lines = 0;
   uint64_t good = 0;
   std::vector<hit> hits;
-  raw_array<criteo_record> records;  // good rows
-  // Column c's row keys (row_keys), then its local ids, at [c * stride, c * stride + good).
-  raw_array<uint64_t> keys;
+  // In bytes.tail(count_tail_bytes(stride)): the good rows' records, then
+  // column c's row keys (row_keys), then its local ids, at [c * stride, c *
+  // stride + good). One range with the bytes: three ranges of their own
+  // took three 2 MiB pages or more a block where one range takes two, and
+  // on the PVM guest each fresh 2 MiB costs ~2 ms of zeroing and host
+  // faults (2026-12-07: a fresh 64 MiB 65-79 ms, freed and taken again 3
+  // ms; the kernel gives back what a process frees within a second or so).
+  criteo_record* records = nullptr;
+  uint64_t* keys = nullptr;
   std::size_t stride = 0;
   std::array<std::vector<std::string_view>, sparse_columns> others;  // views into `bytes`
   block_bytes bytes;
@@ -1393,9 +1423,11 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
   // The most rows a MiB of input has held so far (0: no block yet). A
   // block's row keys are column-major at a stride of the rows it may hold:
   // room for every row it could (40-byte lines) touched all of the keys'
-  // 5.4 MB of 2 MiB pages for a 1 MiB block of ~4k rows; a stride of the
-  // densest block so far plus a quarter touches one page, and a block that
-  // holds more rows than that is parsed again with the whole room.
+  // 5.4 MB of 2 MiB pages for a 1 MiB block of ~4k rows. The blocks parsed
+  // before any was counted count their lines first (a pass over bytes in
+  // the cache: an exact bound); later ones take the densest block so far
+  // plus a quarter, and one that holds more rows than that is parsed again
+  // with the whole room.
   std::atomic<uint64_t> densest{0};
   auto parse_segment = [&](std::vector<count_block_result>& rs, std::size_t first, std::size_t n) {
     rs.resize(n);
@@ -1410,19 +1442,24 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
         for (auto& v : r.others) v.clear();
       };
       reset();
-      r.read = r.bytes.load(b, opt.max_field_bytes);
-      if (!r.read.ok()) return;
       const std::size_t room = b.max_rows();
       const uint64_t per_mib = densest.load(std::memory_order_relaxed);
       const uint64_t bytes = b.end - b.begin;
       std::size_t stride =
-          per_mib == 0 ? room : std::min<std::size_t>(room, static_cast<std::size_t>(bytes * per_mib / (1u << 20) * 5 / 4 + 64));
-      r.records.reserve(room);
-      criteo_record* recs = r.records.data();
+          per_mib == 0 ? std::min<std::size_t>(room, static_cast<std::size_t>(bytes / 128 + 64))  // a guess, for the hint
+                       : std::min<std::size_t>(room, static_cast<std::size_t>(bytes * per_mib / (1u << 20) * 5 / 4 + 64));
+      r.read = r.bytes.load(b, opt.max_field_bytes, count_tail_bytes(stride));
+      if (!r.read.ok()) return;
+      if (per_mib == 0)
+        stride = std::min<std::size_t>(
+            room, static_cast<std::size_t>(std::count(r.bytes.data(), r.bytes.data() + r.bytes.size(), '\n')) + 1);
       for (;;) {
-        r.keys.reserve(stride * sparse_columns);
+        char* tail = r.bytes.tail(count_tail_bytes(stride));
+        r.records = reinterpret_cast<criteo_record*>(tail);
+        r.keys = reinterpret_cast<uint64_t*>(tail + records_room(stride));
         r.stride = stride;
-        uint64_t* keys = r.keys.data();
+        criteo_record* recs = r.records;
+        uint64_t* keys = r.keys;
         bool over = false;
         parsed_line pl;
         auto bad = [&](std::string_view line, uint64_t idx, const parse_error& e) {
@@ -1458,7 +1495,7 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
       uint32_t next_local = im.next_local[c];
       for (std::size_t i = 0; i < rs.size(); ++i) {
         const count_block_result& r = rs[i];
-        uint64_t* __restrict keys = r.keys.data() + c * r.stride;  // aliases no table member
+        uint64_t* __restrict keys = r.keys + c * r.stride;  // aliases no table member
         const auto& others = r.others[c];
         t.hex.count_run<prefetch_ahead>(keys, r.good, next_local, [&](uint64_t key, uint32_t& next) -> uint32_t {
           if (key == empty_key) {
@@ -1489,8 +1526,8 @@ expected<shard_counts> count_pass(const preprocess_options& opt, shard_counts ou
       tbb::parallel_for(std::size_t{0}, rs.size(), [&](std::size_t i) {
         auto& r = rs[i];
         const auto& part = im.parts[static_cast<std::size_t>(blocks[first + i].part)];
-        criteo_record* recs = r.records.data();
-        const uint64_t* locals = r.keys.data();
+        criteo_record* recs = r.records;
+        const uint64_t* locals = r.keys;
         for (std::size_t row = 0; row < r.good; ++row)
           for (int c = 0; c < sparse_columns; ++c)
             recs[row].sparse[c] = static_cast<int32_t>(locals[c * r.stride + row]);

@@ -689,6 +689,22 @@ BOOST_AUTO_TEST_CASE(big_vectors_keep_their_contents_across_the_huge_page_thresh
   BOOST_CHECK(again.reserve(pp::huge_page_bytes - 5) == p);
   BOOST_CHECK_EQUAL(pp::huge_kept_bytes(), kept_before);
   BOOST_CHECK_EQUAL(p[0], 2);  // its contents as they were: not zeroed again
+  // Without one of that size, the front of the smallest bigger one kept;
+  // the rest stays kept.
+  pp::huge_release_kept();
+  BOOST_CHECK_EQUAL(pp::huge_kept_bytes(), 0u);
+  const std::size_t hp = pp::huge_page_bytes, before = 0;
+  pp::huge_buffer five;
+  char* q = five.reserve(5 * hp);
+  std::memset(q, 3, 5 * hp);
+  { pp::huge_buffer gone(std::move(five)); }
+  BOOST_CHECK_EQUAL(pp::huge_kept_bytes(), before + 5 * hp);
+  pp::huge_buffer three, two;
+  BOOST_CHECK(three.reserve(3 * hp) == q);
+  BOOST_CHECK_EQUAL(pp::huge_kept_bytes(), before + 2 * hp);
+  BOOST_CHECK(two.reserve(2 * hp) == q + 3 * hp);  // the rest, exactly that size now
+  BOOST_CHECK_EQUAL(pp::huge_kept_bytes(), before);
+  BOOST_CHECK_EQUAL(q[3 * hp], 3);
 }
 
 BOOST_AUTO_TEST_CASE(hex8_is_exactly_eight_lowercase_hex_digits) {
