@@ -32,6 +32,10 @@ struct device_spec {
   uint64_t memory_bytes = 0;  // 0 = whatever the device has
   std::string profile;        // optional profile kind name (planner; later issues)
   source_loc where;
+  // How many times as fast as its profile kind the device computes, for the
+  // planner and the cost models (apply_device_speeds); a run computes at
+  // the device's own speed. (Last: aggregate initialisers end at `where`.)
+  double speed = 1.0;
 };
 
 struct node_spec {

@@ -158,6 +158,7 @@ const std::vector<key_spec>& device_specs() {
       spec("threads", key_type::integer, false, int64_t{0}, 0, 65535),
       spec("memory", key_type::size, false, int64_t{0}),
       spec("profile", key_type::string, false, std::string()),
+      spec("speed", key_type::number, false, 1.0, 0.001, 1000.0),
   };
   return s;
 }
@@ -764,6 +765,7 @@ void validator::read_devices(const toml::node& n, const std::string& node_what, 
     d.threads = static_cast<int>(s.get_int("threads", 0));
     d.memory_bytes = static_cast<uint64_t>(s.get_int("memory", 0));
     d.profile = s.get_string("profile");
+    d.speed = s.get_number("speed", 1.0);
     if (ok && d.kind == device_kind::cuda) {
       if (const toml::node* th = t->get("threads")) {
         error(loc(*th), "'threads' applies to cpu devices only; " + what +

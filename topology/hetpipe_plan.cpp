@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -229,6 +230,25 @@ std::string device_profile_kind(const device_spec& d, const profile_db& db) {
   if (!d.profile.empty()) return d.profile;
   const std::string m = measured_kind_name(d, d.threads);
   return !m.empty() && db.has_kind(m) ? m : std::string();
+}
+
+std::string apply_device_speeds(cluster& c, profile_db& db) {
+  std::string note;
+  for (auto& n : c.nodes)
+    for (auto& d : n.devices) {
+      if (d.speed == 1.0 || !(d.speed > 0)) continue;
+      const std::string kind = device_profile_kind(d, db);
+      if (kind.empty() || !db.has_kind(kind)) continue;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s@x%g", kind.c_str(), d.speed);
+      db.add_scaled_kind(kind, buf, 1.0 / d.speed);
+      d.profile = buf;
+      std::snprintf(buf, sizeof buf, "%s%s %s %d x %g", note.empty() ? "" : ", ", n.name.c_str(),
+                    to_string(d.kind), d.index, d.speed);
+      note += buf;
+      d.speed = 1.0;
+    }
+  return note;
 }
 
 expected<std::vector<plan_device>> plan_devices(const cluster& c, const profile_db& db) {

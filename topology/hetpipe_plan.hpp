@@ -88,6 +88,15 @@ std::string measured_kind_name(const device_spec& d, int threads);
 // the threads it sets) when `db` has that kind; "" otherwise.
 std::string device_profile_kind(const device_spec& d, const profile_db& db);
 
+// Each device whose `speed` is not 1 gets a kind of its own, KIND@xS (its
+// profile kind's times divided by S: profile_db::add_scaled_kind), named in
+// its `profile`, and its speed set to 1 (so a second call changes nothing):
+// the planner, the simulator and the cost models then price it at that
+// speed, e.g. a machine that is not at hand from the same kind measured on
+// this one. A device whose kind db lacks is left as it is (plan_devices
+// reports it). Returns what it scaled ("n1 cpu 0 x 2, ..."), empty if none.
+std::string apply_device_speeds(cluster& c, profile_db& db);
+
 enum class allocation_policy { np, ed, hd };
 const char* to_string(allocation_policy p) noexcept;
 expected<allocation_policy> parse_allocation_policy(std::string_view s);

@@ -53,6 +53,20 @@ bool profile_db::has_kind(std::string_view kind) const {
   return units.front().devices.find(kind) != units.front().devices.end();
 }
 
+void profile_db::add_scaled_kind(const std::string& from, const std::string& to, double f) {
+  if (has_kind(to)) return;
+  for (auto& u : units) {
+    auto it = u.devices.find(from);
+    if (it != u.devices.end()) u.devices[to] = {it->second.fwd_ms * f, it->second.bwd_ms * f};
+  }
+  profile_device pd = devices[from];
+  pd.update_ms *= f;
+  pd.wave_copy_ms *= f;
+  pd.wave_sum_ms *= f;
+  pd.wave_add_ms *= f;
+  devices[to] = pd;
+}
+
 double profile_db::compute_ms(std::string_view kind, std::size_t first, std::size_t last) const {
   double s = 0;
   for (std::size_t i = first; i <= last && i < units.size(); ++i) {

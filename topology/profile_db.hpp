@@ -113,6 +113,10 @@ struct profile_db {
   std::string source;  // the file (or "measured ...") for messages
 
   bool has_kind(std::string_view kind) const;
+  // Adds kind `to` (unless it is there): `from`'s unit times, optimizer step
+  // and wave passes times `time_factor`, its memory and step factor as they
+  // are. `from` must exist.
+  void add_scaled_kind(const std::string& from, const std::string& to, double time_factor);
   // Sum of fwd + bwd ms of units [first, last] on `kind` (which must exist).
   double compute_ms(std::string_view kind, std::size_t first, std::size_t last) const;
   uint64_t params_bytes(std::size_t first, std::size_t last) const;

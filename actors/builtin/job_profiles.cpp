@@ -652,10 +652,17 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
   return db;
 }
 
+void apply_speeds(topology::cluster& c, topology::profile_db& db) {
+  const std::string note = topology::apply_device_speeds(c, db);
+  if (!note.empty()) db.source += "; devices' speed keys: " + note;
+}
+
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch) {
   const auto& p = c.job.params;
-  if (p.contains("profile_file")) return topology::load_profile_db(p.get_string("profile_file"));
-  return measured_profiles(c, measure_batch);
+  auto db = p.contains("profile_file") ? topology::load_profile_db(p.get_string("profile_file"))
+                                       : measured_profiles(c, measure_batch);
+  if (db) apply_speeds(c, *db);
+  return db;
 }
 
 }  // namespace hetflow::actors
@@ -721,18 +728,7 @@ std::string scale_node_kinds(topology::cluster& c, topology::profile_db& db, con
       const std::string kind = topology::device_profile_kind(d, db);
       if (kind.empty() || !db.has_kind(kind)) continue;
       const std::string mine = kind + "@" + n.name;
-      if (!db.has_kind(mine)) {
-        for (auto& u : db.units) {
-          auto it = u.devices.find(kind);
-          if (it != u.devices.end()) u.devices[mine] = {it->second.fwd_ms * f, it->second.bwd_ms * f};
-        }
-        topology::profile_device pd = db.devices[kind];
-        pd.update_ms *= f;
-        pd.wave_copy_ms *= f;
-        pd.wave_sum_ms *= f;
-        pd.wave_add_ms *= f;
-        db.devices[mine] = pd;
-      }
+      db.add_scaled_kind(kind, mine, f);
       d.profile = mine;
       scaled = true;
     }
@@ -762,6 +758,7 @@ expected<topology::profile_db> profiles_on_pinned_nodes(topology::cluster& c, in
   bool on_first = false;
   auto db = measured_profiles(c, measure_batch, cpus[first], &on_first);
   if (!db) return db;
+  apply_speeds(c, *db);  // before the nodes' factors, which multiply them
   if (!on_first) {
     db->source += "; node CPU speeds not measured (the kinds' threads do not fit on " +
                   c.nodes[std::size_t(nodes[first])].name + "'s CPUs, or it could not be pinned)";

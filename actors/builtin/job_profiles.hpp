@@ -111,8 +111,12 @@ expected<topology::profile_db> measured_profiles(topology::cluster& c, int64_t b
                                                  const std::vector<int>& pin_kinds = {},
                                                  bool* kinds_pinned = nullptr);
 
-// The job's profile_file when it names one, else measured_profiles.
+// The job's profile_file when it names one, else measured_profiles; then
+// the devices' `speed` keys (topology::apply_device_speeds, noted in the
+// source).
 expected<topology::profile_db> profiles_at(topology::cluster& c, int64_t measure_batch);
+// apply_device_speeds, its note added to db's source.
+void apply_speeds(topology::cluster& c, topology::profile_db& db);
 
 // Per-node CPU speed for measured profiles on one machine (`hetflow
 // simulate` and `plan`). The nodes `hetflow run` starts here are pinned to

@@ -120,6 +120,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   HF_ASSIGN_OR_RETURN(topology::profile_db db,
                       p.contains("profile_file") ? profiles_at(c, p.get_int("batch_size", 64))
                                                  : hp_job::cluster_profiles(ib, c, p.get_int("batch_size", 64)));
+  if (!p.contains("profile_file")) apply_speeds(c, db);  // (profiles_at did)
   {
     // What the plan rests on: each kind's whole model per minibatch.
     std::string kinds;

@@ -49,6 +49,54 @@ o, d = (json.load(open(f)) for f in sys.argv[1:3])
 assert d["wave_model"] == "drained", d["wave_model"]
 assert d["simulated_samples_per_s"] <= o["simulated_samples_per_s"] * 1.001, (d["simulated_samples_per_s"], o["simulated_samples_per_s"])
 PY
+# A device's speed key: its own kind (KIND@xS, the profile's times / S);
+# the plan gives the faster device more units and predicts more samples/s.
+for speed in 1 3; do
+  cat > "$HETFLOW_SCRATCH/speed$speed.toml" <<EOF
+[cluster]
+name = "speed"
+[[nodes]]
+name = "v"
+host = "10.0.0.1"
+port = 7100
+devices = [ { kind = "cuda", index = 0, profile = "titan-v" } ]
+[[nodes]]
+name = "r"
+host = "10.0.0.2"
+port = 7100
+devices = [ { kind = "cuda", index = 0, profile = "titan-v", speed = $speed } ]
+[job]
+kind = "train"
+model = "vgg19"
+dataset = "synthetic"
+input_shape = [3, 224, 224]
+classes = 1000
+batch_size = 32
+strategy = "hetpipe"
+profile_file = "vgg19-b32.json"
+virtual_workers = 1
+nm = 4
+EOF
+  "$HETFLOW" plan "$HETFLOW_SCRATCH/speed$speed.toml" --json > "$HETFLOW_SCRATCH/speed$speed.json" ||
+    fail "plan --json (speed $speed)"
+done
+python3 - "$HETFLOW_SCRATCH/speed1.json" "$HETFLOW_SCRATCH/speed3.json" <<'PY' || fail "plan json (speed)"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+def on_r(j):
+    (vw,) = j["virtual_workers"]
+    (s,) = [s for s in vw["stages"] if s["node"] == "r"]
+    return s
+ra, rb = on_r(a), on_r(b)
+assert ra["kind"] == "titan-v" and rb["kind"] == "titan-v@x3", (ra["kind"], rb["kind"])
+units = lambda s: s["last_unit"] - s["first_unit"] + 1
+assert units(rb) > units(ra), (units(ra), units(rb))
+assert b["predicted_samples_per_s"] > 1.2 * a["predicted_samples_per_s"], (a["predicted_samples_per_s"], b["predicted_samples_per_s"])
+PY
+"$HETFLOW" validate "$HETFLOW_SCRATCH/speed3.toml" > /dev/null || fail "validate (speed)"
+sed 's/speed = 3/speed = 0/' "$HETFLOW_SCRATCH/speed3.toml" > "$HETFLOW_SCRATCH/speed0.toml"
+"$HETFLOW" validate "$HETFLOW_SCRATCH/speed0.toml" > "$HETFLOW_SCRATCH/speed0.txt" 2>&1 && fail "validate took speed = 0"
+grep -q "speed" "$HETFLOW_SCRATCH/speed0.txt" || fail "speed = 0: $(cat "$HETFLOW_SCRATCH/speed0.txt")"
 start=$(date +%s)
 timeout 20 "$HETFLOW" run "$f" > "$HETFLOW_SCRATCH/run.txt" 2>&1
 rc=$?

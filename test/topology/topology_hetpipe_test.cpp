@@ -882,6 +882,49 @@ BOOST_AUTO_TEST_CASE(host_ring_keys_round_trip_and_are_checked) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+// A device's `speed`: its own kind, the profile kind's times divided by it;
+// once only; a device whose kind the profile lacks is left alone.
+BOOST_AUTO_TEST_CASE(a_device_speed_gives_it_a_scaled_kind) {
+  auto db = uniform_db(4, {{"a", 1.0}}, 100);
+  db.devices["a"].update_ms = 2.0;
+  db.devices["a"].wave_copy_ms = 0.4;
+  db.devices["a"].memory_bytes = 1u << 30;
+  cluster c;
+  for (int i = 0; i < 3; ++i) {
+    node_spec n;
+    n.name = "n" + std::to_string(i);
+    n.host = "h" + std::to_string(i);
+    device_spec d;
+    d.profile = i == 2 ? "missing" : "a";
+    d.speed = i == 0 ? 1.0 : 4.0;
+    n.devices.push_back(d);
+    c.nodes.push_back(n);
+  }
+  const std::string note = apply_device_speeds(c, db);
+  BOOST_TEST(note == "n1 cpu 0 x 4");
+  BOOST_TEST(c.nodes[0].devices[0].profile == "a");
+  BOOST_TEST(c.nodes[1].devices[0].profile == "a@x4");
+  BOOST_TEST(c.nodes[1].devices[0].speed == 1.0);
+  BOOST_TEST(c.nodes[2].devices[0].profile == "missing");  // plan_devices reports it
+  BOOST_REQUIRE(db.has_kind("a@x4"));
+  BOOST_TEST(db.compute_ms("a@x4", 0, 3) == db.compute_ms("a", 0, 3) / 4);
+  BOOST_TEST(db.devices["a@x4"].update_ms == 0.5);
+  BOOST_TEST(db.devices["a@x4"].wave_copy_ms == 0.1);
+  BOOST_TEST(db.devices["a@x4"].memory_bytes == 1u << 30);
+  BOOST_TEST(apply_device_speeds(c, db).empty());  // applied once
+  // The planner puts more of the model on the faster device.
+  c.nodes.pop_back();
+  auto devs = plan_devices(c, db);
+  BOOST_REQUIRE(devs.has_value());
+  auto vw = partition_virtual_worker(*devs, db, 1, /*overlap_waves=*/false);
+  BOOST_REQUIRE(vw.has_value());
+  BOOST_REQUIRE_EQUAL(vw->stages.size(), 2u);
+  std::size_t on_fast = 0;
+  for (const auto& s : vw->stages)
+    if (s.device.kind == "a@x4") on_fast = s.last_unit - s.first_unit + 1;
+  BOOST_TEST(on_fast == 3u);
+}
+
 // links.host_stage_factor: cpu devices of a host with two or more of them
 // compute slower together; plan_devices gives them the factor, which
 // multiplies their units' compute and step (not the waves' passes).

@@ -258,6 +258,32 @@ BOOST_AUTO_TEST_CASE(table_keys_table_shorthand_and_absent) {
                 "'categorical.mode' must be a string, found boolean");
 }
 
+BOOST_AUTO_TEST_CASE(a_device_speed_is_a_positive_number) {
+  const catalog cat = test::make_test_catalog();
+  auto parse = [&](const std::string& device) {
+    return parse_topology("[cluster]\nname = \"t\"\n[[nodes]]\nname = \"n0\"\nhost = \"127.0.0.1\"\nport = 7100\n"
+                          "devices = [ " + device + " ]\n[job]\nkind = \"train\"\nmodel = \"m\"\n",
+                          "/tmp/t.toml", cat);
+  };
+  parse_result a = parse("{ kind = \"cpu\", threads = 2, speed = 2.5 }");
+  BOOST_TEST_INFO(dump(a));
+  BOOST_REQUIRE(a.ok());
+  BOOST_TEST(a.model->nodes[0].devices[0].speed == 2.5);
+  parse_result b = parse("{ kind = \"cuda\", speed = 3 }");  // an integer is a number
+  BOOST_REQUIRE(b.ok());
+  BOOST_TEST(b.model->nodes[0].devices[0].speed == 3.0);
+  parse_result c = parse("{ kind = \"cpu\" }");
+  BOOST_REQUIRE(c.ok());
+  BOOST_TEST(c.model->nodes[0].devices[0].speed == 1.0);
+  for (const char* bad : {"{ kind = \"cpu\", speed = 0 }", "{ kind = \"cpu\", speed = -1.5 }",
+                          "{ kind = \"cpu\", speed = \"fast\" }"}) {
+    parse_result r = parse(bad);
+    BOOST_TEST_INFO(bad);
+    BOOST_TEST(!r.ok());
+    BOOST_TEST(dump(r).find("speed") != std::string::npos, dump(r));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(parse_text_matches_load_and_uses_the_given_folder) {
   const catalog cat = test::make_test_catalog();
   const std::string text = read_all(good_dir / "minimal.toml");
