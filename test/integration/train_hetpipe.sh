@@ -428,17 +428,22 @@ pass "profile --out/--as/--merge: a fleet's file plans (the most work on the fas
 # --- no profile_file, nodes on several machines: the head asks one node of
 # every other machine to measure that machine's devices (hp_profiles.hpp).
 # One machine here: the test-only HETFLOW_DRILL_REMOTE_PROFILE=1 treats n1 as
-# another machine; its kinds come back named n1-cpu-t1.
+# another machine; its kinds come back named n1-cpu-t1. n1's device also has
+# `speed = 4`: the plan prices it at n1-cpu-t1's times / 4 (n1-cpu-t1@x4).
 remote="$HETFLOW_SCRATCH/remote.toml"
 write_topology "$remote" 8980 2 auto "${common[@]}" 'epochs = 1' 'strategy = "hetpipe"' 'nm = 2' 'virtual_workers = 1'
 one_thread "$remote"
+sed -i '0,/threads = 1 }/! s/threads = 1 }/threads = 1, speed = 4 }/' "$remote"
+grep -c "speed = 4" "$remote" | grep -qx 1 || { cat "$remote"; fail "remote: n1's speed key not written"; }
 HETFLOW_DRILL_REMOTE_PROFILE=1 timeout 300 "$HETFLOW" run "$remote" --report "$remote.json" >"$remote.out" 2>&1 ||
   { cat "$remote.out"; fail "hetpipe with profiles from each machine"; }
 grep -q "hetpipe: profiles measured on every machine: here (127.0.0.1), by node 'n1' (127.0.0.1)" "$remote.out" ||
   { cat "$remote.out"; fail "no line saying the profiles came from every machine"; }
 grep -Eq "hetpipe: links: n0 -> n1: [0-9.]+ MB in" "$remote.out" || { cat "$remote.out"; fail "the link to the other machine was not timed"; }
 [[ $(json_get "$remote.json" 'sorted((s["node"], s["kind"]) for s in d["virtual_workers"][0]["stages"])') == \
-  "[('n0', 'cpu-t1'), ('n1', 'n1-cpu-t1')]" ]] ||
-  { python3 -m json.tool "$remote.json" | head -60; fail "stages: want n0 cpu-t1 (measured here) and n1 n1-cpu-t1 (measured on n1)"; }
+  "[('n0', 'cpu-t1'), ('n1', 'n1-cpu-t1@x4')]" ]] ||
+  { python3 -m json.tool "$remote.json" | head -60; fail "stages: want n0 cpu-t1 (measured here) and n1 n1-cpu-t1@x4 (measured on n1, speed 4)"; }
+json_get "$remote.json" 'd["profile_source"]' | grep -q "devices' speed keys: n1 cpu 0 x 4" ||
+  { python3 -m json.tool "$remote.json" | head -60; fail "the report's profile_source does not name n1's speed"; }
 [[ $(json_get "$remote.json" 'd["status"]') == ok ]] || fail "remote profiles: the run failed"
-pass "no profile_file, n1 on another machine (drill): n1 measured its own devices (kind n1-cpu-t1) and the run planned with them"
+pass "no profile_file, n1 on another machine (drill): n1 measured its own devices (kind n1-cpu-t1) and the run planned with them, at its speed key (n1-cpu-t1@x4)"
