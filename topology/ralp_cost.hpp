@@ -21,6 +21,9 @@
 //
 //   transfer(b) = b / bandwidth + messages x latency (4 messages a step with a
 //   cut, 2 without). No overlap is assumed (an upper bound, as cost_model.hpp).
+//   The runtime's server measures both (actors/link_probe.hpp): latency is
+//   half a round trip of 4 bytes between two sides that were idle 1 ms, as a
+//   step's receiver is (the back-to-back round trip is ~3x shorter on a VM).
 //
 // The chosen cut has the least step_ms; ties (within 1e-9 relative): fewer
 // bytes, then the later cut (less work on the server).

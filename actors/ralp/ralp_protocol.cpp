@@ -4,6 +4,10 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string_view>
 #include <cstring>
 #include <vector>
 
@@ -117,6 +121,38 @@ expected<std::vector<int32_t>> i32_values(const ralp_message& m, std::size_t i) 
   std::vector<int32_t> v(std::size_t(tv.shape[0]));
   if (!v.empty()) std::memcpy(v.data(), tv.data.data(), v.size() * sizeof(int32_t));
   return v;
+}
+
+std::string encode_unit_times(const std::vector<unit_time>& units) {
+  std::string out;
+  char buf[64];
+  for (const auto& u : units) {
+    std::snprintf(buf, sizeof buf, " %.6g %.6g\n", u.fwd_ms, u.bwd_ms);
+    out += u.name;
+    out += buf;
+  }
+  return out;
+}
+
+expected<std::vector<unit_time>> decode_unit_times(std::string_view text, const std::string& peer) {
+  std::vector<unit_time> units;
+  std::size_t line_no = 0;
+  while (!text.empty()) {
+    const std::size_t nl = text.find('\n');
+    const std::string line(text.substr(0, nl));
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++line_no;
+    if (line.empty()) continue;
+    std::istringstream in(line);
+    unit_time u;
+    std::string rest;
+    if (!(in >> u.name >> u.fwd_ms >> u.bwd_ms) || (in >> rest) || !std::isfinite(u.fwd_ms) ||
+        !std::isfinite(u.bwd_ms) || u.fwd_ms < 0 || u.bwd_ms < 0)
+      return make_error(errc::wire_corrupt, "ralp hello from " + peer + ": unit time line " + std::to_string(line_no) +
+                                                " is not 'NAME FWD_MS BWD_MS': '" + line.substr(0, 80) + "'");
+    units.push_back(std::move(u));
+  }
+  return units;
 }
 
 }  // namespace hetflow::ralp

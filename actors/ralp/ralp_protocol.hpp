@@ -4,9 +4,10 @@
 //
 //   worker w                                    server (PS node)
 //      |-- hello (aux = its clocks in all) ----->|  the server learns every
+//          [text: its own unit times, below]
 //      |<------------ probe (aux = seq, tensor) -|  ralp_cut = 0: once every worker
 //      |-- probe (aux = seq) -------------------->|  said hello, round trips to one
-//      |   ... (20 rounds)                        |  worker on another node time the link
+//      |   ... (28 rounds; the last 8 held 1 ms)  |  worker on another node time the link
 //      |<------------ welcome (aux = the cut) ---|  worker's final clock (and
 //                                                   correct = the clock to resume at)
 //   [each step, clock c]
@@ -40,6 +41,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "kernels/tensor.hpp"
 #include "schemas/error.hpp"
@@ -59,7 +62,9 @@ enum : uint32_t {
   kind_bye = 0x52410008,
   kind_error = 0x52410009,
   kind_probe = 0x5241000a,  // server -> a worker before its welcome (aux: a sequence number, one tensor):
-                            // the worker sends it back at once without the tensor (the link's speed)
+                            // the worker sends it back without the tensor (the link's speed); lr > 0:
+                            // it holds the answer lr ms first and says in loss how long it held it
+                            // (ms), the latency of a message to a thread that has been idle
 };
 inline constexpr uint32_t protocol_version = 2;  // 2: flag_pull_next
 
@@ -99,7 +104,7 @@ struct ralp_message {
   uint32_t kind = 0;
   std::string sender;
   ralp_info info;
-  std::string text;              // kind_error
+  std::string text;              // kind_error; kind_hello: unit_times (may be empty)
   schemas::decoded_message msg;  // tensors (views into the buffer)
   std::size_t tensors() const { return msg.tensor_count(); }
 };
@@ -110,5 +115,19 @@ expected<ralp_message> read_message(const wire_buffer_ref& buf, const schemas::r
 expected<kernels::tensor> f32_tensor(const ralp_message& m, std::size_t i);
 // Tensor i as i32 values (labels).
 expected<std::vector<int32_t>> i32_values(const ralp_message& m, std::size_t i);
+
+// A worker's own times of the model's units, measured on its device before
+// its hello (ralp_cut = 0 and the worker on another node than the server):
+// the server's cost model prices the lower units with them instead of its
+// own (the machines, or a VM's vCPUs, differ). The hello's text, one line
+// a unit: "NAME FWD_MS BWD_MS".
+struct unit_time {
+  std::string name;
+  double fwd_ms = 0, bwd_ms = 0;
+};
+std::string encode_unit_times(const std::vector<unit_time>& units);
+// errc::wire_corrupt for a line that is not "NAME FWD BWD" with finite
+// times >= 0 (errors name `peer`); an empty text is no units.
+expected<std::vector<unit_time>> decode_unit_times(std::string_view text, const std::string& peer);
 
 }  // namespace hetflow::ralp

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "actors/buffer_pool.hpp"
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/control_board.hpp"
@@ -49,7 +50,13 @@ struct server_state : builtin::job_actor_state {
   std::unique_ptr<ralp::server_core> core;
   std::string cut_source, cut_why;
   double predicted_step_ms = -1;
+  double cost_gbps = 0, cost_latency_us = 0;  // the link the cost model priced (with predicted_step_ms)
   uint64_t predicted_bytes = 0;  // per step (every worker one batch), cost-model formula
+  // The weights and activation gradients sent come from here and come back
+  // once delivered: a fresh buffer costs a page fault per 4 KiB page (on a
+  // VM ~7-11 us each, ~0.3 ms for LeNet-5's 170 KB of weights).
+  std::shared_ptr<buffer_pool> pool = buffer_pool::create(std::size_t{64} << 10, std::size_t{256} << 20);
+  schemas::message_builder::allocator allocate = [p = pool](std::size_t bytes) { return p->allocate(bytes); };
   struct waiting {
     int worker = 0;
     int64_t clock = 0;
@@ -82,10 +89,11 @@ struct server_state : builtin::job_actor_state {
     int round = 0;  // rounds done: the small ones, then the big ones (actors/link_probe.hpp)
     int64_t seq = 0;
     clock_type::time_point sent;
-    std::vector<double> small_ms, big_ms;
+    std::vector<double> small_ms, big_ms, cold_ms;
     kernels::tensor small, big;
     std::vector<std::pair<std::string, wire_buffer_ref>> stashed;
     std::set<std::string> hellos;  // the workers that said hello
+    std::map<int, std::vector<ralp::unit_time>> worker_times;  // their own unit times (the hello's text)
     std::optional<kernels::model> model;
     topology::profile_db db;  // profiled at the start, while the workers load their data
     topology::ralp_cost_inputs cin;
@@ -127,7 +135,7 @@ void answer(server_actor* self, int w, int64_t clock, int32_t flags) {
   for (auto* p : st.core->lower_params()) ts.push_back(p->value.view());
   if (flags & ralp::flag_full)
     for (auto* p : st.core->upper_params()) ts.push_back(p->value.view());
-  server_send(self, w, ralp::make_message(ralp::kind_weights, st.me, worker_name(w), info, ts),
+  server_send(self, w, ralp::make_message(ralp::kind_weights, st.me, worker_name(w), info, ts, {}, {}, &st.allocate),
               (flags & ralp::flag_full) == 0);
 }
 
@@ -243,7 +251,10 @@ void report(server_actor* self) {
   j.field("cut_unit", cut < core.model().size() ? core.model().at(cut).name() : std::string("(no cut)"));
   j.field("units", int64_t(core.model().size())).field("cut_source", st.cut_source);
   if (!st.cut_why.empty()) j.field("cut_why", st.cut_why);
-  if (st.predicted_step_ms >= 0) j.field("predicted_step_ms", st.predicted_step_ms);
+  if (st.predicted_step_ms >= 0)
+    j.field("predicted_step_ms", st.predicted_step_ms)
+        .field("cost_link_gbps", st.cost_gbps)
+        .field("cost_latency_us", st.cost_latency_us);
   j.field("predicted_bytes_per_step", int64_t(st.predicted_bytes));
   j.field("lower_params_bytes", bytes_of(core.lower_params())).field("upper_params_bytes", bytes_of(core.upper_params()));
   j.field("workers", int64_t{st.opts.workers}).field("steps", steps).field("upper_clocks", clocks);
@@ -345,7 +356,8 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
         info.loss = r.loss.loss;
         info.correct = r.loss.correct;
         std::vector<kernels::tensor_view> ts{r.act_grad.view()};
-        server_send(self, r.worker, ralp::make_message(ralp::kind_act_grad, st.me, worker_name(r.worker), info, ts),
+        server_send(self, r.worker,
+                    ralp::make_message(ralp::kind_act_grad, st.me, worker_name(r.worker), info, ts, {}, {}, &st.allocate),
                     true);
       }
       break;
@@ -440,17 +452,39 @@ expected<topology::profile_db> profile_for_cut(server_actor* self, const kernels
   return db;
 }
 
-// The cost model's cut from `db` (profile_for_cut) and the link in `in`.
-status cut_from_profile(server_actor* self, const topology::profile_db& db, topology::ralp_cost_inputs in,
-                        std::size_t& cut) {
+// The cost model's cut from `db_in` (profile_for_cut) and the link in `in`.
+// A worker that sent its own unit times (`times`, by worker) is priced with
+// them (kind = its name); the others, and the server, with this node's.
+status cut_from_profile(server_actor* self, const topology::profile_db& db_in, topology::ralp_cost_inputs in,
+                        std::size_t& cut, const std::map<int, std::vector<ralp::unit_time>>& times = {}) {
   auto& st = self->state;
+  topology::profile_db db = db_in;
   in.server_kind = "here";
   in.worker_kinds.assign(std::size_t(st.opts.workers), "here");
+  std::string own;  // the workers priced with their own times
+  for (const auto& [w, ts] : times) {
+    if (w < 0 || w >= st.opts.workers) continue;
+    bool same = ts.size() == db.units.size();
+    for (std::size_t i = 0; same && i < ts.size(); ++i) same = ts[i].name == db.units[i].name;
+    if (!same) {
+      log_warn(st.me + ": " + worker_name(w) + "'s unit times do not name this model's units; its part is priced "
+                       "with this node's profile");
+      continue;
+    }
+    const std::string kind = worker_name(w);
+    for (std::size_t i = 0; i < ts.size(); ++i) db.units[i].devices[kind] = {ts[i].fwd_ms, ts[i].bwd_ms};
+    db.devices[kind] = topology::profile_device{};
+    in.worker_kinds[std::size_t(w)] = kind;
+    own += (own.empty() ? "" : ", ") + kind;
+  }
   HF_ASSIGN_OR_RETURN(topology::ralp_estimate e, topology::estimate_ralp(db, in));
   cut = e.best().cut;
   st.cut_source = "cost model";
   st.cut_why = e.why;
+  if (!own.empty()) st.cut_why += "; the workers' units priced with their own times (" + own + ")";
   st.predicted_step_ms = e.best().step_ms;
+  st.cost_gbps = in.gbps;
+  st.cost_latency_us = in.latency_us;
   return {};
 }
 
@@ -477,6 +511,8 @@ status choose_cut(server_actor* self, const kernels::model_spec& spec, std::size
 // The link probe's timeout (a sequence number: ignored unless its round is
 // still unanswered).
 using probe_timeout_atom = caf::atom_constant<caf::atom("ralpprobe")>;
+// A cold round's send, cold_gap_ms after the last answer (a sequence number).
+using probe_go_atom = caf::atom_constant<caf::atom("ralpgo")>;
 
 // The rest of the start once the cut is known: the server core (restored
 // from restore_label >= 0), then running.
@@ -520,11 +556,14 @@ void finish_start(server_actor* self, kernels::model m, std::size_t cut, int64_t
   builtin::become_running(
       self, [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_wire(self, node, buf); },
       [self](tick_atom) { on_tick(self); },
-      [](probe_timeout_atom, int64_t) {});  // the link probe's timers, after it ended
+      [](probe_timeout_atom, int64_t) {},  // the link probe's timers, after it ended
+      [](probe_go_atom, int64_t) {});
 }
 
 constexpr int probe_small_rounds = link_probe::warmup_rounds + link_probe::small_timed;
 constexpr int probe_big_rounds = link_probe::warmup_rounds + link_probe::big_timed;
+constexpr int probe_cold_rounds = link_probe::cold_warmup + link_probe::cold_timed;
+constexpr int probe_rounds = probe_small_rounds + probe_big_rounds + probe_cold_rounds;
 
 // The worker to time the link to: one on another machine, else one on
 // another node of this one; -1: every worker is on the server's node.
@@ -542,10 +581,12 @@ int probe_target(const server_actor* self, const topology::cluster& c) {
 }
 
 // Ends the probe: the cut from the cost model (with the measured link when
-// `gbps` > 0), the start finished, the stashed messages handled.
-void end_probe(server_actor* self, double gbps, const std::string& said) {
+// `gbps` > 0, and the measured latency of a message to an idle receiver
+// when `latency_us` > 0), the start finished, the stashed messages handled.
+void end_probe(server_actor* self, double gbps, const std::string& said, double latency_us = 0) {
   auto& st = self->state;
   std::unique_ptr<server_state::probe_state> p = std::move(st.probe);
+  if (latency_us > 0) p->cin.latency_us = latency_us;
   if (gbps > 0) {
     p->cin.gbps = gbps;
     log_info(st.me + ": link to " + who_worker(st.svc, p->worker) + ": " + said);
@@ -555,7 +596,8 @@ void end_probe(server_actor* self, double gbps, const std::string& said) {
     log_warn(st.me + ": link to " + who_worker(st.svc, p->worker) + ": " + said + buf);
   }
   std::size_t cut = 0;
-  if (auto s = cut_from_profile(self, p->db, p->cin, cut); !s.ok()) return server_fail(self, st.me + ": " + s.message());
+  if (auto s = cut_from_profile(self, p->db, p->cin, cut, p->worker_times); !s.ok())
+    return server_fail(self, st.me + ": " + s.message());
   if (gbps > 0) st.cut_why += (st.cut_why.empty() ? "" : "; ") + std::string("link measured: ") + said;
   finish_start(self, std::move(*p->model), cut, -1);
   for (auto& [node, buf] : p->stashed) {
@@ -570,7 +612,9 @@ void send_probe(server_actor* self) {
   ralp::ralp_info info;
   info.worker = p.worker;
   info.aux = ++p.seq;
-  const kernels::tensor_view v = (p.round < probe_small_rounds ? p.small : p.big).view();
+  const bool big = p.round >= probe_small_rounds && p.round < probe_small_rounds + probe_big_rounds;
+  if (p.round >= probe_small_rounds + probe_big_rounds) info.lr = link_probe::cold_gap_ms;  // held that long
+  const kernels::tensor_view v = (big ? p.big : p.small).view();
   p.sent = clock_type::now();
   auto s = st.svc->send_wire(worker_name(p.worker), ralp::make_message(ralp::kind_probe, st.me, worker_name(p.worker),
                                                                        info, std::span<const kernels::tensor_view>(&v, 1)));
@@ -591,26 +635,43 @@ void on_probe_wire(server_actor* self, const std::string& node, const wire_buffe
     // its data on the server's or the probed worker's cores (one such
     // probe read 0.29 ms for 4 bytes against 0.02-0.03 ms).
     if (m && m->kind == ralp::kind_hello && m->info.worker >= 0 && m->info.worker < st.opts.workers &&
-        m->sender == worker_name(m->info.worker))
+        m->sender == worker_name(m->info.worker)) {
       p.hellos.insert(m->sender);
+      if (auto t = ralp::decode_unit_times(m->text, m->sender); !t)
+        log_warn(st.me + ": " + t.error().message() + " (its part is priced with this node's profile)");
+      else if (!t->empty())
+        p.worker_times[m->info.worker] = std::move(*t);
+    }
     if (p.seq == 0 && int(p.hellos.size()) == st.opts.workers) send_probe(self);
     return;
   }
   if (m->sender != worker_name(p.worker) || m->info.aux != p.seq) return;  // a late answer
   const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - p.sent).count();
-  const bool small = p.round < probe_small_rounds;
-  const int k = small ? p.round : p.round - probe_small_rounds;
-  if (k >= link_probe::warmup_rounds) (small ? p.small_ms : p.big_ms).push_back(ms);
-  if (++p.round < probe_small_rounds + probe_big_rounds) return send_probe(self);
+  if (p.round < probe_small_rounds) {
+    if (p.round >= link_probe::warmup_rounds) p.small_ms.push_back(ms);
+  } else if (p.round < probe_small_rounds + probe_big_rounds) {
+    if (p.round - probe_small_rounds >= link_probe::warmup_rounds) p.big_ms.push_back(ms);
+  } else if (p.round - probe_small_rounds - probe_big_rounds >= link_probe::cold_warmup) {
+    const double cold = ms - m->info.loss;  // less the time the worker held its answer
+    if (m->info.loss > 0 && cold > 0) p.cold_ms.push_back(cold);
+  }
+  if (++p.round < probe_rounds) {
+    if (p.round < probe_small_rounds + probe_big_rounds) return send_probe(self);
+    // A cold round: the worker has been idle cold_gap_ms when it arrives.
+    self->delayed_send(self, std::chrono::microseconds(int64_t(link_probe::cold_gap_ms * 1e3)), probe_go_atom::value,
+                       p.seq);
+    return;
+  }
   link_probe::result r;
   r.bytes = uint64_t(p.big.numel()) * sizeof(float);
   r.small_ms = link_probe::median(p.small_ms);
   r.big_ms = link_probe::median(p.big_ms);
+  r.cold_ms = link_probe::median(p.cold_ms);  // 0: an older worker that does not hold its answer
   const double gbps = r.gbps();
-  if (gbps <= 0) return end_probe(self, 0, r.describe() + ", not resolved");
+  if (gbps <= 0) return end_probe(self, 0, r.describe() + ", not resolved", r.latency_us());
   char g[48];
   std::snprintf(g, sizeof g, ": %.2f Gb/s", gbps);
-  end_probe(self, gbps, r.describe() + g);
+  end_probe(self, gbps, r.describe() + g, r.latency_us());
 }
 
 caf::behavior ralp_server(server_actor* self, actor_env env) {
@@ -688,6 +749,9 @@ caf::behavior ralp_server(server_actor* self, actor_env env) {
           st.probe = std::move(p);
           self->become(
               [self](wire_atom, const std::string& node, const wire_buffer_ref& buf) { on_probe_wire(self, node, buf); },
+              [self](probe_go_atom, int64_t seq) {
+                if (self->state.probe && self->state.probe->seq == seq) send_probe(self);
+              },
               [self](probe_timeout_atom, int64_t seq) {
                 if (!self->state.probe || self->state.probe->seq != seq) return;
                 end_probe(self, 0, seq == 0 ? std::string("not every worker said hello within ps_timeout")

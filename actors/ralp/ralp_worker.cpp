@@ -16,7 +16,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <optional>
+#include <thread>
 
+#include "actors/buffer_pool.hpp"
 #include "actors/builtin/job_actor.hpp"
 #include "actors/builtin/stream_job.hpp"
 #include "actors/json.hpp"
@@ -27,6 +31,7 @@
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/ralp/ralp_protocol.hpp"
 #include "actors/ralp/ralp_worker_core.hpp"
+#include "kernels/profile.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
 #include "kernels/weights_io.hpp"
@@ -44,12 +49,18 @@ class server_link {
 public:
   server_link(caf::blocking_actor* self, std::shared_ptr<node_services> svc, std::string me, int worker,
               double timeout_s)
-      : self_(self), svc_(std::move(svc)), me_(std::move(me)), worker_(worker), timeout_s_(timeout_s) {}
+      : self_(self),
+        svc_(std::move(svc)),
+        me_(std::move(me)),
+        worker_(worker),
+        timeout_s_(timeout_s),
+        pool_(buffer_pool::create(std::size_t{64} << 10, std::size_t{256} << 20)),
+        allocate_([pool = pool_](std::size_t bytes) { return pool->allocate(bytes); }) {}
 
   status send(uint32_t kind, ralp::ralp_info info, std::span<const kernels::tensor_view> ts = {},
-              std::span<const int32_t> labels = {}) {
+              std::span<const int32_t> labels = {}, const std::string& text = {}) {
     info.worker = worker_;
-    auto msg = ralp::make_message(kind, me_, server_name, info, ts, labels);
+    auto msg = ralp::make_message(kind, me_, server_name, info, ts, labels, text, &allocate_);
     bytes_sent += int64_t(msg->size());
     return svc_->send_wire(server_name, std::move(msg));
   }
@@ -87,9 +98,15 @@ public:
             }
             if (m->kind == ralp::kind_probe && m->sender == server_name) {
               // The server timing the link before it picks the cut: back
-              // at once, without the tensor; not the job's traffic.
+              // without the tensor (held lr ms first, the time held in
+              // loss: a cold round); not the job's traffic.
               bytes_received -= int64_t(buf->size());
               ralp::ralp_info back = m->info;
+              if (m->info.lr > 0 && m->info.lr <= 100) {
+                const auto got_at = clock_type::now();
+                std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(m->info.lr));
+                back.loss = std::chrono::duration<double, std::milli>(clock_type::now() - got_at).count();
+              }
               const auto before = bytes_sent;
               if (auto s = send(ralp::kind_probe, back); !s.ok()) failure = s;
               bytes_sent = before;
@@ -120,6 +137,10 @@ private:
   std::string me_;
   int worker_;
   double timeout_s_;
+  // The pushes and activations sent come from here and come back once
+  // delivered (a fresh buffer costs a page fault per 4 KiB page).
+  std::shared_ptr<buffer_pool> pool_;
+  schemas::message_builder::allocator allocate_;
 };
 
 struct worker_stats {
@@ -133,6 +154,33 @@ struct worker_stats {
   double test_accuracy = -1;
   int64_t resumed_from = 0;  // the clock the server restored (0: from the start)
 };
+
+// This worker's own times of the model's units for the server's cost model
+// (ralp_protocol.hpp, unit_times): on a twin of the model (profiling
+// overwrites gradients), at the job's batch, on the job's first training
+// rows (the data the steps run on: LeNet-5's max pooling takes 1.8x longer
+// on random inputs). Before the hello, so the server's link probe (which
+// starts once every worker said hello) and this do not share the CPUs.
+expected<std::string> own_unit_times(const kernels::model_spec& spec, const kernels::train_config& c,
+                                     const kernels::image_dataset& train) {
+  HF_ASSIGN_OR_RETURN(kernels::model twin, kernels::build_model(spec, c.where, {c.threads, 1}));
+  kernels::profile_options po;
+  po.batch = c.batch_size;
+  std::optional<kernels::tensor> rows;
+  if (train.size() >= c.batch_size && train.images.shape().rank() >= 1) {
+    kernels::shape s = train.images.shape();
+    s[0] = c.batch_size;
+    rows = kernels::tensor::empty(s);
+    std::memcpy(rows->f32(), train.images.f32(), std::size_t(rows->numel()) * sizeof(float));
+    po.input = &*rows;
+  }
+  expected<kernels::model_profile> prof = make_error(errc::internal, "not profiled");
+  twin.context().run([&] { prof = kernels::profile_model(twin, po); });
+  HF_RETURN_IF_ERROR(prof.error());
+  std::vector<ralp::unit_time> units;
+  for (const auto& u : prof->units) units.push_back({u.name, u.forward_s * 1e3, u.backward_s * 1e3});
+  return ralp::encode_unit_times(units);
+}
 
 status install(ralp::worker_core& wc, const ralp::ralp_message& m, bool full) {
   std::vector<kernels::tensor_view> vs;
@@ -164,7 +212,23 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   const kernels::trace::track_id tk = link.tk;
   ralp::ralp_info hello;
   hello.aux = worker_clocks(plan, c.epochs, w, W);
-  HF_RETURN_IF_ERROR(link.send(ralp::kind_hello, hello));
+  // Where the server's cost model picks the cut and this worker is on
+  // another node (whose device or CPUs may differ), it gets this worker's
+  // own unit times with the hello. A failed profile leaves the server's.
+  std::string unit_times;
+  if (o.cut <= 0 && o.link_gbps <= 0 && !svc->node_of(server_name).empty() &&
+      svc->node_of(server_name) != svc->node_name()) {
+    const auto t0 = clock_type::now();
+    if (auto t = own_unit_times(spec, c, data.train)) {
+      unit_times = std::move(*t);
+      log_info(me + ": profiled the model's units here for the server's cost model in " +
+               std::to_string(int(since(t0) * 1e3)) + " ms");
+    } else {
+      log_warn(me + ": profiling the model's units failed (the server's own profile prices them): " +
+               t.error().message());
+    }
+  }
+  HF_RETURN_IF_ERROR(link.send(ralp::kind_hello, hello, {}, {}, unit_times));
   HF_ASSIGN_OR_RETURN(auto welcome, link.await(ralp::kind_welcome, 0, "hello"));
   if (welcome.info.global != int64_t(m.size()))
     return make_error(errc::internal, me + ": the RALP server's model has " + std::to_string(welcome.info.global) +

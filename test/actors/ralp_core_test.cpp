@@ -347,6 +347,33 @@ BOOST_AUTO_TEST_CASE(protocol_round_trip) {
   BOOST_CHECK_EQUAL(me->text, "it broke");
 }
 
+BOOST_AUTO_TEST_CASE(unit_times_round_trip_in_a_hello) {
+  std::vector<unit_time> units{{"conv1", 0.301, 0.369}, {"flatten", 0, 0}, {"fc1", 0.038, 1e-4}};
+  ralp_info info;
+  info.aux = 800;
+  auto buf = make_message(kind_hello, "ralpworker0", "ralp0", info, {}, {}, encode_unit_times(units));
+  schemas::read_limits lim;
+  auto m = read_message(buf, lim, "test");
+  BOOST_REQUIRE_MESSAGE(m.has_value(), m.error().message());
+  auto back = decode_unit_times(m->text, m->sender);
+  BOOST_REQUIRE_MESSAGE(back.has_value(), back.error().message());
+  BOOST_REQUIRE_EQUAL(back->size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    BOOST_CHECK_EQUAL((*back)[i].name, units[i].name);
+    BOOST_CHECK_CLOSE((*back)[i].fwd_ms + 1, units[i].fwd_ms + 1, 1e-4);
+    BOOST_CHECK_CLOSE((*back)[i].bwd_ms + 1, units[i].bwd_ms + 1, 1e-4);
+  }
+  // An older worker's hello (no text) is no units; anything else is refused, naming the peer.
+  auto none = decode_unit_times("", "w");
+  BOOST_REQUIRE(none.has_value());
+  BOOST_CHECK(none->empty());
+  for (const char* bad : {"conv1 0.3\n", "conv1 0.3 x\n", "conv1 -1 0.2\n", "conv1 nan 0.2\n", "conv1 0.1 0.2 3\n"}) {
+    auto r = decode_unit_times(bad, "ralpworker3");
+    BOOST_CHECK_MESSAGE(!r.has_value(), bad);
+    if (!r) BOOST_CHECK(r.error().message().find("ralpworker3") != std::string::npos);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(large_messages_are_copied_in_pieces_whole) {
   // Over 4 MiB in all: copied in 1 MiB pieces by several threads. Sizes that
   // are not multiples of a piece, an empty tensor between, every element

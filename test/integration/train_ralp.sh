@@ -101,11 +101,23 @@ d = json.load(open(sys.argv[1])); srv = d["ralp"]["server"]
 print("cost model chose", srv["cut"], srv["cut_unit"], ":", srv["cut_why"])
 assert srv["cut_source"] == "cost model" and 1 <= srv["cut"] <= srv["units"], srv
 assert d["epochs"][-1]["test_accuracy"] > 0.5, d["epochs"]
+# The worker on n1 (not the server's node) timed the model's units itself and
+# sent them with its hello.
+assert "the workers' units priced with their own times (ralpworker" in srv["cut_why"], srv["cut_why"]
+assert srv["predicted_step_ms"] > 0 and srv["cost_latency_us"] > 0, srv
 PY
+grep -Eq "ralpworker[0-9]+: profiled the model's units here for the server's cost model in [0-9]+ ms" "$auto.out" ||
+  { cat "$auto.out"; fail "ralp_cut = 0: the worker did not profile its units"; }
 # The server timed the link to the worker on n1 before it chose: measured
 # (and in the report's cut_why), or, when noise hid the difference of the
 # two sizes, said so and kept the assumed link (a loaded machine).
-link="ralp0: link to worker '[^']+' on node 'n1': [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\)"
+# The cold rounds (4 B after each side was idle 1 ms) give the latency the
+# cost model prices each message at: half their round trip.
+link="ralp0: link to worker '[^']+' on node 'n1': [0-9.]+ MB in [0-9.]+ ms, 4 B in [0-9.]+ ms \(round trips\), 4 B after 1 ms idle in [0-9.]+ ms"
+cold=$(grep -Eo "4 B after 1 ms idle in [0-9.]+ ms" "$auto.out" | head -1 | awk '{print $8}')
+[[ -n "$cold" ]] || { cat "$auto.out"; fail "ralp_cut = 0: no cold round trip in the link probe's line"; }
+json_get "$auto.json" "abs(d['ralp']['server']['cost_latency_us'] - $cold * 500) <= 0.6" | grep -q True ||
+  { cat "$auto.json"; fail "ralp_cut = 0: cost_latency_us is not half the cold round trip ($cold ms)"; }
 if grep -Eq "$link: [0-9.]+ Gb/s$" "$auto.out"; then
   json_get "$auto.json" '"link measured: " in d["ralp"]["server"]["cut_why"] and " Gb/s" in d["ralp"]["server"]["cut_why"]' |
     grep -q True || { cat "$auto.json"; fail "ralp_cut = 0: the measured link is not in cut_why"; }
@@ -114,7 +126,7 @@ elif grep -Eq "$link, not resolved; the assumed [0-9.]+ Gb/s kept$" "$auto.out";
 else
   cat "$auto.out"; fail "ralp_cut = 0: no line with the link probe"
 fi
-pass "ralp_cut = 0: the server's cost model picks a cut, with the link to the worker measured"
+pass "ralp_cut = 0: the server's cost model picks a cut, with the link to the worker (and its cold latency) measured and the worker's own unit times"
 
 # --- plan: the table of cuts
 out=$("$HETFLOW" plan "$r2" 2>&1) || { echo "$out"; fail "plan failed"; }

@@ -119,6 +119,26 @@ BOOST_AUTO_TEST_CASE(batch_scales_the_profile_and_update_counts_per_worker) {
   BOOST_CHECK_CLOSE(c3->server_ms, 2 * 120.6 + 2 * 4, 1e-9);  // W x upper at batch 64, W x update
 }
 
+BOOST_AUTO_TEST_CASE(the_slowest_worker_kind_and_the_latency_price_the_step) {
+  // A worker of kind "slow" (every unit 3x the time) sets the workers' term;
+  // each of the 4 messages of a cut step (2 of plain PS) costs latency_us.
+  profile_db db = fc_head();
+  db.devices["slow"] = profile_device{};
+  for (auto& u : db.units) u.devices["slow"] = {3 * u.devices["cpu"].fwd_ms, 3 * u.devices["cpu"].bwd_ms};
+  auto in = inputs(10);
+  in.worker_kinds = {"cpu", "slow"};
+  auto e = estimate_ralp(db, in);
+  BOOST_REQUIRE_MESSAGE(e.has_value(), e.error().message());
+  const auto* c = e->find(3);
+  BOOST_REQUIRE(c != nullptr);
+  BOOST_CHECK_CLOSE(c->worker_ms, 3 * (15 + 2 + 0.2), 1e-6);
+  in.latency_us = 105;
+  auto f = estimate_ralp(db, in);
+  BOOST_REQUIRE(f.has_value());
+  BOOST_CHECK_CLOSE(f->find(3)->transfer_ms - c->transfer_ms, 4 * 0.1, 1e-6);
+  BOOST_CHECK_CLOSE(f->find(5)->transfer_ms - e->find(5)->transfer_ms, 2 * 0.1, 1e-6);
+}
+
 BOOST_AUTO_TEST_CASE(refuses_bad_inputs) {
   auto in = inputs(10);
   in.server_kind = "gpu";
