@@ -731,6 +731,7 @@ expected<stage_stats> run_stage(const std::shared_ptr<node_services>& svc,
   auto last_step = [&](int64_t p, kernels::tensor_view in, std::span<const int32_t> labels, double lr) -> status {
     kernels::trace::scope t("forward+backward", tk, "minibatch", p);
     HF_ASSIGN_OR_RETURN(auto fb, core->forward_backward_last(p, in, labels, !first_stage));
+    t.end();  // the send and the local update have spans of their own
     if (!std::isfinite(fb.loss.loss))
       return make_error(errc::internal, me + ": loss became " + std::to_string(fb.loss.loss) + " at minibatch " +
                                             std::to_string(p) + "; lower the learning rate");
