@@ -215,8 +215,11 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   // Where the server's cost model picks the cut and this worker is on
   // another node (whose device or CPUs may differ), it gets this worker's
   // own unit times with the hello. A failed profile leaves the server's.
+  // Not on --resume with checkpoints: the cut comes from the checkpoint
+  // (where there is none, the server's profile prices every worker).
   std::string unit_times;
-  if (o.cut <= 0 && o.link_gbps <= 0 && !svc->node_of(server_name).empty() &&
+  const bool resuming = o.resume && !o.checkpoint_dir.empty();
+  if (o.cut <= 0 && o.link_gbps <= 0 && !resuming && !svc->node_of(server_name).empty() &&
       svc->node_of(server_name) != svc->node_name()) {
     const auto t0 = clock_type::now();
     if (auto t = own_unit_times(spec, c, data.train)) {

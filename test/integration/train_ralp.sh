@@ -127,6 +127,18 @@ else
   cat "$auto.out"; fail "ralp_cut = 0: no line with the link probe"
 fi
 pass "ralp_cut = 0: the server's cost model picks a cut, with the link to the worker (and its cold latency) measured and the worker's own unit times"
+# --resume with a checkpoint_dir: the cut would come from a checkpoint, so
+# the worker does not profile (here there is none: the server's cost model
+# prices every worker with its own profile, and says nothing of theirs).
+write_topology "$auto.r.toml" 8855 2 auto "${common[@]}" 'epochs = 1' 'train_size = 1344' 'strategy = "ralp"' \
+  "checkpoint_dir = \"$HETFLOW_SCRATCH/auto-ck\"" 'checkpoint_every = 100'
+one_thread "$auto.r.toml"
+timeout 300 "$HETFLOW" run "$auto.r.toml" --resume --report "$auto.r.toml.json" >"$auto.r.toml.out" 2>&1 ||
+  { cat "$auto.r.toml.out"; fail "ralp_cut = 0 --resume run failed"; }
+! grep -q "profiled the model's units here" "$auto.r.toml.out" &&
+  json_get "$auto.r.toml.json" '"cost model" == d["ralp"]["server"]["cut_source"] and "their own times" not in d["ralp"]["server"]["cut_why"]' |
+  grep -q True || { cat "$auto.r.toml.out"; fail "ralp_cut = 0 --resume: a worker profiled its units"; }
+pass "ralp_cut = 0 with --resume: the workers leave the profile to the server"
 
 # --- plan: the table of cuts
 out=$("$HETFLOW" plan "$r2" 2>&1) || { echo "$out"; fail "plan failed"; }
