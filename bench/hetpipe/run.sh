@@ -32,36 +32,7 @@ wave_modes="${WAVES:-overlap drain}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-topo() {  # topo FILE STRATEGY_LINES...
-  local f=$1
-  shift
-  {
-    echo '[cluster]'
-    echo 'name = "bench-hetpipe"'
-    echo '[[nodes]]'
-    echo 'name = "n0"'
-    echo 'host = "127.0.0.1"'
-    echo 'port = 7610'
-    echo 'devices = [ { kind = "cpu", threads = 1 } ]'
-    echo '[[nodes]]'
-    echo 'name = "n1"'
-    echo 'host = "127.0.0.1"'
-    echo 'port = 7611'
-    echo 'devices = [ { kind = "cpu", threads = 1, memory = "40MiB" } ]'
-    echo '[job]'
-    echo 'kind = "train"'
-    echo 'model = "vgg11"'
-    echo 'width = 0.25'
-    echo 'dataset = "fashion-mnist"'
-    echo 'epochs = 1'
-    echo "max_steps_per_epoch = $steps"
-    echo 'eval_each_epoch = false'
-    echo 'batch_size = 64'
-    echo 'lr = 0.01'
-    local l
-    for l in "$@"; do echo "$l"; done
-  } >"$f"
-}
+source "$src/bench/hetpipe/capped_pair.sh"  # topo FILE JOB_LINES...
 
 echo "machine: $(nproc) cpus, $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$src" rev-parse --short HEAD)"
 profile_line=()

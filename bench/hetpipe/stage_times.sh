@@ -20,34 +20,8 @@ rounds="${1:-3}"
 per_node="${PER_NODE:-alternate}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-cat >"$tmp/hp.toml" <<'T'
-[cluster]
-name = "bench-hetpipe-stages"
-[[nodes]]
-name = "n0"
-host = "127.0.0.1"
-port = 7630
-devices = [ { kind = "cpu", threads = 1 } ]
-[[nodes]]
-name = "n1"
-host = "127.0.0.1"
-port = 7631
-devices = [ { kind = "cpu", threads = 1, memory = "40MiB" } ]
-[job]
-kind = "train"
-model = "vgg11"
-width = 0.25
-dataset = "fashion-mnist"
-epochs = 1
-max_steps_per_epoch = 300
-eval_each_epoch = false
-batch_size = 64
-lr = 0.01
-strategy = "hetpipe"
-virtual_workers = 1
-nm = 4
-hetpipe_waves = "overlap"
-T
+source "$src/bench/hetpipe/capped_pair.sh"
+topo "$tmp/hp.toml" 'strategy = "hetpipe"' 'virtual_workers = 1' 'nm = 4' 'hetpipe_waves = "overlap"'
 one() {  # one DRILL(0|1)
   local label="the head's profile"
   (($1)) && label="each node's own profile"
