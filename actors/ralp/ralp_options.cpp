@@ -1,5 +1,6 @@
 #include "actors/ralp/ralp_options.hpp"
 
+#include "kernels/zoo.hpp"
 #include "topology/data_parallel.hpp"
 #include "topology/hetpipe_plan.hpp"
 
@@ -61,6 +62,17 @@ topology::ralp_cost_inputs cost_inputs(const topology::cluster& c, const topolog
   in.gbps = o.link_gbps > 0 ? o.link_gbps : same_host ? db.links.intra_node_gbps : db.links.inter_node_gbps;
   in.latency_us = db.links.latency_us;
   return in;
+}
+
+expected<kernels::model_profile> profile_twin(const kernels::model_spec& spec, const kernels::train_config& c,
+                                              const kernels::tensor* input) {
+  HF_ASSIGN_OR_RETURN(kernels::model twin, kernels::build_model(spec, c.where, {c.threads, 1}));
+  kernels::profile_options po;
+  po.batch = c.batch_size;
+  po.input = input;
+  expected<kernels::model_profile> prof = make_error(errc::internal, "not profiled");
+  twin.context().run([&] { prof = kernels::profile_model(twin, po); });
+  return prof;
 }
 
 }  // namespace hetflow::actors::ralp_job

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/profile.hpp"
 #include "kernels/trainer.hpp"
 #include "schemas/error.hpp"
 #include "topology/cluster.hpp"
@@ -42,5 +43,12 @@ int64_t worker_clocks(const kernels::epoch_plan& plan, int epochs, int w, int wo
 // shares the server's host, else inter_node_gbps), the worker batch.
 topology::ralp_cost_inputs cost_inputs(const topology::cluster& c, const topology::profile_db& db,
                                        const ralp_options& o, const std::string& fallback_kind);
+
+// The model of `spec` profiled unit by unit on a twin built on c's device
+// with c's threads (profiling overwrites gradients), at c's batch, on
+// `input` rows when given (else random ones): what the server's cost model
+// prices the cut with (its own, and each worker's on its node).
+expected<kernels::model_profile> profile_twin(const kernels::model_spec& spec, const kernels::train_config& c,
+                                              const kernels::tensor* input = nullptr);
 
 }  // namespace hetflow::actors::ralp_job

@@ -430,16 +430,11 @@ void on_wire(server_actor* self, const std::string& node, const wire_buffer_ref&
 // overwrites gradients); one kind, "here", for the server and the workers.
 expected<topology::profile_db> profile_for_cut(server_actor* self, const kernels::model_spec& spec) {
   auto& st = self->state;
-  HF_ASSIGN_OR_RETURN(kernels::model twin, kernels::build_model(spec, kernels::device::cpu(), {st.cfg.threads, 1}));
-  kernels::profile_options po;
-  po.batch = st.cfg.batch_size;
-  expected<kernels::model_profile> prof = make_error(errc::internal, "not profiled");
-  twin.context().run([&] { prof = kernels::profile_model(twin, po); });
-  HF_RETURN_IF_ERROR(prof.error());
+  HF_ASSIGN_OR_RETURN(kernels::model_profile prof, profile_twin(spec, st.cfg));  // (a cpu device: checked at start)
   topology::profile_db db;
-  db.batch = po.batch;
+  db.batch = prof.batch;
   db.source = "measured on the RALP server";
-  for (const auto& u : prof->units) {
+  for (const auto& u : prof.units) {
     topology::profile_unit pu;
     pu.name = u.name;
     pu.params_bytes = u.parameter_bytes;

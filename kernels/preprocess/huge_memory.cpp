@@ -44,7 +44,6 @@ void* huge_map(std::size_t n) {
     if (auto bigger = k.by_size.upper_bound(bytes); bigger != k.by_size.end()) {
       const std::size_t have = bigger->first;
       const auto it = std::prev(k.by_size.upper_bound(have));  // of that size, the last kept
-
       char* p = static_cast<char*>(it->second);
       k.by_size.erase(it);
       k.bytes -= have;
