@@ -31,7 +31,6 @@
 #include "actors/ralp/ralp_options.hpp"
 #include "actors/ralp/ralp_protocol.hpp"
 #include "actors/ralp/ralp_worker_core.hpp"
-#include "kernels/profile.hpp"
 #include "kernels/trace.hpp"
 #include "kernels/waits.hpp"
 #include "kernels/weights_io.hpp"
@@ -156,29 +155,22 @@ struct worker_stats {
 };
 
 // This worker's own times of the model's units for the server's cost model
-// (ralp_protocol.hpp, unit_times): on a twin of the model (profiling
-// overwrites gradients), at the job's batch, on the job's first training
-// rows (the data the steps run on: LeNet-5's max pooling takes 1.8x longer
-// on random inputs). Before the hello, so the server's link probe (which
-// starts once every worker said hello) and this do not share the CPUs.
+// (ralp_protocol.hpp, unit_times), on the job's first training rows (the
+// data the steps run on: LeNet-5's max pooling takes 1.8x longer on random
+// inputs). Before the hello, so the server's link probe (which starts once
+// every worker said hello) and this do not share the CPUs.
 expected<std::string> own_unit_times(const kernels::model_spec& spec, const kernels::train_config& c,
                                      const kernels::image_dataset& train) {
-  HF_ASSIGN_OR_RETURN(kernels::model twin, kernels::build_model(spec, c.where, {c.threads, 1}));
-  kernels::profile_options po;
-  po.batch = c.batch_size;
   std::optional<kernels::tensor> rows;
   if (train.size() >= c.batch_size && train.images.shape().rank() >= 1) {
     kernels::shape s = train.images.shape();
     s[0] = c.batch_size;
     rows = kernels::tensor::empty(s);
     std::memcpy(rows->f32(), train.images.f32(), std::size_t(rows->numel()) * sizeof(float));
-    po.input = &*rows;
   }
-  expected<kernels::model_profile> prof = make_error(errc::internal, "not profiled");
-  twin.context().run([&] { prof = kernels::profile_model(twin, po); });
-  HF_RETURN_IF_ERROR(prof.error());
+  HF_ASSIGN_OR_RETURN(kernels::model_profile prof, profile_twin(spec, c, rows ? &*rows : nullptr));
   std::vector<ralp::unit_time> units;
-  for (const auto& u : prof->units) units.push_back({u.name, u.forward_s * 1e3, u.backward_s * 1e3});
+  for (const auto& u : prof.units) units.push_back({u.name, u.forward_s * 1e3, u.backward_s * 1e3});
   return ralp::encode_unit_times(units);
 }
 
@@ -210,6 +202,7 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   server_link link(self, svc, me, w, o.timeout_s);
   link.tk = kernels::trace::track(me);
   const kernels::trace::track_id tk = link.tk;
+  kernels::trace::track_scope on_track(tk);  // the model's unit spans record here too
   ralp::ralp_info hello;
   hello.aux = worker_clocks(plan, c.epochs, w, W);
   // Where the server's cost model picks the cut and this worker is on
@@ -219,8 +212,8 @@ expected<worker_stats> run_worker(caf::blocking_actor* self, const std::shared_p
   // (where there is none, the server's profile prices every worker).
   std::string unit_times;
   const bool resuming = o.resume && !o.checkpoint_dir.empty();
-  if (o.cut <= 0 && o.link_gbps <= 0 && !resuming && !svc->node_of(server_name).empty() &&
-      svc->node_of(server_name) != svc->node_name()) {
+  const std::string server_node = svc->node_of(server_name);
+  if (o.cut <= 0 && o.link_gbps <= 0 && !resuming && !server_node.empty() && server_node != svc->node_name()) {
     const auto t0 = clock_type::now();
     if (auto t = own_unit_times(spec, c, data.train)) {
       unit_times = std::move(*t);
