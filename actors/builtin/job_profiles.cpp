@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_api.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/profile.hpp"
+#include "kernels/trace.hpp"
 #include "kernels/trainer.hpp"
 #include "kernels/zoo.hpp"
 #include "topology/cost_model.hpp"
@@ -399,6 +400,9 @@ expected<double> colocated_step_factor(const topology::cluster& c, const kernels
     std::atomic<bool> failed{false};
     auto body = [&](replica& r, uint32_t k) {
       pin_member(k, threads);
+      // The copies compute at once: each its own trace track (spans on one
+      // track must nest).
+      kernels::trace::track_scope on_track(kernels::trace::track("co-located step, copy " + std::to_string(k)));
       for (int i = 0; i < passes + 2; ++i) {  // 2 warm-up passes together
         sync.arrive_and_wait();
         if (failed.load()) break;

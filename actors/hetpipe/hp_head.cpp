@@ -32,6 +32,7 @@
 #include "actors/log.hpp"
 #include "actors/ps/ps_checkpoint.hpp"
 #include "actors/ps/worker_report.hpp"
+#include "kernels/trace.hpp"
 #include "kernels/trainer.hpp"
 #include "kernels/weights_io.hpp"
 #include "kernels/zoo.hpp"
@@ -120,7 +121,7 @@ status run_head(const std::string& me, const actor_env& env, inbox& ib, json_wri
   HF_ASSIGN_OR_RETURN(topology::profile_db db,
                       p.contains("profile_file") ? profiles_at(c, p.get_int("batch_size", 64))
                                                  : hp_job::cluster_profiles(ib, c, p.get_int("batch_size", 64)));
-  if (!p.contains("profile_file")) apply_speeds(c, db);  // (profiles_at did)
+  apply_speeds(c, db);  // (after profiles_at, which applied them, it changes nothing)
   {
     // What the plan rests on: each kind's whole model per minibatch.
     std::string kinds;
@@ -607,6 +608,10 @@ void hp_head(caf::blocking_actor* self, actor_env env) {
   const std::string me = env.spec.name;
   if (!builtin::await_start(self, *svc)) return;
   inbox ib(self, svc, me);
+  // Its waits, and its profiles' and evaluations' unit spans (the
+  // co-located step's copies have tracks of their own: job_profiles.cpp).
+  ib.tk = kernels::trace::track(me);
+  kernels::trace::track_scope on_track(ib.tk);
   json_writer j;
   j.begin_object();
   std::string summary;

@@ -356,14 +356,16 @@ void hp_ps(caf::blocking_actor* self, actor_env env) {
   const std::string me = env.spec.name;
   if (!builtin::await_start(self, *svc)) return;
   inbox ib(self, svc, me);
+  // From the start: its wait for the role and the head's profile requests
+  // it answers meanwhile record here too (spans on one track must nest).
+  ib.tk = kernels::trace::track(me);
+  kernels::trace::track_scope on_track(ib.tk);  // ps_core's adds record here too
   auto role = await_role(ib, env.cluster);
   if (!role) return svc->report_done(me, false, role.error().to_string(), {});
   // The report's bytes are the job's: not the head's link probe and profile
   // requests before the role (hp_profiles.cpp).
   ib.bytes_sent = 0;
   ib.bytes_received = 0;
-  ib.tk = kernels::trace::track(me);
-  kernels::trace::track_scope on_track(ib.tk);  // ps_core's adds record here too
   json_writer j;
   j.begin_object();
   auto s = run_ps(me, env, ib, *role, j);

@@ -1077,6 +1077,9 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   const std::string me = env.spec.name;
   if (!builtin::await_start(self, *svc)) return;
   inbox ib(self, svc, me);
+  // From the start (its wait for the role too): spans on one track must nest.
+  ib.tk = kernels::trace::track(me);
+  kernels::trace::track_scope on_track(ib.tk);  // the model's unit spans record here too
   ib.stash_stream = env.cluster.job.params.get_string("input", "memory") == "stream";
   auto role = await_role(ib, env.cluster);
   if (!role) return svc->report_done(me, false, role.error().to_string(), {});
@@ -1093,7 +1096,6 @@ void hp_stage(caf::blocking_actor* self, actor_env env) {
   auto cfg = builtin::train_config_of(env.cluster, env.spec.node, std::size_t(env.spec.args.get_int("device", 0)));
   if (!cfg) return svc->report_done(me, false, cfg.error().message(), {});
   const auto t0 = clock_type::now();
-  ib.tk = kernels::trace::track(me);
   control::allow_pause(me);
   auto st = run_stage(svc, me, env.cluster, *cfg, *r, ib);
   control::forget(me);

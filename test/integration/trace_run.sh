@@ -8,6 +8,8 @@
 #  2. a 2-node dp job: two pids, allreduce (trainer side) and ring steps on
 #     both nodes, wire messages on their receivers' tracks;
 #  3. a ps job with streamed input: push/pull/apply, stream shard batches;
+#     a ralp job; a hetpipe job (its last stage's send and local update
+#     follow its forward+backward, not inside it);
 #  4. a preprocess job: its shards' passes and segments, the vocabulary merge;
 #  5. a failed job still writes what was recorded, and says so;
 #  6. --trace into a directory that does not exist: exit 2, no job run.
@@ -17,7 +19,8 @@ S=$HETFLOW_SCRATCH
 
 # check_trace FILE PIDS CHECKS...: the document's structure (every check
 # is a python expression over `names`: event name -> count, `by_pid`:
-# pid -> set of event names, `threads`: set of thread names).
+# pid -> set of event names, `threads`: set of thread names, `inside`:
+# (enclosing span's name or None, event name) -> count).
 check_trace() {
   python3 - "$@" <<'EOF'
 import json, sys, collections
@@ -50,12 +53,14 @@ for e in xs:
 assert sorted(by_pid) == want_pids, sorted(by_pid)
 # Spans on one track nest (trace viewers drop slices that overlap partially).
 open_spans = collections.defaultdict(list)
+inside = collections.Counter()
 for e in xs:
     stack = open_spans[(e["pid"], e["tid"])]
     while stack and stack[-1][0] <= e["ts"]:
         stack.pop()
     end = e["ts"] + e["dur"]
     assert not stack or end <= stack[-1][0], ("overlaps its enclosing span", e, stack[-1][1])
+    inside[(stack[-1][1]["name"] if stack else None, e["name"])] += 1
     stack.append((end, e))
 for check in sys.argv[3:]:
     assert eval(check), (check, dict(names), {p: sorted(n) for p, n in by_pid.items()}, sorted(threads))
@@ -169,6 +174,20 @@ check_trace "$S/ralp.json" 0,1,2 'names["lower forward"] >= 20' 'names["lower ba
   'names["activations (upper pass when complete)"] >= 20' '{"ralpworker0", "ralpworker1", "ralp0"} <= threads' ||
   { cat "$S/ralp.out"; fail "ralp trace"; }
 pass "ralp: worker pulls, lower passes, pushes and waits on the server; the server's passes and applies"
+
+# --- 3c. HetPipe: one VW of two stages; stage 0 sends inside its forward,
+# the last stage's send and local update follow its forward+backward
+write_topology "$S/hp.toml" 9750 2 auto 'kind = "train"' 'model = "lenet5"' 'dataset = "synthetic"' \
+  'input_shape = [1, 28, 28]' 'train_size = 640' 'test_size = 64' 'epochs = 1' 'batch_size = 32' 'lr = 0.05' \
+  'strategy = "hetpipe"' 'virtual_workers = 1' 'nm = 2' 'eval_each_epoch = false'
+one_thread "$S/hp.toml"
+timeout 180 "$HETFLOW" run "$S/hp.toml" --trace "$S/hp.json" >"$S/hp.out" 2>&1 ||
+  { cat "$S/hp.out"; fail "hetpipe run with --trace"; }
+check_trace "$S/hp.json" 0,1 'names["forward+backward"] >= 20' 'inside[("forward", "send")] >= 20' \
+  'inside[(None, "send")] >= 20 and inside[(None, "local update")] >= 20' \
+  'inside[("forward+backward", "send")] == 0 and inside[("forward+backward", "local update")] == 0' \
+  '{"hpstage0", "hpstage1"} <= threads' || { cat "$S/hp.out"; fail "hetpipe trace"; }
+pass "hetpipe: stage 0 sends inside its forward; the last stage's send and local update follow its forward+backward"
 
 # --- 4. preprocess ----------------------------------------------------------------------------------
 "$HETFLOW" gen-criteo --rows 20000 --out "$S/in.tsv" >/dev/null 2>&1 || fail "gen-criteo"
