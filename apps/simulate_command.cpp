@@ -102,6 +102,7 @@ json plan_json(const topology::cluster& c, const topology::hetpipe_plan& p, cons
               {"ps_placement", p.ps_local ? "local" : "spread"},
               {"nm", p.nm},
               {"staleness", p.staleness},
+              {"waves", p.drained_waves ? "drain" : "overlap"},
               {"batch", p.batch},
               {"virtual_workers", vws},
               {"ps_bytes", ps},

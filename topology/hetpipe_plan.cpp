@@ -475,11 +475,19 @@ double wave_sync_ms(const std::vector<virtual_worker_plan>& vws, const std::vect
 void finish_prediction(hetpipe_plan& plan) {
   double slowest_wave = 0;
   std::size_t slowest = 0;
+  std::vector<double> work(plan.virtual_workers.size(), 0.0);  // a wave's time without its sync
   for (std::size_t v = 0; v < plan.virtual_workers.size(); ++v) {
     auto& vw = plan.virtual_workers[v];
     vw.sync_ms = plan.sync_ms;
-    vw.wave_ms =
-        plan.nm * vw.period_ms + std::max(0.0, plan.sync_ms - (plan.staleness + 1) * plan.nm * vw.period_ms);
+    if (plan.drained_waves) {
+      double max_stage = 0;
+      for (const auto& s : vw.stages) max_stage = std::max(max_stage, s.stage_ms);
+      work[v] = vw.latency_ms + (plan.nm - 1) * max_stage;
+      vw.wave_ms = work[v] + plan.sync_ms;
+    } else {
+      work[v] = plan.nm * vw.period_ms;
+      vw.wave_ms = work[v] + std::max(0.0, plan.sync_ms - (plan.staleness + 1) * work[v]);
+    }
     vw.samples_per_s = vw.wave_ms > 0 ? double(plan.nm * plan.batch) * 1e3 / vw.wave_ms : 0.0;
     if (vw.wave_ms > slowest_wave) {
       slowest_wave = vw.wave_ms;
@@ -490,8 +498,7 @@ void finish_prediction(hetpipe_plan& plan) {
       slowest_wave > 0 ? double(plan.virtual_workers.size()) * plan.nm * double(plan.batch) * 1e3 / slowest_wave : 0;
   if (plan.virtual_workers.empty()) return;
   const auto& vw = plan.virtual_workers[slowest];
-  const double compute_part = plan.nm * vw.period_ms;
-  if (slowest_wave - compute_part > 0.5 * slowest_wave)
+  if (slowest_wave - work[slowest] > 0.5 * slowest_wave)
     plan.bottleneck = "parameter-server sync: " + std::to_string(plan.sync_ms) + " ms per wave";
   else
     plan.bottleneck = "virtual worker " + std::to_string(slowest) + ": " + vw.bottleneck;
@@ -517,6 +524,7 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
     p.ps_local = o.ps_auto ? groups.size() == 1 : o.ps_local;
     p.nm = nm;
     p.staleness = o.staleness;
+    p.drained_waves = !o.overlap_waves;
     p.batch = db.batch;
     p.nodes = node_names;
     bool ok = true;
@@ -566,6 +574,10 @@ expected<hetpipe_plan> plan_hetpipe(const std::vector<plan_device>& devices, con
     if (!last_error.ok()) why += "; larger Nm does not fit: " + last_error.message();
     best->notes.push_back(why);
   }
+  if (best->drained_waves)
+    best->notes.push_back("waves drained (hetpipe_waves = \"drain\"): each wave fills and empties the pipeline and "
+                          "waits for its push and pull: wave = minibatch latency + (Nm - 1) x the slowest stage + "
+                          "PS sync");
   for (std::size_t v = 0; v < best->virtual_workers.size(); ++v)
     for (const auto& s : best->virtual_workers[v].stages)
       if (s.device.memory_bytes == 0)

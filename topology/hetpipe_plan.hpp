@@ -43,6 +43,10 @@
 // shards). Wave w may start once every VW has pushed waves 0 .. w - 2 - D
 // (simulator.hpp), so a wave's push and pull overlap D + 1 waves of work:
 //   wave_ms = Nm * T + max(0, sync_ms - (D + 1) * Nm * T)
+// Drained waves (hetpipe_waves = "drain"): a VW pulls wave w only after its
+// own wave w - 1 is pushed, so each wave fills and empties the pipeline and
+// its push and pull overlap nothing:
+//   wave_ms = L + (Nm - 1) * max_j stage_ms_j + sync_ms
 // Bounded staleness makes every VW progress at the slowest VW's wave rate
 // in the long run: samples/s = VWs * Nm * batch / max_v wave_ms_v.
 #pragma once
@@ -185,6 +189,9 @@ struct hetpipe_plan {
   std::vector<int> unit_ps_node;         // the node index holding each unit's PS shard
   std::vector<uint64_t> ps_bytes;        // per node index
   double sync_ms = 0.0;
+  // The runtime drains each wave before the next (hetpipe_options'
+  // overlap_waves false): the wave formula with the fill and drain.
+  bool drained_waves = false;
   double predicted_samples_per_s = 0.0;
   std::string bottleneck;
   std::vector<std::string> notes;        // why Nm, what did not fit
