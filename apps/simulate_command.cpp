@@ -77,6 +77,7 @@ json stage_json(const topology::cluster& c, const topology::stage_plan& s) {
               {"kept_minibatches", s.kept_minibatches},
               {"compute_ms", s.compute_ms},
               {"send_ms", s.send_ms},
+              {"receive_ms", s.receive_ms},
               {"stage_ms", s.stage_ms}};
 }
 
@@ -123,17 +124,17 @@ void print_plan(const topology::cluster& c, const topology::hetpipe_plan& p, con
     std::printf("virtual worker %zu: %zu stages; minibatch latency %.2f ms, period %.2f ms, wave %.2f ms, "
                 "%.1f samples/s\n",
                 v, vw.stages.size(), vw.latency_ms, vw.period_ms, vw.wave_ms, vw.samples_per_s);
-    std::printf("  %-5s %-10s %-8s %-14s %-28s %-24s %9s %8s %9s\n", "stage", "node", "device", "kind", "units",
-                "memory (kept minibatches)", "compute", "send", "stage ms");
+    std::printf("  %-5s %-10s %-8s %-14s %-28s %-24s %9s %8s %8s %9s\n", "stage", "node", "device", "kind", "units",
+                "memory (kept minibatches)", "compute", "send", "receive", "stage ms");
     for (std::size_t j = 0; j < vw.stages.size(); ++j) {
       const auto& s = vw.stages[j];
       std::string units = std::to_string(s.first_unit) + "-" + std::to_string(s.last_unit) + " (" +
                           db.units[s.first_unit].name + ".." + db.units[s.last_unit].name + ")";
       std::string mem = gib(s.memory_bytes) + " / " + (s.device.memory_bytes ? gib(s.device.memory_bytes) : "-") +
                         " (" + std::to_string(s.kept_minibatches) + ")";
-      std::printf("  %-5zu %-10s %-8s %-14s %-28s %-24s %9.2f %8.2f %9.2f\n", j, s.device.node.c_str(),
+      std::printf("  %-5zu %-10s %-8s %-14s %-28s %-24s %9.2f %8.2f %8.2f %9.2f\n", j, s.device.node.c_str(),
                   device_name(c, s.device).c_str(), s.device.kind.c_str(), units.c_str(), mem.c_str(), s.compute_ms,
-                  s.send_ms, s.stage_ms);
+                  s.send_ms, s.receive_ms, s.stage_ms);
     }
     std::printf("  bottleneck: %s\n", vw.bottleneck.c_str());
   }

@@ -40,7 +40,7 @@ double kind_speed(const profile_db& db, const std::string& kind) {
 
 struct stage_eval {
   double stage_ms = inf;
-  double compute = 0, send = 0;
+  double compute = 0, send = 0, receive = 0;
   uint64_t memory = 0;
   bool fits = false;
 };
@@ -97,11 +97,21 @@ stage_eval eval_stage(const std::vector<plan_device>& devs, std::size_t j, std::
               wave_ms(devs, j, first, last, db, nm, overlap) + sync_share_ms(devs, j, first, last, db, nm, shard_here);
   if (j + 1 < S) e.send += hop_ms(devs[j], devs[j + 1], db.units[last].output_bytes, db);
   if (j > 0) e.send += hop_ms(devs[j - 1], devs[j], db.units[first - 1].output_bytes, db);
+  // A cpu stage's node receives its activations and gradients on the cores
+  // the stage computes on (the data plane's progress thread; on a one-CPU
+  // node it preempts the stage's compute: 0.9-1.3 ms of that thread's CPU a
+  // minibatch for the capped VGG-11 pair's 802 KB each way, of which the
+  // stage's send took 0.43, 2026-12-07): each as long as its send. A cuda
+  // stage's host receives beside the device.
+  if (!devs[j].cuda) {
+    if (j > 0) e.receive += hop_ms(devs[j - 1], devs[j], db.units[first - 1].output_bytes, db);
+    if (j + 1 < S) e.receive += hop_ms(devs[j], devs[j + 1], db.units[last].output_bytes, db);
+  }
   const uint64_t k = uint64_t(std::min<std::size_t>(std::size_t(nm), S - j));
   e.memory = db.params_bytes(first, last) * weight_copies(devs[j].cuda, overlap, k, optimizer_states) +
              db.activation_bytes(first, last) * k;
   e.fits = devs[j].memory_bytes == 0 || e.memory <= devs[j].memory_bytes;
-  e.stage_ms = e.compute + e.send;
+  e.stage_ms = e.compute + e.send + e.receive;
   return e;
 }
 
@@ -168,6 +178,7 @@ virtual_worker_plan build_vw(const std::vector<plan_device>& devs, const std::ve
     s.memory_bytes = e.memory;
     s.compute_ms = e.compute;
     s.send_ms = e.send;
+    s.receive_ms = e.receive;
     s.stage_ms = e.stage_ms;
     for (std::size_t u = first; u <= ends[j]; ++u) {
       const auto& c = db.units[u].devices.find(devs[j].kind)->second;
@@ -192,7 +203,11 @@ virtual_worker_plan build_vw(const std::vector<plan_device>& devs, const std::ve
     }
   vw.period_ms = std::max(max_stage, vw.latency_ms / nm);
   char buf[200];
-  if (max_stage >= vw.latency_ms / nm)
+  if (max_stage >= vw.latency_ms / nm && vw.stages[arg].receive_ms > 0)
+    std::snprintf(buf, sizeof buf, "stage %zu on %s: %.2f ms (%.2f compute + %.2f send + %.2f receive)", arg,
+                  device_label(vw.stages[arg].device).c_str(), max_stage, vw.stages[arg].compute_ms,
+                  vw.stages[arg].send_ms, vw.stages[arg].receive_ms);
+  else if (max_stage >= vw.latency_ms / nm)
     std::snprintf(buf, sizeof buf, "stage %zu on %s: %.2f ms (%.2f compute + %.2f transfer)", arg,
                   device_label(vw.stages[arg].device).c_str(), max_stage, vw.stages[arg].compute_ms,
                   vw.stages[arg].send_ms);

@@ -25,7 +25,10 @@
 //                between d_j and d_j+1 (intra_node_gbps on one node,
 //                inter_node_gbps between nodes, + latency_us)
 //   stage_ms_j = compute_j + t(j -> j+1) [activations out] + t(j-1 -> j)
-//                [gradients back]: the stage pays for what it sends
+//                [gradients back]: the stage pays for what it sends;
+//                a cpu stage also for what it receives, t(j-1 -> j) +
+//                t(j -> j+1) (its node's data plane receives on the cores
+//                it computes on)
 //   latency L  = sum_j compute_j + 2 * sum_b t(b)   (one minibatch, fwd+bwd)
 //   period T   = max(max_j stage_ms_j, L / Nm)     (Nm in flight)
 //   memory_j   = params_j * w_j + activation_j * k_j,
@@ -148,7 +151,8 @@ struct stage_plan {
   uint64_t memory_bytes = 0;
   double compute_ms = 0.0;
   double send_ms = 0.0;       // activations to the next stage + gradients to the previous
-  double stage_ms = 0.0;      // compute + send
+  double receive_ms = 0.0;    // a cpu stage: receiving them (each as long as its send)
+  double stage_ms = 0.0;      // compute + send + receive
   double fwd_ms = 0.0, bwd_ms = 0.0;
 };
 

@@ -341,9 +341,21 @@ BOOST_AUTO_TEST_CASE(transfers_count_and_prefer_one_node) {
   auto near = partition_virtual_worker({dev(0, 0, "a"), dev(0, 1, "a")}, db, 2);
   BOOST_REQUIRE(far.has_value());
   BOOST_REQUIRE(near.has_value());
-  BOOST_TEST(std::abs(far->stages[0].stage_ms - 7.0) < 1e-9);   // 6 compute + 1 send
-  BOOST_TEST(std::abs(near->stages[0].stage_ms - 6.1) < 1e-9);
+  // A cpu stage pays its receives as well (its node's data plane takes the
+  // cores it computes on): 6 compute + 1 send + 1 receive.
+  BOOST_TEST(std::abs(far->stages[0].stage_ms - 8.0) < 1e-9);
+  BOOST_TEST(std::abs(far->stages[0].send_ms - 1.0) < 1e-9);
+  BOOST_TEST(std::abs(far->stages[0].receive_ms - 1.0) < 1e-9);
+  BOOST_TEST(std::abs(near->stages[0].stage_ms - 6.2) < 1e-9);
   BOOST_TEST(std::abs(far->latency_ms - 14.0) < 1e-9);          // 12 + 2 x 1
+  BOOST_TEST(far->bottleneck.find("1.00 send + 1.00 receive") != std::string::npos);
+  // A cuda stage's host receives beside the device: 6 compute + 1 send.
+  plan_device g0 = dev(0, 0, "a"), g1 = dev(1, 0, "a");
+  g0.cuda = g1.cuda = true;
+  auto on_cuda = partition_virtual_worker({g0, g1}, db, 2);
+  BOOST_REQUIRE(on_cuda.has_value());
+  BOOST_TEST(std::abs(on_cuda->stages[0].stage_ms - 7.0) < 1e-9);
+  BOOST_TEST(on_cuda->stages[1].receive_ms == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(memory_limits_boundaries_and_nm) {
