@@ -11,7 +11,7 @@
 namespace hetflow::topology {
 namespace {
 
-enum class ev_kind { compute_done, arrive, push_done, pull_done, wake };
+enum class ev_kind { compute_done, arrive, push_done, pull_done, wake, sent };
 
 struct event {
   double t = 0;
@@ -25,6 +25,8 @@ struct event {
 
 struct device_state {
   bool busy = false;
+  double busy_until = 0;       // its task's end (a cpu stage: or its send's)
+  double debt = 0;             // ms its next task runs longer: receives while it computed
   int kept = 0;                // minibatches forwarded here whose backward has not run yet
   std::set<int64_t> fwd, bwd;  // ready minibatches
   double busy_ms = 0;
@@ -106,6 +108,39 @@ private:
     if (from.node_index == to.node_index)
       return transfer(dev_port(from, "out"), dev_port(to, "in"), bytes, db_.links.intra_node_gbps);
     return transfer(nic_port(from.node_index, "out"), nic_port(to.node_index, "in"), bytes, db_.links.inter_node_gbps);
+  }
+
+  // Stage j of VW v sends `bytes` to stage `to` (activations or
+  // gradients); returns their arrival. A cpu stage's cores move them (the
+  // runtime's send waits until they leave; the data plane's thread
+  // receives on the receiver's cores), as the planner prices them
+  // (hetpipe_plan.hpp): a cpu sender's device stays busy until the bytes
+  // have left, and a cpu receiver computing meanwhile runs its next task
+  // longer by the part of the transfer it spent computing. The transfer
+  // itself is timed on the ports as before: no latency is added.
+  double send(int v, int j, int to, uint64_t bytes) {
+    const auto& from_s = stage(v, j);
+    const auto& to_s = stage(v, to);
+    const double end = hop(from_s.device, to_s.device, bytes);
+    if (end <= now_) return end;  // same device
+    const bool intra = from_s.device.node_index == to_s.device.node_index;
+    const double start =
+        end - transfer_ms(bytes, intra ? db_.links.intra_node_gbps : db_.links.inter_node_gbps, db_.links.latency_us);
+    auto& src = vws_[std::size_t(v)].stages[std::size_t(j)];
+    if (!from_s.device.cuda) {
+      src.busy = true;
+      src.busy_until = end;
+      busy_[{v, j}].push_back({now_, end});
+      event e;
+      e.t = end;
+      e.kind = ev_kind::sent;
+      e.v = v;
+      e.j = j;
+      post(e);
+    }
+    auto& dst = vws_[std::size_t(v)].stages[std::size_t(to)];
+    if (!to_s.device.cuda && dst.busy) dst.debt += std::max(0.0, std::min(end, dst.busy_until) - std::max(start, now_));
+    return end;
   }
 
   // Bytes a stage exchanges with each PS node per wave.
@@ -212,7 +247,10 @@ private:
     const auto& st = stage(v, j);
     double ms = bwd ? st.bwd_ms : st.fwd_ms;
     if (o_.jitter > 0) ms *= 1.0 + o_.jitter * std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+    ms += d.debt;
+    d.debt = 0;
     d.busy = true;
+    d.busy_until = now_ + ms;
     if (!bwd) {
       ++d.kept;
       r_.max_kept_ratio = std::max(r_.max_kept_ratio, double(d.kept) / double(std::min(plan_.nm, S_of(v) - j)));
@@ -238,18 +276,16 @@ private:
         if (e.bwd) --s.stages[std::size_t(e.j)].kept;
         if (!e.bwd) {
           if (e.j + 1 < S) {
-            event a{hop(vw.stages[std::size_t(e.j)].device, vw.stages[std::size_t(e.j + 1)].device,
-                        db_.units[vw.stages[std::size_t(e.j)].last_unit].output_bytes),
-                    0, ev_kind::arrive, e.v, e.j + 1, e.p, false};
+            event a{send(e.v, e.j, e.j + 1, db_.units[vw.stages[std::size_t(e.j)].last_unit].output_bytes), 0,
+                    ev_kind::arrive, e.v, e.j + 1, e.p, false};
             post(a);
           } else {
             s.stages[std::size_t(e.j)].bwd.insert(e.p);  // loss: backward starts here
           }
         } else {
           if (e.j > 0) {
-            event a{hop(vw.stages[std::size_t(e.j)].device, vw.stages[std::size_t(e.j - 1)].device,
-                        db_.units[vw.stages[std::size_t(e.j - 1)].last_unit].output_bytes),
-                    0, ev_kind::arrive, e.v, e.j - 1, e.p, true};
+            event a{send(e.v, e.j, e.j - 1, db_.units[vw.stages[std::size_t(e.j - 1)].last_unit].output_bytes), 0,
+                    ev_kind::arrive, e.v, e.j - 1, e.p, true};
             post(a);
           }
           // The wave's last minibatch at this stage: push the aggregated update.
@@ -295,6 +331,10 @@ private:
       case ev_kind::pull_done:
         s.pulled = std::max(s.pulled, int(e.p));
         try_start(e.v);
+        break;
+      case ev_kind::sent:  // a cpu stage's send has left: its cores are free
+        s.stages[std::size_t(e.j)].busy = false;
+        dispatch(e.v, e.j);
         break;
       case ev_kind::wake: break;
     }

@@ -10,8 +10,13 @@
 //     (activations forward, gradients back) that occupies the sender's and the
 //     receiver's ports for bytes / bandwidth + latency: device ports at
 //     intra_node_gbps on one node, node NICs at inter_node_gbps between nodes.
-//     Transfers overlap compute (the planner's stage_ms does not assume that,
-//     so the simulation is at least as fast as the plan's bound, usually);
+//     A cuda stage's transfers overlap its compute (the planner's stage_ms
+//     does not assume that, so the simulation is at least as fast as the
+//     plan's bound, usually); a cpu stage's cores move the bytes, as the
+//     planner prices them: its device stays busy until its send has left,
+//     and a receive that arrives while it computes makes its next task
+//     longer by the time they overlapped (no latency added: the transfer
+//     is timed on the ports alone);
 //   - a VW keeps at most Nm minibatches in flight: minibatch p starts when
 //     p - Nm has finished its backward at stage 0 (so its local updates are
 //     applied: local staleness Nm - 1);

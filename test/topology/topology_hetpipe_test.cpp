@@ -587,6 +587,31 @@ BOOST_AUTO_TEST_CASE(transfers_add_latency_between_nodes) {
   BOOST_TEST(std::abs(r->samples_per_s - 32 * 1000.0 / 8.0) < 1.0);
 }
 
+BOOST_AUTO_TEST_CASE(cpu_stages_move_their_bytes_on_their_cores) {
+  // 2 stages on 2 nodes, 2 units of 1 + 2 ms each, 1 MB boundaries at 8 Gb/s
+  // (1 ms): a cpu stage computes 6 ms and sends and receives 1 ms each a
+  // minibatch, so the pipeline runs at one minibatch per 8 ms, the
+  // planner's stage_ms; cuda stages leave the bytes to the links: 7 ms, the
+  // round trip of stage 0's two slots, (2 + 1 + 6 + 1 + 4) / 2, as the
+  // planner's compute + send.
+  auto db = uniform_db(4, {{"a", 1.0}}, 0, 0, 1000000);
+  db.links.inter_node_gbps = 8;
+  auto cpu = one_vw_plan(db, {dev(0, 0, "a"), dev(1, 0, "a")}, 8, 1000);
+  BOOST_TEST(std::abs(cpu.virtual_workers[0].stages[0].stage_ms - 8.0) < 1e-9);
+  auto rc = simulate_hetpipe(cpu, db, {40, 4});
+  BOOST_REQUIRE(rc.has_value());
+  BOOST_TEST_INFO("cpu: simulated " << rc->samples_per_s << ", planner " << cpu.predicted_samples_per_s);
+  BOOST_TEST(std::abs(rc->samples_per_s / (32 * 1000.0 / 8.0) - 1) < 0.05);
+  plan_device g0 = dev(0, 0, "a"), g1 = dev(1, 0, "a");
+  g0.cuda = g1.cuda = true;
+  auto gpu = one_vw_plan(db, {g0, g1}, 8, 1000);
+  auto rg = simulate_hetpipe(gpu, db, {40, 4});
+  BOOST_REQUIRE(rg.has_value());
+  BOOST_TEST_INFO("cuda: simulated " << rg->samples_per_s);
+  BOOST_TEST(std::abs(rg->samples_per_s / (32 * 1000.0 / 7.0) - 1) < 0.05);
+  BOOST_TEST(std::abs(gpu.predicted_samples_per_s - 32 * 1000.0 / 7.0) < 1e-6);
+}
+
 BOOST_AUTO_TEST_CASE(staleness_zero_overlaps_one_wave) {
   // One VW, Nm 4, 2 stages: wave w needs waves up to w - 2 pushed, which the
   // local bound (p - Nm finished) already implies, so D = 0 runs as fast as a
