@@ -131,12 +131,7 @@ private:
       src.busy = true;
       src.busy_until = end;
       busy_[{v, j}].push_back({now_, end});
-      event e;
-      e.t = end;
-      e.kind = ev_kind::sent;
-      e.v = v;
-      e.j = j;
-      post(e);
+      post(event{end, 0, ev_kind::sent, v, j, 0, false});
     }
     auto& dst = vws_[std::size_t(v)].stages[std::size_t(to)];
     if (!to_s.device.cuda && dst.busy) dst.debt += std::max(0.0, std::min(end, dst.busy_until) - std::max(start, now_));
