@@ -203,15 +203,14 @@ virtual_worker_plan build_vw(const std::vector<plan_device>& devs, const std::ve
     }
   vw.period_ms = std::max(max_stage, vw.latency_ms / nm);
   char buf[200];
-  if (max_stage >= vw.latency_ms / nm && vw.stages[arg].receive_ms > 0)
-    std::snprintf(buf, sizeof buf, "stage %zu on %s: %.2f ms (%.2f compute + %.2f send + %.2f receive)", arg,
-                  device_label(vw.stages[arg].device).c_str(), max_stage, vw.stages[arg].compute_ms,
-                  vw.stages[arg].send_ms, vw.stages[arg].receive_ms);
-  else if (max_stage >= vw.latency_ms / nm)
-    std::snprintf(buf, sizeof buf, "stage %zu on %s: %.2f ms (%.2f compute + %.2f transfer)", arg,
-                  device_label(vw.stages[arg].device).c_str(), max_stage, vw.stages[arg].compute_ms,
-                  vw.stages[arg].send_ms);
-  else
+  if (max_stage >= vw.latency_ms / nm) {
+    const auto& s = vw.stages[arg];
+    char moved[64];  // a cpu stage's receives too
+    std::snprintf(moved, sizeof moved, s.receive_ms > 0 ? "%.2f send + %.2f receive" : "%.2f transfer", s.send_ms,
+                  s.receive_ms);
+    std::snprintf(buf, sizeof buf, "stage %zu on %s: %.2f ms (%.2f compute + %s)", arg, device_label(s.device).c_str(),
+                  max_stage, s.compute_ms, moved);
+  } else
     std::snprintf(buf, sizeof buf, "too few minibatches in flight: latency %.2f ms / Nm %d > slowest stage %.2f ms",
                   vw.latency_ms, nm, max_stage);
   vw.bottleneck = buf;

@@ -94,20 +94,25 @@ private:
   }
   static std::string nic_port(int node, const char* dir) { return std::string(dir) + ":nic" + std::to_string(node); }
 
-  // Reserves the two ports; returns when the bytes have arrived.
-  double transfer(const std::string& a, const std::string& b, uint64_t bytes, double gbps) {
+  // Reserves the two ports; returns when the bytes have arrived (and in
+  // `started`, when given, when they began to move).
+  double transfer(const std::string& a, const std::string& b, uint64_t bytes, double gbps,
+                  double* started = nullptr) {
     double start = std::max({now_, port_free_[a], port_free_[b]});
     double end = start + transfer_ms(bytes, gbps, db_.links.latency_us);
     port_free_[a] = end;
     port_free_[b] = end;
+    if (started) *started = start;
     return end;
   }
 
-  double hop(const plan_device& from, const plan_device& to, uint64_t bytes) {
+  double hop(const plan_device& from, const plan_device& to, uint64_t bytes, double* started) {
+    *started = now_;
     if (from.node_index == to.node_index && from.device == to.device) return now_;
     if (from.node_index == to.node_index)
-      return transfer(dev_port(from, "out"), dev_port(to, "in"), bytes, db_.links.intra_node_gbps);
-    return transfer(nic_port(from.node_index, "out"), nic_port(to.node_index, "in"), bytes, db_.links.inter_node_gbps);
+      return transfer(dev_port(from, "out"), dev_port(to, "in"), bytes, db_.links.intra_node_gbps, started);
+    return transfer(nic_port(from.node_index, "out"), nic_port(to.node_index, "in"), bytes, db_.links.inter_node_gbps,
+                    started);
   }
 
   // Stage j of VW v sends `bytes` to stage `to` (activations or
@@ -121,11 +126,9 @@ private:
   double send(int v, int j, int to, uint64_t bytes) {
     const auto& from_s = stage(v, j);
     const auto& to_s = stage(v, to);
-    const double end = hop(from_s.device, to_s.device, bytes);
+    double start = now_;
+    const double end = hop(from_s.device, to_s.device, bytes, &start);
     if (end <= now_) return end;  // same device
-    const bool intra = from_s.device.node_index == to_s.device.node_index;
-    const double start =
-        end - transfer_ms(bytes, intra ? db_.links.intra_node_gbps : db_.links.inter_node_gbps, db_.links.latency_us);
     auto& src = vws_[std::size_t(v)].stages[std::size_t(j)];
     if (!from_s.device.cuda) {
       src.busy = true;
@@ -134,7 +137,7 @@ private:
       post(event{end, 0, ev_kind::sent, v, j, 0, false});
     }
     auto& dst = vws_[std::size_t(v)].stages[std::size_t(to)];
-    if (!to_s.device.cuda && dst.busy) dst.debt += std::max(0.0, std::min(end, dst.busy_until) - std::max(start, now_));
+    if (!to_s.device.cuda && dst.busy) dst.debt += std::max(0.0, std::min(end, dst.busy_until) - start);
     return end;
   }
 

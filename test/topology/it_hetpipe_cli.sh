@@ -26,7 +26,9 @@ for vw in vws:
     for s in st:
         assert s["memory_bytes"] <= s["device_memory_bytes"], s
         assert s["stage_ms"] > 0 and s["node"] in ("v", "r", "g", "q")
+        assert s["receive_ms"] == 0, s  # cuda stages: their hosts receive beside the devices
 assert j["predicted_samples_per_s"] > 0
+assert j["waves"] == "overlap", j["waves"]
 PY
 "$HETFLOW" simulate "$f" --json --waves 12 > "$HETFLOW_SCRATCH/sim.json" || fail "simulate --json"
 python3 - "$HETFLOW_SCRATCH/sim.json" <<'PY' || fail "simulate json"
@@ -48,6 +50,17 @@ import json, sys
 o, d = (json.load(open(f)) for f in sys.argv[1:3])
 assert d["wave_model"] == "drained", d["wave_model"]
 assert d["simulated_samples_per_s"] <= o["simulated_samples_per_s"] * 1.001, (d["simulated_samples_per_s"], o["simulated_samples_per_s"])
+PY
+# ... and the planner's bound has the drained waves' bubble: below the
+# overlapped plan's, and the plan says why.
+"$HETFLOW" plan "$HETFLOW_SCRATCH/drain.toml" --json > "$HETFLOW_SCRATCH/plan-drain.json" || fail "plan --json (drain)"
+python3 - "$HETFLOW_SCRATCH/plan.json" "$HETFLOW_SCRATCH/plan-drain.json" <<'PY' || fail "plan json (drain)"
+import json, sys
+o, d = (json.load(open(f)) for f in sys.argv[1:3])
+assert d["waves"] == "drain", d["waves"]
+assert any("waves drained" in n for n in d["notes"]), d["notes"]
+if d["nm"] > 1:
+    assert d["predicted_samples_per_s"] < o["predicted_samples_per_s"], (d["predicted_samples_per_s"], o["predicted_samples_per_s"])
 PY
 # A device's speed key: its own kind (KIND@xS, the profile's times / S);
 # the plan gives the faster device more units and predicts more samples/s.
